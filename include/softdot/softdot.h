@@ -1,0 +1,12 @@
+// softdot: dot products, softmax and the attention built from them.
+// Umbrella header: include this one.
+#ifndef SOFTDOT_SOFTDOT_H_
+#define SOFTDOT_SOFTDOT_H_
+
+#include "softdot/dot.h"
+#include "softdot/matrix.h"
+#include "softdot/simd.h"
+#include "softdot/softmax.h"
+#include "softdot/version.h"
+
+#endif  // SOFTDOT_SOFTDOT_H_

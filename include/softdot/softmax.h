@@ -1,0 +1,146 @@
+// softdot: numerically stable softmax, log-softmax, logsumexp, and the online
+// (chunked) softmax state.
+#ifndef SOFTDOT_SOFTMAX_H_
+#define SOFTDOT_SOFTMAX_H_
+
+#include <limits>
+#include <span>
+
+#include "softdot/matrix.h"
+
+namespace softdot {
+
+// Options shared by the softmax family.
+struct SoftmaxOptions {
+  // Scores are multiplied by 1 / temperature (rounded to the element type)
+  // before the max is taken. Must be finite and > 0, and its reciprocal must
+  // be a finite, non-zero number of the element type; else
+  // std::invalid_argument. A scaled score that overflows counts as +-inf.
+  double temperature = 1.0;
+  // Empty: no mask. Otherwise one flag per score: true keeps the score,
+  // false masks it, which behaves exactly like a score of -inf (a masked NaN
+  // is ignored). For the *_rows functions the mask has either `cols` flags
+  // (the same mask for every row) or `rows * cols` flags (row-major, dense).
+  std::span<const bool> mask;
+};
+
+// ---------------------------------------------------------------------------
+// Special values, the same for every function below (see docs/accuracy.md):
+//   some scores -inf or masked -> weight exactly +0, log-weight -inf, and the
+//                                 rest as if those entries were absent;
+//   every score -inf / masked  -> all weights +0.0, log-weights -inf,
+//                                 logsumexp -inf (never NaN);
+//   k scores +inf              -> each +inf entry gets 1/k, the others 0
+//                                 (the limit); log-weights -log(k) and -inf;
+//                                 logsumexp +inf;
+//   any unmasked NaN           -> the whole row NaN (NaN is never hidden);
+//   empty row                  -> std::invalid_argument.
+// Gradual underflow is kept: weights below 2^-126 are subnormal, not flushed.
+// The floating-point environment of the caller is not changed.
+// ---------------------------------------------------------------------------
+
+// y = softmax(x / temperature): y_i = exp(x_i - m) / sum_j exp(x_j - m), with
+// m = max_j x_j.
+// Accuracy (float): the rounding error of x_i - m is recovered with TwoSum
+// and folded into the exponential, exp has a degree-7 polynomial on
+// |r| <= ln2/2, the sum is compensated, and the division uses a
+// double-length reciprocal, so each weight is within 4 ulp of the correctly
+// rounded value (measured maximum in docs/accuracy.md). Double: the same
+// algorithm with a degree-13 polynomial.
+// Shift invariance: softmax(x + c) has the same bits as softmax(x) whenever
+// x + c is exact, since only x_i - m enters the computation.
+// Aliasing: y may be the same memory as x (in place); partial overlap is not
+// allowed. Sizes: y.size() == x.size() >= 1, mask empty or x.size().
+// Does not allocate; single-threaded; thread-safe.
+void softmax(std::span<const float> x, std::span<float> y,
+             const SoftmaxOptions& options = {});
+void softmax(std::span<const double> x, std::span<double> y,
+             const SoftmaxOptions& options = {});
+
+// y_i = x_i - m - log(sum_j exp(x_j - m)), computed as (x_i - m) - L with the
+// exact error of x_i - m and a double-length L, so the absolute error is
+// about 2^-24 (float) plus the error of L. Same aliasing, sizes and special
+// values as softmax. Does not allocate.
+void log_softmax(std::span<const float> x, std::span<float> y,
+                 const SoftmaxOptions& options = {});
+void log_softmax(std::span<const double> x, std::span<double> y,
+                 const SoftmaxOptions& options = {});
+
+// log(sum_i exp(x_i)) = m + log(sum_i exp(x_i - m)), the sum compensated and
+// the final addition done in higher precision. Special values as above.
+// x must not be empty. Does not allocate.
+float logsumexp(std::span<const float> x, const SoftmaxOptions& options = {});
+double logsumexp(std::span<const double> x,
+                 const SoftmaxOptions& options = {});
+
+// One softmax (or log-softmax) per row of a row-major matrix, each row
+// bitwise equal to softmax() of that row. x and y must have the same rows and
+// cols (>= 1 each); strides may differ; y may be x (in place) but must not
+// otherwise overlap it. Threads: rows are split across OpenMP threads when
+// the matrix holds at least 2^18 elements; results do not depend on the
+// thread count. Does not allocate.
+void softmax_rows(MatrixView<const float> x, MatrixView<float> y,
+                  const SoftmaxOptions& options = {});
+void softmax_rows(MatrixView<const double> x, MatrixView<double> y,
+                  const SoftmaxOptions& options = {});
+void log_softmax_rows(MatrixView<const float> x, MatrixView<float> y,
+                      const SoftmaxOptions& options = {});
+void log_softmax_rows(MatrixView<const double> x, MatrixView<double> y,
+                      const SoftmaxOptions& options = {});
+
+// ---------------------------------------------------------------------------
+// Online softmax over a row that arrives in chunks.
+//
+//   SoftmaxState s;                                  // identity {-inf, 0}
+//   for (chunk : chunks) s = merge(s, softmax_state(chunk));
+//   for (chunk : chunks) softmax_apply(chunk, s, out_chunk);
+//
+// A state is (max, sum): the max of the (scaled, masked) scores seen and
+// sum exp(x_i - max) over them; a chunk whose max is +inf stores the count of
+// +inf entries as its sum, and a NaN anywhere makes max and sum NaN. The sum
+// is kept in double, so chunked results match the one-shot softmax within the
+// same error bound (tested).
+// ---------------------------------------------------------------------------
+template <class T>
+struct BasicSoftmaxState {
+  T max = -std::numeric_limits<T>::infinity();
+  double sum = 0.0;
+
+  // The identity of merge(): the state of an empty (or fully masked) chunk.
+  static constexpr BasicSoftmaxState identity() { return {}; }
+};
+using SoftmaxState = BasicSoftmaxState<float>;
+using SoftmaxStateD = BasicSoftmaxState<double>;
+
+// State of one chunk (which may be empty). Options as for softmax (the mask
+// covers this chunk only). Does not allocate.
+SoftmaxState softmax_state(std::span<const float> chunk,
+                           const SoftmaxOptions& options = {});
+SoftmaxStateD softmax_state(std::span<const double> chunk,
+                            const SoftmaxOptions& options = {});
+
+// Combines two states: m = max(m1, m2), s = s1 exp(m1 - m) + s2 exp(m2 - m),
+// where a term whose max equals m contributes its sum unscaled (so +inf maxima
+// and -inf identities never produce inf - inf). Commutative; associative up
+// to the rounding of the double sum (a few 1e-16 relative); identity() is a
+// two-sided identity, bit for bit. noexcept, no allocation.
+SoftmaxState merge(const SoftmaxState& a, const SoftmaxState& b) noexcept;
+SoftmaxStateD merge(const SoftmaxStateD& a, const SoftmaxStateD& b) noexcept;
+
+// Writes the final weights of one chunk, y_i = exp(x_i - total.max) /
+// total.sum, given the state `total` of the whole row (which must include
+// this chunk: every score of the chunk <= total.max). Same options as
+// softmax_state; y may alias chunk. A NaN in the chunk or in `total` gives NaN
+// weights. Does not allocate.
+void softmax_apply(std::span<const float> chunk, const SoftmaxState& total,
+                   std::span<float> y, const SoftmaxOptions& options = {});
+void softmax_apply(std::span<const double> chunk, const SoftmaxStateD& total,
+                   std::span<double> y, const SoftmaxOptions& options = {});
+
+// log(sum exp) of everything the state has seen: max + log(sum).
+float logsumexp(const SoftmaxState& state) noexcept;
+double logsumexp(const SoftmaxStateD& state) noexcept;
+
+}  // namespace softdot
+
+#endif  // SOFTDOT_SOFTMAX_H_
