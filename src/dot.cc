@@ -1,0 +1,63 @@
+// softdot: checked dot products.
+#include "softdot/dot.h"
+
+#include <cstddef>
+
+#include "check.h"
+#include "kernels.h"
+
+namespace softdot {
+namespace {
+
+template <class T>
+T dot_checked(std::span<const T> x, std::span<const T> y) {
+  if (x.size() != y.size()) {
+    detail::fail("dot", "x has " + detail::count(x.size()) +
+                            " elements but y has " + detail::count(y.size()));
+  }
+  return detail::dot_kernel(x.data(), y.data(), x.size());
+}
+
+template <class T>
+void dots_checked(std::span<const T> query, MatrixView<const T> keys,
+                  std::span<T> scores) {
+  detail::check_matrix("dots", "keys", keys);
+  if (keys.cols != query.size()) {
+    detail::fail("dots", "keys has " + detail::count(keys.cols) +
+                             " columns but the query has " +
+                             detail::count(query.size()) + " elements");
+  }
+  if (scores.size() != keys.rows) {
+    detail::fail("dots", "scores has " + detail::count(scores.size()) +
+                             " elements but keys has " +
+                             detail::count(keys.rows) + " rows");
+  }
+  const std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(keys.rows);
+  const bool parallel = keys.rows > 1 && keys.rows * keys.cols >= detail::kParallelElements;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (std::ptrdiff_t r = 0; r < rows; ++r) {
+    scores[static_cast<std::size_t>(r)] = detail::dot_kernel(
+        query.data(), keys.data + static_cast<std::size_t>(r) * keys.stride,
+        query.size());
+  }
+}
+
+}  // namespace
+
+float dot(std::span<const float> x, std::span<const float> y) {
+  return dot_checked<float>(x, y);
+}
+double dot(std::span<const double> x, std::span<const double> y) {
+  return dot_checked<double>(x, y);
+}
+
+void dots(std::span<const float> query, MatrixView<const float> keys,
+          std::span<float> scores) {
+  dots_checked<float>(query, keys, scores);
+}
+void dots(std::span<const double> query, MatrixView<const double> keys,
+          std::span<double> scores) {
+  dots_checked<double>(query, keys, scores);
+}
+
+}  // namespace softdot

@@ -1,0 +1,43 @@
+// softdot: compiles every kernel once per SIMD target and exports the
+// dispatch tables (Highway's foreach_target / HWY_EXPORT pattern).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "kernels/dot-inl.h"
+#include "kernels/softmax-inl.h"
+
+#if HWY_ONCE
+#include "kernels.h"
+
+namespace softdot::detail {
+
+HWY_EXPORT(DotF32);
+HWY_EXPORT(DotF64);
+HWY_EXPORT(SoftmaxRowF32);
+HWY_EXPORT(SoftmaxRowF64);
+
+float dot_kernel(const float* x, const float* y, std::size_t n) noexcept {
+  return HWY_DYNAMIC_DISPATCH(DotF32)(x, y, n);
+}
+double dot_kernel(const double* x, const double* y, std::size_t n) noexcept {
+  return HWY_DYNAMIC_DISPATCH(DotF64)(x, y, n);
+}
+
+void softmax_row_kernel(const float* x, const std::uint8_t* mask, float scale,
+                        std::size_t n, RowOp op, float* y,
+                        RowState* state) noexcept {
+  HWY_DYNAMIC_DISPATCH(SoftmaxRowF32)(x, mask, scale, n, static_cast<int>(op),
+                                      y, state);
+}
+void softmax_row_kernel(const double* x, const std::uint8_t* mask,
+                        double scale, std::size_t n, RowOp op, double* y,
+                        RowState* state) noexcept {
+  HWY_DYNAMIC_DISPATCH(SoftmaxRowF64)(x, mask, scale, n, static_cast<int>(op),
+                                      y, state);
+}
+
+std::int64_t compiled_targets() noexcept { return HWY_TARGETS; }
+
+}  // namespace softdot::detail
+#endif  // HWY_ONCE

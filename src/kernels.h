@@ -1,0 +1,34 @@
+// softdot: the raw kernels, dispatched to the best SIMD target at run time.
+// Preconditions are not checked here (the public functions do that); every
+// function is noexcept and allocation-free.
+#ifndef SOFTDOT_SRC_KERNELS_H_
+#define SOFTDOT_SRC_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/row_op.h"
+
+namespace softdot::detail {
+
+// sum x[i] * y[i] over n >= 0 elements, in the fixed order of dot-inl.h.
+float dot_kernel(const float* x, const float* y, std::size_t n) noexcept;
+double dot_kernel(const double* x, const double* y, std::size_t n) noexcept;
+
+// One softmax-family row of n elements (n may be 0 only for RowOp::kState).
+// mask: null, or n bytes (0 = masked). scale: multiplies x (1 = unscaled).
+// y: n outputs (may equal x; unused for kState). state: output of kState,
+// input of kApply.
+void softmax_row_kernel(const float* x, const std::uint8_t* mask, float scale,
+                        std::size_t n, RowOp op, float* y,
+                        RowState* state) noexcept;
+void softmax_row_kernel(const double* x, const std::uint8_t* mask,
+                        double scale, std::size_t n, RowOp op, double* y,
+                        RowState* state) noexcept;
+
+// Target selection (see simd.h).
+std::int64_t compiled_targets() noexcept;
+
+}  // namespace softdot::detail
+
+#endif  // SOFTDOT_SRC_KERNELS_H_

@@ -1,0 +1,389 @@
+// softdot kernels: one softmax-family row, all special values included.
+//
+// Lane types: float, double. Passes over the row (x, mask, scale):
+//   A  max and "any NaN" of the scores p_i = x_i * scale (masked -> -inf);
+//   B  e_i = exp(p_i - m) with the exact error of p_i - m (TwoSum, plus the
+//      exact low part of x_i * scale when scaled) folded in, summed per lane
+//      with TwoSum compensation; softmax stores e_i;
+//   C  softmax: y_i = e_i * (1/S) with a double-length reciprocal, one
+//      rounding (fma(e, hi, e * lo)); log_softmax: y_i = (p_i - m) - log S
+//      with both subtractions carried in double length; apply: recompute e_i
+//      against the given state.
+// Error (float, measured against MPFR, see docs/accuracy.md): exp ~0.6 ulp,
+// sum ~2^-45 relative, normalisation 0.5 ulp. Every lane sum is reduced in a
+// fixed order, so results do not depend on the SIMD width (FMA targets).
+// No allocation: the partial last block uses a 64-byte stack buffer.
+
+#if defined(SOFTDOT_KERNELS_SOFTMAX_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SOFTDOT_KERNELS_SOFTMAX_INL_H_
+#undef SOFTDOT_KERNELS_SOFTMAX_INL_H_
+#else
+#define SOFTDOT_KERNELS_SOFTMAX_INL_H_
+#endif
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "hwy/highway.h"
+#include "kernels/block-inl.h"
+#include "kernels/exp-inl.h"
+#include "kernels/row_op.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace softdot {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// a + b = s + err exactly (Knuth's TwoSum, 6 operations, no branch).
+template <class V>
+HWY_INLINE V TwoSumErr(V a, V b, V s) {
+  const V bb = hn::Sub(s, a);
+  return hn::Add(hn::Sub(a, hn::Sub(s, bb)), hn::Sub(b, bb));
+}
+
+inline void TwoSumScalar(double& hi, double& lo, double x) {
+  const double s = hi + x;
+  const double bb = s - hi;
+  lo += (hi - (s - bb)) + (x - bb);
+  hi = s;
+}
+
+// The scores of a row: p = x * scale (and its exact low part), -inf where the
+// mask says so.
+template <class T, bool kMasked, bool kScaled>
+struct Scores {
+  using B = Block<T>;
+  using D = typename B::D;
+  using V = typename B::V;
+
+  T scale;
+
+  HWY_INLINE void Load(const T* HWY_RESTRICT x, const std::uint8_t* mask,
+                       std::size_t v, V& p, V& lo) const {
+    const D d;
+    const V xv = hn::LoadU(d, x + v * B::kVecLanes);
+    if constexpr (kScaled) {
+      const V s = hn::Set(d, scale);
+      p = hn::Mul(xv, s);
+      lo = hn::MulAdd(xv, s, hn::Neg(p));
+    } else {
+      p = xv;
+      lo = hn::Zero(d);
+    }
+    if constexpr (kMasked) {
+      const auto keep = LoadKeep(d, mask + v * B::kVecLanes);
+      p = hn::IfThenElse(keep, p, hn::Set(d, -std::numeric_limits<T>::infinity()));
+      lo = hn::IfThenElseZero(keep, lo);
+    }
+  }
+
+  HWY_INLINE T ScalarScore(const T* x, const std::uint8_t* mask,
+                           std::size_t i) const {
+    if (kMasked && mask[i] == 0) return -std::numeric_limits<T>::infinity();
+    return kScaled ? x[i] * scale : x[i];
+  }
+};
+
+// Pass A: max of the scores, and whether any (unmasked) score is NaN.
+template <class T, class S>
+HWY_INLINE T MaxPass(const S& scores, const T* x, const std::uint8_t* mask,
+                     std::size_t n, bool& any_nan) {
+  using B = Block<T>;
+  using V = typename B::V;
+  const typename B::D d;
+  const T kNegInf = -std::numeric_limits<T>::infinity();
+  V mx[B::kVecs];
+  for (auto& v : mx) v = hn::Set(d, kNegInf);
+  V bad = hn::Zero(d);
+  ForEachBlock<T>(x, mask, nullptr, n, kNegInf,
+                  [&](const T* xb, const std::uint8_t* mb, T*) HWY_ATTR {
+                    for (std::size_t v = 0; v < B::kVecs; ++v) {
+                      V p, lo;
+                      scores.Load(xb, mb, v, p, lo);
+                      mx[v] = hn::Max(mx[v], p);
+                      bad = hn::Or(bad, hn::VecFromMask(d, hn::IsNaN(p)));
+                    }
+                  });
+  for (std::size_t v = 1; v < B::kVecs; ++v) mx[0] = hn::Max(mx[0], mx[v]);
+  any_nan = !hn::AllFalse(d, hn::MaskFromVec(bad));
+  return hn::GetLane(hn::MaxOfLanes(d, mx[0]));
+}
+
+// exp(p - m) with the exact error of the subtraction (and lo) folded in.
+template <class V>
+HWY_INLINE V ShiftedExp(V p, V lo, V m) {
+  const typename hn::DFromV<V> d;
+  const V t = hn::Sub(p, m);
+  const V c = hn::Add(TwoSumErr(p, hn::Neg(m), t), lo);
+  return ExpNonPositive(d, t, c);
+}
+
+// Pass B: sum of exp(p_i - m) as hi + lo; stores the exponentials to y when
+// kStore.
+template <bool kStore, class T, class S>
+HWY_INLINE void SumExpPass(const S& scores, const T* x,
+                           const std::uint8_t* mask, std::size_t n, T m, T* y,
+                           double& sum_hi, double& sum_lo) {
+  using B = Block<T>;
+  using V = typename B::V;
+  const typename B::D d;
+  const V mv = hn::Set(d, m);
+  V s[B::kVecs], c[B::kVecs];
+  for (std::size_t v = 0; v < B::kVecs; ++v) s[v] = c[v] = hn::Zero(d);
+  ForEachBlock<T>(
+      x, mask, kStore ? y : nullptr, n, -std::numeric_limits<T>::infinity(),
+      [&](const T* xb, const std::uint8_t* mb, T* yb) HWY_ATTR {
+        for (std::size_t v = 0; v < B::kVecs; ++v) {
+          V p, lo;
+          scores.Load(xb, mb, v, p, lo);
+          const V e = ShiftedExp(p, lo, mv);
+          if constexpr (kStore) hn::StoreU(e, d, yb + v * B::kVecLanes);
+          const V t = hn::Add(s[v], e);
+          c[v] = hn::Add(c[v], TwoSumErr(s[v], e, t));
+          s[v] = t;
+        }
+      });
+  alignas(64) T ls[B::kLanes];
+  alignas(64) T lc[B::kLanes];
+  for (std::size_t v = 0; v < B::kVecs; ++v) {
+    hn::Store(s[v], d, ls + v * B::kVecLanes);
+    hn::Store(c[v], d, lc + v * B::kVecLanes);
+  }
+  double hi = 0.0, lo = 0.0;
+  for (std::size_t j = 0; j < B::kLanes; ++j) TwoSumScalar(hi, lo, ls[j]);
+  for (std::size_t j = 0; j < B::kLanes; ++j) TwoSumScalar(hi, lo, lc[j]);
+  sum_hi = hi + lo;
+  sum_lo = lo - (sum_hi - hi);
+}
+
+// 1/S as an unevaluated pair of T, accurate to about 2^-2p.
+template <class T>
+HWY_INLINE void Reciprocal(double s_hi, double s_lo, T& hi, T& lo) {
+  if constexpr (sizeof(T) == 4) {
+    const double inv = 1.0 / (s_hi + s_lo);
+    hi = static_cast<float>(inv);
+    lo = static_cast<float>(inv - static_cast<double>(hi));
+  } else {
+    hi = 1.0 / s_hi;
+    const double r = std::fma(-s_hi, hi, 1.0) - s_lo * hi;
+    lo = r * hi;
+  }
+}
+
+// log S as an unevaluated pair of T.
+template <class T>
+HWY_INLINE void Log(double s_hi, double s_lo, T& hi, T& lo) {
+  if constexpr (sizeof(T) == 4) {
+    const double l = std::log(s_hi + s_lo);
+    hi = static_cast<float>(l);
+    lo = static_cast<float>(l - static_cast<double>(hi));
+  } else {
+    const long double l = std::log(static_cast<long double>(s_hi) +
+                                   static_cast<long double>(s_lo));
+    hi = static_cast<double>(l);
+    lo = static_cast<double>(l - static_cast<long double>(hi));
+  }
+}
+
+template <class T>
+HWY_INLINE void Fill(T* y, std::size_t n, T value) {
+  for (std::size_t i = 0; i < n; ++i) y[i] = value;
+}
+
+// Weights of a row whose max is +inf: each +inf score gets 1/k.
+template <class T, class S>
+HWY_INLINE std::size_t CountPosInf(const S& scores, const T* x,
+                                   const std::uint8_t* mask, std::size_t n) {
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    k += scores.ScalarScore(x, mask, i) == std::numeric_limits<T>::infinity();
+  }
+  return k;
+}
+
+template <class T, class S>
+HWY_INLINE void PosInfRow(const S& scores, const T* x,
+                          const std::uint8_t* mask, std::size_t n,
+                          detail::RowOp op, double count, T* y) {
+  const T kInf = std::numeric_limits<T>::infinity();
+  const T share = static_cast<T>(1) / static_cast<T>(count);
+  const T log_share = -static_cast<T>(std::log(count));
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool top = scores.ScalarScore(x, mask, i) == kInf;
+    if (op == detail::RowOp::kLogSoftmax) {
+      y[i] = top ? log_share : -kInf;
+    } else {
+      y[i] = top ? share : T{0};
+    }
+  }
+}
+
+// y_i = exp(p_i - m) * (1/S) (recomputed) for kApply.
+template <class T, class S>
+HWY_INLINE void ApplyPass(const S& scores, const T* x,
+                          const std::uint8_t* mask, std::size_t n, T m,
+                          T inv_hi, T inv_lo, T* y) {
+  using B = Block<T>;
+  using V = typename B::V;
+  const typename B::D d;
+  const V mv = hn::Set(d, m), h = hn::Set(d, inv_hi), l = hn::Set(d, inv_lo);
+  ForEachBlock<T>(x, mask, y, n, -std::numeric_limits<T>::infinity(),
+                  [&](const T* xb, const std::uint8_t* mb, T* yb) HWY_ATTR {
+                    for (std::size_t v = 0; v < B::kVecs; ++v) {
+                      V p, lo;
+                      scores.Load(xb, mb, v, p, lo);
+                      const V e = ShiftedExp(p, lo, mv);
+                      hn::StoreU(hn::MulAdd(e, h, hn::Mul(e, l)), d,
+                                 yb + v * B::kVecLanes);
+                    }
+                  });
+}
+
+// y_i = e_i * (1/S), in place over the stored exponentials.
+template <class T>
+HWY_INLINE void NormalizePass(std::size_t n, T inv_hi, T inv_lo, T* y) {
+  using B = Block<T>;
+  using V = typename B::V;
+  const typename B::D d;
+  const V h = hn::Set(d, inv_hi), l = hn::Set(d, inv_lo);
+  ForEachBlock<T>(y, nullptr, y, n, T{0},
+                  [&](const T* eb, const std::uint8_t*, T* yb) HWY_ATTR {
+                    for (std::size_t v = 0; v < B::kVecs; ++v) {
+                      const V e = hn::LoadU(d, eb + v * B::kVecLanes);
+                      hn::StoreU(hn::MulAdd(e, h, hn::Mul(e, l)), d,
+                                 yb + v * B::kVecLanes);
+                    }
+                  });
+}
+
+// y_i = (p_i - m) - L, with the error of p_i - m and the low part of L kept.
+template <class T, class S>
+HWY_INLINE void LogPass(const S& scores, const T* x, const std::uint8_t* mask,
+                        std::size_t n, T m, T l_hi, T l_lo, T* y) {
+  using B = Block<T>;
+  using V = typename B::V;
+  const typename B::D d;
+  const V mv = hn::Set(d, m), lh = hn::Set(d, l_hi), ll = hn::Set(d, l_lo);
+  const V neg_inf = hn::Set(d, -std::numeric_limits<T>::infinity());
+  ForEachBlock<T>(
+      x, mask, y, n, -std::numeric_limits<T>::infinity(),
+      [&](const T* xb, const std::uint8_t* mb, T* yb) HWY_ATTR {
+        for (std::size_t v = 0; v < B::kVecs; ++v) {
+          V p, lo;
+          scores.Load(xb, mb, v, p, lo);
+          const V t = hn::Sub(p, mv);
+          const V c = hn::Add(TwoSumErr(p, hn::Neg(mv), t), lo);
+          const V u = hn::Sub(t, lh);
+          const V ue = TwoSumErr(t, hn::Neg(lh), u);
+          const V out = hn::Add(u, hn::Sub(hn::Add(ue, c), ll));
+          hn::StoreU(hn::IfThenElse(hn::Eq(t, neg_inf), neg_inf, out), d,
+                     yb + v * B::kVecLanes);
+        }
+      });
+}
+
+template <class T, bool kMasked, bool kScaled>
+HWY_INLINE void RowImpl(const T* x, const std::uint8_t* mask, T scale,
+                        std::size_t n, detail::RowOp op, T* y,
+                        detail::RowState* state) {
+  using detail::RowOp;
+  const Scores<T, kMasked, kScaled> scores{scale};
+  const T kInf = std::numeric_limits<T>::infinity();
+  const T kNaN = std::numeric_limits<T>::quiet_NaN();
+
+  bool any_nan = false;
+  const T m = MaxPass<T>(scores, x, mask, n, any_nan);
+
+  if (op == RowOp::kApply) {
+    const T total_max = static_cast<T>(state->max);
+    const double total_sum = state->sum;
+    if (any_nan || std::isnan(total_max) || std::isnan(total_sum)) {
+      Fill(y, n, kNaN);
+    } else if (total_max == -kInf) {
+      Fill(y, n, T{0});
+    } else if (total_max == kInf) {
+      PosInfRow<T>(scores, x, mask, n, op, total_sum, y);
+    } else {
+      T hi, lo;
+      Reciprocal<T>(total_sum, state->sum_lo, hi, lo);
+      ApplyPass<T>(scores, x, mask, n, total_max, hi, lo, y);
+    }
+    return;
+  }
+
+  if (any_nan) {
+    if (op == RowOp::kState) {
+      *state = {kNaN, std::numeric_limits<double>::quiet_NaN(), 0.0};
+    } else {
+      Fill(y, n, kNaN);
+    }
+    return;
+  }
+  if (m == -kInf) {  // empty, fully masked or all -inf
+    if (op == RowOp::kState) {
+      *state = {-kInf, 0.0, 0.0};
+    } else {
+      Fill(y, n, op == RowOp::kSoftmax ? T{0} : -kInf);
+    }
+    return;
+  }
+  if (m == kInf) {
+    const double k = static_cast<double>(CountPosInf<T>(scores, x, mask, n));
+    if (op == RowOp::kState) {
+      *state = {kInf, k, 0.0};
+    } else {
+      PosInfRow<T>(scores, x, mask, n, op, k, y);
+    }
+    return;
+  }
+
+  double s_hi, s_lo;
+  if (op == RowOp::kSoftmax) {
+    SumExpPass<true, T>(scores, x, mask, n, m, y, s_hi, s_lo);
+    T hi, lo;
+    Reciprocal<T>(s_hi, s_lo, hi, lo);
+    NormalizePass<T>(n, hi, lo, y);
+  } else {
+    SumExpPass<false, T>(scores, x, mask, n, m, nullptr, s_hi, s_lo);
+    if (op == RowOp::kState) {
+      *state = {static_cast<double>(m), s_hi, s_lo};
+    } else {
+      T hi, lo;
+      Log<T>(s_hi, s_lo, hi, lo);
+      LogPass<T>(scores, x, mask, n, m, hi, lo, y);
+    }
+  }
+}
+
+template <class T>
+HWY_INLINE void Row(const T* x, const std::uint8_t* mask, T scale,
+                    std::size_t n, int op, T* y, detail::RowState* state) {
+  const auto o = static_cast<detail::RowOp>(op);
+  const bool scaled = scale != T{1};
+  if (mask) {
+    scaled ? RowImpl<T, true, true>(x, mask, scale, n, o, y, state)
+           : RowImpl<T, true, false>(x, mask, scale, n, o, y, state);
+  } else {
+    scaled ? RowImpl<T, false, true>(x, mask, scale, n, o, y, state)
+           : RowImpl<T, false, false>(x, mask, scale, n, o, y, state);
+  }
+}
+
+HWY_NOINLINE void SoftmaxRowF32(const float* x, const std::uint8_t* mask,
+                                float scale, std::size_t n, int op, float* y,
+                                detail::RowState* state) {
+  Row<float>(x, mask, scale, n, op, y, state);
+}
+HWY_NOINLINE void SoftmaxRowF64(const double* x, const std::uint8_t* mask,
+                                double scale, std::size_t n, int op, double* y,
+                                detail::RowState* state) {
+  Row<double>(x, mask, scale, n, op, y, state);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace softdot
+HWY_AFTER_NAMESPACE();
+
+#endif  // SOFTDOT_KERNELS_SOFTMAX_INL_H_
