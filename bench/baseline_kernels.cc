@@ -1,0 +1,86 @@
+// Bandwidth baselines for the softmax benchmarks, written with Highway and
+// dispatched at run time like the library (no -march flags), so they use the
+// same vector width as the kernels they are compared with.
+//   CopyLoop:                 y = x with ordinary vector stores (1 read, 1 write).
+//   RooflineTwoReadsOneWrite: pass 1 max over x, pass 2 y = (x - max) * scale:
+//     the memory traffic of a two-pass softmax (2 reads, 1 write) with no exp,
+//     i.e. the speed limit of a softmax that keeps the input in memory.
+#include <cstddef>
+
+#include "bench_util.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "baseline_kernels.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace softdot_bench {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+void CopyLoopImpl(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, std::size_t n) {
+  const hn::ScalableTag<float> d;
+  const std::size_t N = hn::Lanes(d);
+  std::size_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    const auto v0 = hn::LoadU(d, x + i);
+    const auto v1 = hn::LoadU(d, x + i + N);
+    const auto v2 = hn::LoadU(d, x + i + 2 * N);
+    const auto v3 = hn::LoadU(d, x + i + 3 * N);
+    hn::StoreU(v0, d, y + i);
+    hn::StoreU(v1, d, y + i + N);
+    hn::StoreU(v2, d, y + i + 2 * N);
+    hn::StoreU(v3, d, y + i + 3 * N);
+  }
+  for (; i + N <= n; i += N) hn::StoreU(hn::LoadU(d, x + i), d, y + i);
+  for (; i < n; ++i) y[i] = x[i];
+}
+
+void RooflineImpl(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, std::size_t n,
+                  float scale) {
+  const hn::ScalableTag<float> d;
+  const std::size_t N = hn::Lanes(d);
+  // Pass 1: max with 4 independent accumulators (max latency 4 cycles on
+  // 2 ports would otherwise bound an in-cache pass).
+  auto m0 = hn::Set(d, -hwy::HighestValue<float>());
+  auto m1 = m0, m2 = m0, m3 = m0;
+  std::size_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    m0 = hn::Max(m0, hn::LoadU(d, x + i));
+    m1 = hn::Max(m1, hn::LoadU(d, x + i + N));
+    m2 = hn::Max(m2, hn::LoadU(d, x + i + 2 * N));
+    m3 = hn::Max(m3, hn::LoadU(d, x + i + 3 * N));
+  }
+  for (; i + N <= n; i += N) m0 = hn::Max(m0, hn::LoadU(d, x + i));
+  float m = hn::GetLane(hn::MaxOfLanes(d, hn::Max(hn::Max(m0, m1), hn::Max(m2, m3))));
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  // Pass 2: one subtract and one multiply per element, then store.
+  const auto vm = hn::Set(d, m);
+  const auto vs = hn::Set(d, scale);
+  i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    hn::StoreU(hn::Mul(hn::Sub(hn::LoadU(d, x + i), vm), vs), d, y + i);
+    hn::StoreU(hn::Mul(hn::Sub(hn::LoadU(d, x + i + N), vm), vs), d, y + i + N);
+  }
+  for (; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::Sub(hn::LoadU(d, x + i), vm), vs), d, y + i);
+  for (; i < n; ++i) y[i] = (x[i] - m) * scale;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace softdot_bench
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace softdot_bench {
+HWY_EXPORT(CopyLoopImpl);
+HWY_EXPORT(RooflineImpl);
+
+void CopyLoop(const float* x, float* y, std::size_t n) {
+  HWY_DYNAMIC_DISPATCH(CopyLoopImpl)(x, y, n);
+}
+void RooflineTwoReadsOneWrite(const float* x, float* y, std::size_t n, float scale) {
+  HWY_DYNAMIC_DISPATCH(RooflineImpl)(x, y, n, scale);
+}
+}  // namespace softdot_bench
+#endif  // HWY_ONCE

@@ -1,0 +1,23 @@
+// softdot::dot (float) at every benchmark size; reads 2 arrays.
+#include <softdot/softdot.h>
+
+#include <vector>
+
+#include "bench_util.h"
+
+namespace softdot_bench {
+namespace {
+
+void BM_dot(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const std::vector<float> x = RandomScores(n, 1), y = RandomScores(n, 2);
+  for (auto _ : state) {
+    float s = softdot::dot(x, y);
+    benchmark::DoNotOptimize(s);
+  }
+  SetCounters(state, state.range(0), 2, 0);
+}
+BENCHMARK(BM_dot)->Apply(AddSizes);
+
+}  // namespace
+}  // namespace softdot_bench

@@ -1,0 +1,67 @@
+# Shared by scripts/demo.sh, scripts/test.sh and scripts/bench.sh: source it,
+# do not run it. Installs the Debian 12 packages softdot needs (only when one
+# is missing, so a second run is fast and needs no network), and configures and
+# builds a tree with CMake + Ninja.
+#
+# Settings (environment):
+#   SOFTDOT_JOBS      parallel build jobs (default 2; the dev machines have 2 cores)
+#   SOFTDOT_NO_APT=1  never call apt-get; fail if a package is missing
+
+SOFTDOT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SOFTDOT_JOBS="${SOFTDOT_JOBS:-2}"
+
+# Debian 12 (bookworm) package names, checked with apt-cache policy.
+SOFTDOT_PACKAGES=(
+  g++ cmake ninja-build pkg-config
+  libhwy-dev       # Highway 1.0.3: SIMD + runtime dispatch
+  libcli11-dev     # the softdot command's argument parser
+  libmpfr-dev libgmp-dev  # exact references for the accuracy tests
+  libgtest-dev     # unit tests
+  libbenchmark-dev # bench/ (optional for the build, installed for bench.sh)
+)
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Prints the packages of SOFTDOT_PACKAGES that are not installed.
+missing_packages() {
+  local p status
+  for p in "${SOFTDOT_PACKAGES[@]}"; do
+    status="$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)"
+    [[ "$status" == installed ]] || printf '%s\n' "$p"
+  done
+}
+
+ensure_deps() {
+  command -v dpkg-query >/dev/null 2>&1 || die "dpkg-query not found: these scripts expect Debian 12"
+  local missing
+  mapfile -t missing < <(missing_packages)
+  if ((${#missing[@]} == 0)); then
+    log "Debian packages: all ${#SOFTDOT_PACKAGES[@]} installed"
+    return 0
+  fi
+  [[ "${SOFTDOT_NO_APT:-0}" == 1 ]] && die "missing packages (SOFTDOT_NO_APT=1): ${missing[*]}"
+  local sudo=()
+  if ((EUID != 0)); then
+    command -v sudo >/dev/null 2>&1 || die "missing packages ${missing[*]}; run as root or install them"
+    sudo=(sudo)
+  fi
+  log "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update
+  "${sudo[@]}" apt-get install -y --no-install-recommends "${missing[@]}" </dev/null
+}
+
+# configure_build BUILD_DIR BUILD_TYPE [extra cmake arguments...]
+# Configures (Ninja) and builds every target of the tree.
+configure_build() {
+  local dir="$1" type="$2"
+  shift 2
+  log "configure $dir ($type) $*"
+  cmake -S "$SOFTDOT_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="$type" "$@"
+  log "build $dir (-j$SOFTDOT_JOBS)"
+  cmake --build "$dir" -j "$SOFTDOT_JOBS"
+}
+
+# Seconds since the epoch, for the timing summaries.
+now() { date +%s; }

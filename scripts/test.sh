@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Installs what softdot needs, then builds and runs the whole test suite twice:
+#   1. build/       Release, warnings are errors;
+#   2. build-asan/  RelWithDebInfo with AddressSanitizer + UndefinedBehaviorSanitizer.
+# Both runs include the consumer-package test (tests/consumer: cmake --install,
+# then find_package(softdot) and pkg-config from a separate project).
+# Usage: bash scripts/test.sh   (from a clone, as root). This is what CI runs.
+# BUILD_DIR / ASAN_BUILD_DIR override the two build trees.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+release_dir="${BUILD_DIR:-$SOFTDOT_ROOT/build}"
+asan_dir="${ASAN_BUILD_DIR:-$SOFTDOT_ROOT/build-asan}"
+start=$SECONDS
+
+# run_suite BUILD_DIR LABEL: runs ctest, fails on any failure or on an empty
+# suite, and adds the number of tests to $total_tests.
+total_tests=0
+run_suite() {
+  local dir="$1" label="$2" log="$1/ctest.log"
+  ctest --test-dir "$dir" -N | grep -q 'consumer_find_package' ||
+    die "$label: the consumer_find_package test is not registered"
+  log "ctest $label"
+  # The pipeline's status is ctest's (pipefail); tee keeps a copy of the log.
+  ctest --test-dir "$dir" --output-on-failure --no-tests=error \
+    -j "$SOFTDOT_JOBS" --timeout 900 2>&1 | tee "$log"
+  local n
+  n="$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -1)"
+  [[ -n "$n" ]] || die "$label: could not read the test count from $log"
+  total_tests=$((total_tests + n))
+  log "$label: $n tests passed"
+}
+
+ensure_deps
+
+# 1. Release.
+t0=$SECONDS
+configure_build "$release_dir" Release -DSOFTDOT_WERROR=ON -DSOFTDOT_BUILD_TESTS=ON
+run_suite "$release_dir" "Release"
+release_s=$((SECONDS - t0))
+
+# 2. ASan + UBSan. Any report aborts the test (abort_on_error), so ctest counts
+# it as a failure. LeakSanitizer needs ptrace-like access that some VMs and
+# containers deny; probe it and switch leak checks off only where it cannot run.
+t0=$SECONDS
+probe_dir="$(mktemp -d)"
+trap 'rm -rf "$probe_dir"' EXIT
+printf '#include <cstdlib>\nint main() { void* volatile p = std::malloc(64); p = nullptr; return 0; }\n' \
+  >"$probe_dir/leak.cc"
+detect_leaks=0
+if g++ -fsanitize=address -g "$probe_dir/leak.cc" -o "$probe_dir/leak" 2>/dev/null; then
+  if ASAN_OPTIONS=detect_leaks=1 "$probe_dir/leak" 2>&1 | grep -q 'detected memory leaks'; then
+    detect_leaks=1
+  fi
+fi
+((detect_leaks)) || log "LeakSanitizer does not work here: leak checks are off"
+export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=${detect_leaks}:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1"
+export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1"
+configure_build "$asan_dir" RelWithDebInfo -DSOFTDOT_SANITIZE=ON -DSOFTDOT_WERROR=ON \
+  -DSOFTDOT_BUILD_TESTS=ON -DSOFTDOT_BUILD_BENCH=OFF
+run_suite "$asan_dir" "ASan+UBSan"
+asan_s=$((SECONDS - t0))
+
+elapsed=$((SECONDS - start))
+log "Release ${release_s}s, ASan+UBSan ${asan_s}s (detect_leaks=${detect_leaks}), consumer package OK in both; total $((elapsed / 60))m$((elapsed % 60))s"
+echo "test.sh: ${total_tests} passed, 0 failed"
