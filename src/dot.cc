@@ -33,7 +33,8 @@ void dots_checked(std::span<const T> query, MatrixView<const T> keys,
                              detail::count(keys.rows) + " rows");
   }
   const std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(keys.rows);
-  const bool parallel = keys.rows > 1 && keys.rows * keys.cols >= detail::kParallelElements;
+  const bool parallel =
+      keys.rows > 1 && keys.rows * keys.cols >= detail::kParallelElements;
 #pragma omp parallel for schedule(static) if (parallel)
   for (std::ptrdiff_t r = 0; r < rows; ++r) {
     scores[static_cast<std::size_t>(r)] = detail::dot_kernel(

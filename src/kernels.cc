@@ -27,14 +27,14 @@ double dot_kernel(const double* x, const double* y, std::size_t n) noexcept {
 void softmax_row_kernel(const float* x, const std::uint8_t* mask, float scale,
                         std::size_t n, RowOp op, float* y,
                         RowState* state) noexcept {
-  HWY_DYNAMIC_DISPATCH(SoftmaxRowF32)(x, mask, scale, n, static_cast<int>(op),
-                                      y, state);
+  HWY_DYNAMIC_DISPATCH(SoftmaxRowF32)
+  (x, mask, scale, n, static_cast<int>(op), y, state);
 }
-void softmax_row_kernel(const double* x, const std::uint8_t* mask,
-                        double scale, std::size_t n, RowOp op, double* y,
+void softmax_row_kernel(const double* x, const std::uint8_t* mask, double scale,
+                        std::size_t n, RowOp op, double* y,
                         RowState* state) noexcept {
-  HWY_DYNAMIC_DISPATCH(SoftmaxRowF64)(x, mask, scale, n, static_cast<int>(op),
-                                      y, state);
+  HWY_DYNAMIC_DISPATCH(SoftmaxRowF64)
+  (x, mask, scale, n, static_cast<int>(op), y, state);
 }
 
 std::int64_t compiled_targets() noexcept { return HWY_TARGETS; }

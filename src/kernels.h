@@ -22,8 +22,8 @@ double dot_kernel(const double* x, const double* y, std::size_t n) noexcept;
 void softmax_row_kernel(const float* x, const std::uint8_t* mask, float scale,
                         std::size_t n, RowOp op, float* y,
                         RowState* state) noexcept;
-void softmax_row_kernel(const double* x, const std::uint8_t* mask,
-                        double scale, std::size_t n, RowOp op, double* y,
+void softmax_row_kernel(const double* x, const std::uint8_t* mask, double scale,
+                        std::size_t n, RowOp op, double* y,
                         RowState* state) noexcept;
 
 // Target selection (see simd.h).

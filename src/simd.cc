@@ -1,4 +1,6 @@
 // softdot: naming and forcing the SIMD target that the kernels dispatch to.
+#include "softdot/simd.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
@@ -9,7 +11,6 @@
 
 #include "hwy/targets.h"
 #include "kernels.h"
-#include "softdot/simd.h"
 
 namespace softdot {
 namespace {
@@ -57,7 +58,8 @@ std::vector<std::string> simd_targets() {
   // allows: lift the restriction while reading, then put it back.
   hwy::SetSupportedTargetsForTest(0);
   std::vector<std::string> names;
-  for (std::int64_t t : usable_targets()) names.emplace_back(hwy::TargetName(t));
+  for (std::int64_t t : usable_targets())
+    names.emplace_back(hwy::TargetName(t));
   hwy::SetSupportedTargetsForTest(g_forced);
   return names;
 }
@@ -79,7 +81,8 @@ void force_simd_target(std::string_view name) {
   for (const auto& n : simd_targets()) known += (known.empty() ? "" : ", ") + n;
   throw std::invalid_argument("force_simd_target: \"" + std::string(name) +
                               "\" is not a SIMD target of this build and CPU "
-                              "(available: " + known + ")");
+                              "(available: " +
+                              known + ")");
 }
 
 }  // namespace softdot

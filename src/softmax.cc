@@ -29,8 +29,8 @@ template <class T>
 T scale_of(const char* function, const SoftmaxOptions& options) {
   const double t = options.temperature;
   if (!(std::isfinite(t) && t > 0.0)) {
-    fail(function, "temperature must be finite and > 0, got " +
-                       std::to_string(t));
+    fail(function,
+         "temperature must be finite and > 0, got " + std::to_string(t));
   }
   const T s = static_cast<T>(1.0 / t);
   if (!(std::isfinite(s) && s > T{0})) {
@@ -59,8 +59,8 @@ template <class T>
 void check_row(const char* function, std::span<const T> x, std::span<T> y) {
   if (x.empty()) fail(function, "x is empty (a softmax needs n >= 1)");
   if (y.size() != x.size()) {
-    fail(function, "x has " + count(x.size()) + " elements but y has " +
-                       count(y.size()));
+    fail(function,
+         "x has " + count(x.size()) + " elements but y has " + count(y.size()));
   }
   if (detail::partial_overlap(x.data(), x.size(), y.data(), y.size())) {
     fail(function, "y partially overlaps x (only y == x is allowed)");
@@ -73,8 +73,8 @@ void row_checked(const char* function, RowOp op, std::span<const T> x,
   check_row(function, x, y);
   check_mask(function, options, x.size());
   const T scale = scale_of<T>(function, options);
-  detail::softmax_row_kernel(x.data(), mask_bytes(options), scale, x.size(),
-                             op, y.data(), nullptr);
+  detail::softmax_row_kernel(x.data(), mask_bytes(options), scale, x.size(), op,
+                             y.data(), nullptr);
 }
 
 template <class T>
@@ -135,9 +135,9 @@ void rows_checked(const char* function, RowOp op, MatrixView<const T> x,
 #pragma omp parallel for schedule(static) if (parallel)
   for (std::ptrdiff_t r = 0; r < rows; ++r) {
     const std::size_t i = static_cast<std::size_t>(r);
-    detail::softmax_row_kernel(
-        x.data + i * x.stride, mask_per_row ? mask + i * per_row : mask, scale,
-        per_row, op, y.data + i * y.stride, nullptr);
+    detail::softmax_row_kernel(x.data + i * x.stride,
+                               mask_per_row ? mask + i * per_row : mask, scale,
+                               per_row, op, y.data + i * y.stride, nullptr);
   }
 }
 
@@ -168,11 +168,10 @@ void apply_checked(std::span<const T> chunk, const BasicSoftmaxState<T>& total,
                    std::span<T> y, const SoftmaxOptions& options) {
   const char* function = "softmax_apply";
   if (y.size() != chunk.size()) {
-    fail(function, "chunk has " + count(chunk.size()) +
-                       " elements but y has " + count(y.size()));
+    fail(function, "chunk has " + count(chunk.size()) + " elements but y has " +
+                       count(y.size()));
   }
-  if (detail::partial_overlap(chunk.data(), chunk.size(), y.data(),
-                              y.size())) {
+  if (detail::partial_overlap(chunk.data(), chunk.size(), y.data(), y.size())) {
     fail(function, "y partially overlaps the chunk");
   }
   check_mask(function, options, chunk.size());

@@ -70,8 +70,7 @@ void log_softmax(std::span<const double> x, std::span<double> y,
 // the final addition done in higher precision. Special values as above.
 // x must not be empty. Does not allocate.
 float logsumexp(std::span<const float> x, const SoftmaxOptions& options = {});
-double logsumexp(std::span<const double> x,
-                 const SoftmaxOptions& options = {});
+double logsumexp(std::span<const double> x, const SoftmaxOptions& options = {});
 
 // One softmax (or log-softmax) per row of a row-major matrix, each row
 // bitwise equal to softmax() of that row. x and y must have the same rows and

@@ -59,9 +59,8 @@ HWY_INLINE hn::Mask<D> LoadKeep(D d, const std::uint8_t* HWY_RESTRICT mask) {
 // null) are copied back. body gets pointers to kLanes elements. `mask` and
 // `y` may be null; y may equal x.
 template <class T, class Body>
-HWY_INLINE void ForEachBlock(const T* x,
-                             const std::uint8_t* HWY_RESTRICT mask, T* y,
-                             std::size_t n, T pad, const Body& body) {
+HWY_INLINE void ForEachBlock(const T* x, const std::uint8_t* HWY_RESTRICT mask,
+                             T* y, std::size_t n, T pad, const Body& body) {
   constexpr std::size_t kLanes = Block<T>::kLanes;
   std::size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {

@@ -74,7 +74,8 @@ struct Scores {
     }
     if constexpr (kMasked) {
       const auto keep = LoadKeep(d, mask + v * B::kVecLanes);
-      p = hn::IfThenElse(keep, p, hn::Set(d, -std::numeric_limits<T>::infinity()));
+      p = hn::IfThenElse(keep, p,
+                         hn::Set(d, -std::numeric_limits<T>::infinity()));
       lo = hn::IfThenElseZero(keep, lo);
     }
   }
@@ -132,19 +133,20 @@ HWY_INLINE void SumExpPass(const S& scores, const T* x,
   const V mv = hn::Set(d, m);
   V s[B::kVecs], c[B::kVecs];
   for (std::size_t v = 0; v < B::kVecs; ++v) s[v] = c[v] = hn::Zero(d);
-  ForEachBlock<T>(
-      x, mask, kStore ? y : nullptr, n, -std::numeric_limits<T>::infinity(),
-      [&](const T* xb, const std::uint8_t* mb, T* yb) HWY_ATTR {
-        for (std::size_t v = 0; v < B::kVecs; ++v) {
-          V p, lo;
-          scores.Load(xb, mb, v, p, lo);
-          const V e = ShiftedExp(p, lo, mv);
-          if constexpr (kStore) hn::StoreU(e, d, yb + v * B::kVecLanes);
-          const V t = hn::Add(s[v], e);
-          c[v] = hn::Add(c[v], TwoSumErr(s[v], e, t));
-          s[v] = t;
-        }
-      });
+  ForEachBlock<T>(x, mask, kStore ? y : nullptr, n,
+                  -std::numeric_limits<T>::infinity(),
+                  [&](const T* xb, const std::uint8_t* mb, T* yb) HWY_ATTR {
+                    for (std::size_t v = 0; v < B::kVecs; ++v) {
+                      V p, lo;
+                      scores.Load(xb, mb, v, p, lo);
+                      const V e = ShiftedExp(p, lo, mv);
+                      if constexpr (kStore)
+                        hn::StoreU(e, d, yb + v * B::kVecLanes);
+                      const V t = hn::Add(s[v], e);
+                      c[v] = hn::Add(c[v], TwoSumErr(s[v], e, t));
+                      s[v] = t;
+                    }
+                  });
   alignas(64) T ls[B::kLanes];
   alignas(64) T lc[B::kLanes];
   for (std::size_t v = 0; v < B::kVecs; ++v) {
@@ -204,9 +206,8 @@ HWY_INLINE std::size_t CountPosInf(const S& scores, const T* x,
 }
 
 template <class T, class S>
-HWY_INLINE void PosInfRow(const S& scores, const T* x,
-                          const std::uint8_t* mask, std::size_t n,
-                          detail::RowOp op, double count, T* y) {
+HWY_INLINE void PosInfRow(const S& scores, const T* x, const std::uint8_t* mask,
+                          std::size_t n, detail::RowOp op, double count, T* y) {
   const T kInf = std::numeric_limits<T>::infinity();
   const T share = static_cast<T>(1) / static_cast<T>(count);
   const T log_share = -static_cast<T>(std::log(count));
@@ -222,9 +223,8 @@ HWY_INLINE void PosInfRow(const S& scores, const T* x,
 
 // y_i = exp(p_i - m) * (1/S) (recomputed) for kApply.
 template <class T, class S>
-HWY_INLINE void ApplyPass(const S& scores, const T* x,
-                          const std::uint8_t* mask, std::size_t n, T m,
-                          T inv_hi, T inv_lo, T* y) {
+HWY_INLINE void ApplyPass(const S& scores, const T* x, const std::uint8_t* mask,
+                          std::size_t n, T m, T inv_hi, T inv_lo, T* y) {
   using B = Block<T>;
   using V = typename B::V;
   const typename B::D d;
@@ -267,21 +267,21 @@ HWY_INLINE void LogPass(const S& scores, const T* x, const std::uint8_t* mask,
   const typename B::D d;
   const V mv = hn::Set(d, m), lh = hn::Set(d, l_hi), ll = hn::Set(d, l_lo);
   const V neg_inf = hn::Set(d, -std::numeric_limits<T>::infinity());
-  ForEachBlock<T>(
-      x, mask, y, n, -std::numeric_limits<T>::infinity(),
-      [&](const T* xb, const std::uint8_t* mb, T* yb) HWY_ATTR {
-        for (std::size_t v = 0; v < B::kVecs; ++v) {
-          V p, lo;
-          scores.Load(xb, mb, v, p, lo);
-          const V t = hn::Sub(p, mv);
-          const V c = hn::Add(TwoSumErr(p, hn::Neg(mv), t), lo);
-          const V u = hn::Sub(t, lh);
-          const V ue = TwoSumErr(t, hn::Neg(lh), u);
-          const V out = hn::Add(u, hn::Sub(hn::Add(ue, c), ll));
-          hn::StoreU(hn::IfThenElse(hn::Eq(t, neg_inf), neg_inf, out), d,
-                     yb + v * B::kVecLanes);
-        }
-      });
+  ForEachBlock<T>(x, mask, y, n, -std::numeric_limits<T>::infinity(),
+                  [&](const T* xb, const std::uint8_t* mb, T* yb) HWY_ATTR {
+                    for (std::size_t v = 0; v < B::kVecs; ++v) {
+                      V p, lo;
+                      scores.Load(xb, mb, v, p, lo);
+                      const V t = hn::Sub(p, mv);
+                      const V c = hn::Add(TwoSumErr(p, hn::Neg(mv), t), lo);
+                      const V u = hn::Sub(t, lh);
+                      const V ue = TwoSumErr(t, hn::Neg(lh), u);
+                      const V out = hn::Add(u, hn::Sub(hn::Add(ue, c), ll));
+                      hn::StoreU(
+                          hn::IfThenElse(hn::Eq(t, neg_inf), neg_inf, out), d,
+                          yb + v * B::kVecLanes);
+                    }
+                  });
 }
 
 template <class T, bool kMasked, bool kScaled>
