@@ -95,8 +95,13 @@ T lse_of(const RowState& s) {
     return std::numeric_limits<T>::quiet_NaN();
   }
   if (std::isinf(s.max)) return static_cast<T>(s.max);
-  const long double sum = static_cast<long double>(s.sum) + s.sum_lo;
-  return static_cast<T>(static_cast<long double>(s.max) + std::log(sum));
+  // sum >= 1 for a row state (see Log in softmax-inl.h); a merged or
+  // hand-made state may hold less, where plain log is as good.
+  const long double log_sum =
+      s.sum >= 1.0
+          ? std::log1p(static_cast<long double>(s.sum - 1.0) + s.sum_lo)
+          : std::log(static_cast<long double>(s.sum) + s.sum_lo);
+  return static_cast<T>(static_cast<long double>(s.max) + log_sum);
 }
 
 template <class T>

@@ -174,16 +174,19 @@ HWY_INLINE void Reciprocal(double s_hi, double s_lo, T& hi, T& lo) {
   }
 }
 
-// log S as an unevaluated pair of T.
+// log S as an unevaluated pair of T. S >= 1 (the max contributes exp(0) = 1
+// exactly), so log S = log1p(S - 1) with S - 1 formed exactly: when one score
+// dominates, S - 1 is tiny and log(S) directly would lose all of its digits
+// (measured before this: 70 ulp for double log_softmax at n = 10, sigma = 10).
 template <class T>
 HWY_INLINE void Log(double s_hi, double s_lo, T& hi, T& lo) {
   if constexpr (sizeof(T) == 4) {
-    const double l = std::log(s_hi + s_lo);
+    const double l = std::log1p((s_hi - 1.0) + s_lo);
     hi = static_cast<float>(l);
     lo = static_cast<float>(l - static_cast<double>(hi));
   } else {
-    const long double l = std::log(static_cast<long double>(s_hi) +
-                                   static_cast<long double>(s_lo));
+    const long double l =
+        std::log1p(static_cast<long double>(s_hi - 1.0) + s_lo);
     hi = static_cast<double>(l);
     lo = static_cast<double>(l - static_cast<long double>(hi));
   }
