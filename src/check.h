@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <charconv>
 #include <stdexcept>
 #include <string>
 
@@ -19,6 +20,13 @@ namespace softdot::detail {
 }
 
 inline std::string count(std::size_t n) { return std::to_string(n); }
+
+// Shortest text that reads back as the same double ("0", "1e-300", "nan").
+inline std::string number(double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
 
 // Matrices with more than this many elements are split across threads.
 inline constexpr std::size_t kParallelElements = std::size_t{1} << 18;

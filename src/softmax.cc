@@ -30,11 +30,11 @@ T scale_of(const char* function, const SoftmaxOptions& options) {
   const double t = options.temperature;
   if (!(std::isfinite(t) && t > 0.0)) {
     fail(function,
-         "temperature must be finite and > 0, got " + std::to_string(t));
+         "temperature must be finite and > 0, got " + detail::number(t));
   }
   const T s = static_cast<T>(1.0 / t);
   if (!(std::isfinite(s) && s > T{0})) {
-    fail(function, "temperature " + std::to_string(t) +
+    fail(function, "temperature " + detail::number(t) +
                        " has no finite, non-zero reciprocal in " +
                        type_name(T{}));
   }
