@@ -1,0 +1,91 @@
+// softdot command: argv rearrangement (see arrange_args.h). CLI11 classifies
+// "-inf" as the short option -i with the value "nf", and "-1" as a number only
+// when no option "-1" exists; rather than depend on those rules, the command
+// decides what is a number itself and hands CLI11 the numbers after "--".
+#include "arrange_args.h"
+
+#include <CLI/CLI.hpp>
+
+#include "parse.h"
+
+namespace softdot::cli {
+namespace {
+
+CLI::App* find_subcommand(CLI::App& app, const std::string& name) {
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (sub->check_name(name)) return sub;
+  }
+  return nullptr;
+}
+
+bool starts_like_number(const std::string& token) {
+  // token[0] is '-'.
+  return token.size() > 1 &&
+         ((token[1] >= '0' && token[1] <= '9') || token[1] == '.' ||
+          looks_like_number_list(token));
+}
+
+}  // namespace
+
+std::vector<std::string> arrange_arguments(CLI::App& app, int argc,
+                                           const char* const* argv) {
+  std::vector<std::string> options;
+  std::vector<std::string> positionals;
+  options.emplace_back(argc > 0 ? argv[0] : "softdot");
+  CLI::App* context = nullptr;  // the subcommand, once seen
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string token = argv[i];
+    if (token == "--") {
+      for (++i; i < argc; ++i) positionals.emplace_back(argv[i]);
+      break;
+    }
+    if (context == nullptr) {
+      // Before the subcommand: top-level flags (--help, --version) or the
+      // subcommand's name; anything else is left for CLI11 to reject.
+      if (token.size() > 1 && token[0] == '-') {
+        options.push_back(token);
+        continue;
+      }
+      context = find_subcommand(app, token);
+      options.push_back(token);
+      if (context == nullptr) {
+        for (++i; i < argc; ++i) options.emplace_back(argv[i]);
+        break;
+      }
+      continue;
+    }
+    if (token.size() > 1 && token[0] == '-') {
+      const std::size_t eq = token.find('=');
+      const std::string name = token.substr(0, eq);
+      CLI::Option* option = context->get_option_no_throw(name);
+      if (option != nullptr) {
+        // Flags expect 0 values; options that take a value expect >= 1.
+        const bool takes_value = option->get_items_expected_max() > 0;
+        if (takes_value && eq == std::string::npos && i + 1 < argc &&
+            !option->get_lnames().empty()) {
+          options.push_back("--" + option->get_lnames().front() + "=" +
+                            argv[i + 1]);
+          ++i;
+        } else {
+          options.push_back(token);
+        }
+        continue;
+      }
+      if (starts_like_number(token)) {
+        positionals.push_back(token);
+      } else {
+        options.push_back(token);  // unknown option: CLI11 reports it
+      }
+      continue;
+    }
+    positionals.push_back(token);
+  }
+  if (!positionals.empty()) {
+    options.emplace_back("--");
+    options.insert(options.end(), positionals.begin(), positionals.end());
+  }
+  return options;
+}
+
+}  // namespace softdot::cli

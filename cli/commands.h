@@ -1,0 +1,39 @@
+// softdot command: the subcommands. Each returns the exit status and throws
+// CliError for bad input (main prints it).
+#ifndef SOFTDOT_CLI_COMMANDS_H_
+#define SOFTDOT_CLI_COMMANDS_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace softdot::cli {
+
+struct DotArgs {
+  std::vector<std::string> vectors;  // exactly two positional arguments
+  bool json = false;
+  bool explain = false;
+};
+
+struct SoftmaxArgs {
+  std::vector<std::string> scores;  // positional arguments (may be empty)
+  std::optional<std::string> digits;
+  std::optional<std::string> temperature;
+  std::optional<std::string> mask;
+  std::optional<std::string> rows;
+  std::optional<std::string> output;
+  bool log = false;
+  bool json = false;
+  bool explain = false;
+};
+
+int run_dot(const DotArgs& args);
+int run_softmax(const SoftmaxArgs& args);
+int run_demo();
+
+// Writes to stdout; CliError when stdout cannot be written.
+void print(const std::string& text);
+
+}  // namespace softdot::cli
+
+#endif  // SOFTDOT_CLI_COMMANDS_H_

@@ -1,0 +1,225 @@
+// softdot command: `softdot softmax [options] [SCORES...]`, one row from the
+// arguments or standard input, or many rows with --rows FILE.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <variant>
+
+#include "commands.h"
+#include "error.h"
+#include "explain.h"
+#include "format.h"
+#include "io_csv.h"
+#include "io_npy.h"
+#include "output_file.h"
+#include "parse.h"
+#include "softdot/softmax.h"
+
+namespace softdot::cli {
+namespace {
+
+constexpr int kDefaultTextDigits = 3;
+constexpr int kMaxDigits = 20;
+
+enum class OutputKind { kNone, kNpy, kCsv };
+
+// A mask in the contiguous bool storage SoftmaxOptions::mask needs
+// (std::vector<bool> has none).
+struct Mask {
+  std::unique_ptr<bool[]> flags;
+  std::size_t size = 0;
+  std::span<const bool> span() const { return {flags.get(), size}; }
+};
+
+bool ends_with_ignore_case(const std::string& s, std::string_view suffix) {
+  if (s.size() < suffix.size()) return false;
+  return std::equal(suffix.begin(), suffix.end(), s.end() - static_cast<std::ptrdiff_t>(suffix.size()),
+                    [](char a, char b) {
+                      return a == (b >= 'A' && b <= 'Z' ? b - 'A' + 'a' : b);
+                    });
+}
+
+OutputKind output_kind(const std::optional<std::string>& output) {
+  if (!output) return OutputKind::kNone;
+  if (ends_with_ignore_case(*output, ".npy")) return OutputKind::kNpy;
+  if (ends_with_ignore_case(*output, ".csv")) return OutputKind::kCsv;
+  throw CliError("--output " + quote(*output) +
+                 ": unknown file type; the name must end in .npy or .csv");
+}
+
+double parse_temperature(const std::optional<std::string>& text) {
+  if (!text) return 1.0;
+  const ParsedNumber t = parse_number(*text);
+  if (t.status != NumberStatus::kOk) {
+    throw CliError("--temperature: " + number_error(*text, t.status));
+  }
+  if (!std::isfinite(t.value) || !(t.value > 0)) {
+    throw CliError("--temperature: " + quote(*text) +
+                   " must be a finite number > 0");
+  }
+  return t.value;
+}
+
+Mask parse_mask(const std::string& text) {
+  std::vector<Field> fields;
+  std::size_t error_column = 0;
+  if (!split_fields(text, &fields, &error_column)) {
+    throw CliError("--mask: column " + std::to_string(error_column) +
+                   ": empty value in " + quote(text));
+  }
+  if (fields.empty()) throw CliError("--mask: no flags in " + quote(text));
+  Mask mask;
+  mask.size = fields.size();
+  mask.flags = std::make_unique<bool[]>(mask.size);
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (fields[i].text != "0" && fields[i].text != "1") {
+      throw CliError("--mask: flag " + std::to_string(i + 1) + " " +
+                     quote(fields[i].text) + " is not 0 or 1");
+    }
+    mask.flags[i] = fields[i].text == "1";
+  }
+  return mask;
+}
+
+// The single row: from the arguments, or else all of standard input.
+std::vector<double> read_single_row(const std::vector<std::string>& scores) {
+  if (scores.empty()) return read_number_list(read_file("-"), "<stdin>");
+  std::vector<double> row;
+  for (std::size_t i = 0; i < scores.size(); ++i) {
+    const std::vector<double> part = parse_argument_numbers(scores[i], i + 1);
+    row.insert(row.end(), part.begin(), part.end());
+  }
+  return row;
+}
+
+AnyMatrix read_rows(const std::string& path) {
+  const std::string name = path == "-" ? "<stdin>" : path;
+  const std::string bytes = read_file(path);
+  if (looks_like_npy(bytes)) return read_npy(bytes, name);
+  return read_csv(bytes, name);
+}
+
+template <class T>
+Matrix<T> compute(const Matrix<T>& x, const SoftmaxOptions& options,
+                  bool log) {
+  Matrix<T> y;
+  y.rows = x.rows;
+  y.cols = x.cols;
+  y.values.resize(x.values.size());
+  try {
+    if (log) {
+      softdot::log_softmax_rows(x.view(), y.view(), options);
+    } else {
+      softdot::softmax_rows(x.view(), y.view(), options);
+    }
+  } catch (const std::invalid_argument& e) {
+    throw CliError(e.what());
+  }
+  return y;
+}
+
+template <class T>
+std::string to_json(const Matrix<T>& y, bool log, bool single_row,
+                    int digits) {
+  std::string out = log ? "{\"log_weights\":" : "{\"weights\":";
+  if (!single_row) out += "[";
+  for (std::size_t r = 0; r < y.rows; ++r) {
+    if (r != 0) out += ",";
+    out += "[" +
+           join_numbers(std::span<const T>(y.values.data() + r * y.cols, y.cols),
+                        digits, ",", /*json=*/true) +
+           "]";
+  }
+  if (!single_row) out += "]";
+  return out + "}\n";
+}
+
+}  // namespace
+
+int run_softmax(const SoftmaxArgs& args) {
+  // Check every option before reading any input.
+  std::optional<int> digits;
+  if (args.digits) {
+    digits = parse_small_int(*args.digits, kMaxDigits);
+    if (!digits) {
+      throw CliError("--digits: " + quote(*args.digits) +
+                     " must be a whole number from 0 to " +
+                     std::to_string(kMaxDigits));
+    }
+  }
+  const double temperature = parse_temperature(args.temperature);
+  const OutputKind output = output_kind(args.output);
+  if (args.rows && !args.scores.empty()) {
+    throw CliError("argument 1: scores on the command line cannot be "
+                   "combined with --rows");
+  }
+  if (args.explain && (args.rows || args.json || args.output)) {
+    throw CliError("--explain works on one row printed as text; it cannot be "
+                   "combined with --rows, --json or --output");
+  }
+  if (args.json && args.output) {
+    throw CliError("--json and --output cannot be combined; --json writes "
+                   "to standard output");
+  }
+  Mask mask;
+  if (args.mask) mask = parse_mask(*args.mask);
+
+  const bool single_row = !args.rows;
+  AnyMatrix input;
+  if (single_row) {
+    Matrix<double> m;
+    m.values = read_single_row(args.scores);
+    m.rows = 1;
+    m.cols = m.values.size();
+    input = std::move(m);
+  } else {
+    input = read_rows(*args.rows);
+  }
+  const std::size_t rows =
+      std::visit([](const auto& m) { return m.rows; }, input);
+  const std::size_t cols =
+      std::visit([](const auto& m) { return m.cols; }, input);
+  if (args.mask && mask.size != cols && mask.size != rows * cols) {
+    std::string need = std::to_string(cols);
+    if (rows > 1) need += " (one per column) or " + std::to_string(rows * cols) +
+                          " (one per value)";
+    throw CliError("--mask has " + std::to_string(mask.size) +
+                   (mask.size == 1 ? " flag" : " flags") + ", need " + need);
+  }
+
+  SoftmaxOptions options;
+  options.temperature = temperature;
+  options.mask = mask.span();
+
+  if (args.explain) {
+    const auto& x = std::get<Matrix<double>>(input);
+    try {
+      print(explain_softmax(x.values, mask.span(), temperature, args.log,
+                            digits.value_or(kDefaultTextDigits)));
+    } catch (const std::invalid_argument& e) {
+      throw CliError(e.what());
+    }
+    return 0;
+  }
+
+  std::visit(
+      [&](const auto& x) {
+        const auto y = compute(x, options, args.log);
+        if (output == OutputKind::kNpy) {
+          write_file_atomically(*args.output, encode_npy(y));
+        } else if (output == OutputKind::kCsv) {
+          write_file_atomically(*args.output,
+                                write_rows(y, digits.value_or(kShortest), ","));
+        } else if (args.json) {
+          print(to_json(y, args.log, single_row, digits.value_or(kShortest)));
+        } else {
+          print(write_rows(y, digits.value_or(kDefaultTextDigits), " "));
+        }
+      },
+      input);
+  return 0;
+}
+
+}  // namespace softdot::cli

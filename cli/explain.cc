@@ -1,0 +1,288 @@
+// softdot command: explanations (see explain.h).
+#include "explain.h"
+
+#include <algorithm>
+#include <charconv>
+#include <string>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "format.h"
+#include "softdot/dot.h"
+#include "softdot/softmax.h"
+
+namespace softdot::cli {
+namespace {
+
+constexpr int kBarWidth = 40;
+
+// Fixed notation for table cells, scientific once a value has more than 9
+// integer digits (exp(700) would otherwise fill a line).
+std::string cell(double value, int digits) {
+  if (std::isfinite(value) && std::fabs(value) >= 1e9) {
+    char buffer[64];
+    const auto r = std::to_chars(buffer, buffer + sizeof buffer, value,
+                                 std::chars_format::scientific, digits);
+    return std::string(buffer, r.ptr);
+  }
+  return format_number(value, digits);
+}
+
+// A factor inside a product: negative numbers in parentheses.
+std::string factor(double value) {
+  const std::string s = format_number(value, kShortest);
+  return value < 0 || std::signbit(value) ? "(" + s + ")" : s;
+}
+
+std::string list(std::span<const double> values, int digits) {
+  return "[" + join_numbers(values, digits, ", ") + "]";
+}
+
+// Characters on screen of a UTF-8 string (every byte but continuation
+// bytes).
+std::size_t display_width(std::string_view s) {
+  std::size_t n = 0;
+  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+// Right-aligns (left-aligns for the last column) the cells of a table.
+std::string render(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> width;
+  for (const auto& row : rows) {
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (std::size_t c = 0; c < row.size(); ++c)
+      width[c] = std::max(width[c], display_width(row[c]));
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      if (c != 0) line += "  ";
+      if (c + 1 == row.size() && c + 1 == width.size()) {
+        line += row[c];  // the bar: no padding
+      } else {
+        line.append(width[c] - display_width(row[c]), ' ');
+        line += row[c];
+      }
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string weight_bar(double weight) {
+  if (!(weight >= 0)) return "";
+  const double clamped = weight > 1 ? 1 : weight;
+  return std::string(static_cast<std::size_t>(std::lround(clamped * kBarWidth)),
+                     '#');
+}
+
+std::string explain_dot(std::span<const double> x, std::span<const double> y,
+                        std::string_view x_name, std::string_view y_name) {
+  std::string products, terms;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double term = x[i] * y[i];
+    if (i != 0) {
+      products += " + ";
+      terms += std::signbit(term) && !std::isnan(term) ? " - " : " + ";
+    }
+    products += factor(x[i]) + "·" + factor(y[i]);
+    terms += format_number(i != 0 && std::signbit(term) && !std::isnan(term)
+                               ? -term
+                               : term,
+                           kShortest);
+  }
+  const std::string head = std::string(x_name) + " · " + std::string(y_name);
+  const std::string indent(display_width(head), ' ');
+  std::string out = head + " = " + products + "\n";
+  out += indent + " = " + terms + "\n";
+  out += indent + " = " + format_number(softdot::dot(x, y), kShortest) + "\n";
+  return out;
+}
+
+std::string explain_softmax(std::span<const double> scores,
+                            std::span<const bool> mask, double temperature,
+                            bool log, int digits) {
+  const std::size_t n = scores.size();
+  const bool scaled = temperature != 1.0;
+  const std::string x_name = scaled ? "score/T" : "score";
+  // The scores the softmax sees: masked -> -inf, else score * (1/T), scaled
+  // the way the library scales them.
+  const double inv_t = 1.0 / temperature;
+  std::vector<double> x(n);
+  double m = -std::numeric_limits<double>::infinity();
+  bool any_nan = false;
+  std::vector<std::string> masked_numbers;
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool masked = !mask.empty() && !mask[i];
+    if (masked) masked_numbers.push_back(std::to_string(i + 1));
+    x[i] = masked ? -std::numeric_limits<double>::infinity()
+                  : (scaled ? scores[i] * inv_t : scores[i]);
+    if (std::isnan(x[i])) any_nan = true;
+    else if (x[i] > m) m = x[i];
+  }
+  SoftmaxOptions options;
+  options.temperature = temperature;
+  options.mask = mask;
+  std::vector<double> weights(n), log_weights;
+  softdot::softmax(scores, weights, options);
+  if (log) {
+    log_weights.resize(n);
+    softdot::log_softmax(scores, log_weights, options);
+  }
+  double weight_sum = 0;
+  for (double w : weights) weight_sum += w;
+
+  std::string out = "softmax of " + std::to_string(n) +
+                    (n == 1 ? " score: " : " scores: ") +
+                    list(scores, kShortest) + "\n";
+  if (scaled) {
+    out += "temperature T = " + format_number(temperature, kShortest) +
+           (temperature > 1 ? " (T > 1 flattens the weights)"
+                            : " (T < 1 sharpens the weights)") +
+           ": the scores are divided by T first\n";
+  }
+  if (!masked_numbers.empty()) {
+    out += "masked out (count as -inf, weight 0): score";
+    out += masked_numbers.size() == 1 ? " " : "s ";
+    for (std::size_t i = 0; i < masked_numbers.size(); ++i)
+      out += (i ? ", " : "") + masked_numbers[i];
+    out += "\n";
+  }
+  out += "\n";
+
+  // Special rows: the contract of docs/numerics.md, then the weights.
+  if (any_nan || !std::isfinite(m)) {
+    if (any_nan) {
+      out += "A score is NaN, so every weight is NaN: softdot never hides a "
+             "NaN.\n\n";
+    } else if (m < 0) {
+      out += "Every score is -inf (masked out), so there is nothing to "
+             "share: softdot\ngives every weight exactly 0, never NaN";
+      out += log ? ", and every log weight -inf.\n\n" : ".\n\n";
+    } else {
+      std::size_t k = 0;
+      for (double v : x) k += v == m;
+      out += std::to_string(k) + (k == 1 ? " score is" : " scores are") +
+             " +inf: each +inf score gets 1/" + std::to_string(k) +
+             " of the weight and the\nothers get 0, the limit as those "
+             "scores grow.\n\n";
+    }
+    std::vector<std::vector<std::string>> table;
+    std::vector<std::string> header = {"i", "score", "weight"};
+    if (log) header.push_back("log weight");
+    header.push_back("");
+    table.push_back(header);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::vector<std::string> row = {std::to_string(i + 1),
+                                      format_number(scores[i], kShortest),
+                                      cell(weights[i], digits)};
+      if (log) row.push_back(cell(log_weights[i], digits));
+      row.push_back(weight_bar(weights[i]));
+      table.push_back(row);
+    }
+    return out + render(table);
+  }
+
+  // The formula as written, with the naive exp(score).
+  std::vector<double> naive(n), naive_weights(n);
+  double naive_sum = 0, rounded_sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    naive[i] = std::exp(x[i]);
+    naive_sum += naive[i];
+    // The sum of the values as printed, as one adds them by hand.
+    rounded_sum += std::stod(format_number(naive[i], digits));
+  }
+  for (std::size_t i = 0; i < n; ++i) naive_weights[i] = naive[i] / naive_sum;
+  const bool naive_works = std::isfinite(naive_sum) && naive_sum > 0;
+  // "score_i" or "score_i/T" in formulas.
+  const auto x_of = [&](const char* index) {
+    return "score_" + std::string(index) + (scaled ? "/T" : "");
+  };
+  out += "weight_i = exp(" + x_of("i") + ") / sum_j exp(" + x_of("j") +
+         ")\n\n";
+  std::string exp_line = "exp:    " + list(naive, digits);
+  std::string weight_line =
+      "weight: " + list(naive_works ? weights : naive_weights, digits);
+  const std::size_t pad = std::max(exp_line.size(), weight_line.size()) + 4;
+  exp_line.append(pad - exp_line.size(), ' ');
+  weight_line.append(pad - weight_line.size(), ' ');
+  out += exp_line + "sum = ";
+  if (naive_works && format_number(rounded_sum, digits) !=
+                         format_number(naive_sum, digits)) {
+    out += format_number(rounded_sum, digits) +
+           " (adding the rounded values; unrounded " +
+           format_number(naive_sum, digits + 2) + ")\n";
+  } else {
+    out += cell(naive_sum, digits) + "\n";
+  }
+  if (naive_works) {
+    out += weight_line + "sums to " + format_number(weight_sum, digits) + "\n";
+  } else if (std::isinf(naive_sum)) {
+    std::size_t overflowed = 0;
+    for (double v : naive) overflowed += std::isinf(v);
+    out += weight_line + "wrong: exp() overflowed to inf for " +
+           std::to_string(overflowed) + " of " + std::to_string(n) +
+           ", and inf / inf = nan\n";
+  } else {
+    out += weight_line + "wrong: exp() underflowed to 0 for every " +
+           x_name + ", and 0 / 0 = nan\n";
+  }
+
+  // The stable form that softdot computes.
+  const std::string m_text = format_number(m, kShortest);
+  std::vector<double> shifted(n);
+  double shifted_sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    shifted[i] = std::exp(x[i] - m);
+    shifted_sum += shifted[i];
+  }
+  out += "\nSubtract the max before exponentiating: m = " + m_text + ".\n";
+  out += "exp() of a large score overflows (exp(710) is already inf in "
+         "float64), but\nexp(" + x_name + " - m) is at most 1. The weights "
+         "do not change, because the same\nfactor exp(-m) appears on top and "
+         "bottom. This is what softdot computes:\n\n";
+  std::vector<std::vector<std::string>> table;
+  std::vector<std::string> header = {"i", "score"};
+  if (scaled) header.push_back(x_name);
+  header.push_back(x_name + " - m");
+  header.push_back("exp(" + x_name + " - m)");
+  header.push_back("weight");
+  if (log) header.push_back("log weight");
+  header.push_back("");
+  table.push_back(header);
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool masked = !mask.empty() && !mask[i];
+    std::vector<std::string> row = {std::to_string(i + 1),
+                                    format_number(scores[i], kShortest)};
+    if (scaled) row.push_back(masked ? "masked" : cell(x[i], digits));
+    row.push_back(masked ? "masked" : cell(x[i] - m, digits));
+    row.push_back(cell(shifted[i], digits));
+    row.push_back(cell(weights[i], digits));
+    if (log) row.push_back(cell(log_weights[i], digits));
+    row.push_back(weight_bar(weights[i]));
+    table.push_back(row);
+  }
+  std::vector<std::string> sum_row = {"sum", ""};
+  if (scaled) sum_row.push_back("");
+  sum_row.push_back("");
+  sum_row.push_back(cell(shifted_sum, digits));
+  sum_row.push_back(cell(weight_sum, digits));
+  table.push_back(sum_row);
+  out += render(table) + "\n";
+  out += "weight_i = exp(" + x_of("i") + " - m) / " +
+         cell(shifted_sum, digits) + "\n";
+  if (log) {
+    out += "log weight_i = (" + x_of("i") + " - m) - log(" +
+           cell(shifted_sum, digits) + ") = (" + x_of("i") + " - m) - " +
+           cell(std::log(shifted_sum), digits) + "\n";
+  }
+  return out;
+}
+
+}  // namespace softdot::cli

@@ -1,0 +1,32 @@
+// softdot command: step-by-step explanations of a dot product and of a
+// softmax, in the manner of the seed text's worked examples.
+#ifndef SOFTDOT_CLI_EXPLAIN_H_
+#define SOFTDOT_CLI_EXPLAIN_H_
+
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace softdot::cli {
+
+// "x · y = 1·2 + 2·1 + 0·3\n      = 2 + 2 + 0\n      = 4\n": the products,
+// the terms, and softdot::dot's result (shortest round-trip form). `x_name`
+// and `y_name` label the vectors. x.size() == y.size() >= 1.
+std::string explain_dot(std::span<const double> x, std::span<const double> y,
+                        std::string_view x_name, std::string_view y_name);
+
+// A table with, per score: the score, (score / T), exp(score) as the naive
+// formula computes it, score - max, exp(score - max), the weight from
+// softdot::softmax (and the log-weight with `log`), and a bar of up to 40
+// '#' for the weight; then the sums and why the max is subtracted. Values
+// are written with `digits` decimals. `mask` is empty or one flag per score.
+std::string explain_softmax(std::span<const double> scores,
+                            std::span<const bool> mask, double temperature,
+                            bool log, int digits);
+
+// The bar for a weight: round(weight * 40) '#' characters (none for NaN).
+std::string weight_bar(double weight);
+
+}  // namespace softdot::cli
+
+#endif  // SOFTDOT_CLI_EXPLAIN_H_

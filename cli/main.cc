@@ -1,0 +1,124 @@
+// softdot command: entry point. Defines the subcommands and options with
+// CLI11, runs one, and turns every error into one line on stderr and exit
+// status 2.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "arrange_args.h"
+#include "commands.h"
+#include "error.h"
+#include "softdot/simd.h"
+#include "softdot/version.h"
+
+namespace {
+
+using softdot::cli::CliError;
+using softdot::cli::kExitError;
+
+void print_error(const std::string& message) {
+  std::string line = "softdot: error: " + message;
+  // One line, whatever the message holds.
+  for (char& c : line)
+    if (c == '\n' || c == '\r') c = ' ';
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "softdot: dot products and numerically stable softmax.\n"
+      "Numbers may be negative, inf, -inf or nan; lists are separated by "
+      "commas and/or spaces.",
+      "softdot"};
+  app.set_version_flag("--version", [] {
+    return std::string("softdot ") + softdot::version() +
+           " (SIMD target: " + softdot::simd_target() + ")";
+  });
+  app.require_subcommand(1);
+  app.footer("Errors: one line on stderr, exit status 2. See docs/cli.md.");
+
+  softdot::cli::DotArgs dot;
+  CLI::App* dot_cmd = app.add_subcommand(
+      "dot", "Dot product of two vectors, e.g. softdot dot 1,2,0 2,1,3 -> 4");
+  dot_cmd->add_option("vectors", dot.vectors,
+                      "The two vectors X Y, each a comma separated list")
+      ->type_name("X Y");
+  dot_cmd->add_flag("--json", dot.json, "Print {\"dot\":VALUE}");
+  dot_cmd->add_flag("--explain", dot.explain,
+                    "Show the products and the terms, like the seed text");
+
+  softdot::cli::SoftmaxArgs sm;
+  CLI::App* sm_cmd = app.add_subcommand(
+      "softmax",
+      "Softmax (or log-softmax) of scores from the arguments, standard input, "
+      "or one per row of a CSV or .npy file");
+  sm_cmd->add_option("scores", sm.scores,
+                     "Scores (negative numbers, inf, -inf, nan allowed); "
+                     "none: read them from standard input")
+      ->type_name("SCORE...");
+  sm_cmd->add_option("--digits", sm.digits,
+                     "Decimals in the output (0-20). Default: 3 for text, "
+                     "shortest round-trip for --json and .csv output")
+      ->type_name("N");
+  sm_cmd->add_option("-t,--temperature", sm.temperature,
+                     "Divide the scores by T (finite, > 0) first; default 1")
+      ->type_name("T");
+  sm_cmd->add_option("--mask", sm.mask,
+                     "Flags 1 (keep) / 0 (mask out, as -inf), one per score; "
+                     "with --rows one per column or one per value")
+      ->type_name("FLAGS");
+  sm_cmd->add_option("--rows", sm.rows,
+                     "Matrix file: CSV (one row per line) or 2-D .npy "
+                     "(float32/float64); '-' reads standard input. One "
+                     "softmax per row")
+      ->type_name("FILE");
+  sm_cmd->add_option("-o,--output", sm.output,
+                     "Write the result to FILE.npy (input dtype, shape "
+                     "[rows, cols]) or FILE.csv instead of standard output")
+      ->type_name("FILE");
+  sm_cmd->add_flag("--log", sm.log, "Log-softmax instead of softmax");
+  sm_cmd->add_flag("--json", sm.json,
+                   "Print {\"weights\":[...]} ({\"log_weights\":...} with "
+                   "--log; a list of rows with --rows)");
+  sm_cmd->add_flag("--explain", sm.explain,
+                   "Explain each step: exp(score - max), the sum, the weights "
+                   "and a bar per weight");
+
+  CLI::App* demo_cmd =
+      app.add_subcommand("demo", "Run the worked examples of the seed text");
+
+  try {
+    const std::vector<std::string> arranged =
+        softdot::cli::arrange_arguments(app, argc, argv);
+    std::vector<const char*> pointers;
+    for (const std::string& s : arranged) pointers.push_back(s.c_str());
+    try {
+      app.parse(static_cast<int>(pointers.size()), pointers.data());
+    } catch (const CLI::ParseError& e) {
+      if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+      print_error(std::string(e.what()) + " (see softdot --help)");
+      return kExitError;
+    }
+    int status = 0;
+    if (dot_cmd->parsed()) status = softdot::cli::run_dot(dot);
+    if (sm_cmd->parsed()) status = softdot::cli::run_softmax(sm);
+    if (demo_cmd->parsed()) status = softdot::cli::run_demo();
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      throw CliError("cannot write to standard output");
+    }
+    return status;
+  } catch (const CliError& e) {
+    print_error(e.what());
+    return kExitError;
+  } catch (const std::exception& e) {
+    print_error(e.what());
+    return kExitError;
+  }
+}

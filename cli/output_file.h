@@ -1,0 +1,23 @@
+// softdot command: writing an output file all at once or not at all.
+#ifndef SOFTDOT_CLI_OUTPUT_FILE_H_
+#define SOFTDOT_CLI_OUTPUT_FILE_H_
+
+#include <string>
+#include <string_view>
+
+namespace softdot::cli {
+
+// Writes `content` to `path` atomically: into a new temporary file in the
+// same directory (".NAME.XXXXXX"), flushed and closed, then renamed over
+// `path`. On any failure the temporary file is removed, `path` is left as it
+// was (absent, or its old content), and CliError names the path and the
+// reason. The new file gets mode 0666 minus the umask, like a plain open().
+void write_file_atomically(const std::string& path, std::string_view content);
+
+// Reads a whole file, or standard input for "-"; CliError "path: reason" when
+// it cannot be read.
+std::string read_file(const std::string& path);
+
+}  // namespace softdot::cli
+
+#endif  // SOFTDOT_CLI_OUTPUT_FILE_H_
