@@ -172,17 +172,22 @@ SoftmaxRef<T> softmax_impl(std::span<const T> x, const RefOptions& options) {
       imax = i;
     }
   }
-  Mp m, sum, log_sum, t;
+  Mp m, rest, sum, log_sum, t;
   mpfr_set(m.get(), score[imax].get(), MPFR_RNDN);
   // score[i] <- score[i] - m (exact here), then e_i kept in a second array.
+  // The sum is kept as 1 + rest, rest = the terms other than the max's
+  // exp(0) = 1, and log S = log1p(rest): rest may be far below 2^-256 (a
+  // second score 480 below the max gives rest = 1e-209, and lse = m + 1e-209
+  // must not come out as m).
   std::unique_ptr<Mp[]> e(new Mp[n]);
   for (std::size_t i = 0; i < n; ++i) {
     if (kind[i] != Kind::kFinite) continue;
     mpfr_sub(score[i].get(), score[i].get(), m.get(), MPFR_RNDN);
     mpfr_exp(e[i].get(), score[i].get(), MPFR_RNDN);
-    mpfr_add(sum.get(), sum.get(), e[i].get(), MPFR_RNDN);
+    if (i != imax) mpfr_add(rest.get(), rest.get(), e[i].get(), MPFR_RNDN);
   }
-  mpfr_log(log_sum.get(), sum.get(), MPFR_RNDN);
+  mpfr_add_ui(sum.get(), rest.get(), 1, MPFR_RNDN);
+  mpfr_log1p(log_sum.get(), rest.get(), MPFR_RNDN);
   for (std::size_t i = 0; i < n; ++i) {
     if (kind[i] != Kind::kFinite) {
       out.softmax[i] = zero;

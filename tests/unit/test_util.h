@@ -183,8 +183,11 @@ std::vector<T> make_uniform(std::size_t n, double lo, double hi,
 
 // softmax: each weight within this many ulp of the exact value (the library
 // documents 4 ulp for float; double uses the same algorithm).
+// Double: measured max 1.55 ulp on the FMA targets (AVX2, AVX3) and 2.20 ulp
+// on SSE4/SSSE3/SCALAR (sweeps, large sizes, subnormal weights), asserted at
+// 3. Float: measured max 1.55 ulp, asserted at the documented 4.
 template <class T>
-constexpr double kSoftmaxMaxUlp = 4.0;
+constexpr double kSoftmaxMaxUlp = sizeof(T) == 4 ? 4.0 : 3.0;
 // logsumexp: within 2 ulp.
 constexpr double kLseMaxUlp = 2.0;
 // log_softmax: within max(kLogSoftmaxAbs, 2 ulp).
@@ -196,6 +199,9 @@ constexpr double kLogSoftmaxMaxUlp = 2.0;
 // max(kLogSoftmaxAbs, 2 ulp): <= 1 passes. Special values: 0 or +inf.
 template <class T>
 double log_softmax_score(T got, const softdot_ref::Ref<T>& ref) {
+  if (ref.ulp == 0 && ref.hi == 0) {  // exactly 0 (one entry left): absolute
+    return std::fabs(double(got)) / kLogSoftmaxAbs<T>;
+  }
   const double err = softdot_ref::abs_error(got, ref);
   if (ref.ulp == 0 || !std::isfinite(err)) return err;
   return err / std::max(kLogSoftmaxAbs<T>, kLogSoftmaxMaxUlp * ref.ulp);
