@@ -40,6 +40,10 @@ def main():
         ns = b["real_time"] * UNIT_NS[b.get("time_unit", "ns")]
         rows.append((family, n, run, ns, b.get("bytes_per_second", 0.0)))
 
+    # softdot first, each next to its naive counterpart, then the baselines.
+    order = ["dot", "naive_dot", "softmax", "naive_softmax", "softmax_rows",
+             "roofline_2r1w", "copy", "memcpy"]
+    rows.sort(key=lambda r: (order.index(r[0]) if r[0] in order else len(order), r[1]))
     base = {(fam, n): ns for fam, n, _, ns, _ in rows if fam in ("roofline_2r1w", "copy")}
     print(f"simd_target={ctx.get('simd_target', '?')} threads={ctx.get('omp_max_threads', '?')} "
           f"cpus={ctx.get('num_cpus', '?')} mhz={ctx.get('mhz_per_cpu', '?')} "

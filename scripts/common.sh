@@ -6,6 +6,8 @@
 # Settings (environment):
 #   SOFTDOT_JOBS      parallel build jobs (default 2; the dev machines have 2 cores)
 #   SOFTDOT_NO_APT=1  never call apt-get; fail if a package is missing
+#   SOFTDOT_CMAKE_ARGS extra arguments for every configure, split on spaces
+#                     (e.g. "-DCMAKE_CXX_COMPILER=clang++")
 
 SOFTDOT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SOFTDOT_JOBS="${SOFTDOT_JOBS:-2}"
@@ -55,10 +57,11 @@ ensure_deps() {
 # configure_build BUILD_DIR BUILD_TYPE [extra cmake arguments...]
 # Configures (Ninja) and builds every target of the tree.
 configure_build() {
-  local dir="$1" type="$2"
+  local dir="$1" type="$2" extra=()
   shift 2
-  log "configure $dir ($type) $*"
-  cmake -S "$SOFTDOT_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="$type" "$@"
+  read -r -a extra <<<"${SOFTDOT_CMAKE_ARGS:-}"
+  log "configure $dir ($type) $* ${extra[*]}"
+  cmake -S "$SOFTDOT_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="$type" "$@" "${extra[@]}"
   log "build $dir (-j$SOFTDOT_JOBS)"
   cmake --build "$dir" -j "$SOFTDOT_JOBS"
 }
