@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "error.h"
 #include "parse.h"
 
 namespace softdot::cli {
@@ -48,11 +49,12 @@ std::vector<std::string> arrange_arguments(CLI::App& app, int argc,
         continue;
       }
       context = find_subcommand(app, token);
-      options.push_back(token);
       if (context == nullptr) {
-        for (++i; i < argc; ++i) options.emplace_back(argv[i]);
-        break;
+        throw CliError("unknown command " + quote(token) +
+                       "; the commands are dot, softmax and demo "
+                       "(see softdot --help)");
       }
+      options.push_back(token);
       continue;
     }
     if (token.size() > 1 && token[0] == '-') {
@@ -72,11 +74,11 @@ std::vector<std::string> arrange_arguments(CLI::App& app, int argc,
         }
         continue;
       }
-      if (starts_like_number(token)) {
-        positionals.push_back(token);
-      } else {
-        options.push_back(token);  // unknown option: CLI11 reports it
+      if (!starts_like_number(token)) {
+        throw CliError("unknown option " + quote(token) + " (see softdot " +
+                       context->get_name() + " --help)");
       }
+      positionals.push_back(token);
       continue;
     }
     positionals.push_back(token);

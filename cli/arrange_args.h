@@ -19,8 +19,9 @@ namespace softdot::cli {
 // positional argument when it is not an option of the subcommand and it is a
 // number or comma list of numbers ("-1", "-inf", "-1,2", "-NaN") or starts
 // like one ("-1.2.3", "-.5x", which then fail as numbers with a clear
-// message). Everything after a "--" given by the user is positional. Tokens
-// that are unknown options are passed on for CLI11 to report.
+// message). Everything after a "--" given by the user is positional. Throws
+// CliError for an unknown command or an unknown option of the subcommand;
+// options before the subcommand are passed on for CLI11 to check.
 std::vector<std::string> arrange_arguments(CLI::App& app, int argc,
                                            const char* const* argv);
 

@@ -20,7 +20,8 @@ void print(const std::string& text) {
 int run_dot(const DotArgs& args) {
   if (args.vectors.size() != 2) {
     throw CliError("dot needs two vectors, got " +
-                   std::to_string(args.vectors.size()) + " arguments");
+                   std::to_string(args.vectors.size()) +
+                   (args.vectors.size() == 1 ? " argument" : " arguments"));
   }
   const std::vector<double> x = parse_argument_numbers(args.vectors[0], 1);
   const std::vector<double> y = parse_argument_numbers(args.vectors[1], 2);

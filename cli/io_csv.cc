@@ -53,6 +53,7 @@ Matrix<double> read_csv(std::string_view text, std::string_view name) {
   std::vector<Field> fields;
   std::vector<double> row;
   std::size_t first_blank_line = 0;  // a blank line not yet followed by data
+  std::size_t first_line = 0;        // the line of the first row
   for_each_line(text, [&](std::size_t line_number, std::string_view line) {
     row.clear();
     parse_line(line, line_number, name, &fields, &row);
@@ -66,10 +67,13 @@ Matrix<double> read_csv(std::string_view text, std::string_view name) {
     }
     if (matrix.rows == 0) {
       matrix.cols = row.size();
+      first_line = line_number;
     } else if (row.size() != matrix.cols) {
       throw CliError(std::string(name) + ": line " +
                      std::to_string(line_number) + " has " +
-                     std::to_string(row.size()) + " values, line 1 has " +
+                     std::to_string(row.size()) +
+                     (row.size() == 1 ? " value" : " values") + ", line " +
+                     std::to_string(first_line) + " has " +
                      std::to_string(matrix.cols));
     }
     matrix.values.insert(matrix.values.end(), row.begin(), row.end());
