@@ -74,6 +74,16 @@ std::vector<std::string> arrange_arguments(CLI::App& app, int argc,
         }
         continue;
       }
+      // "-t2": a short option with its value attached.
+      if (token[1] != '-' && token.size() > 2) {
+        CLI::Option* short_option =
+            context->get_option_no_throw(token.substr(0, 2));
+        if (short_option != nullptr &&
+            short_option->get_items_expected_max() > 0) {
+          options.push_back(token);
+          continue;
+        }
+      }
       if (!starts_like_number(token)) {
         throw CliError("unknown option " + quote(token) + " (see softdot " +
                        context->get_name() + " --help)");

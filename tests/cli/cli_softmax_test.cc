@@ -121,6 +121,8 @@ TEST(CliSoftmax, TemperatureDividesTheScores) {
   // T = 2 on [2, 1, 0.1] is softmax([1, 0.5, 0.05]).
   EXPECT_EQ(run_softdot({"softmax", "-t", "2", "2", "1", "0.1"}).out,
             run_softdot({"softmax", "1", "0.5", "0.05"}).out);
+  EXPECT_EQ(run_softdot({"softmax", "-t2", "2", "1", "0.1"}).out,
+            run_softdot({"softmax", "--temperature=2", "2", "1", "0.1"}).out);
   EXPECT_NE(run_softdot({"softmax", "-t", "2", "2", "1", "0.1"}).out,
             run_softdot({"softmax", "2", "1", "0.1"}).out);
 }

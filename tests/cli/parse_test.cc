@@ -176,6 +176,10 @@ TEST(ArrangeArguments, NumbersGoAfterTheSeparatorInOrder) {
   EXPECT_EQ(out, (std::vector<std::string>{"softdot", "softmax", "--log",
                                            "--temperature=-2", "--", "-1",
                                            "-inf", "2", "--log"}));
+  const char* attached[] = {"softdot", "softmax", "-t0.5", "-1"};
+  EXPECT_EQ(arrange_arguments(app, 4, attached),
+            (std::vector<std::string>{"softdot", "softmax", "-t0.5", "--",
+                                      "-1"}));
   const char* bad[] = {"softdot", "softmax", "-q"};
   EXPECT_THROW(arrange_arguments(app, 3, bad), CliError);
 }
