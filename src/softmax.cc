@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "check.h"
 #include "kernels.h"
@@ -104,6 +105,45 @@ T lse_of(const RowState& s) {
   return static_cast<T>(static_cast<long double>(s.max) + log_sum);
 }
 
+// The next wider type, for the cancelling case of logsumexp.
+template <class T>
+using Wider = std::conditional_t<sizeof(T) == 4, double, long double>;
+
+// m + log(sum exp(p_i - m)) with every step in Wider<T>: scalar, used only
+// when the fast result cancels. The sum is compensated (TwoSum).
+template <class T>
+T lse_wide(std::span<const T> x, const std::uint8_t* mask, T scale, T m) {
+  using W = Wider<T>;
+  W hi = 0, lo = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (mask != nullptr && mask[i] == 0) continue;
+    const W p = static_cast<W>(x[i]) * static_cast<W>(scale);
+    if (p == -std::numeric_limits<W>::infinity()) continue;
+    const W e = std::exp(p - static_cast<W>(m));
+    const W s = hi + e;
+    const W bb = s - hi;
+    lo += (hi - (s - bb)) + (e - bb);
+    hi = s;
+  }
+  // The max entry contributes exactly 1, so the sum is >= 1.
+  return static_cast<T>(static_cast<W>(m) + std::log1p((hi - 1) + lo));
+}
+
+template <class T>
+T lse_checked(std::span<const T> x, const SoftmaxOptions& options) {
+  if (x.empty()) fail("logsumexp", "x is empty (logsumexp needs n >= 1)");
+  const RowState state = state_of<T>("logsumexp", x, options);
+  const T lse = lse_of<T>(state);
+  // Cancellation: log(sum) ~ -m, so its rounding error (~u |m|) is large
+  // against the result. Redo the sum in the wider type.
+  if (std::isfinite(lse) && state.max < 0 && std::fabs(lse) < -state.max) {
+    return lse_wide<T>(x, mask_bytes(options),
+                       scale_of<T>("logsumexp", options),
+                       static_cast<T>(state.max));
+  }
+  return lse;
+}
+
 template <class T>
 void rows_checked(const char* function, RowOp op, MatrixView<const T> x,
                   MatrixView<T> y, const SoftmaxOptions& options) {
@@ -113,8 +153,10 @@ void rows_checked(const char* function, RowOp op, MatrixView<const T> x,
     fail(function, "x is " + count(x.rows) + " x " + count(x.cols) +
                        " but y is " + count(y.rows) + " x " + count(y.cols));
   }
-  if (x.rows == 0) return;
-  if (x.cols == 0) fail(function, "rows are empty (cols = 0)");
+  if (x.rows == 0 || x.cols == 0) {
+    fail(function, "x is " + count(x.rows) + " x " + count(x.cols) +
+                       " (rows and cols must be >= 1)");
+  }
   const std::size_t per_row = x.cols;
   if (!options.mask.empty() && options.mask.size() != per_row &&
       options.mask.size() != x.rows * x.cols) {
@@ -146,26 +188,57 @@ void rows_checked(const char* function, RowOp op, MatrixView<const T> x,
   }
 }
 
+// Double-double arithmetic for merging states (Dekker / Knuth).
+struct DD {
+  double hi, lo;
+};
+
+DD two_sum(double a, double b) {
+  const double s = a + b;
+  const double bb = s - a;
+  return {s, (a - (s - bb)) + (b - bb)};
+}
+
+DD fast_two_sum(double a, double b) {  // |a| >= |b| or a == 0
+  const double s = a + b;
+  return {s, b - (s - a)};
+}
+
+// a + b; symmetric in a and b, bit for bit.
+DD dd_add(DD a, DD b) {
+  const DD s = two_sum(a.hi, b.hi);
+  return fast_two_sum(s.hi, s.lo + (a.lo + b.lo));
+}
+
+// a * f with f in long double (64-bit mantissa on x86, split in two doubles).
+DD dd_scale(DD a, long double f) {
+  const double f_hi = static_cast<double>(f);
+  const double f_lo = static_cast<double>(f - f_hi);
+  const double p = a.hi * f_hi;
+  const double e = std::fma(a.hi, f_hi, -p);
+  return fast_two_sum(p, e + (a.hi * f_lo + a.lo * f_hi));
+}
+
 template <class T>
 BasicSoftmaxState<T> merge_impl(const BasicSoftmaxState<T>& a,
                                 const BasicSoftmaxState<T>& b) noexcept {
   if (std::isnan(a.max) || std::isnan(b.max) || std::isnan(a.sum) ||
       std::isnan(b.sum)) {
     return {std::numeric_limits<T>::quiet_NaN(),
-            std::numeric_limits<double>::quiet_NaN()};
+            std::numeric_limits<double>::quiet_NaN(), 0.0};
   }
   const T m = std::max(a.max, b.max);
   // A term whose max is the new max keeps its sum as it is: no exp(inf - inf)
   // and no rounding for the larger side.
-  const auto term = [m](const BasicSoftmaxState<T>& s) -> double {
-    if (s.max == m) return s.sum;
-    if (s.max == -std::numeric_limits<T>::infinity()) return 0.0;
+  const auto term = [m](const BasicSoftmaxState<T>& s) -> DD {
+    if (s.max == m) return {s.sum, s.sum_lo};
+    if (s.max == -std::numeric_limits<T>::infinity()) return {0.0, 0.0};
     const long double shift =
         static_cast<long double>(s.max) - static_cast<long double>(m);
-    return static_cast<double>(static_cast<long double>(s.sum) *
-                               std::exp(shift));
+    return dd_scale({s.sum, s.sum_lo}, std::exp(shift));
   };
-  return {m, term(a) + term(b)};
+  const DD sum = dd_add(term(a), term(b));
+  return {m, sum.hi, sum.lo};
 }
 
 template <class T>
@@ -182,7 +255,7 @@ void apply_checked(std::span<const T> chunk, const BasicSoftmaxState<T>& total,
   check_mask(function, options, chunk.size());
   const T scale = scale_of<T>(function, options);
   if (chunk.empty()) return;
-  RowState state{static_cast<double>(total.max), total.sum, 0.0};
+  RowState state{static_cast<double>(total.max), total.sum, total.sum_lo};
   detail::softmax_row_kernel(chunk.data(), mask_bytes(options), scale,
                              chunk.size(), RowOp::kApply, y.data(), &state);
 }
@@ -207,12 +280,10 @@ void log_softmax(std::span<const double> x, std::span<double> y,
 }
 
 float logsumexp(std::span<const float> x, const SoftmaxOptions& options) {
-  if (x.empty()) fail("logsumexp", "x is empty (logsumexp needs n >= 1)");
-  return lse_of<float>(state_of<float>("logsumexp", x, options));
+  return lse_checked<float>(x, options);
 }
 double logsumexp(std::span<const double> x, const SoftmaxOptions& options) {
-  if (x.empty()) fail("logsumexp", "x is empty (logsumexp needs n >= 1)");
-  return lse_of<double>(state_of<double>("logsumexp", x, options));
+  return lse_checked<double>(x, options);
 }
 
 void softmax_rows(MatrixView<const float> x, MatrixView<float> y,
@@ -235,12 +306,12 @@ void log_softmax_rows(MatrixView<const double> x, MatrixView<double> y,
 SoftmaxState softmax_state(std::span<const float> chunk,
                            const SoftmaxOptions& options) {
   const RowState s = state_of<float>("softmax_state", chunk, options);
-  return {static_cast<float>(s.max), s.sum};
+  return {static_cast<float>(s.max), s.sum, s.sum_lo};
 }
 SoftmaxStateD softmax_state(std::span<const double> chunk,
                             const SoftmaxOptions& options) {
   const RowState s = state_of<double>("softmax_state", chunk, options);
-  return {s.max, s.sum};
+  return {s.max, s.sum, s.sum_lo};
 }
 
 SoftmaxState merge(const SoftmaxState& a, const SoftmaxState& b) noexcept {
@@ -260,10 +331,11 @@ void softmax_apply(std::span<const double> chunk, const SoftmaxStateD& total,
 }
 
 float logsumexp(const SoftmaxState& state) noexcept {
-  return lse_of<float>({static_cast<double>(state.max), state.sum, 0.0});
+  return lse_of<float>(
+      {static_cast<double>(state.max), state.sum, state.sum_lo});
 }
 double logsumexp(const SoftmaxStateD& state) noexcept {
-  return lse_of<double>({state.max, state.sum, 0.0});
+  return lse_of<double>({state.max, state.sum, state.sum_lo});
 }
 
 }  // namespace softdot

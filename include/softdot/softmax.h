@@ -67,17 +67,21 @@ void log_softmax(std::span<const double> x, std::span<double> y,
                  const SoftmaxOptions& options = {});
 
 // log(sum_i exp(x_i)) = m + log(sum_i exp(x_i - m)), the sum compensated and
-// the final addition done in higher precision. Special values as above.
-// x must not be empty. Does not allocate.
+// the final addition done in higher precision. When the result cancels
+// (m < 0 and |result| < |m|, e.g. the logsumexp of log-probabilities), the
+// error of log(sum) would be amplified by |m| / |result|, so the sum is
+// recomputed with a scalar exp in the next wider type (double for float, long
+// double for double): within 2 ulp, plus about 2^-64 |m| absolute for double
+// on x86. Special values as above. x must not be empty. Does not allocate.
 float logsumexp(std::span<const float> x, const SoftmaxOptions& options = {});
 double logsumexp(std::span<const double> x, const SoftmaxOptions& options = {});
 
 // One softmax (or log-softmax) per row of a row-major matrix, each row
 // bitwise equal to softmax() of that row. x and y must have the same rows and
-// cols (>= 1 each); strides may differ; y may be x (in place) but must not
-// otherwise overlap it. Threads: rows are split across OpenMP threads when
-// the matrix holds at least 2^18 elements; results do not depend on the
-// thread count. Does not allocate.
+// cols (>= 1 each, else std::invalid_argument); strides may differ; y may be x
+// (in place) but must not otherwise overlap it. Threads: rows are split across
+// OpenMP threads when the matrix holds at least 2^18 elements; results do not
+// depend on the thread count. Does not allocate.
 void softmax_rows(MatrixView<const float> x, MatrixView<float> y,
                   const SoftmaxOptions& options = {});
 void softmax_rows(MatrixView<const double> x, MatrixView<double> y,
@@ -97,13 +101,15 @@ void log_softmax_rows(MatrixView<const double> x, MatrixView<double> y,
 // A state is (max, sum): the max of the (scaled, masked) scores seen and
 // sum exp(x_i - max) over them; a chunk whose max is +inf stores the count of
 // +inf entries as its sum, and a NaN anywhere makes max and sum NaN. The sum
-// is kept in double, so chunked results match the one-shot softmax within the
-// same error bound (tested).
+// is kept as an unevaluated double-double sum + sum_lo (merge() computes in
+// that precision), so chunked results match the one-shot softmax within the
+// same error bound however many chunks there are (tested).
 // ---------------------------------------------------------------------------
 template <class T>
 struct BasicSoftmaxState {
   T max = -std::numeric_limits<T>::infinity();
   double sum = 0.0;
+  double sum_lo = 0.0;  // low part of the sum; 0 for a hand-made state
 
   // The identity of merge(): the state of an empty (or fully masked) chunk.
   static constexpr BasicSoftmaxState identity() { return {}; }
@@ -120,8 +126,9 @@ SoftmaxStateD softmax_state(std::span<const double> chunk,
 
 // Combines two states: m = max(m1, m2), s = s1 exp(m1 - m) + s2 exp(m2 - m),
 // where a term whose max equals m contributes its sum unscaled (so +inf maxima
-// and -inf identities never produce inf - inf). Commutative; associative up
-// to the rounding of the double sum (a few 1e-16 relative); identity() is a
+// and -inf identities never produce inf - inf). The sum is computed in
+// double-double arithmetic with exp(m_i - m) in long double. Commutative, bit
+// for bit; associative up to about 1e-19 relative in the sum; identity() is a
 // two-sided identity, bit for bit. noexcept, no allocation.
 SoftmaxState merge(const SoftmaxState& a, const SoftmaxState& b) noexcept;
 SoftmaxStateD merge(const SoftmaxStateD& a, const SoftmaxStateD& b) noexcept;
@@ -136,7 +143,7 @@ void softmax_apply(std::span<const float> chunk, const SoftmaxState& total,
 void softmax_apply(std::span<const double> chunk, const SoftmaxStateD& total,
                    std::span<double> y, const SoftmaxOptions& options = {});
 
-// log(sum exp) of everything the state has seen: max + log(sum).
+// log(sum exp) of everything the state has seen: max + log(sum + sum_lo).
 float logsumexp(const SoftmaxState& state) noexcept;
 double logsumexp(const SoftmaxStateD& state) noexcept;
 

@@ -50,6 +50,29 @@ inline void TwoSumScalar(double& hi, double& lo, double x) {
   hi = s;
 }
 
+// The low part of a product: a * b - p exactly, for p = fl(a * b). With FMA
+// one instruction; without (SSE4, SSSE3, scalar) Dekker's product with
+// Veltkamp's split. A non-finite low part (p = +-inf, or a split that
+// overflows for |a| near the largest finite value) is replaced by 0.
+template <class V>
+HWY_INLINE V ProductLow(V a, V b, V p) {
+  const hn::DFromV<V> d;
+#if HWY_NATIVE_FMA
+  const V lo = hn::MulAdd(a, b, hn::Neg(p));
+#else
+  using T = hn::TFromD<decltype(d)>;
+  const V split = hn::Set(d, sizeof(T) == 4 ? T(4097.0) : T(134217729.0));
+  const V ac = hn::Mul(a, split), bc = hn::Mul(b, split);
+  const V ah = hn::Sub(ac, hn::Sub(ac, a)), al = hn::Sub(a, ah);
+  const V bh = hn::Sub(bc, hn::Sub(bc, b)), bl = hn::Sub(b, bh);
+  const V lo =
+      hn::Add(hn::Add(hn::Add(hn::Sub(hn::Mul(ah, bh), p), hn::Mul(ah, bl)),
+                      hn::Mul(al, bh)),
+              hn::Mul(al, bl));
+#endif
+  return hn::IfThenElseZero(hn::IsFinite(lo), lo);
+}
+
 // The scores of a row: p = x * scale (and its exact low part), -inf where the
 // mask says so.
 template <class T, bool kMasked, bool kScaled>
@@ -67,7 +90,7 @@ struct Scores {
     if constexpr (kScaled) {
       const V s = hn::Set(d, scale);
       p = hn::Mul(xv, s);
-      lo = hn::MulAdd(xv, s, hn::Neg(p));
+      lo = ProductLow(xv, s, p);
     } else {
       p = xv;
       lo = hn::Zero(d);
@@ -235,7 +258,7 @@ HWY_INLINE void PosInfRow(const S& scores, const T* x, const std::uint8_t* mask,
                           std::size_t n, detail::RowOp op, double count, T* y) {
   const T kInf = std::numeric_limits<T>::infinity();
   const T share = static_cast<T>(1) / static_cast<T>(count);
-  const T log_share = -static_cast<T>(std::log(count));
+  const T log_share = T{0} - static_cast<T>(std::log(count));  // +0 for k=1
   for (std::size_t i = 0; i < n; ++i) {
     const bool top = scores.ScalarScore(x, mask, i) == kInf;
     if (op == detail::RowOp::kLogSoftmax) {

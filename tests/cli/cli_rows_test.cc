@@ -105,7 +105,8 @@ TEST(CliRows, NpyWithAMaskPerValue) {
   std::unique_ptr<bool[]> flags(new bool[35]);
   for (int i = 0; i < 35; ++i) {
     flags[i] = i % 4 != 1;
-    text += (i ? "," : "") + std::string(flags[i] ? "1" : "0");
+    if (i) text += ',';
+    text += flags[i] ? '1' : '0';
   }
   softdot::SoftmaxOptions o;
   o.mask = std::span<const bool>(flags.get(), 35);

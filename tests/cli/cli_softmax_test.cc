@@ -39,8 +39,10 @@ std::string expected_text(const std::vector<double>& x, int digits = 3,
   if (log) softdot::log_softmax(x, y, o);
   else softdot::softmax(x, y, o);
   std::string s;
-  for (std::size_t i = 0; i < y.size(); ++i)
-    s += (i ? " " : "") + fixed(y[i], digits);
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    if (i) s += ' ';
+    s += fixed(y[i], digits);
+  }
   return s + "\n";
 }
 

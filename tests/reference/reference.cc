@@ -147,7 +147,9 @@ SoftmaxRef<T> softmax_impl(std::span<const T> x, const RefOptions& options) {
     // 0 - log(k): +0 for k = 1, as the table writes it.
     mpfr_set_ui(lw.get(), plus_inf, MPFR_RNDN);
     mpfr_log(lw.get(), lw.get(), MPFR_RNDN);
-    mpfr_ui_sub(lw.get(), 0, lw.get(), MPFR_RNDN);
+    mpfr_neg(lw.get(), lw.get(), MPFR_RNDN);
+    // MPFR's 0 - (+0) is -0; IEEE's (and the table's) is +0.
+    if (mpfr_zero_p(lw.get())) mpfr_set_zero(lw.get(), +1);
     const Ref<T> weight = make_ref<T>(w.get());
     const Ref<T> log_weight = make_ref<T>(lw.get());
     for (std::size_t i = 0; i < n; ++i) {
@@ -270,7 +272,9 @@ Ref<T> neg_log_reference(std::size_t k) {
   Mp v;
   mpfr_set_ui(v.get(), k, MPFR_RNDN);
   mpfr_log(v.get(), v.get(), MPFR_RNDN);
-  mpfr_ui_sub(v.get(), 0, v.get(), MPFR_RNDN);  // +0 for k = 1
+  mpfr_neg(v.get(), v.get(), MPFR_RNDN);
+  // MPFR's 0 - (+0) is -0; IEEE's (and the table's) 0 - log(1) is +0.
+  if (mpfr_zero_p(v.get())) mpfr_set_zero(v.get(), +1);
   return make_ref<T>(v.get());
 }
 template Ref<float> neg_log_reference<float>(std::size_t);

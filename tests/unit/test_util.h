@@ -18,6 +18,7 @@
 #include <new>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -122,7 +123,7 @@ class Mask {
  public:
   Mask() = default;
   explicit Mask(std::size_t n, bool value = true)
-      : n_(n), p_(new bool[n ? n : 1]) {
+      : n_(checked(n)), p_(new bool[n ? n : 1]) {
     for (std::size_t i = 0; i < n; ++i) p_[i] = value;
   }
   bool& operator[](std::size_t i) { return p_[i]; }
@@ -132,6 +133,12 @@ class Mask {
   std::size_t size() const { return n_; }
 
  private:
+  // Bounds n for GCC 12, which otherwise warns (-Walloc-size-larger-than)
+  // about sizes like rows * (n + 3) that it cannot prove small.
+  static std::size_t checked(std::size_t n) {
+    if (n > (std::size_t{1} << 40)) throw std::length_error("Mask too large");
+    return n;
+  }
   std::size_t n_ = 0;
   std::unique_ptr<bool[]> p_;
 };
