@@ -18,7 +18,9 @@ start=$SECONDS
 total_tests=0
 run_suite() {
   local dir="$1" label="$2" log="$1/ctest.log"
-  ctest --test-dir "$dir" -N | grep -q 'consumer_find_package' ||
+  local listed
+  listed="$(ctest --test-dir "$dir" -N)"
+  grep -q 'consumer_find_package' <<<"$listed" ||
     die "$label: the consumer_find_package test is not registered"
   log "ctest $label"
   # The pipeline's status is ctest's (pipefail); tee keeps a copy of the log.
