@@ -17,7 +17,11 @@ namespace softdot::cli {
 namespace {
 
 std::string list(std::span<const double> values, int digits) {
-  return "[" + join_numbers(values, digits, ", ") + "]";
+  // Appended piecewise: "[" + std::string&& trips GCC 12's -Wrestrict.
+  std::string out = "[";
+  out += join_numbers(values, digits, ", ");
+  out += ']';
+  return out;
 }
 
 std::vector<double> softmax_of(std::vector<double> scores) {

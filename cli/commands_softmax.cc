@@ -127,10 +127,10 @@ std::string to_json(const Matrix<T>& y, bool log, bool single_row,
   if (!single_row) out += "[";
   for (std::size_t r = 0; r < y.rows; ++r) {
     if (r != 0) out += ",";
-    out += "[" +
-           join_numbers(std::span<const T>(y.values.data() + r * y.cols, y.cols),
-                        digits, ",", /*json=*/true) +
-           "]";
+    out += '[';
+    out += join_numbers(std::span<const T>(y.values.data() + r * y.cols, y.cols),
+                        digits, ",", /*json=*/true);
+    out += ']';
   }
   if (!single_row) out += "]";
   return out + "}\n";

@@ -32,11 +32,19 @@ std::string cell(double value, int digits) {
 // A factor inside a product: negative numbers in parentheses.
 std::string factor(double value) {
   const std::string s = format_number(value, kShortest);
-  return value < 0 || std::signbit(value) ? "(" + s + ")" : s;
+  if (!(value < 0 || std::signbit(value))) return s;
+  std::string out = "(";
+  out += s;
+  out += ')';
+  return out;
 }
 
 std::string list(std::span<const double> values, int digits) {
-  return "[" + join_numbers(values, digits, ", ") + "]";
+  // Appended piecewise: "[" + std::string&& trips GCC 12's -Wrestrict.
+  std::string out = "[";
+  out += join_numbers(values, digits, ", ");
+  out += ']';
+  return out;
 }
 
 // Characters on screen of a UTF-8 string (every byte but continuation

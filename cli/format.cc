@@ -23,7 +23,12 @@ std::string format_impl(T value, int digits) {
 
 template <class T>
 std::string json_impl(T value, int digits) {
-  if (!std::isfinite(value)) return "\"" + format_impl(value, digits) + "\"";
+  if (!std::isfinite(value)) {
+    std::string out = "\"";
+    out += format_impl(value, digits);
+    out += '"';
+    return out;
+  }
   return format_impl(value, digits);
 }
 

@@ -4,9 +4,9 @@
 #ifndef SOFTDOT_SRC_CHECK_H_
 #define SOFTDOT_SRC_CHECK_H_
 
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
-#include <charconv>
 #include <stdexcept>
 #include <string>
 

@@ -10,12 +10,13 @@ namespace softdot {
 namespace {
 
 template <class T>
-T dot_checked(std::span<const T> x, std::span<const T> y) {
+void check_sizes(const char* function, std::span<const T> x,
+                 std::span<const T> y) {
   if (x.size() != y.size()) {
-    detail::fail("dot", "x has " + detail::count(x.size()) +
-                            " elements but y has " + detail::count(y.size()));
+    detail::fail(function, "x has " + detail::count(x.size()) +
+                               " elements but y has " +
+                               detail::count(y.size()));
   }
-  return detail::dot_kernel(x.data(), y.data(), x.size());
 }
 
 template <class T>
@@ -46,10 +47,20 @@ void dots_checked(std::span<const T> query, MatrixView<const T> keys,
 }  // namespace
 
 float dot(std::span<const float> x, std::span<const float> y) {
-  return dot_checked<float>(x, y);
+  check_sizes("dot", x, y);
+  return detail::dot_kernel(x.data(), y.data(), x.size());
 }
 double dot(std::span<const double> x, std::span<const double> y) {
-  return dot_checked<double>(x, y);
+  check_sizes("dot", x, y);
+  return detail::dot_kernel(x.data(), y.data(), x.size());
+}
+float dot_accurate(std::span<const float> x, std::span<const float> y) {
+  check_sizes("dot_accurate", x, y);
+  return detail::dot_accurate_kernel(x.data(), y.data(), x.size());
+}
+double dot_accurate(std::span<const double> x, std::span<const double> y) {
+  check_sizes("dot_accurate", x, y);
+  return detail::dot_accurate_kernel(x.data(), y.data(), x.size());
 }
 
 void dots(std::span<const float> query, MatrixView<const float> keys,

@@ -14,6 +14,8 @@ namespace softdot::detail {
 
 HWY_EXPORT(DotF32);
 HWY_EXPORT(DotF64);
+HWY_EXPORT(DotAccurateF32);
+HWY_EXPORT(DotAccurateF64);
 HWY_EXPORT(SoftmaxRowF32);
 HWY_EXPORT(SoftmaxRowF64);
 
@@ -22,6 +24,15 @@ float dot_kernel(const float* x, const float* y, std::size_t n) noexcept {
 }
 double dot_kernel(const double* x, const double* y, std::size_t n) noexcept {
   return HWY_DYNAMIC_DISPATCH(DotF64)(x, y, n);
+}
+
+float dot_accurate_kernel(const float* x, const float* y,
+                          std::size_t n) noexcept {
+  return HWY_DYNAMIC_DISPATCH(DotAccurateF32)(x, y, n);
+}
+double dot_accurate_kernel(const double* x, const double* y,
+                           std::size_t n) noexcept {
+  return HWY_DYNAMIC_DISPATCH(DotAccurateF64)(x, y, n);
 }
 
 void softmax_row_kernel(const float* x, const std::uint8_t* mask, float scale,

@@ -15,6 +15,13 @@ namespace softdot::detail {
 float dot_kernel(const float* x, const float* y, std::size_t n) noexcept;
 double dot_kernel(const double* x, const double* y, std::size_t n) noexcept;
 
+// The same, as if computed in twice the working precision and rounded once
+// (float: double accumulation of exact products; double: Dot2).
+float dot_accurate_kernel(const float* x, const float* y,
+                          std::size_t n) noexcept;
+double dot_accurate_kernel(const double* x, const double* y,
+                           std::size_t n) noexcept;
+
 // One softmax-family row of n elements (n may be 0 only for RowOp::kState).
 // mask: null, or n bytes (0 = masked). scale: multiplies x (1 = unscaled).
 // y: n outputs (may equal x; unused for kState). state: output of kState,

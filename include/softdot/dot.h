@@ -25,6 +25,19 @@ namespace softdot {
 float dot(std::span<const float> x, std::span<const float> y);
 double dot(std::span<const double> x, std::span<const double> y);
 
+// Returns x.y as if computed in twice the working precision and rounded
+// once: |dot_accurate(x, y) - x.y| <= u |x.y| + gamma_n^2 sum |x_i y_i|
+// (u = 2^-24 float, 2^-53 double), so the result is accurate to about
+// u (1 + n^2 u cond) where cond = sum |x_i y_i| / |x.y|.
+// float: the products are formed exactly in double and summed in double
+// (n 2^-53 sum|x_i y_i|, below the bound above for every n), then rounded
+// once; the same bits on every target. double: Ogita, Rump and Oishi's Dot2
+// (TwoProduct by FMA, or Dekker's product without FMA, and TwoSum) per lane,
+// lanes combined in double-double; the same bits on every FMA target.
+// Order, sizes, errors, allocation and threads as for dot().
+float dot_accurate(std::span<const float> x, std::span<const float> y);
+double dot_accurate(std::span<const double> x, std::span<const double> y);
+
 // Scores of one query against many keys: scores[r] = dot(query, keys.row(r))
 // for every row r, bitwise equal to calling dot() per row.
 // Requirements (std::invalid_argument otherwise): keys.cols ==

@@ -21,6 +21,7 @@
 
 #include "hwy/highway.h"
 #include "kernels/block-inl.h"
+#include "kernels/eft-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace softdot {
@@ -28,18 +29,6 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 inline constexpr std::size_t kDotAccumulators = 8;
-
-// Adds one block of x*y into acc (kVecs vectors).
-template <class T>
-HWY_INLINE void DotBlock(const T* HWY_RESTRICT x, const T* HWY_RESTRICT y,
-                         typename Block<T>::V* acc) {
-  using B = Block<T>;
-  const typename B::D d;
-  for (std::size_t v = 0; v < B::kVecs; ++v) {
-    acc[v] = hn::MulAdd(hn::LoadU(d, x + v * B::kVecLanes),
-                        hn::LoadU(d, y + v * B::kVecLanes), acc[v]);
-  }
-}
 
 // Sums the kLanes logical lanes of one block in a fixed pairwise tree.
 template <class T>
@@ -56,53 +45,173 @@ HWY_INLINE T ReduceBlockTree(const typename Block<T>::V* acc) {
   return lanes[0];
 }
 
-template <class T>
-HWY_INLINE T DotImpl(const T* HWY_RESTRICT x, const T* HWY_RESTRICT y,
-                     std::size_t n) {
-  using B = Block<T>;
-  using V = typename B::V;
-  const typename B::D d;
-  constexpr std::size_t kLanes = B::kLanes;
-  constexpr std::size_t kStep = kDotAccumulators * kLanes;
-
-  V acc[kDotAccumulators][B::kVecs];
-  for (auto& a : acc) {
-    for (auto& v : a) v = hn::Zero(d);
-  }
-  std::size_t i = 0;
-  for (; i + kStep <= n; i += kStep) {
-    for (std::size_t b = 0; b < kDotAccumulators; ++b) {
-      DotBlock(x + i + b * kLanes, y + i + b * kLanes, acc[b]);
-    }
-  }
-  std::size_t b = 0;
-  for (; i + kLanes <= n; i += kLanes, ++b) DotBlock(x + i, y + i, acc[b]);
-  if (i < n) {
-    // Zero padding adds +0 to the lanes past n, which leaves them unchanged.
-    alignas(64) T xb[kLanes] = {};
-    alignas(64) T yb[kLanes] = {};
-    std::memcpy(xb, x + i, (n - i) * sizeof(T));
-    std::memcpy(yb, y + i, (n - i) * sizeof(T));
-    DotBlock(xb, yb, acc[b]);
-  }
-  // Fixed tree over the 8 blocks: (0+4, 1+5, 2+6, 3+7), (0+2, 1+3), 0+1.
+// Adds the 8 accumulator blocks in a fixed tree: (0+4, 1+5, 2+6, 3+7),
+// (0+2, 1+3), 0+1; the sum ends in acc[0].
+template <class V, std::size_t kVecs>
+HWY_INLINE void ReduceAccumulators(V (&acc)[kDotAccumulators][kVecs]) {
   for (std::size_t half = kDotAccumulators / 2; half >= 1; half /= 2) {
     for (std::size_t j = 0; j < half; ++j) {
-      for (std::size_t v = 0; v < B::kVecs; ++v) {
+      for (std::size_t v = 0; v < kVecs; ++v) {
         acc[j][v] = hn::Add(acc[j][v], acc[j + half][v]);
       }
     }
   }
-  return ReduceBlockTree<T>(acc[0]);
 }
+
+// The loop shared by every dot product: blocks of Policy::kLanes input
+// elements go, in index order, to accumulator (block index) % 8; the partial
+// last block is zero-padded (adding +0 products leaves a lane unchanged).
+template <class Policy, class TIn>
+HWY_INLINE auto DotLoop(const TIn* HWY_RESTRICT x, const TIn* HWY_RESTRICT y,
+                        std::size_t n) {
+  constexpr std::size_t kLanes = Policy::kLanes;
+  constexpr std::size_t kStep = kDotAccumulators * kLanes;
+  typename Policy::State state[kDotAccumulators];
+  for (auto& s : state) Policy::Init(s);
+  std::size_t i = 0;
+  for (; i + kStep <= n; i += kStep) {
+    for (std::size_t b = 0; b < kDotAccumulators; ++b) {
+      Policy::Add(x + i + b * kLanes, y + i + b * kLanes, state[b]);
+    }
+  }
+  std::size_t b = 0;
+  for (; i + kLanes <= n; i += kLanes, ++b) Policy::Add(x + i, y + i, state[b]);
+  if (i < n) {
+    alignas(64) TIn xb[kLanes] = {};
+    alignas(64) TIn yb[kLanes] = {};
+    std::memcpy(xb, x + i, (n - i) * sizeof(TIn));
+    std::memcpy(yb, y + i, (n - i) * sizeof(TIn));
+    Policy::Add(xb, yb, state[b]);
+  }
+  return Policy::Reduce(state);
+}
+
+// Plain dot: one FMA per element into T lanes.
+template <class T>
+struct PlainDot {
+  using B = Block<T>;
+  using V = typename B::V;
+  static constexpr std::size_t kLanes = B::kLanes;
+  struct State {
+    V acc[B::kVecs];
+  };
+  static HWY_INLINE void Init(State& s) {
+    for (auto& v : s.acc) v = hn::Zero(typename B::D());
+  }
+  static HWY_INLINE void Add(const T* x, const T* y, State& s) {
+    const typename B::D d;
+    for (std::size_t v = 0; v < B::kVecs; ++v) {
+      s.acc[v] = hn::MulAdd(hn::LoadU(d, x + v * B::kVecLanes),
+                            hn::LoadU(d, y + v * B::kVecLanes), s.acc[v]);
+    }
+  }
+  static HWY_INLINE T Reduce(State (&s)[kDotAccumulators]) {
+    V acc[kDotAccumulators][B::kVecs];
+    for (std::size_t b = 0; b < kDotAccumulators; ++b) {
+      for (std::size_t v = 0; v < B::kVecs; ++v) acc[b][v] = s[b].acc[v];
+    }
+    ReduceAccumulators(acc);
+    return ReduceBlockTree<T>(acc[0]);
+  }
+};
+
+// Float inputs accumulated in double. A product of two floats is exact in
+// double, so each lane only rounds its sum: error <= n 2^-53 sum |x_i y_i|,
+// which is below the Dot2 bound gamma_n^2 sum |x_i y_i| (gamma_n for float)
+// for every n, at 2 conversions per 8 products. The same bits on every
+// target, FMA or not (the product is exact either way).
+struct WideDot {
+  using B = Block<double>;
+  using V = typename B::V;
+  static constexpr std::size_t kLanes = B::kLanes;
+  struct State {
+    V acc[B::kVecs];
+  };
+  static HWY_INLINE void Init(State& s) {
+    for (auto& v : s.acc) v = hn::Zero(typename B::D());
+  }
+  static HWY_INLINE void Add(const float* x, const float* y, State& s) {
+    const typename B::D d;
+    const hn::Rebind<float, typename B::D> df;
+    for (std::size_t v = 0; v < B::kVecs; ++v) {
+      const V xv = hn::PromoteTo(d, hn::LoadU(df, x + v * B::kVecLanes));
+      const V yv = hn::PromoteTo(d, hn::LoadU(df, y + v * B::kVecLanes));
+      s.acc[v] = hn::MulAdd(xv, yv, s.acc[v]);
+    }
+  }
+  static HWY_INLINE double Reduce(State (&s)[kDotAccumulators]) {
+    V acc[kDotAccumulators][B::kVecs];
+    for (std::size_t b = 0; b < kDotAccumulators; ++b) {
+      for (std::size_t v = 0; v < B::kVecs; ++v) acc[b][v] = s[b].acc[v];
+    }
+    ReduceAccumulators(acc);
+    return ReduceBlockTree<double>(acc[0]);
+  }
+};
+
+// Ogita, Rump and Oishi's Dot2 per lane: p + pe = x * y exactly (FMA, or
+// Dekker's product without FMA), s + q = s + p exactly (TwoSum), and the
+// errors pe + q gathered in c. The lanes are combined in double-double.
+// Result: |res - x.y| <= u |x.y| + gamma_n^2 sum |x_i y_i|.
+struct CompensatedDot {
+  using B = Block<double>;
+  using V = typename B::V;
+  static constexpr std::size_t kLanes = B::kLanes;
+  struct State {
+    V s[B::kVecs];
+    V c[B::kVecs];
+  };
+  static HWY_INLINE void Init(State& st) {
+    for (std::size_t v = 0; v < B::kVecs; ++v) {
+      st.s[v] = st.c[v] = hn::Zero(typename B::D());
+    }
+  }
+  static HWY_INLINE void Add(const double* x, const double* y, State& st) {
+    const typename B::D d;
+    for (std::size_t v = 0; v < B::kVecs; ++v) {
+      const V xv = hn::LoadU(d, x + v * B::kVecLanes);
+      const V yv = hn::LoadU(d, y + v * B::kVecLanes);
+      const V p = hn::Mul(xv, yv);
+      const V pe = ProductLow(xv, yv, p);
+      const V t = hn::Add(st.s[v], p);
+      st.c[v] = hn::Add(st.c[v], hn::Add(TwoSumErr(st.s[v], p, t), pe));
+      st.s[v] = t;
+    }
+  }
+  static HWY_INLINE double Reduce(State (&st)[kDotAccumulators]) {
+    const typename B::D d;
+    alignas(64) double s[B::kLanes], c[B::kLanes];
+    double hi = 0.0, lo = 0.0;
+    for (std::size_t b = 0; b < kDotAccumulators; ++b) {
+      for (std::size_t v = 0; v < B::kVecs; ++v) {
+        hn::Store(st[b].s[v], d, s + v * B::kVecLanes);
+        hn::Store(st[b].c[v], d, c + v * B::kVecLanes);
+      }
+      for (std::size_t j = 0; j < B::kLanes; ++j) {
+        TwoSumScalar(hi, lo, s[j]);
+        lo += c[j];
+      }
+    }
+    return hi + lo;
+  }
+};
 
 HWY_NOINLINE float DotF32(const float* HWY_RESTRICT x,
                           const float* HWY_RESTRICT y, std::size_t n) {
-  return DotImpl(x, y, n);
+  return DotLoop<PlainDot<float>>(x, y, n);
 }
 HWY_NOINLINE double DotF64(const double* HWY_RESTRICT x,
                            const double* HWY_RESTRICT y, std::size_t n) {
-  return DotImpl(x, y, n);
+  return DotLoop<PlainDot<double>>(x, y, n);
+}
+HWY_NOINLINE float DotAccurateF32(const float* HWY_RESTRICT x,
+                                  const float* HWY_RESTRICT y, std::size_t n) {
+  return static_cast<float>(DotLoop<WideDot>(x, y, n));
+}
+HWY_NOINLINE double DotAccurateF64(const double* HWY_RESTRICT x,
+                                   const double* HWY_RESTRICT y,
+                                   std::size_t n) {
+  return DotLoop<CompensatedDot>(x, y, n);
 }
 
 }  // namespace HWY_NAMESPACE
