@@ -14,7 +14,7 @@ namespace softdot::detail {
 
 HWY_EXPORT(DotF32);
 HWY_EXPORT(DotF64);
-HWY_EXPORT(DotAccurateF32);
+HWY_EXPORT(DotWideF32);
 HWY_EXPORT(DotAccurateF64);
 HWY_EXPORT(SoftmaxRowF32);
 HWY_EXPORT(SoftmaxRowF64);
@@ -28,7 +28,11 @@ double dot_kernel(const double* x, const double* y, std::size_t n) noexcept {
 
 float dot_accurate_kernel(const float* x, const float* y,
                           std::size_t n) noexcept {
-  return HWY_DYNAMIC_DISPATCH(DotAccurateF32)(x, y, n);
+  return static_cast<float>(HWY_DYNAMIC_DISPATCH(DotWideF32)(x, y, n));
+}
+double dot_accurate_wide_kernel(const float* x, const float* y,
+                                std::size_t n) noexcept {
+  return HWY_DYNAMIC_DISPATCH(DotWideF32)(x, y, n);
 }
 double dot_accurate_kernel(const double* x, const double* y,
                            std::size_t n) noexcept {

@@ -91,6 +91,20 @@ void log_softmax_rows(MatrixView<const float> x, MatrixView<float> y,
 void log_softmax_rows(MatrixView<const double> x, MatrixView<double> y,
                       const SoftmaxOptions& options = {});
 
+// Gradient of the softmax: given its output y and the gradient dy of a loss
+// with respect to y, dx_i = y_i (dy_i - <dy, y>). The inner product is
+// dot_accurate() (twice the working precision), and each dx_i is formed in
+// double (float) or with the inner product's error folded in (double), so
+// dx_i is within about 1 ulp of the exact value for the given y and dy, up
+// to the conditioning of dy_i - <dy, y> (measured in docs/accuracy.md).
+// Sizes: y, dy, dx equal and >= 1, else std::invalid_argument. Aliasing: dx
+// may be y or dy (in place); no other overlap. NaN and inf follow IEEE
+// arithmetic. Does not allocate; single-threaded.
+void softmax_backward(std::span<const float> y, std::span<const float> dy,
+                      std::span<float> dx);
+void softmax_backward(std::span<const double> y, std::span<const double> dy,
+                      std::span<double> dx);
+
 // ---------------------------------------------------------------------------
 // Online softmax over a row that arrives in chunks.
 //

@@ -204,9 +204,9 @@ HWY_NOINLINE double DotF64(const double* HWY_RESTRICT x,
                            const double* HWY_RESTRICT y, std::size_t n) {
   return DotLoop<PlainDot<double>>(x, y, n);
 }
-HWY_NOINLINE float DotAccurateF32(const float* HWY_RESTRICT x,
-                                  const float* HWY_RESTRICT y, std::size_t n) {
-  return static_cast<float>(DotLoop<WideDot>(x, y, n));
+HWY_NOINLINE double DotWideF32(const float* HWY_RESTRICT x,
+                               const float* HWY_RESTRICT y, std::size_t n) {
+  return DotLoop<WideDot>(x, y, n);
 }
 HWY_NOINLINE double DotAccurateF64(const double* HWY_RESTRICT x,
                                    const double* HWY_RESTRICT y,

@@ -69,8 +69,8 @@ Ref<T> make_ref(mpfr_srcptr v) {
   // |v| is in [2^(e-1), 2^e); the spacing of T there is 2^(e - digits), but
   // never below the subnormal spacing.
   const long e = mpfr_get_exp(v);
-  const long ulp_exp = std::max<long>(e - std::numeric_limits<T>::digits,
-                                      kLogDenormMin<T>);
+  const long ulp_exp =
+      std::max<long>(e - std::numeric_limits<T>::digits, kLogDenormMin<T>);
   r.ulp = std::ldexp(1.0, int(ulp_exp));
   r.below_subnormal = e <= kLogDenormMin<T>;
   return r;
@@ -258,6 +258,38 @@ SoftmaxRef<double> softmax_reference(std::span<const double> x,
   return softmax_impl<double>(x, options);
 }
 
+template <class T>
+std::vector<Ref<T>> backward_impl(std::span<const T> y, std::span<const T> dy) {
+  if (y.size() != dy.size()) {
+    throw std::invalid_argument("softdot_ref: backward size mismatch");
+  }
+  // g = sum dy_i y_i exactly (products of T are exact at 256 bits, and so is
+  // the sum for the exponent ranges the tests use).
+  Mp g, t;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    mpfr_set_d(t.get(), static_cast<double>(dy[i]), MPFR_RNDN);
+    mpfr_mul_d(t.get(), t.get(), static_cast<double>(y[i]), MPFR_RNDN);
+    mpfr_add(g.get(), g.get(), t.get(), MPFR_RNDN);
+  }
+  std::vector<Ref<T>> out(y.size());
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    mpfr_set_d(t.get(), static_cast<double>(dy[i]), MPFR_RNDN);
+    mpfr_sub(t.get(), t.get(), g.get(), MPFR_RNDN);
+    mpfr_mul_d(t.get(), t.get(), static_cast<double>(y[i]), MPFR_RNDN);
+    out[i] = make_ref<T>(t.get());
+  }
+  return out;
+}
+
+std::vector<Ref<float>> softmax_backward_reference(std::span<const float> y,
+                                                   std::span<const float> dy) {
+  return backward_impl<float>(y, dy);
+}
+std::vector<Ref<double>> softmax_backward_reference(
+    std::span<const double> y, std::span<const double> dy) {
+  return backward_impl<double>(y, dy);
+}
+
 DotRef<float> dot_reference(std::span<const float> x,
                             std::span<const float> y) {
   return dot_impl<float>(x, y);
@@ -327,8 +359,9 @@ void UlpStats::merge(const UlpStats& other) {
 
 std::string UlpStats::str() const {
   char buf[160];
-  std::snprintf(buf, sizeof buf, "max %.3f mean %.4f (n=%zu, below subnormal=%zu)",
-                max, mean(), count, below_subnormal);
+  std::snprintf(buf, sizeof buf,
+                "max %.3f mean %.4f (n=%zu, below subnormal=%zu)", max, mean(),
+                count, below_subnormal);
   return buf;
 }
 

@@ -33,11 +33,11 @@ namespace softdot_ref {
 // One reference value.
 template <class T>
 struct Ref {
-  T rounded = 0;    // correctly rounded to T (NaN / +-inf for special values)
-  double hi = 0;    // exact value ~= hi + lo (hi = rounded to double)
+  T rounded = 0;  // correctly rounded to T (NaN / +-inf for special values)
+  double hi = 0;  // exact value ~= hi + lo (hi = rounded to double)
   double lo = 0;
-  double ulp = 0;   // spacing of T at the exact value (subnormal spacing
-                    // below the normal range); 0 for 0, inf and NaN
+  double ulp = 0;  // spacing of T at the exact value (subnormal spacing
+                   // below the normal range); 0 for 0, inf and NaN
   bool below_subnormal = false;  // exact value != 0 but below the smallest
                                  // subnormal of T (0 may be the right answer)
 };
@@ -74,10 +74,15 @@ struct DotRef {
   Ref<T> value;
   double abs_sum = 0;
 };
-DotRef<float> dot_reference(std::span<const float> x,
-                            std::span<const float> y);
+DotRef<float> dot_reference(std::span<const float> x, std::span<const float> y);
 DotRef<double> dot_reference(std::span<const double> x,
                              std::span<const double> y);
+
+// Exact softmax backward dx_i = y_i (dy_i - sum_j dy_j y_j), rounded once.
+std::vector<Ref<float>> softmax_backward_reference(std::span<const float> y,
+                                                   std::span<const float> dy);
+std::vector<Ref<double>> softmax_backward_reference(std::span<const double> y,
+                                                    std::span<const double> dy);
 
 // Correctly rounded 0 - log(k) (+0 for k = 1), for the +inf rows of the
 // table.
@@ -101,8 +106,8 @@ struct UlpStats {
   double max = 0;
   double sum = 0;
   std::size_t count = 0;
-  std::size_t worst_index = 0;       // index given with the worst error
-  std::size_t below_subnormal = 0;   // references below the smallest subnormal
+  std::size_t worst_index = 0;      // index given with the worst error
+  std::size_t below_subnormal = 0;  // references below the smallest subnormal
   void add(double err, std::size_t index = 0, bool tiny = false);
   void merge(const UlpStats& other);
   double mean() const { return count ? sum / double(count) : 0.0; }

@@ -1,0 +1,58 @@
+// softdot: the gradient of the softmax, dx = y * (dy - <dy, y>).
+#include <cmath>
+#include <cstddef>
+#include <span>
+
+#include "check.h"
+#include "kernels.h"
+#include "softdot/softmax.h"
+
+namespace softdot {
+namespace {
+
+template <class T>
+void check_backward(std::span<const T> y, std::span<const T> dy,
+                    std::span<T> dx) {
+  const char* function = "softmax_backward";
+  if (y.empty()) detail::fail(function, "y is empty (n must be >= 1)");
+  if (dy.size() != y.size() || dx.size() != y.size()) {
+    detail::fail(function, "y has " + detail::count(y.size()) +
+                               " elements, dy " + detail::count(dy.size()) +
+                               " and dx " + detail::count(dx.size()) +
+                               " (all must be equal)");
+  }
+  if (detail::partial_overlap(y.data(), y.size(), dx.data(), dx.size()) ||
+      detail::partial_overlap(dy.data(), dy.size(), dx.data(), dx.size())) {
+    detail::fail(function, "dx partially overlaps y or dy");
+  }
+}
+
+}  // namespace
+
+void softmax_backward(std::span<const float> y, std::span<const float> dy,
+                      std::span<float> dx) {
+  check_backward(y, dy, dx);
+  // <dy, y> from exact float products summed in double; then each dx_i in
+  // double (the product and the difference round at 2^-53) and rounded once.
+  const double g =
+      detail::dot_accurate_wide_kernel(dy.data(), y.data(), y.size());
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    const double yi = y[i], dyi = dy[i];
+    dx[i] = static_cast<float>(yi * (dyi - g));
+  }
+}
+
+void softmax_backward(std::span<const double> y, std::span<const double> dy,
+                      std::span<double> dx) {
+  check_backward(y, dy, dx);
+  const double g = detail::dot_accurate_kernel(dy.data(), y.data(), y.size());
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    // dy_i - g exactly as d + e (TwoSum), then y_i (d + e) with one FMA.
+    const double d = dy[i] - g;
+    const double bb = d - dy[i];
+    const double e = (dy[i] - (d - bb)) + (-g - bb);
+    dx[i] = std::fma(y[i], d, y[i] * e);
+  }
+}
+
+}  // namespace softdot
