@@ -12,6 +12,7 @@ build_dir="${BUILD_DIR:-$SOFTDOT_ROOT/build}"
 # Core 1 by default (core 0 takes more interrupts); core 0 on a 1-CPU machine.
 cpu="${BENCH_CPU:-$(( $(nproc) > 1 ? 1 : 0 ))}"
 
+SOFTDOT_PACKAGES+=(python3)  # scripts/bench_table.py (standard library only)
 ensure_deps
 configure_build "$build_dir" Release -DSOFTDOT_BUILD_BENCH=ON
 bench="$build_dir/bench/softdot_bench"
