@@ -51,7 +51,9 @@ printf '#include <cstdlib>\nint main() { void* volatile p = std::malloc(64); p =
   >"$probe_dir/leak.cc"
 detect_leaks=0
 if g++ -fsanitize=address -g "$probe_dir/leak.cc" -o "$probe_dir/leak" 2>/dev/null; then
-  if ASAN_OPTIONS=detect_leaks=1 "$probe_dir/leak" 2>&1 | grep -q 'detected memory leaks'; then
+  # The probe exits non-zero when LSan works, so read its output, not its status.
+  probe_out="$(ASAN_OPTIONS=detect_leaks=1 "$probe_dir/leak" 2>&1 || true)"
+  if grep -q 'detected memory leaks' <<<"$probe_out"; then
     detect_leaks=1
   fi
 fi
