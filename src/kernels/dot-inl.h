@@ -196,13 +196,40 @@ struct CompensatedDot {
   }
 };
 
+// A dot of fewer than one block of elements, with the same bits as DotLoop:
+// there, lane j holds fma(x_j, y_j, +0) and then gains +0 from the other
+// accumulators, which is x_j * y_j + 0 (the +0 turns a -0 product into +0);
+// the lanes past n are +0; then the same lane tree. Skips the accumulator
+// set-up, the copies into the padding buffer and the block reduction, which
+// cost ~40 ns for n = 3.
+template <class T>
+HWY_INLINE T SmallDot(const T* HWY_RESTRICT x, const T* HWY_RESTRICT y,
+                      std::size_t n) {
+  constexpr std::size_t kLanes = Block<T>::kLanes;
+  T lanes[kLanes];
+  for (std::size_t j = 0; j < kLanes; ++j) {
+    lanes[j] = j < n ? x[j] * y[j] + T(0) : T(0);
+  }
+  for (std::size_t half = kLanes / 2; half >= 1; half /= 2) {
+    for (std::size_t j = 0; j < half; ++j) lanes[j] += lanes[j + half];
+  }
+  return lanes[0];
+}
+
+template <class T>
+HWY_INLINE T PlainDotDispatch(const T* HWY_RESTRICT x, const T* HWY_RESTRICT y,
+                              std::size_t n) {
+  if (n < Block<T>::kLanes) return SmallDot(x, y, n);
+  return DotLoop<PlainDot<T>>(x, y, n);
+}
+
 HWY_NOINLINE float DotF32(const float* HWY_RESTRICT x,
                           const float* HWY_RESTRICT y, std::size_t n) {
-  return DotLoop<PlainDot<float>>(x, y, n);
+  return PlainDotDispatch(x, y, n);
 }
 HWY_NOINLINE double DotF64(const double* HWY_RESTRICT x,
                            const double* HWY_RESTRICT y, std::size_t n) {
-  return DotLoop<PlainDot<double>>(x, y, n);
+  return PlainDotDispatch(x, y, n);
 }
 HWY_NOINLINE double DotWideF32(const float* HWY_RESTRICT x,
                                const float* HWY_RESTRICT y, std::size_t n) {

@@ -162,11 +162,26 @@ HWY_INLINE void SumExpPass(const S& scores, const T* x,
     hn::Store(s[v], d, ls + v * B::kVecLanes);
     hn::Store(c[v], d, lc + v * B::kVecLanes);
   }
-  double hi = 0.0, lo = 0.0;
-  for (std::size_t j = 0; j < B::kLanes; ++j) TwoSumScalar(hi, lo, ls[j]);
-  for (std::size_t j = 0; j < B::kLanes; ++j) TwoSumScalar(hi, lo, lc[j]);
-  sum_hi = hi + lo;
-  sum_lo = lo - (sum_hi - hi);
+  // Lanes combined in a pairwise tree of double-double additions: the pairs
+  // of one level are independent, so this costs 4 TwoSum latencies, where a
+  // running TwoSum over the lanes cost 32 and dominated small rows (a
+  // 3-element softmax took 124 ns).
+  double hi[B::kLanes], lo[B::kLanes];
+  for (std::size_t j = 0; j < B::kLanes; ++j) {
+    hi[j] = ls[j];
+    lo[j] = lc[j];
+  }
+  for (std::size_t half = B::kLanes / 2; half >= 1; half /= 2) {
+    for (std::size_t j = 0; j < half; ++j) {
+      const double t = hi[j] + hi[j + half];
+      const double bb = t - hi[j];
+      const double err = (hi[j] - (t - bb)) + (hi[j + half] - bb);
+      hi[j] = t;
+      lo[j] = lo[j] + lo[j + half] + err;
+    }
+  }
+  sum_hi = hi[0] + lo[0];
+  sum_lo = lo[0] - (sum_hi - hi[0]);
 }
 
 // 1/S as an unevaluated pair of T, accurate to about 2^-2p.
