@@ -1,4 +1,5 @@
-// softdot::dot (float) at every benchmark size; reads 2 arrays.
+// softdot::dot and dot_accurate (float) at every benchmark size; read 2
+// arrays.
 #include <softdot/softdot.h>
 
 #include <vector>
@@ -18,6 +19,19 @@ void BM_dot(benchmark::State& state) {
   SetCounters(state, state.range(0), 2, 0);
 }
 BENCHMARK(BM_dot)->Apply(AddSizes);
+
+// dot_accurate (float): exact products summed in double; its cost against
+// BM_dot at the same n is the price of twice the working precision.
+void BM_dot_accurate(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const std::vector<float> x = RandomScores(n, 1), y = RandomScores(n, 2);
+  for (auto _ : state) {
+    float s = softdot::dot_accurate(x, y);
+    benchmark::DoNotOptimize(s);
+  }
+  SetCounters(state, state.range(0), 2, 0);
+}
+BENCHMARK(BM_dot_accurate)->Apply(AddSizes);
 
 }  // namespace
 }  // namespace softdot_bench
