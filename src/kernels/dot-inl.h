@@ -119,17 +119,9 @@ struct PlainDot {
 // double, so each lane only rounds its sum: error <= n 2^-53 sum |x_i y_i|,
 // which is below the Dot2 bound gamma_n^2 sum |x_i y_i| (gamma_n for float)
 // for every n, at 2 conversions per 8 products. The same bits on every
-// target, FMA or not (the product is exact either way).
-struct WideDot {
-  using B = Block<double>;
-  using V = typename B::V;
-  static constexpr std::size_t kLanes = B::kLanes;
-  struct State {
-    V acc[B::kVecs];
-  };
-  static HWY_INLINE void Init(State& s) {
-    for (auto& v : s.acc) v = hn::Zero(typename B::D());
-  }
+// target, FMA or not (the product is exact either way). Only the loads
+// differ from PlainDot<double>.
+struct WideDot : PlainDot<double> {
   static HWY_INLINE void Add(const float* x, const float* y, State& s) {
     const typename B::D d;
     const hn::Rebind<float, typename B::D> df;
@@ -138,14 +130,6 @@ struct WideDot {
       const V yv = hn::PromoteTo(d, hn::LoadU(df, y + v * B::kVecLanes));
       s.acc[v] = hn::MulAdd(xv, yv, s.acc[v]);
     }
-  }
-  static HWY_INLINE double Reduce(State (&s)[kDotAccumulators]) {
-    V acc[kDotAccumulators][B::kVecs];
-    for (std::size_t b = 0; b < kDotAccumulators; ++b) {
-      for (std::size_t v = 0; v < B::kVecs; ++v) acc[b][v] = s[b].acc[v];
-    }
-    ReduceAccumulators(acc);
-    return ReduceBlockTree<double>(acc[0]);
   }
 };
 
