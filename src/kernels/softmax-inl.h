@@ -248,6 +248,13 @@ HWY_INLINE void PosInfRow(const S& scores, const T* x, const std::uint8_t* mask,
   }
 }
 
+// e * (1/S) with 1/S = h + l (double length): one rounding, not the two of
+// e * fl(1/S).
+template <class V>
+HWY_INLINE V TimesReciprocal(V e, V h, V l) {
+  return hn::MulAdd(e, h, hn::Mul(e, l));
+}
+
 // y_i = exp(p_i - m) * (1/S) (recomputed) for kApply.
 template <class T, class S>
 HWY_INLINE void ApplyPass(const S& scores, const T* x, const std::uint8_t* mask,
@@ -262,7 +269,7 @@ HWY_INLINE void ApplyPass(const S& scores, const T* x, const std::uint8_t* mask,
                       V p, lo;
                       scores.Load(xb, mb, v, p, lo);
                       const V e = ShiftedExp(p, lo, mv);
-                      hn::StoreU(hn::MulAdd(e, h, hn::Mul(e, l)), d,
+                      hn::StoreU(TimesReciprocal(e, h, l), d,
                                  yb + v * B::kVecLanes);
                     }
                   });
@@ -279,7 +286,7 @@ HWY_INLINE void NormalizePass(std::size_t n, T inv_hi, T inv_lo, T* y) {
                   [&](const T* eb, const std::uint8_t*, T* yb) HWY_ATTR {
                     for (std::size_t v = 0; v < B::kVecs; ++v) {
                       const V e = hn::LoadU(d, eb + v * B::kVecLanes);
-                      hn::StoreU(hn::MulAdd(e, h, hn::Mul(e, l)), d,
+                      hn::StoreU(TimesReciprocal(e, h, l), d,
                                  yb + v * B::kVecLanes);
                     }
                   });
