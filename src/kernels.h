@@ -28,13 +28,14 @@ double dot_accurate_wide_kernel(const float* x, const float* y,
 // One softmax-family row of n elements (n may be 0 only for RowOp::kState).
 // mask: null, or n bytes (0 = masked). scale: multiplies x (1 = unscaled).
 // y: n outputs (may equal x; unused for kState). state: output of kState,
-// input of kApply.
+// input of kApply. faithful: Precision::kFaithful for kSoftmax, kState and
+// kApply (kLogSoftmax has one precision).
 void softmax_row_kernel(const float* x, const std::uint8_t* mask, float scale,
-                        std::size_t n, RowOp op, float* y,
-                        RowState* state) noexcept;
+                        std::size_t n, RowOp op, bool faithful,
+                        float* y, RowState* state) noexcept;
 void softmax_row_kernel(const double* x, const std::uint8_t* mask, double scale,
-                        std::size_t n, RowOp op, double* y,
-                        RowState* state) noexcept;
+                        std::size_t n, RowOp op, bool faithful,
+                        double* y, RowState* state) noexcept;
 
 // Target selection (see simd.h).
 std::int64_t compiled_targets() noexcept;

@@ -42,6 +42,10 @@ T scale_of(const char* function, const SoftmaxOptions& options) {
   return s;
 }
 
+bool faithful(const SoftmaxOptions& options) {
+  return options.precision == Precision::kFaithful;
+}
+
 const std::uint8_t* mask_bytes(const SoftmaxOptions& options) {
   return options.mask.empty()
              ? nullptr
@@ -75,7 +79,7 @@ void row_checked(const char* function, RowOp op, std::span<const T> x,
   check_mask(function, options, x.size());
   const T scale = scale_of<T>(function, options);
   detail::softmax_row_kernel(x.data(), mask_bytes(options), scale, x.size(), op,
-                             y.data(), nullptr);
+                             faithful(options), y.data(), nullptr);
 }
 
 template <class T>
@@ -85,7 +89,8 @@ RowState state_of(const char* function, std::span<const T> x,
   const T scale = scale_of<T>(function, options);
   RowState state{};
   detail::softmax_row_kernel(x.data(), mask_bytes(options), scale, x.size(),
-                             RowOp::kState, nullptr, &state);
+                             RowOp::kState, faithful(options), nullptr,
+                             &state);
   return state;
 }
 
@@ -184,7 +189,8 @@ void rows_checked(const char* function, RowOp op, MatrixView<const T> x,
     const std::size_t i = static_cast<std::size_t>(r);
     detail::softmax_row_kernel(x.data + i * x.stride,
                                mask_per_row ? mask + i * per_row : mask, scale,
-                               per_row, op, y.data + i * y.stride, nullptr);
+                               per_row, op, faithful(options),
+                               y.data + i * y.stride, nullptr);
   }
 }
 
@@ -257,7 +263,8 @@ void apply_checked(std::span<const T> chunk, const BasicSoftmaxState<T>& total,
   if (chunk.empty()) return;
   RowState state{static_cast<double>(total.max), total.sum, total.sum_lo};
   detail::softmax_row_kernel(chunk.data(), mask_bytes(options), scale,
-                             chunk.size(), RowOp::kApply, y.data(), &state);
+                             chunk.size(), RowOp::kApply, faithful(options),
+                             y.data(), &state);
 }
 
 }  // namespace

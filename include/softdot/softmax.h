@@ -10,6 +10,22 @@
 
 namespace softdot {
 
+// How a softmax weight is rounded (softmax, softmax_rows, softmax_state,
+// softmax_apply; log_softmax and logsumexp have one algorithm, already
+// within 1 ulp). Measured errors and speeds are in docs/accuracy.md.
+enum class Precision {
+  // Each weight is rounded once from a value accurate to far more than the
+  // element type: within 1 ulp of the exact weight (measured maximum 0.50
+  // ulp for float, 0.53 for double, against MPFR). float works in double
+  // lanes; double carries exp as a double-length pair. The default.
+  kFaithful,
+  // exp is rounded to the element type before it is divided by the sum, so
+  // a weight carries two roundings and the exp polynomial's error: within
+  // 2 ulp with FMA (measured 1.55), 2.5 ulp without (2.34). Faster where the
+  // row is in cache (see docs/performance.md).
+  kFast,
+};
+
 // Options shared by the softmax family.
 struct SoftmaxOptions {
   // Scores are multiplied by 1 / temperature (rounded to the element type)
@@ -22,6 +38,8 @@ struct SoftmaxOptions {
   // is ignored). For the *_rows functions the mask has either `cols` flags
   // (the same mask for every row) or `rows * cols` flags (row-major, dense).
   std::span<const bool> mask;
+  // Rounding of the weights; see Precision.
+  Precision precision = Precision::kFaithful;
 };
 
 // ---------------------------------------------------------------------------
@@ -41,12 +59,12 @@ struct SoftmaxOptions {
 
 // y = softmax(x / temperature): y_i = exp(x_i - m) / sum_j exp(x_j - m), with
 // m = max_j x_j.
-// Accuracy (float): the rounding error of x_i - m is recovered with TwoSum
-// and folded into the exponential, exp has a degree-7 polynomial on
-// |r| <= ln2/2, the sum is compensated, and the division uses a
-// double-length reciprocal, so each weight is within 4 ulp of the correctly
-// rounded value (measured maximum in docs/accuracy.md). Double: the same
-// algorithm with a degree-13 polynomial.
+// Accuracy: within 1 ulp of the exact weight in the default
+// Precision::kFaithful (float: scores, exp, sum and quotient in double, then
+// one rounding to float; double: the rounding error of x_i - m recovered
+// with TwoSum, exp(x_i - m) as a double-length pair, a compensated sum and a
+// double-length 1/sum, one rounding); within 2 ulp in Precision::kFast
+// (measured maxima in docs/accuracy.md).
 // Shift invariance: softmax(x + c) has the same bits as softmax(x) whenever
 // x + c is exact, since only x_i - m enters the computation.
 // Aliasing: y may be the same memory as x (in place); partial overlap is not

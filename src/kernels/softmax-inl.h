@@ -30,6 +30,7 @@
 #include "kernels/block-inl.h"
 #include "kernels/eft-inl.h"
 #include "kernels/exp-inl.h"
+#include "kernels/exp_wide-inl.h"
 #include "kernels/row_op.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -130,6 +131,45 @@ HWY_INLINE V ShiftedExp(V p, V lo, V m) {
   return ExpNonPositive(d, t, c);
 }
 
+// Adds the kLanes lanes of s + c (per-lane sums and their compensations) in
+// a pairwise tree of double-double additions: the pairs of one level are
+// independent, so this costs 4 TwoSum latencies, where a running TwoSum over
+// the lanes cost 32 and dominated small rows (a 3-element softmax took
+// 124 ns).
+HWY_INLINE void SumTree(double* hi, double* lo, std::size_t lanes,
+                        double& sum_hi, double& sum_lo) {
+  for (std::size_t half = lanes / 2; half >= 1; half /= 2) {
+    for (std::size_t j = 0; j < half; ++j) {
+      const double t = hi[j] + hi[j + half];
+      const double bb = t - hi[j];
+      const double err = (hi[j] - (t - bb)) + (hi[j + half] - bb);
+      hi[j] = t;
+      lo[j] = lo[j] + lo[j + half] + err;
+    }
+  }
+  sum_hi = hi[0] + lo[0];
+  sum_lo = lo[0] - (sum_hi - hi[0]);
+}
+
+template <class T, class V>
+HWY_INLINE void SumLanes(const V* s, const V* c, double& sum_hi,
+                         double& sum_lo) {
+  using B = Block<T>;
+  const typename B::D d;
+  alignas(64) T ls[B::kLanes];
+  alignas(64) T lc[B::kLanes];
+  for (std::size_t v = 0; v < B::kVecs; ++v) {
+    hn::Store(s[v], d, ls + v * B::kVecLanes);
+    hn::Store(c[v], d, lc + v * B::kVecLanes);
+  }
+  double hi[B::kLanes], lo[B::kLanes];
+  for (std::size_t j = 0; j < B::kLanes; ++j) {
+    hi[j] = ls[j];
+    lo[j] = lc[j];
+  }
+  SumTree(hi, lo, B::kLanes, sum_hi, sum_lo);
+}
+
 // Pass B: sum of exp(p_i - m) as hi + lo; stores the exponentials to y when
 // kStore.
 template <bool kStore, class T, class S>
@@ -156,32 +196,7 @@ HWY_INLINE void SumExpPass(const S& scores, const T* x,
                       s[v] = t;
                     }
                   });
-  alignas(64) T ls[B::kLanes];
-  alignas(64) T lc[B::kLanes];
-  for (std::size_t v = 0; v < B::kVecs; ++v) {
-    hn::Store(s[v], d, ls + v * B::kVecLanes);
-    hn::Store(c[v], d, lc + v * B::kVecLanes);
-  }
-  // Lanes combined in a pairwise tree of double-double additions: the pairs
-  // of one level are independent, so this costs 4 TwoSum latencies, where a
-  // running TwoSum over the lanes cost 32 and dominated small rows (a
-  // 3-element softmax took 124 ns).
-  double hi[B::kLanes], lo[B::kLanes];
-  for (std::size_t j = 0; j < B::kLanes; ++j) {
-    hi[j] = ls[j];
-    lo[j] = lc[j];
-  }
-  for (std::size_t half = B::kLanes / 2; half >= 1; half /= 2) {
-    for (std::size_t j = 0; j < half; ++j) {
-      const double t = hi[j] + hi[j + half];
-      const double bb = t - hi[j];
-      const double err = (hi[j] - (t - bb)) + (hi[j + half] - bb);
-      hi[j] = t;
-      lo[j] = lo[j] + lo[j + half] + err;
-    }
-  }
-  sum_hi = hi[0] + lo[0];
-  sum_lo = lo[0] - (sum_hi - hi[0]);
+  SumLanes<T>(s, c, sum_hi, sum_lo);
 }
 
 // 1/S as an unevaluated pair of T, accurate to about 2^-2p.
@@ -318,9 +333,246 @@ HWY_INLINE void LogPass(const S& scores, const T* x, const std::uint8_t* mask,
                   });
 }
 
+// ---------------------------------------------------------------------------
+// Precision::kFaithful: the weights are rounded once.
+//
+// float: every step after the max runs in double lanes. A score is the
+// exact product x * scale (24 x 24 bits fit in 53), d = score - c is exact
+// or within 2^-53 relative, exp(d) has a relative error below 2^-40
+// (ExpForFloat), the sum is plain double (relative error below n 2^-53 /16
+// per lane), and y = fl_float(exp(d) * (1/S)) is rounded twice, to double
+// and then float: within 0.5 ulp + about 2^-13 ulp.
+// double: exp(t + c) as a pair 2^k (hi + lo) (ExpPair, 2^-56), summed with
+// TwoSum compensation, then y = 2^k ((hi + lo)(h + l)) with 1/S = h + l
+// in double length and one rounding of a value in [0.35, 1.42] (a second
+// one, exact unless the weight is subnormal, applies 2^k): within 0.5 ulp +
+// about 0.1 ulp.
+// Both recompute exp in the last pass rather than storing a rounded one.
+// ---------------------------------------------------------------------------
+
+// float scores in double lanes; a float block (16 elements) is kVecs
+// double vectors.
+template <bool kMasked, bool kScaled>
+struct WideScores {
+  using DW = Block<double>::D;
+  using V = hn::Vec<DW>;
+  static constexpr std::size_t kVecLanes = Block<double>::kVecLanes;
+  static constexpr std::size_t kVecs = Block<float>::kLanes / kVecLanes;
+
+  double scale;
+
+  HWY_INLINE V Load(const float* HWY_RESTRICT x, const std::uint8_t* mask,
+                    std::size_t v) const {
+    const DW d;
+    const hn::Rebind<float, DW> df;
+    V p = hn::PromoteTo(d, hn::LoadU(df, x + v * kVecLanes));
+    if constexpr (kScaled) p = hn::Mul(p, hn::Set(d, scale));  // exact
+    if constexpr (kMasked) {
+      p = hn::IfThenElse(LoadKeep(d, mask + v * kVecLanes), p,
+                         hn::Set(d, -std::numeric_limits<double>::infinity()));
+    }
+    return p;
+  }
+};
+
+// sum_i exp(p_i - c) over float scores, in double with TwoSum compensation
+// (a plain sum would drop the tail of 1 + tiny, which logsumexp of the state
+// needs: log(1 + 2.6e-32) is 2.6e-32, not 0).
+template <class WS>
+HWY_INLINE void WideSumPass(const WS& ws, const float* x,
+                            const std::uint8_t* mask, std::size_t n, double c,
+                            double& sum_hi, double& sum_lo) {
+  using V = typename WS::V;
+  const typename WS::DW d;
+  const V cv = hn::Set(d, c);
+  V acc[WS::kVecs], comp[WS::kVecs];
+  for (std::size_t v = 0; v < WS::kVecs; ++v) acc[v] = comp[v] = hn::Zero(d);
+  ForEachBlock<float>(
+      x, mask, nullptr, n, -std::numeric_limits<float>::infinity(),
+      [&](const float* xb, const std::uint8_t* mb, float*) HWY_ATTR {
+        for (std::size_t v = 0; v < WS::kVecs; ++v) {
+          const V e = ExpForFloat(d, hn::Sub(ws.Load(xb, mb, v), cv));
+          const V t = hn::Add(acc[v], e);
+          comp[v] = hn::Add(comp[v], TwoSumErr(acc[v], e, t));
+          acc[v] = t;
+        }
+      });
+  constexpr std::size_t kLanes = Block<float>::kLanes;
+  alignas(64) double hi[kLanes];
+  alignas(64) double lo[kLanes];
+  for (std::size_t v = 0; v < WS::kVecs; ++v) {
+    hn::Store(acc[v], d, hi + v * WS::kVecLanes);
+    hn::Store(comp[v], d, lo + v * WS::kVecLanes);
+  }
+  SumTree(hi, lo, kLanes, sum_hi, sum_lo);
+}
+
+// y_i = fl_float(exp(p_i - c) * inv).
+template <class WS>
+HWY_INLINE void WideApplyPass(const WS& ws, const float* x,
+                              const std::uint8_t* mask, std::size_t n,
+                              double c, double inv, float* y) {
+  using V = typename WS::V;
+  const typename WS::DW d;
+  const hn::Rebind<float, typename WS::DW> df;
+  const V cv = hn::Set(d, c), iv = hn::Set(d, inv);
+  ForEachBlock<float>(
+      x, mask, y, n, -std::numeric_limits<float>::infinity(),
+      [&](const float* xb, const std::uint8_t* mb, float* yb) HWY_ATTR {
+        for (std::size_t v = 0; v < WS::kVecs; ++v) {
+          const V e = ExpForFloat(d, hn::Sub(ws.Load(xb, mb, v), cv));
+          hn::StoreU(hn::DemoteTo(df, hn::Mul(e, iv)), df,
+                     yb + v * WS::kVecLanes);
+        }
+      });
+}
+
+// The exact max of the scaled scores, in double. Only needed when the
+// float max m is so large (>= 2^32) that a score can exceed it by more than
+// exp's range (half an ulp of m); scalar, since such rows are rare.
+template <bool kMasked>
+double ExactScaledMax(const float* x, const std::uint8_t* mask, float scale,
+                      std::size_t n) {
+  double c = -std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (kMasked && mask[i] == 0) continue;
+    c = std::max(c, static_cast<double>(x[i]) * static_cast<double>(scale));
+  }
+  return c;
+}
+
+// Double: sum_i exp(p_i - m) from ExpPair, as hi + lo. The high and low
+// parts of the exponentials go into two separate TwoSum-compensated sums, so
+// the total is accurate to about 2^-100 and its bits do not depend on the
+// order of the terms (masked entries leave the other weights exactly as if
+// they were absent; folding the low parts into the compensation instead left
+// 2^-57 of order-dependent noise, and last-bit differences in the weights).
+template <class S>
+HWY_INLINE void PairSumPass(const S& scores, const double* x,
+                            const std::uint8_t* mask, std::size_t n, double m,
+                            double& sum_hi, double& sum_lo) {
+  using B = Block<double>;
+  using V = typename B::V;
+  const typename B::D d;
+  const V mv = hn::Set(d, m);
+  V s[B::kVecs], c[B::kVecs], sl[B::kVecs], cl[B::kVecs];
+  for (std::size_t v = 0; v < B::kVecs; ++v) {
+    s[v] = c[v] = sl[v] = cl[v] = hn::Zero(d);
+  }
+  ForEachBlock<double>(
+      x, mask, nullptr, n, -std::numeric_limits<double>::infinity(),
+      [&](const double* xb, const std::uint8_t* mb, double*) HWY_ATTR {
+        for (std::size_t v = 0; v < B::kVecs; ++v) {
+          V p, lo, hi_e, lo_e, kf;
+          scores.Load(xb, mb, v, p, lo);
+          const V t = hn::Sub(p, mv);
+          const V err = hn::Add(TwoSumErr(p, hn::Neg(mv), t), lo);
+          ExpPair(d, t, err, hi_e, lo_e, kf);
+          const V e = ScaleByPow2(d, hi_e, kf);
+          const V el = ScaleByPow2(d, lo_e, kf);
+          const V sum = hn::Add(s[v], e);
+          c[v] = hn::Add(c[v], TwoSumErr(s[v], e, sum));
+          s[v] = sum;
+          const V sum_l = hn::Add(sl[v], el);
+          cl[v] = hn::Add(cl[v], TwoSumErr(sl[v], el, sum_l));
+          sl[v] = sum_l;
+        }
+      });
+  alignas(64) double hs[B::kLanes], hc[B::kLanes], ls[B::kLanes],
+      lc[B::kLanes];
+  for (std::size_t v = 0; v < B::kVecs; ++v) {
+    hn::Store(s[v], d, hs + v * B::kVecLanes);
+    hn::Store(c[v], d, hc + v * B::kVecLanes);
+    hn::Store(sl[v], d, ls + v * B::kVecLanes);
+    hn::Store(cl[v], d, lc + v * B::kVecLanes);
+  }
+  double hi[B::kLanes], lo[B::kLanes];
+  for (std::size_t j = 0; j < B::kLanes; ++j) {
+    hi[j] = hs[j];
+    lo[j] = 0.0;
+    TwoSumScalar(hi[j], lo[j], ls[j]);
+    lo[j] += hc[j] + lc[j];
+  }
+  SumTree(hi, lo, B::kLanes, sum_hi, sum_lo);
+}
+
+// Double: y_i = 2^k ((hi + lo) * (h + l)), the product rounded once.
+template <class S>
+HWY_INLINE void PairApplyPass(const S& scores, const double* x,
+                              const std::uint8_t* mask, std::size_t n,
+                              double m, double inv_hi, double inv_lo,
+                              double* y) {
+  using B = Block<double>;
+  using V = typename B::V;
+  const typename B::D d;
+  const V mv = hn::Set(d, m), h = hn::Set(d, inv_hi), l = hn::Set(d, inv_lo);
+  ForEachBlock<double>(
+      x, mask, y, n, -std::numeric_limits<double>::infinity(),
+      [&](const double* xb, const std::uint8_t* mb, double* yb) HWY_ATTR {
+        for (std::size_t v = 0; v < B::kVecs; ++v) {
+          V p, lo, hi_e, lo_e, kf;
+          scores.Load(xb, mb, v, p, lo);
+          const V t = hn::Sub(p, mv);
+          const V err = hn::Add(TwoSumErr(p, hn::Neg(mv), t), lo);
+          ExpPair(d, t, err, hi_e, lo_e, kf);
+          const V prod = hn::Mul(hi_e, h);
+          const V tail = hn::MulAdd(hi_e, l, hn::Mul(lo_e, h));
+          const V z =
+              hn::Add(prod, hn::Add(ProductLow(hi_e, h, prod), tail));
+          hn::StoreU(ScaleByPow2(d, z, kf), d, yb + v * B::kVecLanes);
+        }
+      });
+}
+
+// kSoftmax, kState and kApply of a finite row (m finite, or the state's max
+// for kApply) in the faithful precision.
+template <class T, bool kMasked, bool kScaled>
+HWY_INLINE void FaithfulRow(const Scores<T, kMasked, kScaled>& scores,
+                            const T* x, const std::uint8_t* mask, std::size_t n,
+                            detail::RowOp op, T m, T* y,
+                            detail::RowState* state) {
+  using detail::RowOp;
+  if constexpr (sizeof(T) == 4) {
+    const WideScores<kMasked, kScaled> ws{static_cast<double>(scores.scale)};
+    double c = m, inv;
+    if (op == RowOp::kApply) {
+      c = state->max;
+      inv = 1.0 / (state->sum + state->sum_lo);
+    } else {
+      if (kScaled && op == RowOp::kSoftmax && std::fabs(m) >= 0x1p32f) {
+        c = ExactScaledMax<kMasked>(x, mask, scores.scale, n);
+      }
+      double sum_hi, sum_lo;
+      WideSumPass(ws, x, mask, n, c, sum_hi, sum_lo);
+      if (op == RowOp::kState) {
+        *state = {c, sum_hi, sum_lo};
+        return;
+      }
+      inv = 1.0 / (sum_hi + sum_lo);
+    }
+    WideApplyPass(ws, x, mask, n, c, inv, y);
+  } else {
+    double s_hi, s_lo;
+    if (op == RowOp::kApply) {
+      s_hi = state->sum;
+      s_lo = state->sum_lo;
+      m = state->max;
+    } else {
+      PairSumPass(scores, x, mask, n, m, s_hi, s_lo);
+      if (op == RowOp::kState) {
+        *state = {m, s_hi, s_lo};
+        return;
+      }
+    }
+    double h, l;
+    Reciprocal<double>(s_hi, s_lo, h, l);
+    PairApplyPass(scores, x, mask, n, m, h, l, y);
+  }
+}
+
 template <class T, bool kMasked, bool kScaled>
 HWY_INLINE void RowImpl(const T* x, const std::uint8_t* mask, T scale,
-                        std::size_t n, detail::RowOp op, T* y,
+                        std::size_t n, detail::RowOp op, bool faithful, T* y,
                         detail::RowState* state) {
   using detail::RowOp;
   const Scores<T, kMasked, kScaled> scores{scale};
@@ -339,6 +591,8 @@ HWY_INLINE void RowImpl(const T* x, const std::uint8_t* mask, T scale,
       Fill(y, n, T{0});
     } else if (total_max == kInf) {
       PosInfRow<T>(scores, x, mask, n, op, total_sum, y);
+    } else if (faithful) {
+      FaithfulRow<T>(scores, x, mask, n, op, total_max, y, state);
     } else {
       T hi, lo;
       Reciprocal<T>(total_sum, state->sum_lo, hi, lo);
@@ -373,6 +627,10 @@ HWY_INLINE void RowImpl(const T* x, const std::uint8_t* mask, T scale,
     return;
   }
 
+  if (faithful && op != RowOp::kLogSoftmax) {
+    FaithfulRow<T>(scores, x, mask, n, op, m, y, state);
+    return;
+  }
   double s_hi, s_lo;
   if (op == RowOp::kSoftmax) {
     SumExpPass<true, T>(scores, x, mask, n, m, y, s_hi, s_lo);
@@ -393,27 +651,30 @@ HWY_INLINE void RowImpl(const T* x, const std::uint8_t* mask, T scale,
 
 template <class T>
 HWY_INLINE void Row(const T* x, const std::uint8_t* mask, T scale,
-                    std::size_t n, int op, T* y, detail::RowState* state) {
+                    std::size_t n, int op, bool faithful, T* y,
+                    detail::RowState* state) {
   const auto o = static_cast<detail::RowOp>(op);
   const bool scaled = scale != T{1};
   if (mask) {
-    scaled ? RowImpl<T, true, true>(x, mask, scale, n, o, y, state)
-           : RowImpl<T, true, false>(x, mask, scale, n, o, y, state);
+    scaled ? RowImpl<T, true, true>(x, mask, scale, n, o, faithful, y, state)
+           : RowImpl<T, true, false>(x, mask, scale, n, o, faithful, y, state);
   } else {
-    scaled ? RowImpl<T, false, true>(x, mask, scale, n, o, y, state)
-           : RowImpl<T, false, false>(x, mask, scale, n, o, y, state);
+    scaled ? RowImpl<T, false, true>(x, mask, scale, n, o, faithful, y, state)
+           : RowImpl<T, false, false>(x, mask, scale, n, o, faithful, y, state);
   }
 }
 
 HWY_NOINLINE void SoftmaxRowF32(const float* x, const std::uint8_t* mask,
-                                float scale, std::size_t n, int op, float* y,
+                                float scale, std::size_t n, int op,
+                                bool faithful, float* y,
                                 detail::RowState* state) {
-  Row<float>(x, mask, scale, n, op, y, state);
+  Row<float>(x, mask, scale, n, op, faithful, y, state);
 }
 HWY_NOINLINE void SoftmaxRowF64(const double* x, const std::uint8_t* mask,
-                                double scale, std::size_t n, int op, double* y,
+                                double scale, std::size_t n, int op,
+                                bool faithful, double* y,
                                 detail::RowState* state) {
-  Row<double>(x, mask, scale, n, op, y, state);
+  Row<double>(x, mask, scale, n, op, faithful, y, state);
 }
 
 }  // namespace HWY_NAMESPACE

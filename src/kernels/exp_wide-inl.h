@@ -1,0 +1,115 @@
+// softdot kernels: the exponentials of the faithful softmax (Precision::
+// kFaithful), accurate enough that a weight is rounded only once.
+//
+// ExpForFloat(d, t): double lanes, exp(t) for t in [-inf, 700] (t = x - max
+// of float scores formed exactly in double). Arguments below -200 give
+// exactly 0: exp(-200) < 2^-288 is 0 once divided by the sum (>= 1) and
+// rounded to float, and a masked entry (-inf) must add nothing to the sum.
+// Method as in exp-inl.h with a degree-10 Taylor polynomial (truncation
+// 2.2e-13 relative, 2^-42); the whole error is below 2^-40, i.e. 2^-16 ulp
+// of the float result. 2^k is a single product: k is in [-289, 1010].
+// Cost per vector: 1 compare, 2 min/max, 1 select, 2 FMA for the rounding, 2 FMA reduction, 10 FMA, 2 integer ops,
+// 1 mul: about 22 operations per 8 (AVX-512) double lanes.
+//
+// ExpPair(d, t, c, hi, lo, k): double lanes, exp(t + c) = 2^k (hi + lo)
+// with a relative error below 2^-56 (|lo| < 0.07 |hi|, hi in [0.7, 1.42]),
+// for t <= 0 and |c| <= ulp(t) as from TwoSum (c is capped at 1, which only
+// matters for scores beyond 2^53). Lanes with t < -746 give hi = lo = 0,
+// k = 0. Method: k = round(t / ln2); r_hi = t - k ln2_hi (exact), r_lo =
+// c - k ln2_lo; exp(r) = 1 + r_hi + (r_lo + q) where q = exp(r) - 1 - r
+// = r^2 (1/2 + r/6 + ... + r^12/14!) (degree 14: truncation 2^-63) is small
+// (|q| < 0.07), so its rounding errors are 16 times smaller than an ulp of
+// the result; 1 + r_hi is split exactly (Fast2Sum). Cost: about 26
+// operations per vector.
+
+#if defined(SOFTDOT_KERNELS_EXP_WIDE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SOFTDOT_KERNELS_EXP_WIDE_INL_H_
+#undef SOFTDOT_KERNELS_EXP_WIDE_INL_H_
+#else
+#define SOFTDOT_KERNELS_EXP_WIDE_INL_H_
+#endif
+
+#include <cstdint>
+
+#include "hwy/highway.h"
+#include "kernels/exp-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace softdot {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// 1/k! for k = 14 (kInvFactorial in exp-inl.h stops at 13).
+inline constexpr double kInvFactorial14 = 1.14707455977297247139e-11;
+
+// Round(t * log2e) for |t| < 2^51, and 2^k built from it without a
+// double -> int64 conversion (which AVX2 lacks): adding 1.5 * 2^52 puts k in
+// the low bits of the mantissa.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V RoundedK(D d, V t) {
+  const V shifter = hn::Set(d, 6755399441055744.0);  // 1.5 * 2^52
+  return hn::Sub(hn::MulAdd(t, hn::Set(d, ExpConstants<double>::kLog2e),
+                            shifter),
+                 shifter);
+}
+
+// 2^k for integral double lanes k with k + 1023 in [1, 2046].
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V Pow2Of(D d, V kf) {
+  const hn::RebindToSigned<D> di;
+  const V biased = hn::Add(kf, hn::Set(d, 6755399441055744.0 + 1023.0));
+  return hn::BitCast(d, hn::ShiftLeft<52>(hn::BitCast(di, biased)));
+}
+
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V ExpForFloat(D d, V t) {
+  using C = ExpConstants<double>;
+  const auto dead = hn::Lt(t, hn::Set(d, -200.0));
+  t = hn::Min(hn::Max(t, hn::Set(d, -200.0)), hn::Set(d, 700.0));
+  const V kf = RoundedK(d, t);
+  V r = hn::MulAdd(kf, hn::Set(d, -C::kLn2Hi), t);
+  r = hn::MulAdd(kf, hn::Set(d, -C::kLn2Lo), r);
+  constexpr int kDegree = 10;
+  V p = hn::Set(d, kInvFactorial[kDegree]);
+  for (int i = kDegree - 1; i >= 0; --i) {
+    p = hn::MulAdd(p, r, hn::Set(d, kInvFactorial[i]));
+  }
+  return hn::IfThenZeroElse(dead, hn::Mul(p, Pow2Of(d, kf)));
+}
+
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void ExpPair(D d, V t, V c, V& hi, V& lo, V& kf) {
+  using C = ExpConstants<double>;
+  const auto dead = hn::Lt(t, hn::Set(d, C::kMin));
+  t = hn::IfThenZeroElse(dead, t);
+  c = hn::IfThenZeroElse(dead, hn::Min(c, hn::Set(d, 1.0)));
+  kf = RoundedK(d, t);
+  const V r_hi = hn::MulAdd(kf, hn::Set(d, -C::kLn2Hi), t);  // exact
+  const V r_lo = hn::MulAdd(kf, hn::Set(d, -C::kLn2Lo), c);
+  const V r = hn::Add(r_hi, r_lo);
+  V p = hn::Set(d, kInvFactorial14);
+  for (int i = 13; i >= 2; --i) {
+    p = hn::MulAdd(p, r, hn::Set(d, kInvFactorial[i]));
+  }
+  const V q = hn::Mul(hn::Mul(r, r), p);
+  const V one = hn::Set(d, 1.0);
+  const V h = hn::Add(one, r_hi);
+  const V h_err = hn::Sub(r_hi, hn::Sub(h, one));  // Fast2Sum: |1| >= |r_hi|
+  hi = hn::IfThenZeroElse(dead, h);
+  lo = hn::IfThenZeroElse(dead, hn::Add(h_err, hn::Add(r_lo, q)));
+}
+
+// 2^k applied as 2^(k/2) * 2^(k - k/2), so that for k down to -1076 both
+// factors are normal and only the last product rounds (gradual underflow).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V ScaleByPow2(D d, V x, V kf) {
+  const V k1 = hn::Floor(hn::Mul(kf, hn::Set(d, 0.5)));
+  const V k2 = hn::Sub(kf, k1);
+  return hn::Mul(hn::Mul(x, Pow2Of(d, k1)), Pow2Of(d, k2));
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace softdot
+HWY_AFTER_NAMESPACE();
+
+#endif  // SOFTDOT_KERNELS_EXP_WIDE_INL_H_
