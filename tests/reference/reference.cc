@@ -73,6 +73,10 @@ Ref<T> make_ref(mpfr_srcptr v) {
       std::max<long>(e - std::numeric_limits<T>::digits, kLogDenormMin<T>);
   r.ulp = std::ldexp(1.0, int(ulp_exp));
   r.below_subnormal = e <= kLogDenormMin<T>;
+  // (v - hi) / ulp in MPFR: as a double, lo itself underflows when T is
+  // double and v is subnormal, and the error would read 0 or 1 ulp.
+  mpfr_div_2si(rest.get(), rest.get(), ulp_exp, MPFR_RNDN);
+  r.lo_ulps = mpfr_get_d(rest.get(), MPFR_RNDN);
   return r;
 }
 
@@ -320,7 +324,8 @@ double ulp_error(T computed, const Ref<T>& ref) {
     return double(computed) == ref.hi ? 0.0 : kInf;
   }
   if (!std::isfinite(computed)) return kInf;
-  return std::fabs((double(computed) - ref.hi) - ref.lo) / ref.ulp;
+  // computed - hi is exact (Sterbenz) wherever the error is small.
+  return std::fabs((double(computed) - ref.hi) / ref.ulp - ref.lo_ulps);
 }
 template double ulp_error<float>(float, const Ref<float>&);
 template double ulp_error<double>(double, const Ref<double>&);

@@ -36,6 +36,7 @@ struct Ref {
   T rounded = 0;  // correctly rounded to T (NaN / +-inf for special values)
   double hi = 0;  // exact value ~= hi + lo (hi = rounded to double)
   double lo = 0;
+  double lo_ulps = 0;  // (exact - hi) / ulp, exact to double precision
   double ulp = 0;  // spacing of T at the exact value (subnormal spacing
                    // below the normal range); 0 for 0, inf and NaN
   bool below_subnormal = false;  // exact value != 0 but below the smallest
