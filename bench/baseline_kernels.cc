@@ -5,6 +5,10 @@
 //   RooflineTwoReadsOneWrite: pass 1 max over x, pass 2 y = (x - max) * scale:
 //     the memory traffic of a two-pass softmax (2 reads, 1 write) with no exp,
 //     i.e. the speed limit of a softmax that keeps the input in memory.
+//   FloatDot2: Ogita-Rump-Oishi Dot2 in float lanes (exact products by FMA,
+//     TwoSum, errors gathered), 8 independent accumulators. The alternative
+//     to dot_accurate's exact products summed in double, kept here to
+//     measure which is cheaper for the same accuracy.
 #include <cstddef>
 
 #include "bench_util.h"
@@ -67,6 +71,46 @@ void RooflineImpl(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, std::size_
   for (; i < n; ++i) y[i] = (x[i] - m) * scale;
 }
 
+double FloatDot2Impl(const float* HWY_RESTRICT x, const float* HWY_RESTRICT y,
+                     std::size_t n) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  const std::size_t N = hn::Lanes(d);
+  constexpr std::size_t kAcc = 8;
+  V s[kAcc], c[kAcc];
+  for (std::size_t a = 0; a < kAcc; ++a) s[a] = c[a] = hn::Zero(d);
+  std::size_t i = 0;
+  for (; i + kAcc * N <= n; i += kAcc * N) {
+    for (std::size_t a = 0; a < kAcc; ++a) {
+      const V xv = hn::LoadU(d, x + i + a * N), yv = hn::LoadU(d, y + i + a * N);
+      const V p = hn::Mul(xv, yv);
+      const V pe = hn::MulAdd(xv, yv, hn::Neg(p));  // exact with FMA
+      const V t = hn::Add(s[a], p);
+      const V bb = hn::Sub(t, s[a]);
+      const V q = hn::Add(hn::Sub(s[a], hn::Sub(t, bb)), hn::Sub(p, bb));
+      c[a] = hn::Add(c[a], hn::Add(q, pe));
+      s[a] = t;
+    }
+  }
+  double hi = 0, lo = 0;
+  auto add = [&](double v) {
+    const double t = hi + v, bb = t - hi;
+    lo += (hi - (t - bb)) + (v - bb);
+    hi = t;
+  };
+  alignas(64) float sl[hn::MaxLanes(d)], cl[hn::MaxLanes(d)];
+  for (std::size_t a = 0; a < kAcc; ++a) {
+    hn::Store(s[a], d, sl);
+    hn::Store(c[a], d, cl);
+    for (std::size_t j = 0; j < N; ++j) {
+      add(sl[j]);
+      lo += cl[j];
+    }
+  }
+  for (; i < n; ++i) add(static_cast<double>(x[i]) * y[i]);
+  return hi + lo;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace softdot_bench
 HWY_AFTER_NAMESPACE();
@@ -75,6 +119,11 @@ HWY_AFTER_NAMESPACE();
 namespace softdot_bench {
 HWY_EXPORT(CopyLoopImpl);
 HWY_EXPORT(RooflineImpl);
+HWY_EXPORT(FloatDot2Impl);
+
+double FloatDot2(const float* x, const float* y, std::size_t n) {
+  return HWY_DYNAMIC_DISPATCH(FloatDot2Impl)(x, y, n);
+}
 
 void CopyLoop(const float* x, float* y, std::size_t n) {
   HWY_DYNAMIC_DISPATCH(CopyLoopImpl)(x, y, n);

@@ -49,6 +49,7 @@ inline void SetCounters(benchmark::State& state, std::int64_t n, int reads, int 
 // Baseline kernels (baseline_kernels.cc), dispatched to the best SIMD target.
 void CopyLoop(const float* x, float* y, std::size_t n);
 void RooflineTwoReadsOneWrite(const float* x, float* y, std::size_t n, float scale);
+double FloatDot2(const float* x, const float* y, std::size_t n);
 
 }  // namespace softdot_bench
 
