@@ -25,6 +25,7 @@ struct SoftmaxArgs {
   bool log = false;
   bool json = false;
   bool explain = false;
+  bool fast = false;  // Precision::kFast
 };
 
 int run_dot(const DotArgs& args);

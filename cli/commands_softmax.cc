@@ -192,6 +192,7 @@ int run_softmax(const SoftmaxArgs& args) {
   SoftmaxOptions options;
   options.temperature = temperature;
   options.mask = mask.span();
+  if (args.fast) options.precision = softdot::Precision::kFast;
 
   if (args.explain) {
     const auto& x = std::get<Matrix<double>>(input);

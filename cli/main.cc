@@ -84,6 +84,9 @@ int main(int argc, char** argv) {
                      "[rows, cols]) or FILE.csv instead of standard output")
       ->type_name("FILE");
   sm_cmd->add_flag("--log", sm.log, "Log-softmax instead of softmax");
+  sm_cmd->add_flag("--fast", sm.fast,
+                   "Precision::kFast: each weight within 2.5 ulp instead of "
+                   "1, faster for rows that fit in cache");
   sm_cmd->add_flag("--json", sm.json,
                    "Print {\"weights\":[...]} ({\"log_weights\":...} with "
                    "--log; a list of rows with --rows)");

@@ -129,6 +129,24 @@ TEST(CliSoftmax, TemperatureDividesTheScores) {
             run_softdot({"softmax", "2", "1", "0.1"}).out);
 }
 
+// --fast selects Precision::kFast; on some rows its last bits differ from
+// the default (faithful) weights, and the command prints the library's.
+TEST(CliSoftmax, FastSelectsTheFastPrecision) {
+  softdot::SoftmaxOptions fast;
+  fast.precision = softdot::Precision::kFast;
+  bool differs = false;
+  for (int k = 1; k <= 40 && !differs; ++k) {
+    const std::vector<double> x = {0.1 * k, -0.37 * k, 1.3, 0.05 * k * k};
+    std::vector<std::string> argv = {"softmax", "--fast", "--digits", "20"};
+    for (double v : x) argv.push_back(shortest(v));
+    const CommandResult r = run_softdot(argv);
+    ASSERT_EQ(r.status, 0) << r.err;
+    ASSERT_EQ(r.out, expected_text(x, 20, false, fast)) << "k=" << k;
+    differs = r.out != expected_text(x, 20);
+  }
+  EXPECT_TRUE(differs) << "no row where --fast changed a weight";
+}
+
 TEST(CliSoftmax, DigitsChangesTheDecimals) {
   EXPECT_EQ(run_softdot({"softmax", "--digits", "0", "1", "1"}).out, "0 0\n");
   EXPECT_EQ(run_softdot({"softmax", "--digits", "1", "1", "1"}).out,
