@@ -15,9 +15,10 @@ namespace softdot {
 // within 1 ulp). Measured errors and speeds are in docs/accuracy.md.
 enum class Precision {
   // Each weight is rounded once from a value accurate to far more than the
-  // element type: within 1 ulp of the exact weight (measured maximum 0.50
-  // ulp for float, 0.53 for double, against MPFR). float works in double
-  // lanes; double carries exp as a double-length pair. The default.
+  // element type: within 1 ulp of the exact weight (measured maximum 0.503
+  // ulp for float, 0.79 for double, against MPFR). float works in double
+  // lanes; double carries exp as a double-length pair. The default. Costs
+  // about 2x kFast where the row is in cache (docs/performance.md).
   kFaithful,
   // exp is rounded to the element type before it is divided by the sum, so
   // a weight carries two roundings and the exp polynomial's error: within

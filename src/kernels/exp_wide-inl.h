@@ -14,15 +14,17 @@
 // operations per 8 (AVX-512) double lanes.
 //
 // ExpPair(d, t, c, hi, lo, k): double lanes, exp(t + c) = 2^k (hi + lo)
-// with a relative error below 2^-56 (|lo| < 0.07 |hi|, hi in [0.7, 1.42]),
-// for t <= 0 and |c| <= ulp(t) as from TwoSum (c is capped at 1, which only
-// matters for scores beyond 2^53). Lanes with t < -746 give hi = lo = 0,
-// k = 0. Method: k = round(t / ln2); r_hi = t - k ln2_hi (exact), r_lo =
-// c - k ln2_lo; exp(r) = 1 + r_hi + (r_lo + q) where q = exp(r) - 1 - r
-// = r^2 (1/2 + r/6 + ... + r^12/14!) (degree 14: truncation 2^-63) is small
-// (|q| < 0.07), so its rounding errors are 16 times smaller than an ulp of
-// the result; 1 + r_hi is split exactly (Fast2Sum). Cost: about 26
-// operations per vector.
+// with |lo| < 0.008 |hi| (the rounded part of the sum is only r^3/6 + ...)
+// and a relative error below about 2^-58 (measured 2^-59); for t <= 0 and |c| <= ulp(t) as from
+// TwoSum (c is capped at 1, which only matters for scores beyond 2^53).
+// Lanes with t < -746 give hi = lo = 0, k = 0. Method: k = round(t / ln2);
+// r_hi = t - k ln2_hi (exact), r_lo = c - k ln2_lo, r + r_err = r_hi + r_lo
+// exactly (TwoSum); exp = 1 + r + r^2/2 + (r_err + r r_err + r^3/6 + ... +
+// r^14/14!) (truncation 2^-63): 1 + r and the exact square (FMA, or
+// Dekker's product) are added with error-free transformations, and only
+// terms below 0.007 are rounded plainly. The first version kept r^2/2 + ... (up to 0.07) in lo and
+// measured 0.90 ulp for double softmax at n = 2^20; the worst-case analysis
+// of that form reached 1 ulp. Cost: about 42 operations per vector.
 
 #if defined(SOFTDOT_KERNELS_EXP_WIDE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SOFTDOT_KERNELS_EXP_WIDE_INL_H_
@@ -34,6 +36,7 @@
 #include <cstdint>
 
 #include "hwy/highway.h"
+#include "kernels/eft-inl.h"
 #include "kernels/exp-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -88,17 +91,31 @@ HWY_INLINE void ExpPair(D d, V t, V c, V& hi, V& lo, V& kf) {
   kf = RoundedK(d, t);
   const V r_hi = hn::MulAdd(kf, hn::Set(d, -C::kLn2Hi), t);  // exact
   const V r_lo = hn::MulAdd(kf, hn::Set(d, -C::kLn2Lo), c);
+  // r = r_hi + r_lo as r + r_err exactly (r_lo reaches 2e-7 for k = -1000,
+  // and r_lo^2 / 2 would be 2^-46 of the result; r_err^2 is below 2^-108).
   const V r = hn::Add(r_hi, r_lo);
+  const V r_err = TwoSumErr(r_hi, r_lo, r);
+  // r^3 (1/6 + r/24 + ... + r^11/14!): below 0.007, so its rounding errors
+  // are below 2^-59 of the result.
   V p = hn::Set(d, kInvFactorial14);
-  for (int i = 13; i >= 2; --i) {
+  for (int i = 13; i >= 3; --i) {
     p = hn::MulAdd(p, r, hn::Set(d, kInvFactorial[i]));
   }
-  const V q = hn::Mul(hn::Mul(r, r), p);
+  const V cube = hn::Mul(hn::Mul(hn::Mul(r, r), r), p);
+  // r^2 / 2 exactly as sq + sq_err; 0.5 * r is exact.
+  const V half_r = hn::Mul(r, hn::Set(d, 0.5));
+  const V sq = hn::Mul(r, half_r);
+  const V sq_err = ProductLow(r, half_r, sq);
+  // The small terms: r_err, the rest of (r + r_err)^2 / 2, r^3 / 6 + ...
+  const V small = hn::Add(hn::Add(r_err, hn::MulAdd(r, r_err, sq_err)), cube);
+  // 1 + r + sq, renormalised: hi carries it rounded, lo what is left.
   const V one = hn::Set(d, 1.0);
-  const V h = hn::Add(one, r_hi);
-  const V h_err = hn::Sub(r_hi, hn::Sub(h, one));  // Fast2Sum: |1| >= |r_hi|
-  hi = hn::IfThenZeroElse(dead, h);
-  lo = hn::IfThenZeroElse(dead, hn::Add(h_err, hn::Add(r_lo, q)));
+  const V s1 = hn::Add(one, r);
+  const V e1 = hn::Sub(r, hn::Sub(s1, one));  // Fast2Sum: |1| >= |r|
+  const V s2 = hn::Add(s1, sq);
+  const V e2 = TwoSumErr(s1, sq, s2);
+  hi = hn::IfThenZeroElse(dead, s2);
+  lo = hn::IfThenZeroElse(dead, hn::Add(hn::Add(e1, e2), small));
 }
 
 // 2^k applied as 2^(k/2) * 2^(k - k/2), so that for k down to -1076 both
