@@ -16,7 +16,7 @@ namespace softdot {
 enum class Precision {
   // Each weight is rounded once from a value accurate to far more than the
   // element type: within 1 ulp of the exact weight (measured maximum 0.503
-  // ulp for float, 0.79 for double, against MPFR). float works in double
+  // ulp for float, 0.75 for double, against MPFR). float works in double
   // lanes; double carries exp as a double-length pair. The default. Costs
   // about 2x kFast where the row is in cache (docs/performance.md).
   kFaithful,
