@@ -446,6 +446,15 @@ double ExactScaledMax(const float* x, const std::uint8_t* mask, float scale,
   return c;
 }
 
+// ShiftedExp's pair form: exp(p - m) = 2^k (hi + lo), the exact error of
+// the subtraction (and lo) folded in.
+template <class V>
+HWY_INLINE void ShiftedExpPair(V p, V lo, V m, V& hi_e, V& lo_e, V& kf) {
+  const hn::DFromV<V> d;
+  const V t = hn::Sub(p, m);
+  ExpPair(d, t, hn::Add(TwoSumErr(p, hn::Neg(m), t), lo), hi_e, lo_e, kf);
+}
+
 // Double: sum_i exp(p_i - m) from ExpPair, as hi + lo. The high and low
 // parts of the exponentials go into two separate TwoSum-compensated sums, so
 // the total is accurate to about 2^-100 and its bits do not depend on the
@@ -470,9 +479,7 @@ HWY_INLINE void PairSumPass(const S& scores, const double* x,
         for (std::size_t v = 0; v < B::kVecs; ++v) {
           V p, lo, hi_e, lo_e, kf;
           scores.Load(xb, mb, v, p, lo);
-          const V t = hn::Sub(p, mv);
-          const V err = hn::Add(TwoSumErr(p, hn::Neg(mv), t), lo);
-          ExpPair(d, t, err, hi_e, lo_e, kf);
+          ShiftedExpPair(p, lo, mv, hi_e, lo_e, kf);
           const V e = ScaleByPow2(d, hi_e, kf);
           const V el = ScaleByPow2(d, lo_e, kf);
           const V sum = hn::Add(s[v], e);
@@ -517,9 +524,7 @@ HWY_INLINE void PairApplyPass(const S& scores, const double* x,
         for (std::size_t v = 0; v < B::kVecs; ++v) {
           V p, lo, hi_e, lo_e, kf;
           scores.Load(xb, mb, v, p, lo);
-          const V t = hn::Sub(p, mv);
-          const V err = hn::Add(TwoSumErr(p, hn::Neg(mv), t), lo);
-          ExpPair(d, t, err, hi_e, lo_e, kf);
+          ShiftedExpPair(p, lo, mv, hi_e, lo_e, kf);
           const V prod = hn::Mul(hi_e, h);
           const V tail = hn::MulAdd(hi_e, l, hn::Mul(lo_e, h));
           const V z =
@@ -529,8 +534,8 @@ HWY_INLINE void PairApplyPass(const S& scores, const double* x,
       });
 }
 
-// kSoftmax, kState and kApply of a finite row (m finite, or the state's max
-// for kApply) in the faithful precision.
+// kSoftmax, kState and kApply of a finite row in the faithful precision:
+// m is the row's max, or for kApply the state's (the caller reads it).
 template <class T, bool kMasked, bool kScaled>
 HWY_INLINE void FaithfulRow(const Scores<T, kMasked, kScaled>& scores,
                             const T* x, const std::uint8_t* mask, std::size_t n,
@@ -541,7 +546,6 @@ HWY_INLINE void FaithfulRow(const Scores<T, kMasked, kScaled>& scores,
     const WideScores<kMasked, kScaled> ws{static_cast<double>(scores.scale)};
     double c = m, inv;
     if (op == RowOp::kApply) {
-      c = state->max;
       inv = 1.0 / (state->sum + state->sum_lo);
     } else {
       if (kScaled && op == RowOp::kSoftmax && std::fabs(m) >= 0x1p32f) {
@@ -562,7 +566,6 @@ HWY_INLINE void FaithfulRow(const Scores<T, kMasked, kScaled>& scores,
     if (op == RowOp::kApply) {
       s_hi = state->sum;
       s_lo = state->sum_lo;
-      m = state->max;
     } else {
       PairSumPass(scores, x, mask, n, m, s_hi, s_lo);
       if (op == RowOp::kState) {
