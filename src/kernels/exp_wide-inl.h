@@ -70,7 +70,12 @@ template <class D, class V = hn::Vec<D>>
 HWY_INLINE V ExpForFloat(D d, V t) {
   using C = ExpConstants<double>;
   const auto dead = hn::Lt(t, hn::Set(d, -200.0));
-  t = hn::Min(hn::Max(t, hn::Set(d, -200.0)), hn::Set(d, 700.0));
+  // With Scalef a dead lane computes exp(-1100), which Scalef rounds to
+  // exactly +0: no final select and no 2^k to build (15 operations).
+  t = HasScalef<V>::value
+          ? hn::IfThenElse(dead, hn::Set(d, -1100.0),
+                           hn::Min(t, hn::Set(d, 700.0)))
+          : hn::Min(hn::Max(t, hn::Set(d, -200.0)), hn::Set(d, 700.0));
   const V kf = RoundedK(d, t);
   V r = hn::MulAdd(kf, hn::Set(d, -C::kLn2Hi), t);
   r = hn::MulAdd(kf, hn::Set(d, -C::kLn2Lo), r);
@@ -79,6 +84,9 @@ HWY_INLINE V ExpForFloat(D d, V t) {
   for (int i = kDegree - 1; i >= 0; --i) {
     p = hn::MulAdd(p, r, hn::Set(d, kInvFactorial[i]));
   }
+#if SOFTDOT_AVX512
+  if constexpr (HasScalef<V>::value) return Scalef(p, kf);
+#endif
   return hn::IfThenZeroElse(dead, hn::Mul(p, Pow2Of(d, kf)));
 }
 
@@ -122,6 +130,9 @@ HWY_INLINE void ExpPair(D d, V t, V c, V& hi, V& lo, V& kf) {
 // factors are normal and only the last product rounds (gradual underflow).
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V ScaleByPow2(D d, V x, V kf) {
+#if SOFTDOT_AVX512
+  if constexpr (HasScalef<V>::value) return Scalef(x, kf);
+#endif
   const V k1 = hn::Floor(hn::Mul(kf, hn::Set(d, 0.5)));
   const V k2 = hn::Sub(kf, k1);
   return hn::Mul(hn::Mul(x, Pow2Of(d, k1)), Pow2Of(d, k2));
