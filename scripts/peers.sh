@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Builds bench/peers/softdot_peers (Release) and runs softdot next to XNNPACK,
+# oneDNN, Eigen, libtorch, OpenBLAS and Highway's contrib Dot, then prints the
+# tables of scripts/peers_report.py and writes its SVG charts.
+#
+# Two runs of the same binary, each writing its own JSON next to it:
+#   1. every single-thread benchmark, pinned to one core
+#      (taskset -c $BENCH_CPU, SOFTDOT_PEERS_SET=single);
+#   2. the threads/ benchmarks (softdot at 1 and 2 OpenMP threads) on the
+#      first two cores (SOFTDOT_PEERS_SET=threads): under the one-core pin of
+#      run 1 two threads would only take turns. Skipped on a 1-CPU machine.
+# 3 repetitions, medians only. Extra arguments go to both runs, e.g.
+#   bash scripts/peers.sh --benchmark_filter=softmax/memory
+# Settings (environment):
+#   BUILD_DIR          build tree (default: build-peers/)
+#   BENCH_CPU          core of run 1 (default 1; 0 on a 1-CPU machine)
+#   PEERS_THREAD_CPUS  cores of run 2 (default 0,1)
+#   PEERS_MIN_TIME     --benchmark_min_time in seconds (default 0.1)
+#   PEERS_REPETITIONS  --benchmark_repetitions (default 3)
+#   PEERS_SVG          chart path for peers_report.py --svg (default
+#                      docs/img/softmax_peers.svg -> ..._cache.svg, ..._memory.svg)
+#   and those of scripts/common.sh (SOFTDOT_JOBS, SOFTDOT_NO_APT, SOFTDOT_CMAKE_ARGS).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+build_dir="${BUILD_DIR:-$SOFTDOT_ROOT/build-peers}"
+ncpu="$(nproc)"
+cpu="${BENCH_CPU:-$(( ncpu > 1 ? 1 : 0 ))}"
+thread_cpus="${PEERS_THREAD_CPUS:-0,1}"
+min_time="${PEERS_MIN_TIME:-0.1}"
+reps="${PEERS_REPETITIONS:-3}"
+svg="${PEERS_SVG:-$SOFTDOT_ROOT/docs/img/softmax_peers.svg}"
+
+# The peers (each optional for the build; installed here so all are measured).
+# libpthreadpool-dev: xnnpack.h includes pthreadpool.h, but Debian 12's
+# libxnnpack-dev does not depend on it. OpenMP comes with GCC (libgomp).
+SOFTDOT_PACKAGES+=(
+  python3            # scripts/peers_report.py (standard library only)
+  libxnnpack-dev libpthreadpool-dev
+  libdnnl-dev
+  libopenblas-dev
+  libeigen3-dev
+  libtorch-dev
+)
+ensure_deps
+
+# Only the benchmark and what it needs (configure_build would build every
+# target, the CLI and softdot_bench included).
+read -r -a extra <<<"${SOFTDOT_CMAKE_ARGS:-}"
+log "configure $build_dir (Release) ${extra[*]}"
+cmake -S "$SOFTDOT_ROOT" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DSOFTDOT_BUILD_BENCH=ON -DSOFTDOT_BUILD_TESTS=OFF -DSOFTDOT_BUILD_CLI=OFF "${extra[@]}"
+log "build softdot_peers (-j$SOFTDOT_JOBS)"
+cmake --build "$build_dir" -j "$SOFTDOT_JOBS" --target softdot_peers
+bench="$build_dir/bench/peers/softdot_peers"
+[[ -x "$bench" ]] || die "$bench was not built (is libbenchmark-dev installed?)"
+
+common_args=(--benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true
+             --benchmark_min_time="$min_time" --benchmark_out_format=json)
+json="$build_dir/bench/peers/softdot_peers.json"
+json_threads="$build_dir/bench/peers/softdot_peers_threads.json"
+rm -f "$json" "$json_threads"
+start="$(now)"
+
+log "run 1: SOFTDOT_PEERS_SET=single taskset -c $cpu $bench ${common_args[*]} $*"
+SOFTDOT_PEERS_SET=single taskset -c "$cpu" "$bench" "${common_args[@]}" \
+  --benchmark_out="$json" "$@"
+
+if ((ncpu > 1)); then
+  log "run 2: SOFTDOT_PEERS_SET=threads taskset -c $thread_cpus $bench ${common_args[*]} $*"
+  SOFTDOT_PEERS_SET=threads taskset -c "$thread_cpus" "$bench" "${common_args[@]}" \
+    --benchmark_out="$json_threads" "$@"
+else
+  log "run 2 skipped: one CPU, no thread scaling to measure"
+fi
+log "benchmarks took $(( $(now) - start )) s; medians from $json ${json_threads}"
+
+reports=()
+for f in "$json" "$json_threads"; do
+  [[ -s "$f" ]] && reports+=("$f")
+done
+((${#reports[@]} > 0)) || die "no benchmark results (did --benchmark_filter match nothing?)"
+/usr/bin/python3 "$SOFTDOT_ROOT/scripts/peers_report.py" "${reports[@]}" --svg "$svg"
