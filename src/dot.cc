@@ -33,14 +33,22 @@ void dots_checked(std::span<const T> query, MatrixView<const T> keys,
                              " elements but keys has " +
                              detail::count(keys.rows) + " rows");
   }
-  const std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(keys.rows);
+  // Rows are split into fixed chunks of kDotsChunk (the split, and so each
+  // score, does not depend on the thread count; each score is one dot
+  // anyway). Small inputs stay on the calling thread.
+  constexpr std::size_t kDotsChunk = 256;
+  const std::size_t chunks = (keys.rows + kDotsChunk - 1) / kDotsChunk;
   const bool parallel =
-      keys.rows > 1 && keys.rows * keys.cols >= detail::kParallelElements;
+      chunks > 1 && keys.rows * keys.cols >= detail::kParallelElements;
+  const auto n_chunks = static_cast<std::ptrdiff_t>(chunks);
 #pragma omp parallel for schedule(static) if (parallel)
-  for (std::ptrdiff_t r = 0; r < rows; ++r) {
-    scores[static_cast<std::size_t>(r)] = detail::dot_kernel(
-        query.data(), keys.data + static_cast<std::size_t>(r) * keys.stride,
-        query.size());
+  for (std::ptrdiff_t c = 0; c < n_chunks; ++c) {
+    const std::size_t first = static_cast<std::size_t>(c) * kDotsChunk;
+    const std::size_t rows =
+        keys.rows - first < kDotsChunk ? keys.rows - first : kDotsChunk;
+    detail::dots_kernel(query.data(), keys.data + first * keys.stride,
+                        keys.stride, query.size(), rows,
+                        scores.data() + first);
   }
 }
 

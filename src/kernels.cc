@@ -14,6 +14,8 @@ namespace softdot::detail {
 
 HWY_EXPORT(DotF32);
 HWY_EXPORT(DotF64);
+HWY_EXPORT(DotsF32);
+HWY_EXPORT(DotsF64);
 HWY_EXPORT(DotWideF32);
 HWY_EXPORT(DotAccurateF64);
 HWY_EXPORT(SoftmaxRowF32);
@@ -24,6 +26,15 @@ float dot_kernel(const float* x, const float* y, std::size_t n) noexcept {
 }
 double dot_kernel(const double* x, const double* y, std::size_t n) noexcept {
   return HWY_DYNAMIC_DISPATCH(DotF64)(x, y, n);
+}
+
+void dots_kernel(const float* query, const float* keys, std::size_t stride,
+                 std::size_t n, std::size_t rows, float* out) noexcept {
+  HWY_DYNAMIC_DISPATCH(DotsF32)(query, keys, stride, n, rows, out);
+}
+void dots_kernel(const double* query, const double* keys, std::size_t stride,
+                 std::size_t n, std::size_t rows, double* out) noexcept {
+  HWY_DYNAMIC_DISPATCH(DotsF64)(query, keys, stride, n, rows, out);
 }
 
 float dot_accurate_kernel(const float* x, const float* y,

@@ -15,6 +15,12 @@ namespace softdot::detail {
 float dot_kernel(const float* x, const float* y, std::size_t n) noexcept;
 double dot_kernel(const double* x, const double* y, std::size_t n) noexcept;
 
+// scores[r] = dot_kernel(query, keys + r * stride, n) for r < rows.
+void dots_kernel(const float* query, const float* keys, std::size_t stride,
+                 std::size_t n, std::size_t rows, float* out) noexcept;
+void dots_kernel(const double* query, const double* keys, std::size_t stride,
+                 std::size_t n, std::size_t rows, double* out) noexcept;
+
 // The same, as if computed in twice the working precision and rounded once
 // (float: double accumulation of exact products; double: Dot2).
 float dot_accurate_kernel(const float* x, const float* y,

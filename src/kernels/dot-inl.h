@@ -30,19 +30,41 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 inline constexpr std::size_t kDotAccumulators = 8;
 
-// Sums the kLanes logical lanes of one block in a fixed pairwise tree.
+// The lanes of one vector in the fixed pairwise tree: lane j + lanes/2 is
+// added to lane j, then the same on the lower half, down to one lane. Half
+// vectors (UpperHalf/LowerHalf) do each level in one add, where storing the
+// lanes and adding them as scalars stalled on the store (~20 ns per dot).
+template <class D>
+HWY_INLINE hn::TFromD<D> TreeSumOfLanes(D d, hn::Vec<D> v) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)d;
+  return hn::GetLane(v);
+#else
+  if constexpr (hn::MaxLanes(D()) == 1) {
+    (void)d;
+    return hn::GetLane(v);
+  } else {
+    const hn::Half<D> dh;
+    return TreeSumOfLanes(
+        dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
+  }
+#endif
+}
+
+// Sums the kLanes logical lanes of one block in a fixed pairwise tree: lane
+// j + kLanes/2 into lane j, and so on. The block's vectors hold lanes
+// [v * kVecLanes, (v + 1) * kVecLanes), so the first levels add whole
+// vectors; the rest is TreeSumOfLanes. Same bits on every vector width.
 template <class T>
 HWY_INLINE T ReduceBlockTree(const typename Block<T>::V* acc) {
   using B = Block<T>;
   const typename B::D d;
-  alignas(64) T lanes[B::kLanes];
-  for (std::size_t v = 0; v < B::kVecs; ++v) {
-    hn::Store(acc[v], d, lanes + v * B::kVecLanes);
+  typename B::V v[B::kVecs];
+  for (std::size_t i = 0; i < B::kVecs; ++i) v[i] = acc[i];
+  for (std::size_t half = B::kVecs / 2; half >= 1; half /= 2) {
+    for (std::size_t j = 0; j < half; ++j) v[j] = hn::Add(v[j], v[j + half]);
   }
-  for (std::size_t half = B::kLanes / 2; half >= 1; half /= 2) {
-    for (std::size_t j = 0; j < half; ++j) lanes[j] += lanes[j + half];
-  }
-  return lanes[0];
+  return TreeSumOfLanes(d, v[0]);
 }
 
 // Adds the 8 accumulator blocks in a fixed tree: (0+4, 1+5, 2+6, 3+7),
@@ -77,10 +99,14 @@ HWY_INLINE auto DotLoop(const TIn* HWY_RESTRICT x, const TIn* HWY_RESTRICT y,
   std::size_t b = 0;
   for (; i + kLanes <= n; i += kLanes, ++b) Policy::Add(x + i, y + i, state[b]);
   if (i < n) {
-    alignas(64) TIn xb[kLanes] = {};
-    alignas(64) TIn yb[kLanes] = {};
-    std::memcpy(xb, x + i, (n - i) * sizeof(TIn));
-    std::memcpy(yb, y + i, (n - i) * sizeof(TIn));
+    // LoadPartialBlock fills a whole Block<TIn>; WideDot reads only kLanes
+    // (8) of those floats.
+    constexpr std::size_t kBuf =
+        Block<TIn>::kLanes > kLanes ? Block<TIn>::kLanes : kLanes;
+    alignas(64) TIn xb[kBuf];
+    alignas(64) TIn yb[kBuf];
+    LoadPartialBlock(x + i, n - i, TIn(0), xb);
+    LoadPartialBlock(y + i, n - i, TIn(0), yb);
     Policy::Add(xb, yb, state[b]);
   }
   return Policy::Reduce(state);
@@ -205,6 +231,30 @@ HWY_INLINE T PlainDotDispatch(const T* HWY_RESTRICT x, const T* HWY_RESTRICT y,
                               std::size_t n) {
   if (n < Block<T>::kLanes) return SmallDot(x, y, n);
   return DotLoop<PlainDot<T>>(x, y, n);
+}
+
+// dots: one query against `rows` keys (row r at keys + r * stride), each
+// score exactly PlainDotDispatch of that row, so dots() == dot() bitwise.
+// One dispatch for the whole range; the rows are independent, so the
+// reductions of one row overlap the loads and FMAs of the next.
+template <class T>
+HWY_INLINE void DotsRange(const T* HWY_RESTRICT query, const T* keys,
+                          std::size_t stride, std::size_t n, std::size_t rows,
+                          T* HWY_RESTRICT out) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    out[r] = PlainDotDispatch(query, keys + r * stride, n);
+  }
+}
+
+HWY_NOINLINE void DotsF32(const float* HWY_RESTRICT query, const float* keys,
+                          std::size_t stride, std::size_t n, std::size_t rows,
+                          float* HWY_RESTRICT out) {
+  DotsRange(query, keys, stride, n, rows, out);
+}
+HWY_NOINLINE void DotsF64(const double* HWY_RESTRICT query, const double* keys,
+                          std::size_t stride, std::size_t n, std::size_t rows,
+                          double* HWY_RESTRICT out) {
+  DotsRange(query, keys, stride, n, rows, out);
 }
 
 HWY_NOINLINE float DotF32(const float* HWY_RESTRICT x,
