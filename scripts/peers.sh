@@ -19,6 +19,8 @@
 #   PEERS_REPETITIONS  --benchmark_repetitions (default 3)
 #   PEERS_SVG          chart path for peers_report.py --svg (default
 #                      docs/img/softmax_peers.svg -> ..._cache.svg, ..._memory.svg)
+#   PEERS_TIME         real (default) or cpu: the time of the single-thread
+#                      tables (cpu leaves out waits for a core on a busy machine)
 #   and those of scripts/common.sh (SOFTDOT_JOBS, SOFTDOT_NO_APT, SOFTDOT_CMAKE_ARGS).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -30,6 +32,7 @@ thread_cpus="${PEERS_THREAD_CPUS:-0,1}"
 min_time="${PEERS_MIN_TIME:-0.1}"
 reps="${PEERS_REPETITIONS:-3}"
 svg="${PEERS_SVG:-$SOFTDOT_ROOT/docs/img/softmax_peers.svg}"
+time_kind="${PEERS_TIME:-real}"
 
 # The peers (each optional for the build; installed here so all are measured).
 # libpthreadpool-dev: xnnpack.h includes pthreadpool.h, but Debian 12's
@@ -80,4 +83,5 @@ for f in "$json" "$json_threads"; do
   [[ -s "$f" ]] && reports+=("$f")
 done
 ((${#reports[@]} > 0)) || die "no benchmark results (did --benchmark_filter match nothing?)"
-/usr/bin/python3 "$SOFTDOT_ROOT/scripts/peers_report.py" "${reports[@]}" --svg "$svg"
+/usr/bin/python3 "$SOFTDOT_ROOT/scripts/peers_report.py" "${reports[@]}" --svg "$svg" \
+  --time "$time_kind"

@@ -2,6 +2,7 @@
 """Prints Markdown tables from softdot_peers' JSON output and draws SVG charts.
 
 Usage: peers_report.py RESULT.json [MORE.json ...] [--svg PATH] [--no-png]
+                       [--time real|cpu]
 
 RESULT.json files come from bench/peers/softdot_peers (scripts/peers.sh writes
 one for the single-thread run and one for the thread run); medians are used
@@ -16,7 +17,10 @@ when repetitions were run. Tables:
       speed over cblas_sgemv's;
   (d) softdot's thread scaling, 2 threads against 1.
 A benchmark that failed its self-check (or any other error) shows as
-"check failed" with the error below the table.
+"check failed" with the error below the table. Times are wall-clock (real)
+by default; --time cpu uses CPU time for the single-thread tables, which
+leaves out the time the benchmark waited for the core on a busy machine (the
+thread table always uses real time).
 
 Charts: for each memory case, time / 2R+1W against n (log2) for the 1 x n
 softmax shapes, one line per implementation: PATH with _cache and _memory
@@ -72,7 +76,7 @@ class Result:
         self.error = error
 
 
-def load(paths):
+def load(paths, time_key="real_time"):
     """Returns ({run_name: Result}, merged context, [source contexts])."""
     results, context, contexts = {}, {}, []
     for path in paths:
@@ -93,9 +97,31 @@ def load(paths):
                 continue
             if b.get("run_type") == "iteration" and has_aggregates:
                 continue
-            ns = b["real_time"] * UNIT_NS[b.get("time_unit", "ns")]
-            results[run] = Result(ns=ns, bytes_per_second=b.get("bytes_per_second"))
+            key = "real_time" if run.startswith("threads/") else time_key
+            ns = b[key] * UNIT_NS[b.get("time_unit", "ns")]
+            # GB/s from the argument bytes of one call and the chosen time
+            # (Google Benchmark's bytes_per_second divides by CPU time).
+            nbytes = argument_bytes(run)
+            bps = nbytes / (ns * 1e-9) if nbytes and ns > 0 else b.get("bytes_per_second")
+            results[run] = Result(ns=ns, bytes_per_second=bps)
     return results, context, contexts
+
+
+def argument_bytes(run):
+    """Bytes read + written by one call, as softdot_peers counts them."""
+    parts = run.split("/")
+    if len(parts) < 4:
+        return None
+    family, shape = parts[0], parts[2]
+    dims = [int(p) for p in shape.split("x")]
+    if family in ("softmax", "threads") and parts[3] != "softdot_dots":
+        return 8 * shape_elements(shape)  # 1 read + 1 write of 4 bytes
+    if family == "dot":
+        return 8 * dims[0]  # 2 reads
+    if family in ("dots", "threads"):
+        n_keys, d = dims
+        return 4 * (n_keys * d + d + n_keys)
+    return None
 
 
 def shape_elements(shape):
@@ -316,7 +342,7 @@ def thread_tables(results, out, cpus):
     out.append("")
 
 
-def header(context, contexts):
+def header(context, contexts, time_name):
     def get(key):
         return context.get(key, "?")
 
@@ -329,7 +355,8 @@ def header(context, contexts):
             f"OpenMP max threads {ctx.get('omp_max_threads', '?')}, "
             f"{ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz, "
             f"load avg {', '.join(f'{x:.2f}' for x in ctx.get('load_avg', []))}, {ctx.get('date', '?')}")
-    lines.append("single-thread benchmarks: OpenMP, OpenBLAS and libtorch set to 1 thread")
+    lines.append("single-thread benchmarks: OpenMP, OpenBLAS and libtorch set to 1 thread; "
+                 f"times: {time_name}")
     versions = [
         ("XNNPACK", "xnnpack_version"), ("oneDNN", "onednn_version"),
         ("oneDNN ISA", "onednn_cpu_isa"), ("Eigen", "eigen_version"), ("Eigen ISA", "eigen_isa"),
@@ -488,12 +515,15 @@ def main():
     parser.add_argument("--svg", default=os.path.normpath(default_svg),
                         help="chart path; _cache / _memory go before the extension")
     parser.add_argument("--no-png", action="store_true", help="do not render PNGs")
+    parser.add_argument("--time", choices=["real", "cpu"], default="real",
+                        help="time of the single-thread tables (default: real)")
     args = parser.parse_args()
     paths = [p for p in args.json if os.path.exists(p) and os.path.getsize(p) > 0]
     if not paths:
         sys.exit("peers_report.py: no results (" + ", ".join(args.json) + ")")
-    results, context, contexts = load(paths)
-    out = [header(context, contexts), ""]
+    results, context, contexts = load(paths, "cpu_time" if args.time == "cpu" else "real_time")
+    out = [header(context, contexts, "CPU time" if args.time == "cpu" else
+                  "wall-clock (real) time"), ""]
     softmax_tables(results, out)
     dot_tables(results, out)
     dots_tables(results, out)
