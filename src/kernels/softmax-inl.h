@@ -151,7 +151,19 @@ HWY_INLINE void SumTree(double* hi, double* lo, std::size_t lanes,
   sum_lo = lo[0] - (sum_hi - hi[0]);
 }
 
-template <class T, class V>
+// The plain form of SumTree, for a softmax's sum, which needs about 2^-40
+// relative (its hi + lo are rounded to one double for 1/S anyway): the same
+// pairs, plain double additions, 4 add latencies for 16 lanes instead of 4
+// TwoSum chains. The state, logsumexp and log_softmax keep SumTree: they
+// read the low part of S - 1.
+HWY_INLINE double PlainTree(double* v, std::size_t lanes) {
+  for (std::size_t half = lanes / 2; half >= 1; half /= 2) {
+    for (std::size_t j = 0; j < half; ++j) v[j] += v[j + half];
+  }
+  return v[0];
+}
+
+template <class T, bool kExact, class V>
 HWY_INLINE void SumLanes(const V* s, const V* c, double& sum_hi,
                          double& sum_lo) {
   using B = Block<T>;
@@ -163,6 +175,14 @@ HWY_INLINE void SumLanes(const V* s, const V* c, double& sum_hi,
     hn::Store(c[v], d, lc + v * B::kVecLanes);
   }
   double hi[B::kLanes], lo[B::kLanes];
+  if constexpr (!kExact) {
+    for (std::size_t j = 0; j < B::kLanes; ++j) {
+      hi[j] = static_cast<double>(ls[j]) + static_cast<double>(lc[j]);
+    }
+    sum_hi = PlainTree(hi, B::kLanes);
+    sum_lo = 0.0;
+    return;
+  }
   for (std::size_t j = 0; j < B::kLanes; ++j) {
     hi[j] = ls[j];
     lo[j] = lc[j];
@@ -196,7 +216,9 @@ HWY_INLINE void SumExpPass(const S& scores, const T* x,
                       s[v] = t;
                     }
                   });
-  SumLanes<T>(s, c, sum_hi, sum_lo);
+  // A float softmax (kStore) only needs S to about 2^-40; the others read
+  // S - 1, and a double weight needs S to about 2^-60.
+  SumLanes<T, !kStore || sizeof(T) == 8>(s, c, sum_hi, sum_lo);
 }
 
 // 1/S as an unevaluated pair of T, accurate to about 2^-2p.
@@ -409,6 +431,11 @@ HWY_INLINE void WideSumPass(const WS& ws, const float* x,
     hn::Store(acc[v], d, hi + v * WS::kVecLanes);
     hn::Store(comp[v], d, lo + v * WS::kVecLanes);
   }
+  if constexpr (!kCompensated) {
+    sum_hi = PlainTree(hi, kLanes);
+    sum_lo = 0.0;
+    return;
+  }
   SumTree(hi, lo, kLanes, sum_hi, sum_lo);
 }
 
@@ -579,6 +606,76 @@ HWY_INLINE void FaithfulRow(const Scores<T, kMasked, kScaled>& scores,
   }
 }
 
+// Rows too large for the caches: the max and the sum are taken in one pass
+// over memory, chunk by chunk. Each chunk (kChunk floats, 16 KiB: it stays
+// in L1 between its two sweeps) gets its own max m_c and sum
+// S_c = sum exp(p - m_c), exactly as a whole row does in passes A and B; the
+// chunks' (m_c, S_c) are merged in double, S = sum S_c exp(m_c - M) with M
+// the largest m_c (a merge costs one scalar exp per 4096 elements). Pass C
+// then recomputes exp(p - M) and writes y, so the row is read from memory
+// twice and written once, where passes A, B, C read it three times (and the
+// fast path's stored exponentials add a write and a read). Chunk boundaries
+// depend only on the index, so the bits do not depend on the SIMD target.
+// Returns false, having written nothing, for the rows this path leaves to
+// RowImpl: +inf scores, and scaled scores whose max reaches 2^32 (which the
+// faithful path takes exactly in double).
+inline constexpr std::size_t kChunk = 4096;
+inline constexpr std::size_t kChunkedMinFloat = 1u << 15;  // 128 KiB
+
+template <bool kMasked, bool kScaled>
+HWY_INLINE bool ChunkedSoftmaxF32(const Scores<float, kMasked, kScaled>& scores,
+                                  const float* x, const std::uint8_t* mask,
+                                  std::size_t n, bool faithful, float* y) {
+  const WideScores<kMasked, kScaled> ws{static_cast<double>(scores.scale)};
+  double big_m = -std::numeric_limits<double>::infinity();
+  double s_hi = 0.0, s_lo = 0.0;
+  bool any_nan = false;
+  for (std::size_t i = 0; i < n; i += kChunk) {
+    const std::size_t len = n - i < kChunk ? n - i : kChunk;
+    const float* xc = x + i;
+    const std::uint8_t* mc = mask ? mask + i : nullptr;
+    bool nan_here = false;
+    const float m = MaxPass<float>(scores, xc, mc, len, nan_here);
+    any_nan |= nan_here;
+    if (any_nan) continue;  // the row is NaN; only the max pass is needed
+    if (m == -std::numeric_limits<float>::infinity()) continue;
+    if (m == std::numeric_limits<float>::infinity()) return false;
+    if (kScaled && std::fabs(m) >= 0x1p32f) return false;
+    double c_hi, c_lo;
+    if (faithful) {
+      WideSumPass<false>(ws, xc, mc, len, m, c_hi, c_lo);
+    } else {
+      SumExpPass<false, float>(scores, xc, mc, len, m, nullptr, c_hi, c_lo);
+    }
+    const double md = m;
+    if (md > big_m) {
+      const double f = std::exp(big_m - md);  // 0 for the first chunk
+      s_hi = s_hi * f;
+      s_lo = s_lo * f;
+      big_m = md;
+    } else {
+      const double f = std::exp(md - big_m);
+      c_hi *= f;
+      c_lo *= f;
+    }
+    TwoSumScalar(s_hi, s_lo, c_hi);
+    s_lo += c_lo;
+  }
+  if (any_nan) {
+    Fill(y, n, std::numeric_limits<float>::quiet_NaN());
+  } else if (big_m == -std::numeric_limits<double>::infinity()) {
+    Fill(y, n, 0.0f);
+  } else if (faithful) {
+    WideApplyPass(ws, x, mask, n, big_m, 1.0 / (s_hi + s_lo), y);
+  } else {
+    float hi, lo;
+    Reciprocal<float>(s_hi, s_lo, hi, lo);
+    ApplyPass<float>(scores, x, mask, n, static_cast<float>(big_m), hi, lo,
+                     y);
+  }
+  return true;
+}
+
 template <class T, bool kMasked, bool kScaled>
 HWY_INLINE void RowImpl(const T* x, const std::uint8_t* mask, T scale,
                         std::size_t n, detail::RowOp op, bool faithful, T* y,
@@ -587,6 +684,12 @@ HWY_INLINE void RowImpl(const T* x, const std::uint8_t* mask, T scale,
   const Scores<T, kMasked, kScaled> scores{scale};
   const T kInf = std::numeric_limits<T>::infinity();
   const T kNaN = std::numeric_limits<T>::quiet_NaN();
+  if constexpr (sizeof(T) == 4) {
+    if (op == RowOp::kSoftmax && n >= kChunkedMinFloat &&
+        ChunkedSoftmaxF32(scores, x, mask, n, faithful, y)) {
+      return;
+    }
+  }
 
   bool any_nan = false;
   const T m = MaxPass<T>(scores, x, mask, n, any_nan);
