@@ -52,7 +52,7 @@ ensure_deps
 read -r -a extra <<<"${SOFTDOT_CMAKE_ARGS:-}"
 log "configure $build_dir (Release) ${extra[*]}"
 cmake -S "$SOFTDOT_ROOT" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DSOFTDOT_BUILD_BENCH=ON -DSOFTDOT_BUILD_TESTS=OFF -DSOFTDOT_BUILD_CLI=OFF "${extra[@]}"
+  -DSOFTDOT_BUILD_BENCH=ON -DSOFTDOT_BUILD_PEERS=ON -DSOFTDOT_BUILD_TESTS=OFF -DSOFTDOT_BUILD_CLI=OFF "${extra[@]}"
 log "build softdot_peers (-j$SOFTDOT_JOBS)"
 cmake --build "$build_dir" -j "$SOFTDOT_JOBS" --target softdot_peers
 bench="$build_dir/bench/peers/softdot_peers"
