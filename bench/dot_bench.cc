@@ -66,3 +66,31 @@ BENCHMARK(BM_dot_accurate_f64)->Arg(3)->Arg(4096)->Arg(1 << 20)->Arg(1 << 23);
 
 }  // namespace
 }  // namespace softdot_bench
+
+namespace softdot_bench {
+namespace {
+
+// dots: one query (d = 128) against n keys, the scores of one attention
+// query; 4096 keys are 2 MiB (L2), 65536 keys 32 MiB. Bytes: keys + query +
+// scores.
+void BM_dots(benchmark::State& state) {
+  const auto keys = static_cast<std::size_t>(state.range(0));
+  constexpr std::size_t kDim = 128;
+  const std::vector<float> k = RandomScores(keys * kDim, 1);
+  const std::vector<float> q = RandomScores(kDim, 2);
+  std::vector<float> s(keys);
+  const softdot::MatrixView<const float> km(k.data(), keys, kDim);
+  for (auto _ : state) {
+    softdot::dots(q, km, s);
+    benchmark::DoNotOptimize(s.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(keys));
+  state.SetBytesProcessed(state.iterations() *
+                          static_cast<std::int64_t>((keys * kDim + kDim + keys) *
+                                                    sizeof(float)));
+}
+BENCHMARK(BM_dots)->Arg(4096)->Arg(65536);
+
+}  // namespace
+}  // namespace softdot_bench
