@@ -79,7 +79,11 @@ struct Scores {
 // Four independent chains of Max: one chain waits 4 cycles (Max latency) per
 // block and would run at 1/8 of the two loads per cycle that L1 can feed.
 // Max is exact, so the split changes no result.
-template <class T, class S>
+// Without kTrackNaN the NaN test (3 of the 4 operations per vector) is left
+// to the caller, who then reads NaN from the sum of the exponentials (the
+// fast exp propagates NaN) or scans the row; the max is then unspecified
+// when a NaN is present.
+template <class T, bool kTrackNaN = true, class S>
 HWY_INLINE T MaxPass(const S& scores, const T* x, const std::uint8_t* mask,
                      std::size_t n, bool& any_nan) {
   using B = Block<T>;
@@ -98,7 +102,9 @@ HWY_INLINE T MaxPass(const S& scores, const T* x, const std::uint8_t* mask,
       V p, lo;
       scores.Load(xb, mb, v, p, lo);
       chain[v] = hn::Max(chain[v], p);
-      bad = hn::Or(bad, hn::VecFromMask(d, hn::IsNaN(p)));
+      if constexpr (kTrackNaN) {
+        bad = hn::Or(bad, hn::VecFromMask(d, hn::IsNaN(p)));
+      }
     }
   };
   std::size_t i = 0;
@@ -165,7 +171,7 @@ HWY_INLINE double PlainTree(double* v, std::size_t lanes) {
 
 template <class T, bool kExact, class V>
 HWY_INLINE void SumLanes(const V* s, const V* c, double& sum_hi,
-                         double& sum_lo) {
+                         double& sum_lo, double bias = 0.0) {
   using B = Block<T>;
   const typename B::D d;
   alignas(64) T ls[B::kLanes];
@@ -177,7 +183,7 @@ HWY_INLINE void SumLanes(const V* s, const V* c, double& sum_hi,
   double hi[B::kLanes], lo[B::kLanes];
   if constexpr (!kExact) {
     for (std::size_t j = 0; j < B::kLanes; ++j) {
-      hi[j] = static_cast<double>(ls[j]) + static_cast<double>(lc[j]);
+      hi[j] = (static_cast<double>(ls[j]) - bias) + static_cast<double>(lc[j]);
     }
     sum_hi = PlainTree(hi, B::kLanes);
     sum_lo = 0.0;
@@ -200,8 +206,15 @@ HWY_INLINE void SumExpPass(const S& scores, const T* x,
   using V = typename B::V;
   const typename B::D d;
   const V mv = hn::Set(d, m);
+  // A softmax (kStore) starts every lane sum at 1: then s >= 1 >= e, so
+  // Fast2Sum (2 operations) gives the exact error where TwoSum took 5, and
+  // the 1 per lane is taken off in double, exactly, at the end.
+  constexpr T kBias = kStore ? T(1) : T(0);
   V s[B::kVecs], c[B::kVecs];
-  for (std::size_t v = 0; v < B::kVecs; ++v) s[v] = c[v] = hn::Zero(d);
+  for (std::size_t v = 0; v < B::kVecs; ++v) {
+    s[v] = hn::Set(d, kBias);
+    c[v] = hn::Zero(d);
+  }
   ForEachBlock<T>(x, mask, kStore ? y : nullptr, n,
                   -std::numeric_limits<T>::infinity(),
                   [&](const T* xb, const std::uint8_t* mb, T* yb) HWY_ATTR {
@@ -209,16 +222,26 @@ HWY_INLINE void SumExpPass(const S& scores, const T* x,
                       V p, lo;
                       scores.Load(xb, mb, v, p, lo);
                       const V e = ShiftedExp(p, lo, mv);
-                      if constexpr (kStore)
-                        hn::StoreU(e, d, yb + v * B::kVecLanes);
                       const V t = hn::Add(s[v], e);
-                      c[v] = hn::Add(c[v], TwoSumErr(s[v], e, t));
+                      if constexpr (kStore) {
+                        hn::StoreU(e, d, yb + v * B::kVecLanes);
+                        c[v] = hn::Add(c[v], hn::Sub(e, hn::Sub(t, s[v])));
+                      } else {
+                        c[v] = hn::Add(c[v], TwoSumErr(s[v], e, t));
+                      }
                       s[v] = t;
                     }
                   });
+  if constexpr (kStore && sizeof(T) == 8) {
+    for (std::size_t v = 0; v < B::kVecs; ++v) {
+      s[v] = hn::Sub(s[v], hn::Set(d, kBias));  // exact: s in [1, 2^53]
+    }
+  }
   // A float softmax (kStore) only needs S to about 2^-40; the others read
   // S - 1, and a double weight needs S to about 2^-60.
-  SumLanes<T, !kStore || sizeof(T) == 8>(s, c, sum_hi, sum_lo);
+  // (A float lane's bias comes off in double there: s may pass 2^24.)
+  SumLanes<T, !kStore || sizeof(T) == 8>(s, c, sum_hi, sum_lo,
+                                         sizeof(T) == 4 ? double{kBias} : 0.0);
 }
 
 // 1/S as an unevaluated pair of T, accurate to about 2^-2p.
@@ -267,6 +290,15 @@ HWY_INLINE std::size_t CountPosInf(const S& scores, const T* x,
     k += scores.ScalarScore(x, mask, i) == std::numeric_limits<T>::infinity();
   }
   return k;
+}
+
+template <class T, class S>
+HWY_INLINE bool AnyNaN(const S& scores, const T* x, const std::uint8_t* mask,
+                       std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (std::isnan(scores.ScalarScore(x, mask, i))) return true;
+  }
+  return false;
 }
 
 template <class T, class S>
@@ -635,17 +667,30 @@ HWY_INLINE bool ChunkedSoftmaxF32(const Scores<float, kMasked, kScaled>& scores,
     const float* xc = x + i;
     const std::uint8_t* mc = mask ? mask + i : nullptr;
     bool nan_here = false;
-    const float m = MaxPass<float>(scores, xc, mc, len, nan_here);
+    const float m = faithful
+                        ? MaxPass<float>(scores, xc, mc, len, nan_here)
+                        : MaxPass<float, false>(scores, xc, mc, len, nan_here);
     any_nan |= nan_here;
     if (any_nan) continue;  // the row is NaN; only the max pass is needed
-    if (m == -std::numeric_limits<float>::infinity()) continue;
-    if (m == std::numeric_limits<float>::infinity()) return false;
+    if (m == -std::numeric_limits<float>::infinity() ||
+        m == std::numeric_limits<float>::infinity()) {
+      if (!faithful && AnyNaN<float>(scores, xc, mc, len)) {
+        any_nan = true;
+        continue;
+      }
+      if (m == std::numeric_limits<float>::infinity()) return false;
+      continue;
+    }
     if (kScaled && std::fabs(m) >= 0x1p32f) return false;
     double c_hi, c_lo;
     if (faithful) {
       WideSumPass<false>(ws, xc, mc, len, m, c_hi, c_lo);
     } else {
       SumExpPass<false, float>(scores, xc, mc, len, m, nullptr, c_hi, c_lo);
+      if (std::isnan(c_hi)) {  // a NaN score: MaxPass did not look
+        any_nan = true;
+        continue;
+      }
     }
     const double md = m;
     if (md > big_m) {
@@ -691,8 +736,17 @@ HWY_INLINE void RowImpl(const T* x, const std::uint8_t* mask, T scale,
     }
   }
 
+  // The fast softmax reads NaN from its sum (NaN in, NaN out through the
+  // fast exp and the sum) and, for the rows that never reach the sum (max
+  // +-inf), from a scan; everything else tests it in pass A.
+  const bool nan_from_sum = op == RowOp::kSoftmax && !faithful;
   bool any_nan = false;
-  const T m = MaxPass<T>(scores, x, mask, n, any_nan);
+  const T m = nan_from_sum
+                  ? MaxPass<T, false>(scores, x, mask, n, any_nan)
+                  : MaxPass<T>(scores, x, mask, n, any_nan);
+  if (nan_from_sum && (m == -kInf || m == kInf)) {
+    any_nan = AnyNaN<T>(scores, x, mask, n);
+  }
 
   if (op == RowOp::kApply) {
     const T total_max = static_cast<T>(state->max);
@@ -746,6 +800,10 @@ HWY_INLINE void RowImpl(const T* x, const std::uint8_t* mask, T scale,
   double s_hi, s_lo;
   if (op == RowOp::kSoftmax) {
     SumExpPass<true, T>(scores, x, mask, n, m, y, s_hi, s_lo);
+    if (std::isnan(s_hi)) {  // a NaN score (nan_from_sum)
+      Fill(y, n, kNaN);
+      return;
+    }
     T hi, lo;
     Reciprocal<T>(s_hi, s_lo, hi, lo);
     NormalizePass<T>(n, hi, lo, y);
