@@ -54,6 +54,29 @@ HWY_INLINE hn::Mask<D> LoadKeep(D d, const std::uint8_t* HWY_RESTRICT mask) {
   }
 }
 
+// The first `count` lanes of p (count <= MaxLanes(d)), zeros in the rest,
+// never touching memory past p + count: one masked load where loads cannot
+// fault, else a copy into a zeroed buffer.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadFirstN(D d, const hn::TFromD<D>* HWY_RESTRICT p,
+                                 std::size_t count) {
+#if SOFTDOT_MASKED_TAIL
+  return hn::MaskedLoad(hn::FirstN(d, count), d, p);
+#else
+  alignas(64) hn::TFromD<D> buf[hn::MaxLanes(D())] = {};
+  for (std::size_t j = 0; j < count; ++j) buf[j] = p[j];
+  return hn::Load(d, buf);
+#endif
+}
+
+// Lanes of vector v of a block that hold data when `count` of the block's
+// elements do.
+template <std::size_t kVecLanes>
+HWY_INLINE std::size_t CountInVec(std::size_t count, std::size_t v) {
+  const std::size_t at = v * kVecLanes;
+  return count <= at ? 0 : (count - at < kVecLanes ? count - at : kVecLanes);
+}
+
 // Copies the first `rest` (< kLanes) elements of x into the block buffer xb
 // and fills the others with pad. With masked loads this is one load, one
 // select and one aligned store per vector, which the body's loads of xb then

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <utility>
 
 #include "hwy/highway.h"
 #include "kernels/block-inl.h"
@@ -67,58 +68,44 @@ HWY_INLINE T ReduceBlockTree(const typename Block<T>::V* acc) {
   return TreeSumOfLanes(d, v[0]);
 }
 
-// Adds the 8 accumulator blocks in a fixed tree: (0+4, 1+5, 2+6, 3+7),
-// (0+2, 1+3), 0+1; the sum ends in acc[0].
-template <class V, std::size_t kVecs>
-HWY_INLINE void ReduceAccumulators(V (&acc)[kDotAccumulators][kVecs]) {
-  for (std::size_t half = kDotAccumulators / 2; half >= 1; half /= 2) {
-    for (std::size_t j = 0; j < half; ++j) {
-      for (std::size_t v = 0; v < kVecs; ++v) {
-        acc[j][v] = hn::Add(acc[j][v], acc[j + half][v]);
-      }
-    }
-  }
-}
-
 // The loop shared by every dot product: blocks of Policy::kLanes input
-// elements go, in index order, to accumulator (block index) % 8; the partial
-// last block is zero-padded (adding +0 products leaves a lane unchanged).
-template <class Policy, class TIn>
-HWY_INLINE auto DotLoop(const TIn* HWY_RESTRICT x, const TIn* HWY_RESTRICT y,
-                        std::size_t n) {
+// elements go, in index order, to accumulator (block index) % 8; the last,
+// partial step reads zeros past n (a zero product leaves an accumulator
+// unchanged: it is never -0). Every accumulator is named by a constant
+// (the kB pack), never by a loop index: with a running index GCC kept the
+// 8 accumulators on the stack and cleared them with rep stos, ~19 ns per
+// dot for any n >= 16.
+template <class Policy, class TIn, std::size_t... kB>
+HWY_INLINE auto DotLoopImpl(const TIn* HWY_RESTRICT x,
+                            const TIn* HWY_RESTRICT y, std::size_t n,
+                            std::index_sequence<kB...>) {
   constexpr std::size_t kLanes = Policy::kLanes;
   constexpr std::size_t kStep = kDotAccumulators * kLanes;
   typename Policy::State state[kDotAccumulators];
-  for (auto& s : state) Policy::Init(s);
+  (Policy::Init(state[kB]), ...);
   std::size_t i = 0;
   for (; i + kStep <= n; i += kStep) {
-    for (std::size_t b = 0; b < kDotAccumulators; ++b) {
-      Policy::Add(x + i + b * kLanes, y + i + b * kLanes, state[b]);
-    }
+    (Policy::template Add<false>(x + i + kB * kLanes, y + i + kB * kLanes,
+                                 state[kB], kLanes),
+     ...);
   }
-  // Fewer than 8 blocks remain: they go to accumulators 0, 1, ... in order,
-  // the partial one zero-padded. Unrolled over the accumulator index, so
-  // the accumulators stay in registers: with a running index they lived on
-  // the stack, and a 128-element dot (one row of dots) took ~15 ns.
-#pragma GCC unroll 8
-  for (std::size_t b = 0; b < kDotAccumulators; ++b) {
-    if (i + kLanes <= n) {
-      Policy::Add(x + i, y + i, state[b]);
-      i += kLanes;
-    } else if (i < n) {
-      // LoadPartialBlock fills a whole Block<TIn>; WideDot reads only
-      // kLanes (8) of those floats.
-      constexpr std::size_t kBuf =
-          Block<TIn>::kLanes > kLanes ? Block<TIn>::kLanes : kLanes;
-      alignas(64) TIn xb[kBuf];
-      alignas(64) TIn yb[kBuf];
-      LoadPartialBlock(x + i, n - i, TIn(0), xb);
-      LoadPartialBlock(y + i, n - i, TIn(0), yb);
-      Policy::Add(xb, yb, state[b]);
-      i = n;
-    }
+  if (i < n) {
+    const auto count = [&](std::size_t b) {
+      const std::size_t at = i + b * kLanes;
+      return n <= at ? std::size_t{0} : (n - at < kLanes ? n - at : kLanes);
+    };
+    (Policy::template Add<true>(x + i + kB * kLanes, y + i + kB * kLanes,
+                                state[kB], count(kB)),
+     ...);
   }
   return Policy::Reduce(state);
+}
+
+template <class Policy, class TIn>
+HWY_INLINE auto DotLoop(const TIn* HWY_RESTRICT x, const TIn* HWY_RESTRICT y,
+                        std::size_t n) {
+  static_assert(kDotAccumulators == 8, "DotLoopImpl and Reduce spell out 8");
+  return DotLoopImpl<Policy>(x, y, n, std::make_index_sequence<8>());
 }
 
 // Plain dot: one FMA per element into T lanes.
@@ -133,20 +120,36 @@ struct PlainDot {
   static HWY_INLINE void Init(State& s) {
     for (auto& v : s.acc) v = hn::Zero(typename B::D());
   }
-  static HWY_INLINE void Add(const T* x, const T* y, State& s) {
+  // kPartial: only the first `count` elements are data (the rest read as
+  // zeros, and are not touched).
+  template <bool kPartial>
+  static HWY_INLINE void Add(const T* x, const T* y, State& s,
+                             std::size_t count) {
     const typename B::D d;
     for (std::size_t v = 0; v < B::kVecs; ++v) {
-      s.acc[v] = hn::MulAdd(hn::LoadU(d, x + v * B::kVecLanes),
-                            hn::LoadU(d, y + v * B::kVecLanes), s.acc[v]);
+      const T* xv = x + v * B::kVecLanes;
+      const T* yv = y + v * B::kVecLanes;
+      if constexpr (kPartial) {
+        const std::size_t k = CountInVec<B::kVecLanes>(count, v);
+        s.acc[v] = hn::MulAdd(LoadFirstN(d, xv, k), LoadFirstN(d, yv, k),
+                              s.acc[v]);
+      } else {
+        s.acc[v] = hn::MulAdd(hn::LoadU(d, xv), hn::LoadU(d, yv), s.acc[v]);
+      }
     }
   }
-  static HWY_INLINE T Reduce(State (&s)[kDotAccumulators]) {
-    V acc[kDotAccumulators][B::kVecs];
-    for (std::size_t b = 0; b < kDotAccumulators; ++b) {
-      for (std::size_t v = 0; v < B::kVecs; ++v) acc[b][v] = s[b].acc[v];
+  // The 8 accumulators in a fixed tree, (0+4, 1+5, 2+6, 3+7), (0+2, 1+3),
+  // 0+1, spelled out with constant indices (see DotLoopImpl).
+  static HWY_INLINE T Reduce(const State (&s)[kDotAccumulators]) {
+    V acc[B::kVecs];
+    for (std::size_t v = 0; v < B::kVecs; ++v) {
+      const V a04 = hn::Add(s[0].acc[v], s[4].acc[v]);
+      const V a15 = hn::Add(s[1].acc[v], s[5].acc[v]);
+      const V a26 = hn::Add(s[2].acc[v], s[6].acc[v]);
+      const V a37 = hn::Add(s[3].acc[v], s[7].acc[v]);
+      acc[v] = hn::Add(hn::Add(a04, a26), hn::Add(a15, a37));
     }
-    ReduceAccumulators(acc);
-    return ReduceBlockTree<T>(acc[0]);
+    return ReduceBlockTree<T>(acc);
   }
 };
 
@@ -157,12 +160,19 @@ struct PlainDot {
 // target, FMA or not (the product is exact either way). Only the loads
 // differ from PlainDot<double>.
 struct WideDot : PlainDot<double> {
-  static HWY_INLINE void Add(const float* x, const float* y, State& s) {
+  template <bool kPartial>
+  static HWY_INLINE void Add(const float* x, const float* y, State& s,
+                             std::size_t count) {
     const typename B::D d;
     const hn::Rebind<float, typename B::D> df;
     for (std::size_t v = 0; v < B::kVecs; ++v) {
-      const V xv = hn::PromoteTo(d, hn::LoadU(df, x + v * B::kVecLanes));
-      const V yv = hn::PromoteTo(d, hn::LoadU(df, y + v * B::kVecLanes));
+      const float* xp = x + v * B::kVecLanes;
+      const float* yp = y + v * B::kVecLanes;
+      const std::size_t k = CountInVec<B::kVecLanes>(count, v);
+      const V xv = hn::PromoteTo(
+          d, kPartial ? LoadFirstN(df, xp, k) : hn::LoadU(df, xp));
+      const V yv = hn::PromoteTo(
+          d, kPartial ? LoadFirstN(df, yp, k) : hn::LoadU(df, yp));
       s.acc[v] = hn::MulAdd(xv, yv, s.acc[v]);
     }
   }
@@ -185,11 +195,16 @@ struct CompensatedDot {
       st.s[v] = st.c[v] = hn::Zero(typename B::D());
     }
   }
-  static HWY_INLINE void Add(const double* x, const double* y, State& st) {
+  template <bool kPartial>
+  static HWY_INLINE void Add(const double* x, const double* y, State& st,
+                             std::size_t count) {
     const typename B::D d;
     for (std::size_t v = 0; v < B::kVecs; ++v) {
-      const V xv = hn::LoadU(d, x + v * B::kVecLanes);
-      const V yv = hn::LoadU(d, y + v * B::kVecLanes);
+      const double* xp = x + v * B::kVecLanes;
+      const double* yp = y + v * B::kVecLanes;
+      const std::size_t k = CountInVec<B::kVecLanes>(count, v);
+      const V xv = kPartial ? LoadFirstN(d, xp, k) : hn::LoadU(d, xp);
+      const V yv = kPartial ? LoadFirstN(d, yp, k) : hn::LoadU(d, yp);
       const V p = hn::Mul(xv, yv);
       const V pe = ProductLow(xv, yv, p);
       const V t = hn::Add(st.s[v], p);
@@ -224,15 +239,19 @@ struct CompensatedDot {
 template <class T>
 HWY_INLINE T SmallDot(const T* HWY_RESTRICT x, const T* HWY_RESTRICT y,
                       std::size_t n) {
-  constexpr std::size_t kLanes = Block<T>::kLanes;
-  T lanes[kLanes];
-  for (std::size_t j = 0; j < kLanes; ++j) {
-    lanes[j] = j < n ? x[j] * y[j] + T(0) : T(0);
+  using B = Block<T>;
+  const typename B::D d;
+  alignas(64) T xb[B::kLanes];
+  alignas(64) T yb[B::kLanes];
+  LoadPartialBlock(x, n, T(0), xb);
+  LoadPartialBlock(y, n, T(0), yb);
+  typename B::V lanes[B::kVecs];
+  for (std::size_t v = 0; v < B::kVecs; ++v) {
+    lanes[v] = hn::Add(hn::Mul(hn::Load(d, xb + v * B::kVecLanes),
+                               hn::Load(d, yb + v * B::kVecLanes)),
+                       hn::Zero(d));
   }
-  for (std::size_t half = kLanes / 2; half >= 1; half /= 2) {
-    for (std::size_t j = 0; j < half; ++j) lanes[j] += lanes[j + half];
-  }
-  return lanes[0];
+  return ReduceBlockTree<T>(lanes);
 }
 
 template <class T>
