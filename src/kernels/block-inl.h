@@ -91,6 +91,10 @@ HWY_INLINE void LoadPartialBlock(const T* HWY_RESTRICT x, std::size_t rest,
   for (std::size_t v = 0; v < B::kVecs; ++v) {
     const std::size_t at = v * B::kVecLanes;
     const std::size_t k = rest > at ? rest - at : 0;
+    if (k == 0) {  // no masked load: it would still touch the line
+      hn::Store(hn::Set(d, pad), d, xb + at);
+      continue;
+    }
     const auto keep = hn::FirstN(d, k);
     hn::Store(hn::IfThenElse(keep, hn::MaskedLoad(keep, d, x + at),
                              hn::Set(d, pad)),

@@ -94,9 +94,23 @@ HWY_INLINE auto DotLoopImpl(const TIn* HWY_RESTRICT x,
       const std::size_t at = i + b * kLanes;
       return n <= at ? std::size_t{0} : (n - at < kLanes ? n - at : kLanes);
     };
-    (Policy::template Add<true>(x + i + kB * kLanes, y + i + kB * kLanes,
-                                state[kB], count(kB)),
-     ...);
+    // Whole blocks load plainly, the one partial block with a mask, and
+    // blocks wholly past n not at all. Masked loads from memory not yet in
+    // cache are slow here (AMD Zen 5): with every block of this step masked
+    // (the empty ones pointed at x), a 64-element dot took 9.5 ns in cache
+    // but 86 ns from cold memory, against 18 ns for the peers and for this
+    // form (which takes 16 ns in cache).
+    const auto add = [&](std::size_t b, typename Policy::State& st) {
+      const std::size_t c = count(b);
+      if (c == kLanes) {
+        Policy::template Add<false>(x + i + b * kLanes, y + i + b * kLanes, st,
+                                    kLanes);
+      } else if (c != 0) {
+        Policy::template Add<true>(x + i + b * kLanes, y + i + b * kLanes, st,
+                                   c);
+      }
+    };
+    (add(kB, state[kB]), ...);
   }
   return Policy::Reduce(state);
 }
