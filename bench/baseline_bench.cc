@@ -108,5 +108,24 @@ void BM_roofline_2r1w(benchmark::State& state) {
 }
 BENCHMARK(BM_roofline_2r1w)->Apply(AddSizesAndRows);
 
+// The FMA peak of one core: 12 independent vector FMA chains, 10^5 rounds
+// per iteration. The counter flop/s (2 flops per lane per FMA) is the
+// compute roofline that attention results are read against.
+void BM_fma_peak(benchmark::State& state) {
+  constexpr std::size_t kRounds = 100000;
+  float m = 0.999999f, c = 1e-7f;
+  benchmark::DoNotOptimize(m);
+  benchmark::DoNotOptimize(c);
+  for (auto _ : state) {
+    float r = FmaPeak(kRounds, m, c);
+    benchmark::DoNotOptimize(r);
+  }
+  state.counters["flop/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * kRounds * 12 * 2 *
+          static_cast<double>(FloatLanes()),
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_fma_peak);
+
 }  // namespace
 }  // namespace softdot_bench

@@ -111,6 +111,41 @@ double FloatDot2Impl(const float* HWY_RESTRICT x, const float* HWY_RESTRICT y,
   return hi + lo;
 }
 
+// FMA throughput: 12 independent chains of float FMAs held in registers
+// (named variables: an array of vectors ended up on the stack, each FMA
+// waiting on a load and a store), `rounds` rounds. Returns a value that
+// depends on every chain so nothing is optimised away.
+float FmaPeakImpl(std::size_t rounds, float m, float c) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  const V vm = hn::Set(d, m), vc = hn::Set(d, c);
+  V a0 = hn::Set(d, 1.0f), a1 = hn::Set(d, 1.1f), a2 = hn::Set(d, 1.2f),
+    a3 = hn::Set(d, 1.3f), a4 = hn::Set(d, 1.4f), a5 = hn::Set(d, 1.5f),
+    a6 = hn::Set(d, 1.6f), a7 = hn::Set(d, 1.7f), a8 = hn::Set(d, 1.8f),
+    a9 = hn::Set(d, 1.9f), a10 = hn::Set(d, 2.0f), a11 = hn::Set(d, 2.1f);
+  for (std::size_t r = 0; r < rounds; ++r) {
+    a0 = hn::MulAdd(a0, vm, vc);
+    a1 = hn::MulAdd(a1, vm, vc);
+    a2 = hn::MulAdd(a2, vm, vc);
+    a3 = hn::MulAdd(a3, vm, vc);
+    a4 = hn::MulAdd(a4, vm, vc);
+    a5 = hn::MulAdd(a5, vm, vc);
+    a6 = hn::MulAdd(a6, vm, vc);
+    a7 = hn::MulAdd(a7, vm, vc);
+    a8 = hn::MulAdd(a8, vm, vc);
+    a9 = hn::MulAdd(a9, vm, vc);
+    a10 = hn::MulAdd(a10, vm, vc);
+    a11 = hn::MulAdd(a11, vm, vc);
+  }
+  const V s = hn::Add(
+      hn::Add(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)),
+              hn::Add(hn::Add(a4, a5), hn::Add(a6, a7))),
+      hn::Add(hn::Add(a8, a9), hn::Add(a10, a11)));
+  return hn::GetLane(hn::SumOfLanes(d, s));
+}
+
+std::size_t FloatLanesImpl() { return hn::Lanes(hn::ScalableTag<float>()); }
+
 }  // namespace HWY_NAMESPACE
 }  // namespace softdot_bench
 HWY_AFTER_NAMESPACE();
@@ -120,6 +155,13 @@ namespace softdot_bench {
 HWY_EXPORT(CopyLoopImpl);
 HWY_EXPORT(RooflineImpl);
 HWY_EXPORT(FloatDot2Impl);
+HWY_EXPORT(FmaPeakImpl);
+HWY_EXPORT(FloatLanesImpl);
+
+float FmaPeak(std::size_t rounds, float m, float c) {
+  return HWY_DYNAMIC_DISPATCH(FmaPeakImpl)(rounds, m, c);
+}
+std::size_t FloatLanes() { return HWY_DYNAMIC_DISPATCH(FloatLanesImpl)(); }
 
 double FloatDot2(const float* x, const float* y, std::size_t n) {
   return HWY_DYNAMIC_DISPATCH(FloatDot2Impl)(x, y, n);

@@ -50,6 +50,10 @@ inline void SetCounters(benchmark::State& state, std::int64_t n, int reads, int 
 void CopyLoop(const float* x, float* y, std::size_t n);
 void RooflineTwoReadsOneWrite(const float* x, float* y, std::size_t n, float scale);
 double FloatDot2(const float* x, const float* y, std::size_t n);
+// 12 independent FMA chains for `rounds` rounds (12 * rounds vector FMAs),
+// at the dispatched target's width; FloatLanes() is that width in floats.
+float FmaPeak(std::size_t rounds, float m, float c);
+std::size_t FloatLanes();
 
 }  // namespace softdot_bench
 
