@@ -2,15 +2,18 @@
 //
 // Lane types: float, double. Passes over the row (x, mask, scale):
 //   A  max and "any NaN" of the scores p_i = x_i * scale (masked -> -inf);
+//      the fast softmax leaves the NaN test to pass B's sum;
 //   B  e_i = exp(p_i - m) with the exact error of p_i - m (TwoSum, plus the
 //      exact low part of x_i * scale when scaled) folded in, summed per lane
-//      with TwoSum compensation; softmax stores e_i;
+//      with compensation (Fast2Sum from a lane sum that starts at 1 for the
+//      softmax, which stores e_i; TwoSum for the state and log_softmax);
 //   C  softmax: y_i = e_i * (1/S) with a double-length reciprocal, one
 //      rounding (fma(e, hi, e * lo)); log_softmax: y_i = (p_i - m) - log S
 //      with both subtractions carried in double length; apply: recompute e_i
 //      against the given state.
 // Error (float, measured against MPFR, see docs/accuracy.md): exp ~0.6 ulp,
-// sum ~2^-45 relative, normalisation 0.5 ulp. Every lane sum is reduced in a
+// sum ~2^-45 relative, normalisation 0.5 ulp. The faithful precision (below)
+// replaces B and C with double-lane passes. Every lane sum is reduced in a
 // fixed order, so results do not depend on the SIMD width (FMA targets).
 // No allocation: the partial last block uses a 64-byte stack buffer.
 
