@@ -54,6 +54,41 @@ HWY_INLINE hn::Mask<D> LoadKeep(D d, const std::uint8_t* HWY_RESTRICT mask) {
   }
 }
 
+#if SOFTDOT_MASKED_TAIL
+// Masked load / store of the first k lanes of a vector through the narrowest
+// vector (down to 128 bits) that holds them. A masked access still spans its
+// full width for the CPU's store-to-load ordering: a 64-byte masked store to
+// y, then a 64-byte masked load of x from the same line (two 3-float
+// vectors allocated one after the other; each row of an in-place
+// softmax_rows with short rows) waited for the store to complete. Measured:
+// a 3-element softmax took 63 ns with x and y 32 bytes apart, 35 ns apart.
+template <class D>
+HWY_INLINE hn::Vec<D> MaskedLoadNarrow(D d, const hn::TFromD<D>* HWY_RESTRICT p,
+                                       std::size_t k) {
+  if constexpr (hn::MaxLanes(D()) * sizeof(hn::TFromD<D>) > 16) {
+    const hn::Half<D> dh;
+    if (k <= hn::MaxLanes(dh)) {
+      return hn::ZeroExtendVector(d, MaskedLoadNarrow(dh, p, k));
+    }
+  }
+  return hn::MaskedLoad(hn::FirstN(d, k), d, p);
+}
+
+template <class D>
+HWY_INLINE void BlendedStoreNarrow(D d, hn::Vec<D> v,
+                                   hn::TFromD<D>* HWY_RESTRICT p,
+                                   std::size_t k) {
+  if constexpr (hn::MaxLanes(D()) * sizeof(hn::TFromD<D>) > 16) {
+    const hn::Half<D> dh;
+    if (k <= hn::MaxLanes(dh)) {
+      BlendedStoreNarrow(dh, hn::LowerHalf(dh, v), p, k);
+      return;
+    }
+  }
+  hn::BlendedStore(v, hn::FirstN(d, k), d, p);
+}
+#endif
+
 // The first `count` lanes of p (count <= MaxLanes(d)), zeros in the rest,
 // never touching memory past p + count: one masked load where loads cannot
 // fault, else a copy into a zeroed buffer.
@@ -61,7 +96,7 @@ template <class D>
 HWY_INLINE hn::Vec<D> LoadFirstN(D d, const hn::TFromD<D>* HWY_RESTRICT p,
                                  std::size_t count) {
 #if SOFTDOT_MASKED_TAIL
-  return hn::MaskedLoad(hn::FirstN(d, count), d, p);
+  return MaskedLoadNarrow(d, p, count);
 #else
   alignas(64) hn::TFromD<D> buf[hn::MaxLanes(D())] = {};
   for (std::size_t j = 0; j < count; ++j) buf[j] = p[j];
@@ -95,8 +130,7 @@ HWY_INLINE void LoadPartialBlock(const T* HWY_RESTRICT x, std::size_t rest,
       hn::Store(hn::Set(d, pad), d, xb + at);
       continue;
     }
-    const auto keep = hn::FirstN(d, k);
-    hn::Store(hn::IfThenElse(keep, hn::MaskedLoad(keep, d, x + at),
+    hn::Store(hn::IfThenElse(hn::FirstN(d, k), MaskedLoadNarrow(d, x + at, k),
                              hn::Set(d, pad)),
               d, xb + at);
   }
@@ -116,7 +150,7 @@ HWY_INLINE void StorePartialBlock(const T* HWY_RESTRICT yb, std::size_t rest,
   for (std::size_t v = 0; v < B::kVecs; ++v) {
     const std::size_t at = v * B::kVecLanes;
     if (rest <= at) break;
-    hn::BlendedStore(hn::Load(d, yb + at), hn::FirstN(d, rest - at), d, y + at);
+    BlendedStoreNarrow(d, hn::Load(d, yb + at), y + at, rest - at);
   }
 #else
   std::memcpy(y, yb, rest * sizeof(T));

@@ -730,6 +730,85 @@ HWY_INLINE bool ChunkedSoftmaxF32(const Scores<float, kMasked, kScaled>& scores,
   return true;
 }
 
+// softmax of a float row of at most one block (16 elements), in registers:
+// the partial block is loaded once and the exponentials are kept, where
+// passes A, B and C each reload the block (and the faithful C recomputes
+// exp). Every value is computed as in those passes (one element per lane,
+// so each lane sum is its one exponential, added by the same PlainTree), so
+// the weights have the same bits. Returns false, having written nothing,
+// for rows whose max is NaN-tainted or +-inf (RowImpl handles them) and for
+// scaled scores beyond 2^32.
+template <bool kMasked, bool kScaled>
+HWY_INLINE bool SingleBlockSoftmaxF32(
+    const Scores<float, kMasked, kScaled>& scores, const float* x,
+    const std::uint8_t* mask, std::size_t n, bool faithful, float* y) {
+  using B = Block<float>;
+  using V = typename B::V;
+  const typename B::D d;
+  constexpr std::size_t kLanes = B::kLanes;
+  alignas(64) float xb[kLanes];
+  alignas(64) float yb[kLanes];
+  alignas(64) std::uint8_t mb[kLanes];
+  LoadPartialBlock(x, n, -std::numeric_limits<float>::infinity(), xb);
+  if (kMasked) LoadPartialMask(mask, n, kLanes, mb);
+  V p[B::kVecs], lo[B::kVecs];
+  V mx = hn::Set(d, -std::numeric_limits<float>::infinity());
+  V bad = hn::Zero(d);
+  for (std::size_t v = 0; v < B::kVecs; ++v) {
+    scores.Load(xb, kMasked ? mb : nullptr, v, p[v], lo[v]);
+    mx = hn::Max(mx, p[v]);
+    bad = hn::Or(bad, hn::VecFromMask(d, hn::IsNaN(p[v])));
+  }
+  const float m = hn::GetLane(hn::MaxOfLanes(d, mx));
+  if (!hn::AllFalse(d, hn::MaskFromVec(bad)) ||
+      m == -std::numeric_limits<float>::infinity() ||
+      m == std::numeric_limits<float>::infinity()) {
+    return false;
+  }
+  alignas(64) double lanes[kLanes];
+  if (faithful) {
+    if (kScaled && std::fabs(m) >= 0x1p32f) return false;
+    using WS = WideScores<kMasked, kScaled>;
+    using DW = typename WS::DW;
+    const DW dw;
+    const hn::Rebind<float, DW> df;
+    const WS ws{static_cast<double>(scores.scale)};
+    const auto cv = hn::Set(dw, static_cast<double>(m));
+    hn::Vec<DW> e[WS::kVecs];
+    for (std::size_t v = 0; v < WS::kVecs; ++v) {
+      e[v] = ExpForFloat(dw, hn::Sub(ws.Load(xb, kMasked ? mb : nullptr, v), cv));
+      hn::Store(e[v], dw, lanes + v * WS::kVecLanes);
+    }
+    const auto iv = hn::Set(dw, 1.0 / PlainTree(lanes, kLanes));
+    for (std::size_t v = 0; v < WS::kVecs; ++v) {
+      hn::StoreU(hn::DemoteTo(df, hn::Mul(e[v], iv)), df,
+                 yb + v * WS::kVecLanes);
+    }
+  } else {
+    const V mv = hn::Set(d, m), one = hn::Set(d, 1.0f);
+    V e[B::kVecs];
+    alignas(64) float ls[kLanes], lc[kLanes];
+    for (std::size_t v = 0; v < B::kVecs; ++v) {
+      e[v] = ShiftedExp(p[v], lo[v], mv);
+      // SumExpPass's lane: s = 1 + e with its Fast2Sum error.
+      const V t = hn::Add(one, e[v]);
+      hn::Store(t, d, ls + v * B::kVecLanes);
+      hn::Store(hn::Sub(e[v], hn::Sub(t, one)), d, lc + v * B::kVecLanes);
+    }
+    for (std::size_t j = 0; j < kLanes; ++j) {
+      lanes[j] = (static_cast<double>(ls[j]) - 1.0) + static_cast<double>(lc[j]);
+    }
+    float h, l;
+    Reciprocal<float>(PlainTree(lanes, kLanes), 0.0, h, l);
+    const V hv = hn::Set(d, h), lv = hn::Set(d, l);
+    for (std::size_t v = 0; v < B::kVecs; ++v) {
+      hn::Store(TimesReciprocal(e[v], hv, lv), d, yb + v * B::kVecLanes);
+    }
+  }
+  StorePartialBlock(yb, n, y);
+  return true;
+}
+
 template <class T, bool kMasked, bool kScaled>
 HWY_INLINE void RowImpl(const T* x, const std::uint8_t* mask, T scale,
                         std::size_t n, detail::RowOp op, bool faithful, T* y,
@@ -739,6 +818,10 @@ HWY_INLINE void RowImpl(const T* x, const std::uint8_t* mask, T scale,
   const T kInf = std::numeric_limits<T>::infinity();
   const T kNaN = std::numeric_limits<T>::quiet_NaN();
   if constexpr (sizeof(T) == 4) {
+    if (op == RowOp::kSoftmax && n <= Block<float>::kLanes &&
+        SingleBlockSoftmaxF32(scores, x, mask, n, faithful, y)) {
+      return;
+    }
     if (op == RowOp::kSoftmax && n >= kChunkedMinFloat && faithful &&
         ChunkedSoftmaxF32(scores, x, mask, n, faithful, y)) {
       return;
