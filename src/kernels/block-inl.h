@@ -104,8 +104,9 @@ HWY_INLINE hn::Vec<D> LoadFirstN(D d, const hn::TFromD<D>* HWY_RESTRICT p,
 #endif
 }
 
-// Lanes of vector v of a block that hold data when `count` of the block's
-// elements do.
+// Lanes of part v (vector v of a block, or block v of a step) that hold
+// data when the first `count` elements of the whole do, parts being
+// kVecLanes elements each.
 template <std::size_t kVecLanes>
 HWY_INLINE std::size_t CountInVec(std::size_t count, std::size_t v) {
   const std::size_t at = v * kVecLanes;
@@ -125,7 +126,7 @@ HWY_INLINE void LoadPartialBlock(const T* HWY_RESTRICT x, std::size_t rest,
   const typename B::D d;
   for (std::size_t v = 0; v < B::kVecs; ++v) {
     const std::size_t at = v * B::kVecLanes;
-    const std::size_t k = rest > at ? rest - at : 0;
+    const std::size_t k = CountInVec<B::kVecLanes>(rest, v);
     if (k == 0) {  // no masked load: it would still touch the line
       hn::Store(hn::Set(d, pad), d, xb + at);
       continue;

@@ -90,10 +90,6 @@ HWY_INLINE auto DotLoopImpl(const TIn* HWY_RESTRICT x,
      ...);
   }
   if (i < n) {
-    const auto count = [&](std::size_t b) {
-      const std::size_t at = i + b * kLanes;
-      return n <= at ? std::size_t{0} : (n - at < kLanes ? n - at : kLanes);
-    };
     // Whole blocks load plainly, the one partial block with a mask, and
     // blocks wholly past n not at all. Masked loads from memory not yet in
     // cache are slow here (AMD Zen 5): with every block of this step masked
@@ -101,7 +97,7 @@ HWY_INLINE auto DotLoopImpl(const TIn* HWY_RESTRICT x,
     // but 86 ns from cold memory, against 18 ns for the peers and for this
     // form (which takes 16 ns in cache).
     const auto add = [&](std::size_t b, typename Policy::State& st) {
-      const std::size_t c = count(b);
+      const std::size_t c = CountInVec<kLanes>(n - i, b);
       if (c == kLanes) {
         Policy::template Add<false>(x + i + b * kLanes, y + i + b * kLanes, st,
                                     kLanes);

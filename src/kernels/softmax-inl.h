@@ -641,8 +641,8 @@ HWY_INLINE void FaithfulRow(const Scores<T, kMasked, kScaled>& scores,
   }
 }
 
-// Rows too large for the caches: the max and the sum are taken in one pass
-// over memory, chunk by chunk. Each chunk (kChunk floats, 16 KiB: it stays
+// Faithful float rows too large for the caches: the max and the sum are
+// taken in one pass over memory, chunk by chunk. Each chunk (kChunk floats, 16 KiB: it stays
 // in L1 between its two sweeps) gets its own max m_c and sum
 // S_c = sum exp(p - m_c), exactly as a whole row does in passes A and B; the
 // chunks' (m_c, S_c) are merged in double, S = sum S_c exp(m_c - M) with M
@@ -651,9 +651,10 @@ HWY_INLINE void FaithfulRow(const Scores<T, kMasked, kScaled>& scores,
 // twice and written once, where passes A, B, C read it three times (and the
 // fast path's stored exponentials add a write and a read). Chunk boundaries
 // depend only on the index, so the bits do not depend on the SIMD target.
-// Returns false, having written nothing, for the rows this path leaves to
-// RowImpl: +inf scores, and scaled scores whose max reaches 2^32 (which the
-// faithful path takes exactly in double).
+// A NaN score makes the whole row NaN at once. Returns false, having
+// written nothing, for the rows this path leaves to RowImpl: +inf scores,
+// and scaled scores whose max reaches 2^32 (which the faithful path takes
+// exactly in double).
 // Used for the faithful precision only, which recomputes exp in pass C
 // anyway: there it saves one read of the row (measured ~1% at 2^20 and 2^24
 // floats on the development machine, where the double exps, not memory,
@@ -666,41 +667,25 @@ inline constexpr std::size_t kChunkedMinFloat = 1u << 15;  // 128 KiB
 template <bool kMasked, bool kScaled>
 HWY_INLINE bool ChunkedSoftmaxF32(const Scores<float, kMasked, kScaled>& scores,
                                   const float* x, const std::uint8_t* mask,
-                                  std::size_t n, bool faithful, float* y) {
+                                  std::size_t n, float* y) {
   const WideScores<kMasked, kScaled> ws{static_cast<double>(scores.scale)};
   double big_m = -std::numeric_limits<double>::infinity();
   double s_hi = 0.0, s_lo = 0.0;
-  bool any_nan = false;
   for (std::size_t i = 0; i < n; i += kChunk) {
     const std::size_t len = n - i < kChunk ? n - i : kChunk;
     const float* xc = x + i;
     const std::uint8_t* mc = mask ? mask + i : nullptr;
     bool nan_here = false;
-    const float m = faithful
-                        ? MaxPass<float>(scores, xc, mc, len, nan_here)
-                        : MaxPass<float, false>(scores, xc, mc, len, nan_here);
-    any_nan |= nan_here;
-    if (any_nan) continue;  // the row is NaN; only the max pass is needed
-    if (m == -std::numeric_limits<float>::infinity() ||
-        m == std::numeric_limits<float>::infinity()) {
-      if (!faithful && AnyNaN<float>(scores, xc, mc, len)) {
-        any_nan = true;
-        continue;
-      }
-      if (m == std::numeric_limits<float>::infinity()) return false;
-      continue;
+    const float m = MaxPass<float>(scores, xc, mc, len, nan_here);
+    if (nan_here) {  // the row is NaN, whatever the other chunks hold
+      Fill(y, n, std::numeric_limits<float>::quiet_NaN());
+      return true;
     }
+    if (m == -std::numeric_limits<float>::infinity()) continue;
+    if (m == std::numeric_limits<float>::infinity()) return false;
     if (kScaled && std::fabs(m) >= 0x1p32f) return false;
     double c_hi, c_lo;
-    if (faithful) {
-      WideSumPass<false>(ws, xc, mc, len, m, c_hi, c_lo);
-    } else {
-      SumExpPass<false, float>(scores, xc, mc, len, m, nullptr, c_hi, c_lo);
-      if (std::isnan(c_hi)) {  // a NaN score: MaxPass did not look
-        any_nan = true;
-        continue;
-      }
-    }
+    WideSumPass<false>(ws, xc, mc, len, m, c_hi, c_lo);
     const double md = m;
     if (md > big_m) {
       const double f = std::exp(big_m - md);  // 0 for the first chunk
@@ -715,17 +700,10 @@ HWY_INLINE bool ChunkedSoftmaxF32(const Scores<float, kMasked, kScaled>& scores,
     TwoSumScalar(s_hi, s_lo, c_hi);
     s_lo += c_lo;
   }
-  if (any_nan) {
-    Fill(y, n, std::numeric_limits<float>::quiet_NaN());
-  } else if (big_m == -std::numeric_limits<double>::infinity()) {
+  if (big_m == -std::numeric_limits<double>::infinity()) {
     Fill(y, n, 0.0f);
-  } else if (faithful) {
-    WideApplyPass(ws, x, mask, n, big_m, 1.0 / (s_hi + s_lo), y);
   } else {
-    float hi, lo;
-    Reciprocal<float>(s_hi, s_lo, hi, lo);
-    ApplyPass<float>(scores, x, mask, n, static_cast<float>(big_m), hi, lo,
-                     y);
+    WideApplyPass(ws, x, mask, n, big_m, 1.0 / (s_hi + s_lo), y);
   }
   return true;
 }
@@ -823,7 +801,7 @@ HWY_INLINE void RowImpl(const T* x, const std::uint8_t* mask, T scale,
       return;
     }
     if (op == RowOp::kSoftmax && n >= kChunkedMinFloat && faithful &&
-        ChunkedSoftmaxF32(scores, x, mask, n, faithful, y)) {
+        ChunkedSoftmaxF32(scores, x, mask, n, y)) {
       return;
     }
   }
