@@ -453,6 +453,122 @@ TEST_P(SpecialValues, RowsFollowTheTable) {
   }
 }
 
+// ---- the fast precision, and faithful float rows of 2^15 or more ----------
+// The tests above run the default precision on rows of at most 257 elements.
+// Two paths lie outside that: the fast softmax takes NaN from its sum (pass A
+// does not test for it), and a faithful float row of 2^15 elements or more
+// takes its max and sum chunk by chunk (4096 per chunk, in one pass). The
+// same table, through those paths: n = 40000 spans 10 chunks, the last one
+// partial.
+
+template <class T>
+std::vector<T> softmax_in(const std::vector<T>& x, SoftmaxOptions o,
+                          softdot::Precision precision) {
+  o.precision = precision;
+  Guarded<T> y(x.size(), 11);
+  softdot::softmax(std::span<const T>(x), y.span(), o);
+  EXPECT_TRUE(y.guards_intact());
+  return y.vec();
+}
+
+template <class T>
+void ExpectAllNaN(const std::vector<T>& y, const std::string& what) {
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    ASSERT_TRUE(std::isnan(y[i])) << what << " i=" << i << " got " << fmt(y[i]);
+  }
+}
+
+template <class T>
+void CheckPathTable(std::size_t n, softdot::Precision precision,
+                    std::uint64_t seed) {
+  const bool fast = precision == softdot::Precision::kFast;
+  const std::string what = std::string(type_name<T>()) + " n=" +
+                           std::to_string(n) + (fast ? " fast" : " faithful");
+  const double bound = fast ? kFastSoftmaxMaxUlp : kSoftmaxMaxUlp<T>;
+  const std::vector<T> finite = make_logits<T>(n, Dist::kNormal5, seed);
+
+  // The first eighth -inf (whole chunks of it at n = 40000) and every 7th
+  // entry masked: +0 there, the rest within the bound, with and without a
+  // temperature.
+  std::vector<T> x = finite;
+  Mask mask(n);
+  for (std::size_t i = 0; i < n / 8; ++i) x[i] = -kInf<T>;
+  for (std::size_t i = 3; i < n; i += 7) mask[i] = false;
+  for (double temperature : {1.0, 0.5}) {
+    const std::vector<T> y =
+        softmax_in(x, {temperature, mask.span()}, precision);
+    const auto ref = softdot_ref::softmax_reference(
+        std::span<const T>(x), {temperature, mask.span()});
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& w = ref.softmax[i];
+      if (w.ulp == 0) {
+        ASSERT_TRUE(same_value(y[i], w.rounded))
+            << what << " T=" << temperature << " i=" << i << " got "
+            << fmt(y[i]) << " want " << fmt(w.rounded);
+      } else {
+        ASSERT_LE(softdot_ref::ulp_error(y[i], w), bound)
+            << what << " T=" << temperature << " i=" << i;
+      }
+    }
+  }
+
+  // One NaN anywhere: all NaN; also beside a +inf, and among -inf only.
+  for (std::size_t p : {std::size_t(0), n / 2, n - 1}) {
+    std::vector<T> z = finite;
+    z[p] = kNaN<T>;
+    ExpectAllNaN(softmax_in(z, {}, precision),
+                 what + " nan@" + std::to_string(p));
+    z[(p + 1) % n] = kInf<T>;
+    ExpectAllNaN(softmax_in(z, {}, precision),
+                 what + " nan and +inf @" + std::to_string(p));
+    std::vector<T> lone(n, -kInf<T>);
+    lone[p] = kNaN<T>;
+    ExpectAllNaN(softmax_in(lone, {}, precision),
+                 what + " nan among -inf @" + std::to_string(p));
+  }
+
+  // A NaN at a masked position: the same bits as -inf there.
+  {
+    const std::size_t p = n / 3;
+    std::vector<T> z = finite, minus_inf = finite;
+    z[p] = kNaN<T>;
+    minus_inf[p] = -kInf<T>;
+    Mask only(n);
+    only[p] = false;
+    EXPECT_TRUE(SameBits(softmax_in(z, {1.0, only.span()}, precision),
+                         softmax_in(minus_inf, {}, precision)))
+        << what << " masked NaN";
+  }
+
+  // Two +inf: 1/2 each, +0 elsewhere.
+  {
+    std::vector<T> z = finite;
+    z[1] = kInf<T>;
+    z[n - 2] = kInf<T>;
+    const std::vector<T> y = softmax_in(z, {}, precision);
+    for (std::size_t i = 0; i < n; ++i) {
+      const T want = (i == 1 || i == n - 2) ? T(0.5) : T(0);
+      ASSERT_EQ(bits(y[i]), bits(want)) << what << " +inf, i=" << i;
+    }
+  }
+
+  // Every entry -inf: +0 everywhere.
+  for (T v : softmax_in(std::vector<T>(n, -kInf<T>), {}, precision)) {
+    ASSERT_EQ(bits(v), bits(T(0))) << what << " all -inf";
+  }
+}
+
+TEST_P(SpecialValues, FastPrecisionAndChunkedRowsFollowTheTable) {
+  std::uint64_t seed = 700;
+  for (std::size_t n : {std::size_t(5), std::size_t(37), std::size_t(40000)}) {
+    for (auto precision :
+         {softdot::Precision::kFaithful, softdot::Precision::kFast}) {
+      CheckPathTable<float>(n, precision, seed++);
+      if (n < 40000) CheckPathTable<double>(n, precision, seed++);
+    }
+  }
+}
+
 SOFTDOT_INSTANTIATE_PER_TARGET(SpecialValues);
 
 }  // namespace
