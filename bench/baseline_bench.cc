@@ -9,27 +9,13 @@
 //   BM_roofline_2r1w  max pass + (x - max) * s pass: a two-pass softmax's
 //                     traffic (2 reads + 1 write) with no exp, i.e. the speed
 //                     limit for a softmax whose input stays in memory.
-#include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #include "bench_util.h"
 
 namespace softdot_bench {
 namespace {
-
-void NaiveSoftmax(const float* x, float* y, std::size_t n) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (std::size_t i = 0; i < n; ++i) m = std::max(m, x[i]);
-  float sum = 0.0f;
-  for (std::size_t i = 0; i < n; ++i) {
-    y[i] = std::exp(x[i] - m);
-    sum += y[i];
-  }
-  for (std::size_t i = 0; i < n; ++i) y[i] /= sum;
-}
 
 float NaiveDot(const float* x, const float* y, std::size_t n) {
   float s = 0.0f;

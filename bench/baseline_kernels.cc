@@ -9,7 +9,10 @@
 //     TwoSum, errors gathered), 8 independent accumulators. The alternative
 //     to dot_accurate's exact products summed in double, kept here to
 //     measure which is cheaper for the same accuracy.
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <limits>
 
 #include "bench_util.h"
 
@@ -152,6 +155,18 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace softdot_bench {
+
+void NaiveSoftmax(const float* x, float* y, std::size_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (std::size_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  float sum = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) {
+    y[i] = std::exp(x[i] - m);
+    sum += y[i];
+  }
+  for (std::size_t i = 0; i < n; ++i) y[i] /= sum;
+}
+
 HWY_EXPORT(CopyLoopImpl);
 HWY_EXPORT(RooflineImpl);
 HWY_EXPORT(FloatDot2Impl);

@@ -46,6 +46,11 @@ inline void SetCounters(benchmark::State& state, std::int64_t n, int reads, int 
                           (reads + writes));
 }
 
+// The textbook float softmax, the benchmarks' naive baseline: max; std::exp,
+// store and float sum; divide (3 passes, 5 memory accesses per element once
+// the data is out of cache). Scalar, not dispatched (baseline_kernels.cc).
+void NaiveSoftmax(const float* x, float* y, std::size_t n);
+
 // Baseline kernels (baseline_kernels.cc), dispatched to the best SIMD target.
 void CopyLoop(const float* x, float* y, std::size_t n);
 void RooflineTwoReadsOneWrite(const float* x, float* y, std::size_t n, float scale);

@@ -152,24 +152,12 @@ class SoftdotSoftmax final : public SoftmaxRunner {
   softdot::SoftmaxOptions options_;
 };
 
-// The textbook float softmax of bench/baseline_bench.cc, per row: max; exp,
-// store and float sum; divide.
-void NaiveSoftmaxRow(const float* x, float* y, std::size_t n) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (std::size_t i = 0; i < n; ++i) m = std::max(m, x[i]);
-  float sum = 0.0f;
-  for (std::size_t i = 0; i < n; ++i) {
-    y[i] = std::exp(x[i] - m);
-    sum += y[i];
-  }
-  for (std::size_t i = 0; i < n; ++i) y[i] /= sum;
-}
-
+// The textbook float softmax of bench/bench_util.h, row by row.
 class NaiveSoftmax final : public SoftmaxRunner {
  public:
   NaiveSoftmax(std::size_t rows, std::size_t n) : rows_(rows), n_(n) {}
   void Run(const float* x, float* y) override {
-    for (std::size_t r = 0; r < rows_; ++r) NaiveSoftmaxRow(x + r * n_, y + r * n_, n_);
+    for (std::size_t r = 0; r < rows_; ++r) softdot_bench::NaiveSoftmax(x + r * n_, y + r * n_, n_);
   }
 
  private:
