@@ -743,7 +743,6 @@ HWY_INLINE bool SingleBlockSoftmaxF32(
       m == std::numeric_limits<float>::infinity()) {
     return false;
   }
-  alignas(64) double lanes[kLanes];
   if (faithful) {
     if (kScaled && std::fabs(m) >= 0x1p32f) return false;
     using WS = WideScores<kMasked, kScaled>;
@@ -753,6 +752,7 @@ HWY_INLINE bool SingleBlockSoftmaxF32(
     const WS ws{static_cast<double>(scores.scale)};
     const auto cv = hn::Set(dw, static_cast<double>(m));
     hn::Vec<DW> e[WS::kVecs];
+    alignas(64) double lanes[kLanes];
     for (std::size_t v = 0; v < WS::kVecs; ++v) {
       e[v] = ExpForFloat(dw, hn::Sub(ws.Load(xb, kMasked ? mb : nullptr, v), cv));
       hn::Store(e[v], dw, lanes + v * WS::kVecLanes);
@@ -764,20 +764,17 @@ HWY_INLINE bool SingleBlockSoftmaxF32(
     }
   } else {
     const V mv = hn::Set(d, m), one = hn::Set(d, 1.0f);
-    V e[B::kVecs];
-    alignas(64) float ls[kLanes], lc[kLanes];
+    V e[B::kVecs], s[B::kVecs], c[B::kVecs];
     for (std::size_t v = 0; v < B::kVecs; ++v) {
       e[v] = ShiftedExp(p[v], lo[v], mv);
       // SumExpPass's lane: s = 1 + e with its Fast2Sum error.
-      const V t = hn::Add(one, e[v]);
-      hn::Store(t, d, ls + v * B::kVecLanes);
-      hn::Store(hn::Sub(e[v], hn::Sub(t, one)), d, lc + v * B::kVecLanes);
+      s[v] = hn::Add(one, e[v]);
+      c[v] = hn::Sub(e[v], hn::Sub(s[v], one));
     }
-    for (std::size_t j = 0; j < kLanes; ++j) {
-      lanes[j] = (static_cast<double>(ls[j]) - 1.0) + static_cast<double>(lc[j]);
-    }
+    double sum_hi, sum_lo;
+    SumLanes<float, false>(s, c, sum_hi, sum_lo, 1.0);
     float h, l;
-    Reciprocal<float>(PlainTree(lanes, kLanes), 0.0, h, l);
+    Reciprocal<float>(sum_hi, sum_lo, h, l);
     const V hv = hn::Set(d, h), lv = hn::Set(d, l);
     for (std::size_t v = 0; v < B::kVecs; ++v) {
       hn::Store(TimesReciprocal(e[v], hv, lv), d, yb + v * B::kVecLanes);
