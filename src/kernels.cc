@@ -4,6 +4,7 @@
 #define HWY_TARGET_INCLUDE "kernels.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "kernels/attention-inl.h"
 #include "kernels/dot-inl.h"
 #include "kernels/softmax-inl.h"
 
@@ -20,6 +21,19 @@ HWY_EXPORT(DotWideF32);
 HWY_EXPORT(DotAccurateF64);
 HWY_EXPORT(SoftmaxRowF32);
 HWY_EXPORT(SoftmaxRowF64);
+HWY_EXPORT(AttentionBlock);
+HWY_EXPORT(AttentionMaxRows);
+HWY_EXPORT(AttentionSoftcap);
+
+void attention_kernel(const AttnArgs& args) noexcept {
+  HWY_DYNAMIC_DISPATCH(AttentionBlock)(args);
+}
+std::size_t attention_max_rows() noexcept {
+  return HWY_DYNAMIC_DISPATCH(AttentionMaxRows)();
+}
+void attention_softcap(float* s, std::size_t n, float cap) noexcept {
+  HWY_DYNAMIC_DISPATCH(AttentionSoftcap)(s, n, cap);
+}
 
 float dot_kernel(const float* x, const float* y, std::size_t n) noexcept {
   return HWY_DYNAMIC_DISPATCH(DotF32)(x, y, n);

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/attention_args.h"
 #include "kernels/row_op.h"
 
 namespace softdot::detail {
@@ -42,6 +43,14 @@ void softmax_row_kernel(const float* x, const std::uint8_t* mask, float scale,
 void softmax_row_kernel(const double* x, const std::uint8_t* mask, double scale,
                         std::size_t n, RowOp op, bool faithful,
                         double* y, RowState* state) noexcept;
+
+// One attention kernel call (kernels/attention_args.h); rows <=
+// attention_max_rows().
+void attention_kernel(const AttnArgs& args) noexcept;
+// Rows one attention kernel call takes on the current target (4 vectors).
+std::size_t attention_max_rows() noexcept;
+// s[i] = cap * tanh(s[i] / cap), exactly as the attention kernel does it.
+void attention_softcap(float* s, std::size_t n, float cap) noexcept;
 
 // Target selection (see simd.h).
 std::int64_t compiled_targets() noexcept;

@@ -3,6 +3,7 @@
 #ifndef SOFTDOT_SOFTDOT_H_
 #define SOFTDOT_SOFTDOT_H_
 
+#include "softdot/attention.h"
 #include "softdot/dot.h"
 #include "softdot/matrix.h"
 #include "softdot/simd.h"

@@ -1,0 +1,233 @@
+// softdot: fused scaled dot-product attention, its partial results and their
+// merge, and the explicit weight matrix.
+#ifndef SOFTDOT_ATTENTION_H_
+#define SOFTDOT_ATTENTION_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <type_traits>
+
+#include "softdot/matrix.h"
+
+namespace softdot {
+
+// 16-bit storage formats for keys and values (the usual KV-cache formats).
+// They only hold bits; softdot widens them to float exactly and accumulates
+// in float.
+struct Float16 {  // IEEE 754 binary16
+  std::uint16_t bits = 0;
+};
+struct BFloat16 {  // bfloat16: the upper half of a float
+  std::uint16_t bits = 0;
+};
+// Exact widening, and rounding to nearest, ties to even (NaN stays NaN,
+// overflow gives inf, float16 keeps subnormals).
+float to_float(Float16 h) noexcept;
+float to_float(BFloat16 b) noexcept;
+Float16 to_float16(float x) noexcept;
+BFloat16 to_bfloat16(float x) noexcept;
+
+// A strided 4-D view [batch, heads, rows, cols], row-major within a row;
+// element (b, h, r, c) is data[b * batch_stride + h * head_stride +
+// r * row_stride + c]. Strides are in elements. Q, K, V and O need
+// row_stride >= cols (when rows > 1). For a mask or a bias, a stride of 0
+// broadcasts that dimension (batch, heads or rows), and batch or heads of 1
+// broadcast too. Never owns or allocates.
+template <class T>
+struct TensorView {
+  T* data = nullptr;
+  std::size_t batch = 1;
+  std::size_t heads = 1;
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+  std::size_t batch_stride = 0;
+  std::size_t head_stride = 0;
+  std::size_t row_stride = 0;
+
+  constexpr TensorView() = default;
+  // Dense [batch, heads, rows, cols].
+  constexpr TensorView(T* data_, std::size_t batch_, std::size_t heads_,
+                       std::size_t rows_, std::size_t cols_)
+      : data(data_),
+        batch(batch_),
+        heads(heads_),
+        rows(rows_),
+        cols(cols_),
+        batch_stride(heads_ * rows_ * cols_),
+        head_stride(rows_ * cols_),
+        row_stride(cols_) {}
+  // Fully strided.
+  constexpr TensorView(T* data_, std::size_t batch_, std::size_t heads_,
+                       std::size_t rows_, std::size_t cols_,
+                       std::size_t batch_stride_, std::size_t head_stride_,
+                       std::size_t row_stride_)
+      : data(data_),
+        batch(batch_),
+        heads(heads_),
+        rows(rows_),
+        cols(cols_),
+        batch_stride(batch_stride_),
+        head_stride(head_stride_),
+        row_stride(row_stride_) {}
+  // One head of one batch.
+  constexpr TensorView(MatrixView<T> m)  // NOLINT: implicit
+      : data(m.data),
+        rows(m.rows),
+        cols(m.cols),
+        row_stride(m.stride) {}
+  // A view of mutable data converts to a view of const data.
+  template <class U, class = std::enable_if_t<std::is_same_v<const U, T> &&
+                                              !std::is_same_v<U, T>>>
+  constexpr TensorView(const TensorView<U>& o)  // NOLINT: implicit
+      : data(o.data),
+        batch(o.batch),
+        heads(o.heads),
+        rows(o.rows),
+        cols(o.cols),
+        batch_stride(o.batch_stride),
+        head_stride(o.head_stride),
+        row_stride(o.row_stride) {}
+
+  constexpr bool empty() const { return data == nullptr; }
+  constexpr T* row(std::size_t b, std::size_t h, std::size_t r) const {
+    return data + b * batch_stride + h * head_stride + r * row_stride;
+  }
+};
+
+// Options of attention() and attention_weights().
+struct AttentionOptions {
+  // Scores are (q . k) * scale, with scale rounded to float. NaN (the
+  // default) means 1 / sqrt(d). Must be finite and > 0 otherwise, and stay
+  // > 0 and finite when rounded to float (std::invalid_argument).
+  double scale = std::numeric_limits<double>::quiet_NaN();
+
+  // Positions. Query i of n_q is aligned with key position
+  // p(i) = i + n_kv - n_q, so that the last query sees the last key (the
+  // KV-cache decode convention: n_q new tokens appended to n_kv - n_q cached
+  // ones). With n_q > n_kv the first n_q - n_kv queries see no key under
+  // causal masking and get zero rows.
+  //
+  // causal: key j is visible only if j <= p(i).
+  bool causal = false;
+  // Sliding window: key j is visible only if p(i) - window_left <= j and
+  // j <= p(i) + window_right. -1 means unbounded on that side (the default);
+  // other negative values are an error. causal is window_right = 0.
+  std::ptrdiff_t window_left = -1;
+  std::ptrdiff_t window_right = -1;
+
+  // Logit soft-capping: when > 0, each scaled score s becomes
+  // softcap * tanh(s / softcap) (before the bias and the mask). 0 = off.
+  // Must be finite and >= 0.
+  float softcap = 0.0f;
+
+  // Boolean mask [batch, heads, n_q, n_kv], true = attend (PyTorch's
+  // convention); batch and heads may be 1 or have stride 0 (broadcast), and
+  // so may rows (row_stride 0: one mask row for every query). Empty: none.
+  // heads counts query heads.
+  TensorView<const bool> mask;
+  // Additive float bias with the same shape and broadcasting rules, added
+  // to the (scaled, soft-capped) score. A bias of -inf masks the key.
+  TensorView<const float> bias;
+
+  // Attention sinks: one logit per query head (sinks.size() == heads of Q),
+  // in the units of the scaled score. A sink adds exp(sink) to each row's
+  // denominator and nothing to its output, so a row's weights sum to less
+  // than 1. Empty: none. With partial results, pass the sinks to one of the
+  // parts only.
+  std::span<const float> sinks;
+
+  // Partial attention: only keys kv_begin <= j < kv_end of K and V are used
+  // (kv_end is clamped to n_kv). Positions (causal, window) and the mask and
+  // bias columns still refer to the full K and V, so attention over [a, b)
+  // and [b, c) merged by attention_merge equals attention over [a, c).
+  std::size_t kv_begin = 0;
+  std::size_t kv_end = std::numeric_limits<std::size_t>::max();
+};
+
+// Scaled dot-product attention, fused:
+//   O[b, h, i, :] = sum_j w_ij V[b, h / g, j, :],
+//   w_ij = softmax_j(s_ij) with s_ij = mask(bias + cap(scale * Q_i . K_j))
+// for every batch b and query head h, where g = heads(Q) / heads(K)
+// (grouped-query attention; heads(K) = 1 is multi-query attention).
+//
+// Shapes (std::invalid_argument naming both shapes otherwise):
+//   q [B, H, n_q, d], k [B, H_kv, n_kv, d], v [B, H_kv, n_kv, d_v],
+//   out [B, H, n_q, d_v], H a multiple of H_kv, n_q, d, d_v >= 1
+//   (n_kv may be 0: every row is then fully masked).
+// lse: null, or B * H * n_q floats, dense in (b, h, i) order, receiving the
+// natural log of each row's denominator, m + log(sum_j exp(s_ij - m)) (with
+// the sink's term), -inf for a fully masked row.
+//
+// Computation: online softmax over blocks of keys (the state and merge rule
+// of docs/accuracy.md), so memory beyond the inputs is a few hundred KiB per
+// thread whatever n_q and n_kv are; blocks the causal mask or the window
+// removes entirely are skipped. Scores are float FMA chains over d, in index
+// order; the exp takes the exact error of s - max; block sums and the
+// output accumulation are float, the running sum across blocks double.
+// Accuracy (docs/accuracy.md, "Attention", has the derivation and the
+// measured errors): with W = sum_j w_j |V_jc| over the visible keys (the
+// exact weights w of the exact scores of these float inputs), u = 2^-24,
+//   |O_ic - exact| <= (2 D_i + 70 u) W + u |exact|,
+//   D_i = max_j [scale * gamma_d * sum_k |Q_ik K_jk| + 2u (|s'_ij| + |s_ij|)]
+//         (+ 4u * softcap when soft-capping),
+// where s' is the scaled score and s the final one (gamma_d = d u/(1 - d u)):
+// the error of the float scores, moved into the weights by exp, plus at most
+// a 64-term float sum per block. W / |O| is the condition of the weighted
+// sum, so the relative error is at most (2 D + 70 u) times it; measured
+// errors are a few u times it.
+//
+// Special values: a fully masked row (every key masked, by mask, bias,
+// causal, window, or an empty key range) gives an output row of +0 and
+// lse -inf. A NaN in a query row, or in a visible key or value, gives NaN in
+// the rows that see it; masked keys and values never reach the output, even
+// when they hold NaN or inf. k scores of +inf give the mean of their values.
+//
+// Threads: OpenMP over batch x heads x query blocks, and over chunks of 512
+// keys when there are few query rows (decode). Results are bitwise the same
+// for any number of threads and for every SIMD target with FMA.
+// Allocation: per-thread scratch of O(d * 64) floats (and the chunk states
+// of the decode split). out must not overlap any input.
+void attention(TensorView<const float> q, TensorView<const float> k,
+               TensorView<const float> v, TensorView<float> out,
+               const AttentionOptions& options = {}, float* lse = nullptr);
+void attention(TensorView<const float> q, TensorView<const Float16> k,
+               TensorView<const Float16> v, TensorView<float> out,
+               const AttentionOptions& options = {}, float* lse = nullptr);
+void attention(TensorView<const float> q, TensorView<const BFloat16> k,
+               TensorView<const BFloat16> v, TensorView<float> out,
+               const AttentionOptions& options = {}, float* lse = nullptr);
+
+// Merges two partial results over disjoint key ranges (split-KV decoding,
+// ring attention): with m = max(lse_a, lse_b), w_a = exp(lse_a - m),
+// w_b = exp(lse_b - m),
+//   out = (w_a o_a + w_b o_b) / (w_a + w_b),  lse = m + log(w_a + w_b),
+// in double. A part with lse -inf (fully masked) is the identity; both -inf
+// gives zeros and -inf; a NaN lse or output gives NaN. Shapes of o_a, o_b,
+// out equal (else std::invalid_argument); each lse array holds
+// batch * heads * rows floats. out may be o_a or o_b (in place), and lse may
+// be lse_a or lse_b.
+void attention_merge(TensorView<const float> o_a, const float* lse_a,
+                     TensorView<const float> o_b, const float* lse_b,
+                     TensorView<float> out, float* lse);
+
+// The explicit weights w_ij of attention() with the same q, k and options,
+// into weights [B, H, n_q, n_kv] (for small inputs: debugging, teaching).
+// Scores are computed exactly as attention() computes them (the same bits);
+// the weights are then rounded once from double arithmetic, so
+// attention() equals weights . V within the bound of docs/accuracy.md.
+// Keys outside [kv_begin, kv_end) and masked keys get weight +0.
+void attention_weights(TensorView<const float> q, TensorView<const float> k,
+                       TensorView<float> weights,
+                       const AttentionOptions& options = {});
+void attention_weights(TensorView<const float> q, TensorView<const Float16> k,
+                       TensorView<float> weights,
+                       const AttentionOptions& options = {});
+void attention_weights(TensorView<const float> q,
+                       TensorView<const BFloat16> k, TensorView<float> weights,
+                       const AttentionOptions& options = {});
+
+}  // namespace softdot
+
+#endif  // SOFTDOT_ATTENTION_H_

@@ -1,0 +1,60 @@
+// softdot kernels: the arguments of one attention kernel call (one block of
+// query rows against a range of keys), shared by the kernel and its caller.
+#ifndef SOFTDOT_SRC_KERNELS_ATTENTION_ARGS_H_
+#define SOFTDOT_SRC_KERNELS_ATTENTION_ARGS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace softdot::detail {
+
+// Keys per block of the online softmax. Fixed for every target: it decides
+// where the output sums are rounded, so it is part of the result's bits.
+inline constexpr std::size_t kKeyBlock = 64;
+// Rows per kernel call are at most this many on any target.
+inline constexpr std::size_t kMaxKernelRows = 64;
+
+// Storage of K and V.
+inline constexpr int kKvF32 = 0;
+inline constexpr int kKvF16 = 1;
+inline constexpr int kKvBF16 = 2;
+
+struct AttnArgs {
+  int kv_type = kKvF32;
+  const void* k = nullptr;  // key j at k + j * k_stride (elements)
+  std::size_t k_stride = 0;
+  const void* v = nullptr;  // value j at v + j * v_stride
+  std::size_t v_stride = 0;
+  std::size_t d = 0;
+  std::size_t dv = 0;
+  std::size_t j_begin = 0;  // keys j_begin <= j < j_end, in blocks of
+  std::size_t j_end = 0;    // kKeyBlock from j_begin
+  float scale = 1.0f;
+  float softcap = 0.0f;     // 0: off
+  std::size_t rows = 0;     // <= AttentionMaxRows()
+  const float* const* q_rows = nullptr;        // [rows], d floats each
+  const std::int32_t* lo = nullptr;            // [rows] first visible key
+  const std::int32_t* hi = nullptr;            // [rows] last visible key
+  const std::uint8_t* const* mask_rows = nullptr;  // null, or [rows] (entries
+                                                   // may be null), by key j
+  const float* const* bias_rows = nullptr;     // the same for the bias
+  const float* sinks = nullptr;                // null or [rows]
+  float* scratch = nullptr;  // attention_scratch_floats(d, dv) floats
+  // The state of each row: max, sum (NaN if the row saw a NaN), and the
+  // unnormalised output sum_j exp(s_j - max) V_j.
+  float* out_m = nullptr;    // [rows]
+  double* out_l = nullptr;   // [rows]
+  double* out_o = nullptr;   // [rows * dv]
+};
+
+// Floats of scratch one kernel call needs (with room for 64-byte alignment).
+inline constexpr std::size_t attention_scratch_floats(std::size_t d,
+                                                      std::size_t dv) {
+  const std::size_t bq = kMaxKernelRows;
+  return d * bq + 2 * kKeyBlock * bq + kKeyBlock * (d + dv) + bq +
+         2 * dv * bq + 4 * bq + 4 * bq + 16 * 16;
+}
+
+}  // namespace softdot::detail
+
+#endif  // SOFTDOT_SRC_KERNELS_ATTENTION_ARGS_H_
