@@ -17,7 +17,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -106,7 +108,7 @@ using detail::number;
 
 // Decode split: chunk size, and the most rows per KV head that use it.
 constexpr std::size_t kDecodeChunk = 512;
-constexpr std::size_t kDecodeRows = 16;
+constexpr std::size_t kDecodeRows = detail::kDecodeMaxRows;
 
 std::string shape(const char* name, std::size_t b, std::size_t h,
                   std::size_t r, std::size_t c) {
@@ -246,6 +248,27 @@ Plan check_and_plan(const char* fn, const TensorView<const float>& q,
   return p;
 }
 
+// A per-thread buffer that only grows, so that repeated calls (decode
+// steps) do not allocate and fault in fresh pages every time (measured: a
+// 64-key decode took 7.5 us with per-call vectors, most of it page faults
+// and zeroing). Slot 0: the calling thread's chunk states; slot 1: kernel
+// scratch. Uninitialised.
+template <class T>
+T* thread_buffer(int slot, std::size_t n) {
+  struct Buf {
+    std::unique_ptr<double[]> p;
+    std::size_t size = 0;
+  };
+  thread_local Buf bufs[2];
+  Buf& b = bufs[slot];
+  const std::size_t doubles = (n * sizeof(T) + sizeof(double) - 1) / sizeof(double);
+  if (b.size < doubles) {
+    b.p.reset(new double[doubles]);
+    b.size = doubles;
+  }
+  return reinterpret_cast<T*>(b.p.get());
+}
+
 // Visible keys of query i: [lo, hi] (inclusive), clamped to the key range.
 void limits(const Plan& p, std::size_t i, std::int32_t& lo, std::int32_t& hi) {
   const auto pos = static_cast<std::int64_t>(i) +
@@ -324,19 +347,38 @@ void run_attention(const TensorView<const float>& q,
   const int threads = omp_get_max_threads();
   const std::size_t scratch_floats = detail::attention_scratch_floats(p.d, dv);
   const std::size_t rows_cap = std::min(max_rows, detail::kMaxKernelRows);
-  std::vector<float> scratch(static_cast<std::size_t>(threads) * scratch_floats);
+  (void)threads;
   const std::size_t state_rows = split ? rows_per_kvh : rows_cap;
   const std::size_t state_slots = split ? tasks : static_cast<std::size_t>(threads);
-  std::vector<float> st_m(state_slots * state_rows);
-  std::vector<double> st_l(state_slots * state_rows);
-  std::vector<double> st_o(state_slots * state_rows * dv);
+  // The states live in the calling thread's reusable buffer.
+  const std::size_t n_states = state_slots * state_rows;
+  double* states = thread_buffer<double>(0, n_states * (dv + 2));
+  double* st_l = states;
+  double* st_o = states + n_states;
+  float* st_m = reinterpret_cast<float*>(states + n_states * (dv + 1));
 
   const double work = static_cast<double>(p.B * p.H * p.n_q) *
                       static_cast<double>(range) * static_cast<double>(p.d + dv);
   const bool parallel = tasks > 1 && work >= 4.0 * detail::kParallelElements;
 
+  std::exception_ptr error;
+  bool failed = false;
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
   for (std::size_t t = 0; t < tasks; ++t) {
+    if (failed) continue;
+    // Only the scratch allocation can throw (std::bad_alloc); an exception
+    // must not leave an OpenMP region, so it is carried out.
+    float* scratch_ptr = nullptr;
+    try {
+      scratch_ptr = thread_buffer<float>(1, scratch_floats);
+    } catch (...) {
+#pragma omp critical(softdot_attention_error)
+      {
+        if (!failed) error = std::current_exception();
+        failed = true;
+      }
+      continue;
+    }
     const int tid = omp_get_thread_num();
     std::size_t rest = t;
     const std::size_t chunk = rest % chunks;
@@ -349,13 +391,14 @@ void run_attention(const TensorView<const float>& q,
     const std::size_t nr = split ? rows_per_kvh : std::min(max_rows, rows_per_kvh - r0);
 
     const std::size_t slot = split ? t : static_cast<std::size_t>(tid);
-    float* out_m = st_m.data() + slot * state_rows;
-    double* out_l = st_l.data() + slot * state_rows;
-    double* out_o = st_o.data() + slot * state_rows * dv;
+    float* out_m = st_m + slot * state_rows;
+    double* out_l = st_l + slot * state_rows;
+    double* out_o = st_o + slot * state_rows * dv;
     // Kernel calls of at most max_rows rows (a split KV head may have more
     // rows than a scalar target's kernel takes).
-    for (std::size_t s0 = 0; s0 < nr; s0 += max_rows) {
-      const std::size_t cnt = std::min(max_rows, nr - s0);
+    const std::size_t step = split ? detail::kDecodeMaxRows : max_rows;
+    for (std::size_t s0 = 0; s0 < nr; s0 += step) {
+      const std::size_t cnt = std::min(step, nr - s0);
       const float* q_rows[detail::kMaxKernelRows];
       std::int32_t lo[detail::kMaxKernelRows], hi[detail::kMaxKernelRows];
       const std::uint8_t* mrows[detail::kMaxKernelRows] = {};
@@ -393,6 +436,7 @@ void run_attention(const TensorView<const float>& q,
       a.scale = p.scale;
       a.softcap = p.softcap;
       a.rows = cnt;
+      a.decode = split;
       a.q_rows = q_rows;
       a.lo = lo;
       a.hi = hi;
@@ -401,7 +445,7 @@ void run_attention(const TensorView<const float>& q,
       // With a split, the sinks go into the first chunk only.
       a.sinks = (!o.sinks.empty() && chunk == 0) ? sinks : nullptr;
       a.scratch =
-          scratch.data() + static_cast<std::size_t>(tid) * scratch_floats;
+          scratch_ptr;
       a.out_m = out_m + s0;
       a.out_l = out_l + s0;
       a.out_o = out_o + s0 * dv;
@@ -435,6 +479,7 @@ void run_attention(const TensorView<const float>& q,
       }
     }
   }
+  if (failed) std::rethrow_exception(error);
   if (!split) return;
 
   // Merge the chunk states in chunk order, per (batch, KV head).
@@ -446,10 +491,10 @@ void run_attention(const TensorView<const float>& q,
     for (std::size_t r = 0; r < rows_per_kvh; ++r) {
       float m = st_m[base * state_rows + r];
       double l = st_l[base * state_rows + r];
-      double* acc = st_o.data() + (base * state_rows + r) * dv;
+      double* acc = st_o + (base * state_rows + r) * dv;
       for (std::size_t c = 1; c < chunks; ++c) {
         const std::size_t s = (base + c) * state_rows + r;
-        merge_state(m, l, acc, st_m[s], st_l[s], st_o.data() + s * dv, dv);
+        merge_state(m, l, acc, st_m[s], st_l[s], st_o + s * dv, dv);
       }
       const std::size_t h = kh * p.g + r / p.n_q;
       const std::size_t i = r % p.n_q;

@@ -14,6 +14,9 @@ inline constexpr std::size_t kKeyBlock = 64;
 // Rows per kernel call are at most this many on any target.
 inline constexpr std::size_t kMaxKernelRows = 64;
 
+// The decode form (features in lanes) takes at most this many rows.
+inline constexpr std::size_t kDecodeMaxRows = 16;
+
 // Storage of K and V.
 inline constexpr int kKvF32 = 0;
 inline constexpr int kKvF16 = 1;
@@ -31,7 +34,8 @@ struct AttnArgs {
   std::size_t j_end = 0;    // kKeyBlock from j_begin
   float scale = 1.0f;
   float softcap = 0.0f;     // 0: off
-  std::size_t rows = 0;     // <= AttentionMaxRows()
+  std::size_t rows = 0;     // <= AttentionMaxRows(), or kDecodeMaxRows
+  bool decode = false;      // the decode form (scores by the dot kernel)
   const float* const* q_rows = nullptr;        // [rows], d floats each
   const std::int32_t* lo = nullptr;            // [rows] first visible key
   const std::int32_t* hi = nullptr;            // [rows] last visible key
@@ -51,7 +55,7 @@ struct AttnArgs {
 inline constexpr std::size_t attention_scratch_floats(std::size_t d,
                                                       std::size_t dv) {
   const std::size_t bq = kMaxKernelRows;
-  return d * bq + 2 * kKeyBlock * bq + kKeyBlock * (d + dv) + bq +
+  return (d + 16) * bq + 2 * kKeyBlock * bq + kKeyBlock * (d + dv) + bq +
          2 * dv * bq + 4 * bq + 4 * bq + 16 * 16;
 }
 
