@@ -160,12 +160,18 @@ struct AttentionOptions {
 // natural log of each row's denominator, m + log(sum_j exp(s_ij - m)) (with
 // the sink's term), -inf for a fully masked row.
 //
-// Computation: online softmax over blocks of keys (the state and merge rule
-// of docs/accuracy.md), so memory beyond the inputs is a few hundred KiB per
-// thread whatever n_q and n_kv are; blocks the causal mask or the window
-// removes entirely are skipped. Scores are float FMA chains over d, in index
-// order; the exp takes the exact error of s - max; block sums and the
-// output accumulation are float, the running sum across blocks double.
+// Computation: online softmax over blocks of 64 keys (the state and merge
+// rule of docs/accuracy.md), so memory beyond the inputs is a few hundred
+// KiB per thread whatever n_q and n_kv are; blocks the causal mask or the
+// window removes entirely are skipped. Two forms, chosen by shape alone:
+//   prefill (more than 16 query rows per KV head): query rows in vector
+//     lanes; each score is a float FMA chain over d in index order;
+//   decode (at most 16 rows per KV head, e.g. n_q = 1 with GQA): features
+//     in lanes; each score is 16 float FMA chains (feature k in chain
+//     k mod 16) added in a fixed pairwise tree; the key range is cut into
+//     chunks of 512 keys whose states are merged in order.
+// In both, exp takes s - max in float, the block sums and the output sums
+// are float FMA chains over at most 64 keys, added into double running sums.
 // Accuracy (docs/accuracy.md, "Attention", has the derivation and the
 // measured errors): with W = sum_j w_j |V_jc| over the visible keys (the
 // exact weights w of the exact scores of these float inputs), u = 2^-24,
@@ -184,11 +190,14 @@ struct AttentionOptions {
 // the rows that see it; masked keys and values never reach the output, even
 // when they hold NaN or inf. k scores of +inf give the mean of their values.
 //
-// Threads: OpenMP over batch x heads x query blocks, and over chunks of 512
-// keys when there are few query rows (decode). Results are bitwise the same
-// for any number of threads and for every SIMD target with FMA.
-// Allocation: per-thread scratch of O(d * 64) floats (and the chunk states
-// of the decode split). out must not overlap any input.
+// Threads: OpenMP over batch x KV heads x blocks of query rows (prefill),
+// or over batch x KV heads x 512-key chunks (decode). Results are bitwise the
+// same for any number of threads and for every SIMD target with FMA.
+// Allocation: each thread keeps a scratch buffer of about
+// 4 (128 d + 192 d_v + 10048) bytes (204 KB at d = d_v = 128) between calls,
+// and the calling thread the chunk states (8 (d_v + 2) bytes per row and
+// chunk in the decode form); these buffers only grow.
+// out must not overlap any input.
 void attention(TensorView<const float> q, TensorView<const float> k,
                TensorView<const float> v, TensorView<float> out,
                const AttentionOptions& options = {}, float* lse = nullptr);
@@ -214,9 +223,11 @@ void attention_merge(TensorView<const float> o_a, const float* lse_a,
 
 // The explicit weights w_ij of attention() with the same q, k and options,
 // into weights [B, H, n_q, n_kv] (for small inputs: debugging, teaching).
-// Scores are computed exactly as attention() computes them (the same bits);
-// the weights are then rounded once from double arithmetic, so
-// attention() equals weights . V within the bound of docs/accuracy.md.
+// Scores are computed as attention()'s prefill form computes them (the same
+// bits: a float FMA chain over d, times the scale, the same soft-cap); the
+// decode form's scores differ from them by rounding only. The weights are
+// rounded once from double arithmetic, so attention() equals weights . V
+// within the bound above.
 // Keys outside [kv_begin, kv_end) and masked keys get weight +0.
 void attention_weights(TensorView<const float> q, TensorView<const float> k,
                        TensorView<float> weights,
