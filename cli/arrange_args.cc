@@ -51,7 +51,7 @@ std::vector<std::string> arrange_arguments(CLI::App& app, int argc,
       context = find_subcommand(app, token);
       if (context == nullptr) {
         throw CliError("unknown command " + quote(token) +
-                       "; the commands are dot, softmax and demo "
+                       "; the commands are dot, softmax, attention and demo "
                        "(see softdot --help)");
       }
       options.push_back(token);

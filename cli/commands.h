@@ -28,8 +28,23 @@ struct SoftmaxArgs {
   bool fast = false;  // Precision::kFast
 };
 
+struct AttentionArgs {
+  std::string q, k, v;  // required .npy files
+  std::optional<std::string> mask;
+  std::optional<std::string> bias;
+  std::optional<std::string> scale;
+  std::optional<std::string> window_left;
+  std::optional<std::string> window_right;
+  std::optional<std::string> softcap;
+  std::optional<std::string> lse;
+  std::optional<std::string> output;
+  bool causal = false;
+  bool explain = false;
+};
+
 int run_dot(const DotArgs& args);
 int run_softmax(const SoftmaxArgs& args);
+int run_attention(const AttentionArgs& args);
 int run_demo();
 
 // Writes to stdout; CliError when stdout cannot be written.

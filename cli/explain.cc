@@ -293,4 +293,119 @@ std::string explain_softmax(std::span<const double> scores,
   return out;
 }
 
+namespace {
+
+// "q3": a row or column label (appended piecewise, see list()).
+std::string label(char letter, std::size_t index) {
+  std::string out(1, letter);
+  out += std::to_string(index);
+  return out;
+}
+
+}  // namespace
+
+std::string attention_heat_cell(double weight) {
+  if (std::isnan(weight)) return "??";
+  if (weight <= 0) return "··";
+  if (weight <= 0.25) return "░░";
+  if (weight <= 0.5) return "▒▒";
+  if (weight <= 0.75) return "▓▓";
+  return "██";
+}
+
+std::string explain_attention(std::string_view preamble,
+                              std::span<const AttentionHeadExplain> heads,
+                              int digits) {
+  std::string out(preamble);
+  for (const AttentionHeadExplain& head : heads) {
+    const std::size_t n_q = head.n_q, n_kv = head.n_kv, d_v = head.d_v;
+    out += "\n";
+    if (!head.title.empty()) {
+      out += "== ";
+      out += head.title;
+      out += " ==\n\n";
+    }
+    const auto q_label = [](std::size_t i) { return label('q', i); };
+
+    std::vector<std::vector<std::string>> scores;
+    std::vector<std::string> header = {""};
+    for (std::size_t j = 0; j < n_kv; ++j)
+      header.push_back(label('k', j));
+    header.push_back("");  // keeps the last column right-aligned
+    scores.push_back(header);
+    for (std::size_t i = 0; i < n_q; ++i) {
+      std::vector<std::string> row = {q_label(i)};
+      for (std::size_t j = 0; j < n_kv; ++j) {
+        const std::size_t ij = i * n_kv + j;
+        row.push_back(head.visible[ij] ? cell(head.scores[ij], digits)
+                                       : "masked");
+      }
+      scores.push_back(row);
+    }
+    out += "scores s_ij:\n";
+    out += render(scores);
+    out += "\n";
+
+    std::vector<std::vector<std::string>> weights;
+    header.back() = "sum";
+    header.push_back("");
+    weights.push_back(header);
+    bool any_nan = false;
+    for (std::size_t i = 0; i < n_q; ++i) {
+      std::vector<std::string> row = {q_label(i)};
+      double sum = 0;
+      for (std::size_t j = 0; j < n_kv; ++j) {
+        const double w = head.weights[i * n_kv + j];
+        any_nan = any_nan || std::isnan(w);
+        sum += w;
+        row.push_back(cell(w, digits));
+      }
+      row.push_back(cell(sum, digits));
+      weights.push_back(row);
+    }
+    out += "weights w_ij (each row sums to 1; 0 where every key is "
+           "masked):\n";
+    out += render(weights);
+    out += "\n";
+
+    out += "heat map of the weights (·· 0, ░░ <= 0.25, ▒▒ <= 0.5, ▓▓ <= 0.75, "
+           "██ > 0.75";
+    out += any_nan ? ", ?? nan):\n" : "):\n";
+    const std::size_t label_width = q_label(n_q == 0 ? 0 : n_q - 1).size();
+    std::string key_line(label_width + 2, ' ');
+    for (std::size_t j = 0; j < n_kv; ++j) {
+      key_line += static_cast<char>('0' + j % 10);
+      key_line += ' ';
+    }
+    while (!key_line.empty() && key_line.back() == ' ') key_line.pop_back();
+    out += key_line + (n_kv > 10 ? "   (key index mod 10)\n" : "\n");
+    for (std::size_t i = 0; i < n_q; ++i) {
+      std::string line = q_label(i);
+      line.append(label_width - line.size() + 2, ' ');
+      for (std::size_t j = 0; j < n_kv; ++j)
+        line += attention_heat_cell(head.weights[i * n_kv + j]);
+      out += line + "\n";
+    }
+    out += "\n";
+
+    std::vector<std::vector<std::string>> output;
+    std::vector<std::string> out_header = {""};
+    for (std::size_t c = 0; c < d_v; ++c)
+      out_header.push_back(std::to_string(c));
+    out_header.push_back("");
+    output.push_back(out_header);
+    for (std::size_t i = 0; i < n_q; ++i) {
+      std::vector<std::string> row = {label('o', i)};
+      for (std::size_t c = 0; c < d_v; ++c)
+        row.push_back(cell(head.output[i * d_v + c], digits));
+      output.push_back(row);
+    }
+    out += "output o_i = sum_j w_ij v_j (columns 0 to ";
+    out += std::to_string(d_v - 1);
+    out += "):\n";
+    out += render(output);
+  }
+  return out;
+}
+
 }  // namespace softdot::cli

@@ -3,9 +3,11 @@
 #ifndef SOFTDOT_CLI_EXPLAIN_H_
 #define SOFTDOT_CLI_EXPLAIN_H_
 
+#include <cstddef>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace softdot::cli {
 
@@ -26,6 +28,28 @@ std::string explain_softmax(std::span<const double> scores,
 
 // The bar for a weight: round(weight * 40) '#' characters (none for NaN).
 std::string weight_bar(double weight);
+
+// One attention head for explain_attention: row-major matrices.
+struct AttentionHeadExplain {
+  std::string title;  // e.g. "batch 0, head 1 (k/v head 0)"; "" for none
+  std::size_t n_q = 0, n_kv = 0, d_v = 0;
+  std::vector<double> scores;   // n_q x n_kv, the final scores s_ij
+  std::vector<bool> visible;    // n_q x n_kv, false: key hidden from query
+  std::vector<float> weights;   // n_q x n_kv
+  std::vector<float> output;    // n_q x d_v
+};
+
+// `preamble` (what was computed and how), then per head: a table of the
+// scores ("masked" where hidden), a table of the weights with each row's
+// sum, a heat map of the weights (attention_heat_cell), and the output rows.
+// Values are written with `digits` decimals.
+std::string explain_attention(std::string_view preamble,
+                              std::span<const AttentionHeadExplain> heads,
+                              int digits);
+
+// One cell of the heat map, two characters wide: "··" for a weight of 0,
+// "░░" up to 0.25, "▒▒" up to 0.5, "▓▓" up to 0.75, "██" above, "??" for NaN.
+std::string attention_heat_cell(double weight);
 
 }  // namespace softdot::cli
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "error.h"
@@ -176,63 +177,13 @@ std::uint32_t read_le(std::string_view bytes, std::size_t offset,
   return v;
 }
 
-template <class T>
-Matrix<T> read_values(std::string_view data, std::size_t rows,
-                      std::size_t cols) {
-  Matrix<T> m;
-  m.rows = rows;
-  m.cols = cols;
-  m.values.resize(rows * cols);
-  std::memcpy(m.values.data(), data.data(), data.size());
-  if constexpr (std::endian::native == std::endian::big) {
-    for (T& v : m.values) {
-      auto* p = reinterpret_cast<unsigned char*>(&v);
-      std::reverse(p, p + sizeof(T));
-    }
-  }
-  return m;
-}
+// The parts of a .npy file before its data: magic, version, header.
+struct Layout {
+  Header header;
+  std::size_t data_offset = 0;
+};
 
-template <class T>
-std::string encode(const Matrix<T>& m) {
-  std::string dict = std::string("{'descr': '") +
-                     (sizeof(T) == 4 ? "<f4" : "<f8") +
-                     "', 'fortran_order': False, 'shape': (" +
-                     std::to_string(m.rows) + ", " + std::to_string(m.cols) +
-                     "), }";
-  // magic (6) + version (2) + length (2) + dict + spaces + "\n", a multiple
-  // of 64 so that the data is aligned, as numpy pads (its ARRAY_ALIGN).
-  std::size_t total = 10 + dict.size() + 1;
-  total = (total + 63) / 64 * 64;
-  const std::size_t header_len = total - 10;
-  dict.append(header_len - dict.size() - 1, ' ');
-  dict += '\n';
-  std::string out(kMagic);
-  out += '\x01';
-  out += '\x00';
-  out += static_cast<char>(header_len & 0xff);
-  out += static_cast<char>((header_len >> 8) & 0xff);
-  out += dict;
-  const std::size_t data_start = out.size();
-  out.resize(data_start + m.values.size() * sizeof(T));
-  if (!m.values.empty())
-    std::memcpy(out.data() + data_start, m.values.data(),
-                m.values.size() * sizeof(T));
-  if constexpr (std::endian::native == std::endian::big) {
-    for (std::size_t i = data_start; i < out.size(); i += sizeof(T))
-      std::reverse(out.begin() + static_cast<std::ptrdiff_t>(i),
-                   out.begin() + static_cast<std::ptrdiff_t>(i + sizeof(T)));
-  }
-  return out;
-}
-
-}  // namespace
-
-bool looks_like_npy(std::string_view bytes) {
-  return !bytes.empty() && bytes[0] == kMagic[0];
-}
-
-AnyMatrix read_npy(std::string_view bytes, std::string_view name) {
+Layout read_layout(std::string_view bytes, std::string_view name) {
   const std::string prefix = std::string(name) + ": ";
   if (bytes.size() < 8 || bytes.substr(0, 6) != kMagic) {
     throw CliError(prefix + "not a .npy file (no \\x93NUMPY magic)" +
@@ -261,7 +212,118 @@ AnyMatrix read_npy(std::string_view bytes, std::string_view name) {
   if (dict.empty() || dict.back() != '\n') {
     throw CliError(prefix + "bad .npy header: does not end in a newline");
   }
-  const Header header = HeaderParser(dict, name).parse();
+  return {HeaderParser(dict, name).parse(), data_offset};
+}
+
+void check_c_order(const Header& header, const std::string& prefix) {
+  if (*header.fortran_order) {
+    throw CliError(prefix +
+                   "Fortran-order arrays are not supported; need C order "
+                   "(fortran_order False)");
+  }
+}
+
+// The data of `shape` items of `item_size` bytes after the header: exactly
+// that many bytes, no fewer, no more.
+std::string_view checked_data(std::string_view bytes, std::size_t data_offset,
+                              const std::vector<std::uint64_t>& shape,
+                              std::size_t item_size,
+                              const std::string& prefix) {
+  const std::uint64_t kMax = std::numeric_limits<std::size_t>::max();
+  std::uint64_t count = 1;
+  bool zero = false;
+  for (std::uint64_t d : shape) zero = zero || d == 0;
+  for (std::uint64_t d : shape) {
+    if (zero) break;
+    if (count > kMax / d || count * d > kMax / item_size) {
+      throw CliError(prefix + "shape " + shape_text(shape) + " is too large");
+    }
+    count *= d;
+  }
+  if (zero) count = 0;
+  const std::size_t data_size = static_cast<std::size_t>(count) * item_size;
+  const std::size_t present = bytes.size() - data_offset;
+  if (present < data_size) {
+    throw CliError(prefix + "truncated: shape " + shape_text(shape) +
+                   " needs " + std::to_string(data_size) +
+                   " bytes of data, the file has " + std::to_string(present));
+  }
+  if (present > data_size) {
+    throw CliError(prefix + std::to_string(present - data_size) +
+                   " unexpected bytes after the data of shape " +
+                   shape_text(shape));
+  }
+  return bytes.substr(data_offset, data_size);
+}
+
+template <class T>
+Matrix<T> read_values(std::string_view data, std::size_t rows,
+                      std::size_t cols) {
+  Matrix<T> m;
+  m.rows = rows;
+  m.cols = cols;
+  m.values.resize(rows * cols);
+  std::memcpy(m.values.data(), data.data(), data.size());
+  if constexpr (std::endian::native == std::endian::big) {
+    for (T& v : m.values) {
+      auto* p = reinterpret_cast<unsigned char*>(&v);
+      std::reverse(p, p + sizeof(T));
+    }
+  }
+  return m;
+}
+
+template <class T>
+std::string encode(std::span<const T> values,
+                   std::span<const std::size_t> shape) {
+  const std::vector<std::uint64_t> dims(shape.begin(), shape.end());
+  std::string dict = std::string("{'descr': '") +
+                     (sizeof(T) == 4 ? "<f4" : "<f8") +
+                     "', 'fortran_order': False, 'shape': " +
+                     shape_text(dims) + ", }";
+  // magic (6) + version (2) + length (2) + dict + spaces + "\n", a multiple
+  // of 64 so that the data is aligned, as numpy pads (its ARRAY_ALIGN).
+  std::size_t total = 10 + dict.size() + 1;
+  total = (total + 63) / 64 * 64;
+  const std::size_t header_len = total - 10;
+  dict.append(header_len - dict.size() - 1, ' ');
+  dict += '\n';
+  std::string out(kMagic);
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(header_len & 0xff);
+  out += static_cast<char>((header_len >> 8) & 0xff);
+  out += dict;
+  const std::size_t data_start = out.size();
+  out.resize(data_start + values.size() * sizeof(T));
+  if (!values.empty())
+    std::memcpy(out.data() + data_start, values.data(),
+                values.size() * sizeof(T));
+  if constexpr (std::endian::native == std::endian::big) {
+    for (std::size_t i = data_start; i < out.size(); i += sizeof(T))
+      std::reverse(out.begin() + static_cast<std::ptrdiff_t>(i),
+                   out.begin() + static_cast<std::ptrdiff_t>(i + sizeof(T)));
+  }
+  return out;
+}
+
+template <class T>
+std::string encode(const Matrix<T>& m) {
+  const std::size_t shape[2] = {m.rows, m.cols};
+  return encode(std::span<const T>(m.values),
+                std::span<const std::size_t>(shape));
+}
+
+}  // namespace
+
+bool looks_like_npy(std::string_view bytes) {
+  return !bytes.empty() && bytes[0] == kMagic[0];
+}
+
+AnyMatrix read_npy(std::string_view bytes, std::string_view name) {
+  const std::string prefix = std::string(name) + ": ";
+  const Layout layout = read_layout(bytes, name);
+  const Header& header = layout.header;
 
   const std::string& descr = *header.descr;
   const bool little = descr.size() == 3 && (descr[0] == '<' || descr[0] == '=');
@@ -275,11 +337,7 @@ AnyMatrix read_npy(std::string_view bytes, std::string_view name) {
     throw CliError(prefix + "dtype '" + descr + "' (" + dtype_name(descr) +
                    ") is not supported; need float32 '<f4' or float64 '<f8'");
   }
-  if (*header.fortran_order) {
-    throw CliError(prefix +
-                   "Fortran-order arrays are not supported; need C order "
-                   "(fortran_order False)");
-  }
+  check_c_order(header, prefix);
   const auto& shape = *header.shape;
   if (shape.size() != 2) {
     throw CliError(prefix + "shape " + shape_text(shape) + " has " +
@@ -291,26 +349,81 @@ AnyMatrix read_npy(std::string_view bytes, std::string_view name) {
                                     " has no rows");
   if (shape[1] == 0) throw CliError(prefix + "shape " + shape_text(shape) +
                                     ": the rows are empty");
-  const std::uint64_t kMax = std::numeric_limits<std::size_t>::max();
-  if (shape[0] > kMax / shape[1] || shape[0] * shape[1] > kMax / item_size) {
-    throw CliError(prefix + "shape " + shape_text(shape) + " is too large");
-  }
+  const std::string_view data =
+      checked_data(bytes, layout.data_offset, shape, item_size, prefix);
   const std::size_t rows = shape[0], cols = shape[1];
-  const std::size_t data_size = rows * cols * item_size;
-  const std::size_t present = bytes.size() - data_offset;
-  if (present < data_size) {
-    throw CliError(prefix + "truncated: shape " + shape_text(shape) +
-                   " needs " + std::to_string(data_size) +
-                   " bytes of data, the file has " + std::to_string(present));
-  }
-  if (present > data_size) {
-    throw CliError(prefix + std::to_string(present - data_size) +
-                   " unexpected bytes after the data of shape " +
-                   shape_text(shape));
-  }
-  const std::string_view data = bytes.substr(data_offset, data_size);
   if (item_size == 4) return read_values<float>(data, rows, cols);
   return read_values<double>(data, rows, cols);
+}
+
+std::string_view npy_dtype_name(NpyDtype dtype) {
+  switch (dtype) {
+    case NpyDtype::kBool: return "bool '|b1'";
+    case NpyDtype::kFloat16: return "float16 '<f2'";
+    case NpyDtype::kFloat32: return "float32 '<f4'";
+    case NpyDtype::kFloat64: return "float64 '<f8'";
+  }
+  return "unknown";
+}
+
+std::size_t NpyArray::size() const {
+  std::size_t n = 1;
+  for (std::size_t d : shape) n *= d;
+  return n;
+}
+
+NpyArray read_npy_array(std::string_view bytes, std::string_view name,
+                        std::span<const NpyDtype> allowed) {
+  const std::string prefix = std::string(name) + ": ";
+  const Layout layout = read_layout(bytes, name);
+  const Header& header = layout.header;
+  const std::string& descr = *header.descr;
+
+  std::optional<NpyDtype> dtype;
+  if (descr.size() == 3) {
+    const char order = descr[0];
+    const std::string_view code = std::string_view(descr).substr(1);
+    // One-byte types have no byte order: numpy writes '|b1'.
+    if (code == "b1" && (order == '|' || order == '<' || order == '=' ||
+                         order == '>'))
+      dtype = NpyDtype::kBool;
+    if (order == '<' || order == '=') {
+      if (code == "f2") dtype = NpyDtype::kFloat16;
+      if (code == "f4") dtype = NpyDtype::kFloat32;
+      if (code == "f8") dtype = NpyDtype::kFloat64;
+    }
+  }
+  const bool ok = dtype && std::find(allowed.begin(), allowed.end(), *dtype) !=
+                               allowed.end();
+  if (!ok) {
+    std::string need;
+    for (std::size_t i = 0; i < allowed.size(); ++i) {
+      if (i != 0) need += i + 1 == allowed.size() ? " or " : ", ";
+      need += npy_dtype_name(allowed[i]);
+    }
+    if (!dtype && descr.size() == 3 && descr[0] == '>' && descr[1] == 'f')
+      throw CliError(prefix + "big-endian dtype '" + descr +
+                     "' is not supported; need " + need);
+    throw CliError(prefix + "dtype '" + descr + "' (" + dtype_name(descr) +
+                   ") is not supported; need " + need);
+  }
+  check_c_order(header, prefix);
+  std::size_t item_size = 1;
+  if (*dtype == NpyDtype::kFloat16) item_size = 2;
+  if (*dtype == NpyDtype::kFloat32) item_size = 4;
+  if (*dtype == NpyDtype::kFloat64) item_size = 8;
+  const std::string_view data = checked_data(bytes, layout.data_offset,
+                                             *header.shape, item_size, prefix);
+  NpyArray array;
+  array.dtype = *dtype;
+  array.shape.assign(header.shape->begin(), header.shape->end());
+  array.data.assign(data);
+  return array;
+}
+
+std::string encode_npy(std::span<const float> values,
+                       std::span<const std::size_t> shape) {
+  return encode(values, shape);
 }
 
 std::string encode_npy(const Matrix<float>& matrix) { return encode(matrix); }

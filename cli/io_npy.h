@@ -1,10 +1,14 @@
-// softdot command: reading and writing NumPy .npy files (2-D, float32 or
-// float64, C order, little-endian; format versions 1.0, 2.0 and 3.0).
+// softdot command: reading and writing NumPy .npy files (C order,
+// little-endian; format versions 1.0, 2.0 and 3.0): 2-D float32 or float64
+// matrices, and arrays of any rank of bool, float16, float32 or float64.
 #ifndef SOFTDOT_CLI_IO_NPY_H_
 #define SOFTDOT_CLI_IO_NPY_H_
 
+#include <cstddef>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "matrix_data.h"
 
@@ -26,6 +30,34 @@ AnyMatrix read_npy(std::string_view bytes, std::string_view name);
 // 64 bytes): '<f4' for float, '<f8' for double, shape (rows, cols).
 std::string encode_npy(const Matrix<float>& matrix);
 std::string encode_npy(const Matrix<double>& matrix);
+
+// The dtypes read_npy_array knows: '|b1', '<f2', '<f4', '<f8' (and '='
+// for '<'; any byte order for bool).
+enum class NpyDtype { kBool, kFloat16, kFloat32, kFloat64 };
+
+// "float32 '<f4'" and so on, for messages.
+std::string_view npy_dtype_name(NpyDtype dtype);
+
+// An array of any rank (dimensions of 0 allowed), its data as in the file:
+// C order, little-endian, size() items of the dtype's size.
+struct NpyArray {
+  NpyDtype dtype = NpyDtype::kFloat32;
+  std::vector<std::size_t> shape;
+  std::string data;
+  std::size_t size() const;  // the product of the shape (1 for a scalar)
+};
+
+// Parses a whole .npy file of one of the `allowed` dtypes, any shape. Throws
+// CliError "name: ..." for a bad file as read_npy does, and for a dtype not
+// in `allowed` ("name: dtype '<i4' (int32) is not supported; need float32
+// '<f4' or float16 '<f2'"). The caller checks the shape.
+NpyArray read_npy_array(std::string_view bytes, std::string_view name,
+                        std::span<const NpyDtype> allowed);
+
+// Encodes float32 values of any shape (size = product of the shape) as a
+// format 1.0 .npy file, '<f4', C order, header padded as encode_npy's.
+std::string encode_npy(std::span<const float> values,
+                       std::span<const std::size_t> shape);
 
 }  // namespace softdot::cli
 

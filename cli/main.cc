@@ -33,7 +33,7 @@ void print_error(const std::string& message) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "softdot: dot products and numerically stable softmax.\n"
+      "softdot: dot products, numerically stable softmax and attention.\n"
       "Numbers may be negative, inf, -inf or nan; lists are separated by "
       "commas and/or spaces.",
       "softdot"};
@@ -94,6 +94,68 @@ int main(int argc, char** argv) {
                    "Explain each step: exp(score - max), the sum, the weights "
                    "and a bar per weight");
 
+  softdot::cli::AttentionArgs attn;
+  CLI::App* attn_cmd = app.add_subcommand(
+      "attention",
+      "Scaled dot-product attention softmax(Q K^T * scale + bias) V of .npy "
+      "files: 2-D [n x d] for one head, 4-D [batch, heads, n, d] for many");
+  attn_cmd->add_option(
+          "--q", attn.q,
+          "Queries, float32 .npy [n_q, d] or [batch, heads, n_q, d]")
+      ->type_name("FILE")
+      ->required();
+  attn_cmd->add_option("--k", attn.k,
+                       "Keys, float32 or float16 .npy [n_kv, d] or [batch, "
+                       "kv_heads, n_kv, d]; heads must divide q's heads (GQA)")
+      ->type_name("FILE")
+      ->required();
+  attn_cmd->add_option("--v", attn.v,
+                       "Values, float32 or float16 .npy [n_kv, d_v] or "
+                       "[batch, kv_heads, n_kv, d_v]")
+      ->type_name("FILE")
+      ->required();
+  attn_cmd->add_option("-o,--output", attn.output,
+                       "Write the output to FILE.npy: float32 [n_q, d_v] or "
+                       "[batch, heads, n_q, d_v]. Required unless --explain")
+      ->type_name("FILE");
+  attn_cmd->add_flag("--causal", attn.causal,
+                     "Causal mask: query i sees key j only if "
+                     "j <= i + n_kv - n_q (the last query sees the last key)");
+  attn_cmd->add_option("--mask", attn.mask,
+                       "Bool .npy, True = attend (as PyTorch's "
+                       "scaled_dot_product_attention): [n_q, n_kv] or "
+                       "[batch, heads, n_q, n_kv], 1 allowed for batch, heads "
+                       "and n_q (broadcast)")
+      ->type_name("FILE");
+  attn_cmd->add_option("--bias", attn.bias,
+                       "Float32 .npy added to the scores, shapes as --mask; "
+                       "-inf masks a key")
+      ->type_name("FILE");
+  attn_cmd->add_option("--scale", attn.scale,
+                       "Multiply q . k by S (finite, > 0); default 1/sqrt(d)")
+      ->type_name("S");
+  attn_cmd->add_option("--window-left", attn.window_left,
+                       "Sliding window: query i sees key j only if "
+                       "j >= i + n_kv - n_q - N")
+      ->type_name("N");
+  attn_cmd->add_option("--window-right", attn.window_right,
+                       "Sliding window: query i sees key j only if "
+                       "j <= i + n_kv - n_q + N")
+      ->type_name("N");
+  attn_cmd->add_option("--softcap", attn.softcap,
+                       "Soft-cap the scaled scores: s -> C tanh(s / C) "
+                       "(finite, >= 0; 0 = off)")
+      ->type_name("C");
+  attn_cmd->add_option("--lse", attn.lse,
+                       "Also write log(sum_j exp(s_ij)) per query to FILE.npy: "
+                       "float32 [n_q] or [batch, heads, n_q]; -inf for a fully "
+                       "masked row")
+      ->type_name("FILE");
+  attn_cmd->add_flag("--explain", attn.explain,
+                     "Print the scores, the weights (numbers and a heat map) "
+                     "and the output rows; small inputs only (n_q, n_kv, d_v "
+                     "<= 64, batch x heads <= 16)");
+
   CLI::App* demo_cmd =
       app.add_subcommand("demo", "Run the worked examples of the seed text");
 
@@ -112,6 +174,7 @@ int main(int argc, char** argv) {
     int status = 0;
     if (dot_cmd->parsed()) status = softdot::cli::run_dot(dot);
     if (sm_cmd->parsed()) status = softdot::cli::run_softmax(sm);
+    if (attn_cmd->parsed()) status = softdot::cli::run_attention(attn);
     if (demo_cmd->parsed()) status = softdot::cli::run_demo();
     if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
       throw CliError("cannot write to standard output");

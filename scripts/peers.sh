@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # Builds bench/peers/softdot_peers (Release) and runs softdot next to XNNPACK,
-# oneDNN, Eigen, libtorch, OpenBLAS and Highway's contrib Dot, then prints the
+# oneDNN, Eigen, libtorch, OpenBLAS and Highway's contrib Dot (softmax, dot,
+# dots; attention: libtorch, OpenBLAS + Eigen, a naive loop), then prints the
 # tables of scripts/peers_report.py and writes its SVG charts.
 #
 # Two runs of the same binary, each writing its own JSON next to it:
 #   1. every single-thread benchmark, pinned to one core
-#      (taskset -c $BENCH_CPU, SOFTDOT_PEERS_SET=single);
-#   2. the threads/ benchmarks (softdot at 1 and 2 OpenMP threads) on the
-#      first two cores (SOFTDOT_PEERS_SET=threads): under the one-core pin of
-#      run 1 two threads would only take turns. Skipped on a 1-CPU machine.
+#      (taskset -c $BENCH_CPU, SOFTDOT_PEERS_SET=single), the 1-thread
+#      attention and decode benchmarks included;
+#   2. the threads/ benchmarks (softdot at 1 and 2 OpenMP threads) and the
+#      2-thread attention and decode benchmarks (softdot and the attention
+#      peers with OpenMP, libtorch and OpenBLAS at 2 threads) on the first two
+#      cores (SOFTDOT_PEERS_SET=threads): under the one-core pin of run 1 two
+#      threads would only take turns. Skipped on a 1-CPU machine.
 # 3 repetitions, medians only. Extra arguments go to both runs, e.g.
 #   bash scripts/peers.sh --benchmark_filter=softmax/memory
+#   bash scripts/peers.sh --benchmark_filter='^(attention|decode)/'  # attention only
+# The attention benchmarks (bench/peers/attention_cases.cc) add one to two
+# minutes per run (libtorch's SDPA takes about 1 s per call at n = 4096);
+# peers_report.py prints their tables after the others.
 # Settings (environment):
 #   BUILD_DIR          build tree (default: build-peers/)
 #   BENCH_CPU          core of run 1 (default 1; 0 on a 1-CPU machine)

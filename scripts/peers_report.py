@@ -15,7 +15,15 @@ when repetitions were run. Tables:
       speed over the best peer's;
   (c) dots (one query against n_keys keys of 128 floats): GB/s and softdot's
       speed over cblas_sgemv's;
-  (d) softdot's thread scaling, 2 threads against 1.
+  (d) softdot's thread scaling, 2 threads against 1;
+  (e) attention prefill (one head, float32, n x d, full and causal, 1 and 2
+      threads): GFLOP/s at 4 n^2 d (causal: the dense-equivalent rate, same
+      numerator), the fraction of the FMA peak measured in the same run (of
+      the useful flops: 4 n^2 d, causal 2 n (n + 1) d), and softdot's speed
+      over the best peer's;
+  (f) attention decode (one query token, 8 query heads on 2 KV heads,
+      d = 128, K and V from DRAM): GB/s of K + V, softdot against the
+      read-only loop and libtorch.
 A benchmark that failed its self-check (or any other error) shows as
 "check failed" with the error below the table. Times are wall-clock (real)
 by default; --time cpu uses CPU time for the single-thread tables, which
@@ -63,6 +71,17 @@ NAMES = {
 }
 # In the dot tables the naive baseline is a single loop.
 DOT_NAMES = dict(NAMES, naive="naive loop")
+# Attention (bench/peers/attention_cases.cc).
+ATTN_IMPLS = ["softdot", "libtorch", "libtorch_sdpa", "openblas_eigen", "naive"]
+ATTN_PEERS = ["libtorch", "libtorch_sdpa", "openblas_eigen"]
+ATTN_NAMES = dict(NAMES, libtorch="libtorch matmul+softmax+matmul",
+                  libtorch_sdpa="libtorch SDPA", openblas_eigen="OpenBLAS sgemm + Eigen softmax",
+                  naive="naive loop (n² scores)")
+ATTN_MASKS = ["full", "causal"]
+DECODE_IMPLS = ["softdot", "libtorch", "read_roofline"]
+DECODE_NAMES = dict(NAMES, libtorch="libtorch matmul+softmax+matmul",
+                    read_roofline="read-only loop")
+DECODE_HEADS, DECODE_KV_HEADS = 8, 2
 CASES = ["cache", "memory"]
 FAILED = "check failed"
 
@@ -70,10 +89,11 @@ FAILED = "check failed"
 class Result:
     """One benchmark: median real time in ns, or an error message."""
 
-    def __init__(self, ns=None, bytes_per_second=None, error=None):
+    def __init__(self, ns=None, bytes_per_second=None, error=None, counters=None):
         self.ns = ns
         self.bytes_per_second = bytes_per_second
         self.error = error
+        self.counters = counters or {}
 
 
 def load(paths, time_key="real_time"):
@@ -97,13 +117,17 @@ def load(paths, time_key="real_time"):
                 continue
             if b.get("run_type") == "iteration" and has_aggregates:
                 continue
-            key = "real_time" if run.startswith("threads/") else time_key
+            # Several threads: wall-clock time always (CPU time is the main
+            # thread's only).
+            multi = run.startswith("threads/") or (
+                "/threads:" in run and not run.endswith("/threads:1"))
+            key = "real_time" if multi else time_key
             ns = b[key] * UNIT_NS[b.get("time_unit", "ns")]
             # GB/s from the argument bytes of one call and the chosen time
             # (Google Benchmark's bytes_per_second divides by CPU time).
             nbytes = argument_bytes(run)
             bps = nbytes / (ns * 1e-9) if nbytes and ns > 0 else b.get("bytes_per_second")
-            results[run] = Result(ns=ns, bytes_per_second=bps)
+            results[run] = Result(ns=ns, bytes_per_second=bps, counters=b)
     return results, context, contexts
 
 
@@ -121,6 +145,9 @@ def argument_bytes(run):
     if family in ("dots", "threads"):
         n_keys, d = dims
         return 4 * (n_keys * d + d + n_keys)
+    if family == "decode":
+        n_kv, d = dims
+        return 4 * 2 * DECODE_KV_HEADS * n_kv * d  # K + V
     return None
 
 
@@ -342,6 +369,103 @@ def thread_tables(results, out, cpus):
     out.append("")
 
 
+def attention_flops(mask, shape):
+    """(dense 4 n^2 d, useful) flops of one prefill call."""
+    n, d = (int(x) for x in shape.split("x"))
+    dense = 4 * n * n * d
+    return dense, (2 * n * (n + 1) * d if mask == "causal" else dense)
+
+
+def attention_keys(results, family):
+    """[(mask or case, shape, threads)] present for a family, in order."""
+    keys = []
+    for run in results:
+        parts = run.split("/")
+        if len(parts) == 5 and parts[0] == family and parts[4].startswith("threads:"):
+            key = (parts[1], parts[2], parts[4].split(":")[1])
+            if key not in keys:
+                keys.append(key)
+    order = {m: i for i, m in enumerate(ATTN_MASKS)}
+    return sorted(keys, key=lambda k: (int(k[2]), order.get(k[0], 9),
+                                       [int(x) for x in k[1].split("x")]))
+
+
+def attention_tables(results, out):
+    keys = attention_keys(results, "attention")
+    if not keys:
+        return
+    found = {run.split("/")[3] for run in results if run.startswith("attention/")}
+    impls = [i for i in ATTN_IMPLS if i in found]
+    peers = [p for p in ATTN_PEERS if p in impls]
+    errors, rate_rows, peak_rows = [], [], []
+    for mask, shape, threads in keys:
+        dense, useful = attention_flops(mask, shape)
+        label = [mask, pretty_shape(shape), threads]
+        rate_row, peak_row = list(label), list(label)
+        peak = None
+        for impl in impls:
+            run = f"attention/{mask}/{shape}/{impl}/threads:{threads}"
+            rate_row.append(cell(results, run, lambda r: f"{dense / r.ns:.1f}", errors))
+            r = results.get(run)
+            p = r.counters.get("peak_GFLOP/s") if r is not None and r.error is None else None
+            peak = peak or p
+            peak_row.append(cell(results, run, lambda r: fmt_ratio(useful / r.ns / p)
+                                 if p else "—", []))
+
+        def runs_of(names):
+            return [f"{n}/threads:{threads}" for n in names]
+
+        base = f"attention/{mask}/{shape}/"
+        ratio, best = speed_ratio(results, base, f"softdot/threads:{threads}", runs_of(peers))
+        best = best.split("/")[0] if best else None
+        rate_row.append(f"{fmt_ratio(ratio)} ({ATTN_NAMES.get(best, best)})" if ratio else "—")
+        peak_row.append(f"{peak:.0f}" if peak else "—")
+        rate_rows.append(rate_row)
+        peak_rows.append(peak_row)
+    names = [ATTN_NAMES.get(i, i) for i in impls]
+    out.append("### attention prefill (one head, float32, n_q = n_kv = n, d = d_v): GFLOP/s at "
+               "4·n²·d (causal: dense-equivalent, the same 4·n²·d; higher is better)\n")
+    out.append(table(["mask", "n × d", "threads"] + names + ["softdot speed / best peer"],
+                     rate_rows, text_columns=3))
+    out.append("\n### attention prefill: fraction of the FMA peak (useful flops: 4·n²·d, causal "
+               "2·n·(n+1)·d; peak of as many cores, measured in the same run)\n")
+    out.append(table(["mask", "n × d", "threads"] + names + ["peak GFLOP/s"], peak_rows,
+                     text_columns=3))
+    if errors:
+        out.append("\n" + "\n".join(f"- {e}" for e in errors))
+    out.append("")
+
+
+def decode_tables(results, out):
+    keys = attention_keys(results, "decode")
+    if not keys:
+        return
+    found = {run.split("/")[3] for run in results if run.startswith("decode/")}
+    impls = [i for i in DECODE_IMPLS if i in found]
+    errors, rows = [], []
+    for case, shape, threads in keys:
+        base = f"decode/{case}/{shape}/"
+        t = f"/threads:{threads}"
+        row = [pretty_shape(shape), threads]
+        for impl in impls:
+            row.append(cell(results, base + impl + t, lambda r: fmt_gbs(r.bytes_per_second),
+                            errors))
+        mine, roof = results.get(base + "softdot" + t), results.get(base + "read_roofline" + t)
+        ok = mine is not None and mine.error is None
+        row.append(fmt_ratio(roof.ns / mine.ns) if ok and roof and roof.error is None else "—")
+        ratio, _ = speed_ratio(results, base, "softdot" + t, ["libtorch" + t])
+        row.append(fmt_ratio(ratio))
+        rows.append(row)
+    out.append(f"### attention decode (n_q = 1, {DECODE_HEADS} query heads on {DECODE_KV_HEADS} "
+               "KV heads, d = 128, float32; K and V from DRAM): GB/s of K + V (higher is "
+               "better)\n")
+    out.append(table(["n_kv × d", "threads"] + [DECODE_NAMES.get(i, i) for i in impls] +
+                     ["softdot / read loop", "softdot speed / libtorch"], rows, text_columns=2))
+    if errors:
+        out.append("\n" + "\n".join(f"- {e}" for e in errors))
+    out.append("")
+
+
 def header(context, contexts, time_name):
     def get(key):
         return context.get(key, "?")
@@ -530,6 +654,8 @@ def main():
     thread_cpus = next((c.get("affinity_cpus") for c in contexts
                         if c.get("peers_set") in ("threads", "all")), "?")
     thread_tables(results, out, thread_cpus)
+    attention_tables(results, out)
+    decode_tables(results, out)
     print("\n".join(out))
     for path in write_charts(results, context, args.svg, not args.no_png):
         print(f"wrote {path}")

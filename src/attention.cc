@@ -513,6 +513,8 @@ void run_weights(const TensorView<const float>& q, const TensorView<const KT>& k
   std::vector<float> s(p.n_kv), kf(p.d);
   std::vector<char> vis(p.n_kv);
   std::vector<float> krow_f(p.n_kv * p.d);
+  // The form attention() takes for these shapes decides how scores round.
+  const bool decode = p.g * p.n_q <= kDecodeRows;
   for (std::size_t b = 0; b < p.B; ++b) {
     for (std::size_t h = 0; h < p.H; ++h) {
       const std::size_t kh = h / p.g;
@@ -531,10 +533,9 @@ void run_weights(const TensorView<const float>& q, const TensorView<const KT>& k
         std::int32_t lo, hi;
         limits(p, i, lo, hi);
         for (std::size_t j = 0; j < p.n_kv; ++j) {
-          float acc = 0.0f;
-          const float* kr = krow_f.data() + j * p.d;
-          for (std::size_t c = 0; c < p.d; ++c) acc = std::fma(kr[c], qr[c], acc);
-          s[j] = acc * p.scale;
+          s[j] = detail::attention_score(qr, krow_f.data() + j * p.d, p.d,
+                                         decode) *
+                 p.scale;
         }
         if (p.softcap > 0.0f) detail::attention_softcap(s.data(), p.n_kv, p.softcap);
         for (std::size_t j = 0; j < p.n_kv; ++j) {

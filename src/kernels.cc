@@ -24,6 +24,12 @@ HWY_EXPORT(SoftmaxRowF64);
 HWY_EXPORT(AttentionBlock);
 HWY_EXPORT(AttentionMaxRows);
 HWY_EXPORT(AttentionSoftcap);
+HWY_EXPORT(AttentionScore);
+
+float attention_score(const float* q, const float* k, std::size_t d,
+                      bool decode) noexcept {
+  return HWY_DYNAMIC_DISPATCH(AttentionScore)(q, k, d, decode);
+}
 
 void attention_kernel(const AttnArgs& args) noexcept {
   HWY_DYNAMIC_DISPATCH(AttentionBlock)(args);

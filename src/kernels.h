@@ -49,6 +49,10 @@ void softmax_row_kernel(const double* x, const std::uint8_t* mask, double scale,
 void attention_kernel(const AttnArgs& args) noexcept;
 // Rows one attention kernel call takes on the current target (4 vectors).
 std::size_t attention_max_rows() noexcept;
+// The unscaled score q . k exactly as the attention kernels form it: the
+// prefill form (decode = false) or the decode form.
+float attention_score(const float* q, const float* k, std::size_t d,
+                      bool decode) noexcept;
 // s[i] = cap * tanh(s[i] / cap), exactly as the attention kernel does it.
 void attention_softcap(float* s, std::size_t n, float cap) noexcept;
 

@@ -6,7 +6,9 @@
 // tables.
 //
 // Benchmark names: <family>/<case>/<shape>/<implementation>[/threads:<t>]
-//   family  softmax (rows x n), dot (n), dots (n_keys x d), threads
+//   family  softmax (rows x n), dot (n), dots (n_keys x d), threads, and
+//           attention and decode (attention_cases.cc, where the attention
+//           benchmarks are described)
 //   case    cache:  the same input and output buffers every iteration;
 //           memory: each iteration uses the next copy in 512 MiB arenas, so
 //                   the data comes from DRAM (see Layout).
@@ -578,6 +580,12 @@ int main(int argc, char** argv) {
 #ifdef SOFTDOT_PEER_HWYDOT
     RegisterHwyDot(peers);
 #endif
+#ifdef SOFTDOT_PEER_TORCH_ATTENTION
+    RegisterTorchAttention(peers);
+#endif
+#ifdef SOFTDOT_PEER_BLAS_ATTENTION
+    RegisterBlasAttention(peers);
+#endif
   } catch (const std::exception& e) {
     std::fprintf(stderr, "softdot_peers: %s\n", e.what());
     return 1;
@@ -592,10 +600,16 @@ int main(int argc, char** argv) {
   std::string names;
   for (const auto& [name, make] : peers.softmax) names += (names.empty() ? "" : ",") + name;
   benchmark::AddCustomContext("softmax_peers", names);
+  names.clear();
+  for (const auto& [name, make] : peers.attention) names += (names.empty() ? "" : ",") + name;
+  benchmark::AddCustomContext("attention_peers", names);
+  benchmark::AddCustomContext("attention_decode",
+                              "n_q 1, 8 query heads on 2 KV heads, d 128, float32 K and V");
   for (const auto& [key, value] : peers.context) benchmark::AddCustomContext(key, value);
 
   if (set != "threads") RegisterSingleThread(peers);
   if (set != "single") RegisterThreads();
+  RegisterAttentionBenchmarks(peers, set);  // attention_cases.cc
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

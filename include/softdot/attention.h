@@ -139,7 +139,8 @@ struct AttentionOptions {
   std::span<const float> sinks;
 
   // Partial attention: only keys kv_begin <= j < kv_end of K and V are used
-  // (kv_end is clamped to n_kv). Positions (causal, window) and the mask and
+  // (kv_end is clamped to n_kv; kv_begin past the clamped kv_end is an
+  // error, kv_begin == kv_end an empty range). Positions (causal, window) and the mask and
   // bias columns still refer to the full K and V, so attention over [a, b)
   // and [b, c) merged by attention_merge equals attention over [a, c).
   std::size_t kv_begin = 0;
@@ -158,7 +159,8 @@ struct AttentionOptions {
 //   (n_kv may be 0: every row is then fully masked).
 // lse: null, or B * H * n_q floats, dense in (b, h, i) order, receiving the
 // natural log of each row's denominator, m + log(sum_j exp(s_ij - m)) (with
-// the sink's term), -inf for a fully masked row.
+// the sink's term), -inf for a fully masked row without a sink (with a
+// sink, the sink's logit).
 //
 // Computation: online softmax over blocks of 64 keys (the state and merge
 // rule of docs/accuracy.md), so memory beyond the inputs is a few hundred
@@ -175,18 +177,22 @@ struct AttentionOptions {
 // Accuracy (docs/accuracy.md, "Attention", has the derivation and the
 // measured errors): with W = sum_j w_j |V_jc| over the visible keys (the
 // exact weights w of the exact scores of these float inputs), u = 2^-24,
-//   |O_ic - exact| <= (2 D_i + 70 u) W + u |exact|,
+//   |O_ic - exact| <= (2 D_i + 70 u) W + u |exact|
+//                     + 2^-149 (n_kv + 1 + sum_j |V_jc|),
 //   D_i = max_j [scale * gamma_d * sum_k |Q_ik K_jk| + 2u (|s'_ij| + |s_ij|)]
 //         (+ 4u * softcap when soft-capping),
 // where s' is the scaled score and s the final one (gamma_d = d u/(1 - d u)):
 // the error of the float scores, moved into the weights by exp, plus at most
-// a 64-term float sum per block. W / |O| is the condition of the weighted
+// a 64-term float sum per block; the last term is float underflow (weights
+// and partial sums below 2^-126 are subnormal, spaced 2^-149 apart).
+// W / |O| is the condition of the weighted
 // sum, so the relative error is at most (2 D + 70 u) times it; measured
 // errors are a few u times it.
 //
 // Special values: a fully masked row (every key masked, by mask, bias,
 // causal, window, or an empty key range) gives an output row of +0 and
-// lse -inf. A NaN in a query row, or in a visible key or value, gives NaN in
+// lse -inf (with a sink: lse = the sink, the sink's share being the whole
+// denominator). A NaN in a query row, or in a visible key or value, gives NaN in
 // the rows that see it; masked keys and values never reach the output, even
 // when they hold NaN or inf. k scores of +inf give the mean of their values.
 //

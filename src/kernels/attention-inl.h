@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
@@ -82,6 +83,26 @@ HWY_INLINE std::size_t Lanes() { return hn::Lanes(DF()); }
 // Rows per kernel call on this target: four vectors of lanes.
 HWY_INLINE std::size_t MaxRows() { return 4 * Lanes(); }
 
+// IEEE binary16 bits to float, exactly (as softdot::to_float).
+HWY_INLINE float HalfToFloat(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t e = (h >> 10) & 0x1fu;
+  const std::uint32_t m = h & 0x3ffu;
+  float f;
+  if (e == 0) {  // zero or subnormal: m * 2^-24, exact
+    f = static_cast<float>(m) * 5.9604644775390625e-8f;
+    std::uint32_t b;
+    std::memcpy(&b, &f, 4);
+    b |= sign;
+    std::memcpy(&f, &b, 4);
+    return f;
+  }
+  const std::uint32_t b =
+      sign | (e == 0x1f ? 0x7f800000u | (m << 13) : ((e + 112) << 23) | (m << 13));
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
 // Widens n elements of K or V storage to float.
 HWY_INLINE void Widen(const float* src, float* dst, std::size_t n) {
   std::memcpy(dst, src, n * sizeof(float));
@@ -103,20 +124,18 @@ HWY_INLINE void Widen(const std::uint16_t* src, float* dst, std::size_t n,
       std::memcpy(dst + i, &w, 4);
     }
   } else {
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || \
+    HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_NEON
+    // F16C / NEON conversions: exact, infinities and NaN included.
     const hn::Rebind<hwy::float16_t, DF> dh;
     const auto* h = reinterpret_cast<const hwy::float16_t*>(src);
     for (; i + N <= n; i += N) {
       hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, h + i)), df, dst + i);
     }
-    if (i < n) {
-      // Tail through a zero-padded buffer (the same conversion as above).
-      HWY_ALIGN hwy::float16_t tmp[hn::MaxLanes(DF())];
-      HWY_ALIGN float out[hn::MaxLanes(DF())];
-      std::memset(tmp, 0, sizeof(tmp));
-      std::memcpy(tmp, h + i, (n - i) * 2);
-      hn::Store(hn::PromoteTo(df, hn::Load(dh, tmp)), df, out);
-      std::memcpy(dst + i, out, (n - i) * sizeof(float));
-    }
+#endif
+    // Elsewhere Highway 1.0.3 emulates the conversion and turns exponent 31
+    // (inf, NaN) into finite numbers, so the rest goes bit by bit.
+    for (; i < n; ++i) dst[i] = HalfToFloat(src[i]);
   }
 }
 
@@ -945,6 +964,37 @@ void AttentionBlock(const AttnArgs& a) {
 }
 
 std::size_t AttentionMaxRows() { return attn::MaxRows(); }
+
+// The unscaled score q . k of one row and one key, in the prefill form (a
+// float FMA chain in index order) or the decode form (16 chains and the
+// fixed tree), exactly as the kernels compute it.
+float AttentionScore(const float* q, const float* k, std::size_t d,
+                     bool decode) {
+  if (!decode) {
+    float acc = 0.0f;
+    for (std::size_t c = 0; c < d; ++c) {
+      acc = hn::GetLane(hn::MulAdd(hn::Set(attn::DF(), k[c]),
+                                   hn::Set(attn::DF(), q[c]),
+                                   hn::Set(attn::DF(), acc)));
+    }
+    return acc;
+  }
+  const std::size_t dpad = (d + 15) / 16 * 16;
+  HWY_ALIGN float qp[16 * 64];
+  float out = 0.0f;
+  if (dpad <= 16 * 64) {
+    std::memcpy(qp, q, d * sizeof(float));
+    std::memset(qp + d, 0, (dpad - d) * sizeof(float));
+    attn::DecodeScoreRows<1, 1>(qp, dpad, k, d, d, &out, 1);
+    return out;
+  }
+  std::unique_ptr<float[]> big(new float[dpad + 16]);
+  float* p = attn::AlignUp(big.get());
+  std::memcpy(p, q, d * sizeof(float));
+  std::memset(p + d, 0, (dpad - d) * sizeof(float));
+  attn::DecodeScoreRows<1, 1>(p, dpad, k, d, d, &out, 1);
+  return out;
+}
 
 // s = cap * tanh(s / cap) for n scores, with the kernel's own arithmetic.
 void AttentionSoftcap(float* s, std::size_t n, float cap) {

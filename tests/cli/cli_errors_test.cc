@@ -181,8 +181,8 @@ std::vector<ErrorCase> cases() {
       {"unknown_option", {"softmax", "--bogus", "1"},
        "unknown option \"--bogus\" (see softdot softmax --help)"},
       {"unknown_command", {"frobnicate", "1"},
-       "unknown command \"frobnicate\"; the commands are dot, softmax and "
-       "demo (see softdot --help)",
+       "unknown command \"frobnicate\"; the commands are dot, softmax, "
+       "attention and demo (see softdot --help)",
        "", false},
   };
 }

@@ -159,7 +159,7 @@ TEST(CliSeed, VersionNamesTheLibraryVersionAndSimdTarget) {
 }
 
 TEST(CliSeed, EverySubcommandHasHelp) {
-  for (const char* sub : {"dot", "softmax", "demo"}) {
+  for (const char* sub : {"dot", "softmax", "attention", "demo"}) {
     const CommandResult r = run_softdot({sub, "--help"});
     EXPECT_EQ(r.status, 0) << sub;
     EXPECT_NE(r.out.find(std::string("Usage: softdot ") + sub),
@@ -169,7 +169,7 @@ TEST(CliSeed, EverySubcommandHasHelp) {
   }
   const CommandResult top = run_softdot({"--help"});
   EXPECT_EQ(top.status, 0);
-  for (const char* sub : {"dot", "softmax", "demo"})
+  for (const char* sub : {"dot", "softmax", "attention", "demo"})
     EXPECT_NE(top.out.find(sub), std::string::npos) << top.out;
   const CommandResult sm = run_softdot({"softmax", "-h"});
   for (const char* option : {"--digits", "--temperature", "--mask", "--rows",
