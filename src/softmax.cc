@@ -184,13 +184,20 @@ void rows_checked(const char* function, RowOp op, MatrixView<const T> x,
   const std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(x.rows);
   const bool parallel =
       x.rows > 1 && x.rows * x.cols >= detail::kParallelElements;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (std::ptrdiff_t r = 0; r < rows; ++r) {
+  const auto row = [&](std::ptrdiff_t r) {
     const std::size_t i = static_cast<std::size_t>(r);
     detail::softmax_row_kernel(x.data + i * x.stride,
                                mask_per_row ? mask + i * per_row : mask, scale,
                                per_row, op, faithful(options),
                                y.data + i * y.stride, nullptr);
+  };
+  // Without a region when serial: an OpenMP region with if(false) still
+  // costs about 1 us here (measured: softmax_rows of 4 x 16, 1.30 us).
+  if (parallel) {
+#pragma omp parallel for schedule(static)
+    for (std::ptrdiff_t r = 0; r < rows; ++r) row(r);
+  } else {
+    for (std::ptrdiff_t r = 0; r < rows; ++r) row(r);
   }
 }
 
