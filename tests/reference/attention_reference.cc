@@ -13,6 +13,13 @@ namespace {
 
 using LD = long double;
 constexpr double kU = 0x1p-24;
+
+// The underflow term of attention.h's bound: weights, partial sums and the
+// output below 2^-126 are subnormal floats, spaced 2^-149 apart, so each may
+// be off by an absolute 2^-150: 2^-149 (n_kv + 1 + sum_j |V_jc|).
+double underflow_term(std::size_t n_kv, LD abs_v_sum) {
+  return 0x1p-149 * double(LD(n_kv) + 1 + abs_v_sum);
+}
 constexpr LD kNaNL = std::numeric_limits<LD>::quiet_NaN();
 constexpr LD kInfL = std::numeric_limits<LD>::infinity();
 
@@ -88,6 +95,7 @@ AttnRef attention_reference(const AttnTensor<float>& q,
   std::vector<std::size_t> js;
   std::vector<LD> s, e;
   std::vector<Sum> acc, absacc;
+  std::vector<LD> absv;
   for (std::size_t b = 0; b < B; ++b) {
     for (std::size_t h = 0; h < H; ++h) {
       const std::size_t hk = h / group;
@@ -164,7 +172,9 @@ AttnRef attention_reference(const AttnTensor<float>& q,
           r.D[row] = 0;
           for (std::size_t c = 0; c < d_v; ++c) {
             Sum mean, absmean;
+            LD absv = 0;
             for (std::size_t t = 0; t < js.size(); ++t) {
+              absv += std::fabs(LD(v.at(b, hk, js[t], c)));
               if (s[t] != kInfL || w == 0) continue;
               const LD x = v.at(b, hk, js[t], c);
               mean.add(w * x);
@@ -174,7 +184,8 @@ AttnRef attention_reference(const AttnTensor<float>& q,
             r.out[oi] = mean.value();
             r.W[oi] = double(absmean.value());
             r.bound[oi] = 70 * kU * r.W[oi] +
-                          kU * double(std::fabs(r.out[oi]));
+                          kU * double(std::fabs(r.out[oi])) +
+                          underflow_term(n_kv, absv);
           }
           if (want_weights) {
             for (std::size_t t = 0; t < js.size(); ++t) {
@@ -198,12 +209,14 @@ AttnRef attention_reference(const AttnTensor<float>& q,
         // Key-major, so that V is read by rows.
         acc.assign(d_v, Sum{});
         absacc.assign(d_v, Sum{});
+        absv.assign(d_v, LD(0));
         for (std::size_t t = 0; t < js.size(); ++t) {
           const float* vr = &v.at(b, hk, js[t], 0);
           for (std::size_t c = 0; c < d_v; ++c) {
             const LD x = vr[c];
             acc[c].add(e[t] * x);
             absacc[c].add(e[t] * std::fabs(x));
+            absv[c] += std::fabs(x);
           }
         }
         for (std::size_t c = 0; c < d_v; ++c) {
@@ -211,7 +224,8 @@ AttnRef attention_reference(const AttnTensor<float>& q,
           r.out[oi] = acc[c].value() / sum;
           r.W[oi] = double(absacc[c].value() / sum);
           r.bound[oi] = (2 * D + 70 * kU) * r.W[oi] +
-                        kU * double(std::fabs(r.out[oi]));
+                        kU * double(std::fabs(r.out[oi])) +
+                        underflow_term(n_kv, absv[c]);
         }
         if (want_weights) {
           for (std::size_t t = 0; t < js.size(); ++t) {

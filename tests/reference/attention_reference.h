@@ -96,6 +96,7 @@ struct AttnRef {
   std::vector<long double> weights;
   std::vector<double> W;      // sum_j w_j |V_jc|
   std::vector<double> bound;  // (2 D + 70 u) W + u |O|
+                              // + 2^-149 (n_kv + 1 + sum_j |V_jc|)
   std::vector<double> D;      // D_i
   std::vector<std::size_t> visible;  // number of visible keys per row
   std::vector<std::size_t> inf_scores;  // number of +inf scores per row
