@@ -126,18 +126,8 @@ void BM_attention_prefill(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double iters = static_cast<double>(state.iterations());
-  const double nn = static_cast<double>(n), dd = static_cast<double>(d);
-  const double dense = 4.0 * nn * nn * dd;
-  const double useful = kCausal ? 4.0 * dd * nn * (nn + 1) / 2 : dense;
-  if (kCausal) {
-    state.counters["GFLOP/s_dense_equiv"] = iters * dense / seconds * 1e-9;
-    state.counters["GFLOP/s_useful"] = iters * useful / seconds * 1e-9;
-  } else {
-    state.counters["GFLOP/s"] = iters * dense / seconds * 1e-9;
-  }
-  state.counters["of_peak"] = iters * useful / seconds / peak;
-  state.counters["peak_GFLOP/s"] = peak * 1e-9;
+  SetPrefillCounters(state, seconds, static_cast<double>(state.iterations()),
+                     n, d, kCausal, peak);
 }
 
 void PrefillArgs(benchmark::internal::Benchmark* b) {

@@ -8,6 +8,7 @@
 #ifndef SOFTDOT_BENCH_ATTENTION_UTIL_H_
 #define SOFTDOT_BENCH_ATTENTION_UTIL_H_
 
+#include <benchmark/benchmark.h>
 #include <omp.h>
 #include <sched.h>
 #include <softdot/attention.h>
@@ -23,6 +24,26 @@
 #include <vector>
 
 namespace softdot_bench {
+
+// ---- prefill counters -------------------------------------------------------
+// GFLOP/s at 4 n^2 d (causal: also the useful rate at 2 n (n + 1) d, and the
+// dense one named _dense_equiv), and the useful fraction of `peak` flop/s,
+// from `iters` calls that took `seconds` of wall time.
+inline void SetPrefillCounters(benchmark::State& state, double seconds,
+                               double iters, std::size_t n, std::size_t d,
+                               bool causal, double peak) {
+  const double nn = static_cast<double>(n), dd = static_cast<double>(d);
+  const double dense = 4.0 * nn * nn * dd;
+  const double useful = causal ? 4.0 * dd * nn * (nn + 1) / 2 : dense;
+  if (causal) {
+    state.counters["GFLOP/s_dense_equiv"] = iters * dense / seconds * 1e-9;
+    state.counters["GFLOP/s_useful"] = iters * useful / seconds * 1e-9;
+  } else {
+    state.counters["GFLOP/s"] = iters * dense / seconds * 1e-9;
+  }
+  state.counters["of_peak"] = iters * useful / seconds / peak;
+  state.counters["peak_GFLOP/s"] = peak * 1e-9;
+}
 
 // ---- rooflines (attention_kernels.cc) ------------------------------------------
 // flop/s of `threads` cores: bench_util.h's FmaPeak (the loop of BM_fma_peak:

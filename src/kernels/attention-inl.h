@@ -265,6 +265,44 @@ HWY_INLINE void FlushColumn(const VF (&acc)[NV], const double* alpha,
   }
 }
 
+// The float rows of one block of keys and values: the caller's memory for
+// float32, else the block widened into scratch (kc [kb][d], vc [kb][dv]).
+struct BlockRows {
+  const float* k;
+  std::size_t k_stride;
+  const float* v;
+  std::size_t v_stride;
+};
+
+HWY_INLINE BlockRows LoadBlock(const AttnArgs& a, std::size_t j0,
+                               std::size_t kb, float* kc, float* vc) {
+  if (a.kv_type == kKvF32) {
+    return {static_cast<const float*>(a.k) + j0 * a.k_stride, a.k_stride,
+            static_cast<const float*>(a.v) + j0 * a.v_stride, a.v_stride};
+  }
+  const bool bf16 = a.kv_type == kKvBF16;
+  const auto* k16 = static_cast<const std::uint16_t*>(a.k);
+  const auto* v16 = static_cast<const std::uint16_t*>(a.v);
+  for (std::size_t j = 0; j < kb; ++j) {
+    Widen(k16 + (j0 + j) * a.k_stride, kc + j * a.d, a.d, bf16);
+    Widen(v16 + (j0 + j) * a.v_stride, vc + j * a.dv, a.dv, bf16);
+  }
+  return {kc, a.d, vc, a.dv};
+}
+
+// True when the kb rows of n values hold no inf or NaN. A block with a
+// masked score checks its values with this: if one is not finite, P V skips
+// the masked terms lane by lane (0 * NaN would otherwise leak).
+HWY_INLINE bool AllFinite(const float* v, std::size_t stride, std::size_t kb,
+                          std::size_t n) {
+  for (std::size_t j = 0; j < kb; ++j) {
+    for (std::size_t c = 0; c < n; ++c) {
+      if (!std::isfinite(v[j * stride + c])) return false;
+    }
+  }
+  return true;
+}
+
 // Everything the block loop needs, laid out in the scratch buffer.
 struct Scratch {
   float* qt;      // [d][bq]
@@ -374,28 +412,11 @@ void RunBlock(const AttnArgs& a) {
     const bool straddles = first < lo_max || last > hi_min;
 
     // Keys and values of the block, as float rows.
-    const float* kbase;
-    std::size_t kstride;
-    const float* vbase;
-    std::size_t vstride;
-    if (a.kv_type == kKvF32) {
-      kbase = static_cast<const float*>(a.k) + j0 * a.k_stride;
-      kstride = a.k_stride;
-      vbase = static_cast<const float*>(a.v) + j0 * a.v_stride;
-      vstride = a.v_stride;
-    } else {
-      const bool bf16 = a.kv_type == kKvBF16;
-      const auto* k16 = static_cast<const std::uint16_t*>(a.k);
-      const auto* v16 = static_cast<const std::uint16_t*>(a.v);
-      for (std::size_t j = 0; j < kb; ++j) {
-        Widen(k16 + (j0 + j) * a.k_stride, sc.kc + j * d, d, bf16);
-        Widen(v16 + (j0 + j) * a.v_stride, sc.vc + j * dv, dv, bf16);
-      }
-      kbase = sc.kc;
-      kstride = d;
-      vbase = sc.vc;
-      vstride = dv;
-    }
+    const BlockRows kv = LoadBlock(a, j0, kb, sc.kc, sc.vc);
+    const float* kbase = kv.k;
+    const std::size_t kstride = kv.k_stride;
+    const float* vbase = kv.v;
+    const std::size_t vstride = kv.v_stride;
 
     // 3. Scores.
     {
@@ -511,18 +532,7 @@ void RunBlock(const AttnArgs& a) {
     }
 
     // 6. O = alpha O + P V.
-    bool guard = false;
-    if (any_masked) {
-      for (std::size_t j = 0; j < kb && !guard; ++j) {
-        const float* vr = vbase + j * vstride;
-        for (std::size_t c = 0; c < dv; ++c) {
-          if (!std::isfinite(vr[c])) {
-            guard = true;
-            break;
-          }
-        }
-      }
-    }
+    const bool guard = any_masked && !AllFinite(vbase, vstride, kb, dv);
     std::size_t c = 0;
     VF acc[CT][NV];
     for (; c + CT <= dv; c += CT) {
@@ -756,8 +766,6 @@ void RunDecode(const AttnArgs& a) {
   const VF scale = hn::Set(df, a.scale);
   const VF cap = hn::Set(df, a.softcap);
   const bool softcap = a.softcap > 0.0f;
-  const auto* k16 = static_cast<const std::uint16_t*>(a.k);
-  const auto* v16 = static_cast<const std::uint16_t*>(a.v);
 
   for (std::size_t j0 = a.j_begin; j0 < a.j_end; j0 += B) {
     const std::size_t kb = std::min(B, a.j_end - j0);
@@ -784,26 +792,11 @@ void RunDecode(const AttnArgs& a) {
         }
       }
     }
-    const float* kbase;
-    std::size_t kstride;
-    const float* vbase;
-    std::size_t vstride;
-    if (a.kv_type == kKvF32) {
-      kbase = static_cast<const float*>(a.k) + j0 * a.k_stride;
-      kstride = a.k_stride;
-      vbase = static_cast<const float*>(a.v) + j0 * a.v_stride;
-      vstride = a.v_stride;
-    } else {
-      const bool bf16 = a.kv_type == kKvBF16;
-      for (std::size_t j = 0; j < kb; ++j) {
-        Widen(k16 + (j0 + j) * a.k_stride, kc + j * d, d, bf16);
-        Widen(v16 + (j0 + j) * a.v_stride, vc + j * dv, dv, bf16);
-      }
-      kbase = kc;
-      kstride = d;
-      vbase = vc;
-      vstride = dv;
-    }
+    const BlockRows kv = LoadBlock(a, j0, kb, kc, vc);
+    const float* kbase = kv.k;
+    const std::size_t kstride = kv.k_stride;
+    const float* vbase = kv.v;
+    const std::size_t vstride = kv.v_stride;
     {
       // Tiles of 4 rows x 2 keys, or 1 row x 4 keys.
       std::size_t j = 0;
@@ -904,18 +897,7 @@ void RunDecode(const AttnArgs& a) {
       l[r] = std::fma(l[r], alpha[r], sum);
     }
 
-    bool guard = false;
-    if (any_masked) {
-      for (std::size_t j = 0; j < kb && !guard; ++j) {
-        const float* vr = vbase + j * vstride;
-        for (std::size_t c = 0; c < dv; ++c) {
-          if (!std::isfinite(vr[c])) {
-            guard = true;
-            break;
-          }
-        }
-      }
-    }
+    const bool guard = any_masked && !AllFinite(vbase, vstride, kb, dv);
     // O = alpha O + P V: tiles of 4 rows x 4 vectors of columns (V loaded
     // once for 4 rows), then single rows; with the guard, row by row.
     const hn::Rebind<float, DD> dfh;
