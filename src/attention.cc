@@ -347,7 +347,6 @@ void run_attention(const TensorView<const float>& q,
   const int threads = omp_get_max_threads();
   const std::size_t scratch_floats = detail::attention_scratch_floats(p.d, dv);
   const std::size_t rows_cap = std::min(max_rows, detail::kMaxKernelRows);
-  (void)threads;
   const std::size_t state_rows = split ? rows_per_kvh : rows_cap;
   const std::size_t state_slots = split ? tasks : static_cast<std::size_t>(threads);
   // The states live in the calling thread's reusable buffer.
@@ -448,26 +447,9 @@ void run_attention(const TensorView<const float>& q,
       a.out_m = out_m + s0;
       a.out_l = out_l + s0;
       a.out_o = out_o + s0 * dv;
-      if (a.j_begin >= a.j_end) {
-        // Empty range: the identity state, or the sink alone.
-        for (std::size_t r = 0; r < cnt; ++r) {
-          float m0 = -std::numeric_limits<float>::infinity();
-          double l0 = 0.0;
-          if (a.sinks != nullptr) {
-            if (std::isnan(a.sinks[r])) {
-              l0 = std::numeric_limits<double>::quiet_NaN();
-            } else if (a.sinks[r] != m0) {
-              m0 = a.sinks[r];
-              l0 = 1.0;
-            }
-          }
-          a.out_m[r] = m0;
-          a.out_l[r] = l0;
-          std::fill(a.out_o + r * dv, a.out_o + (r + 1) * dv, 0.0);
-        }
-      } else {
-        detail::attention_kernel(a);
-      }
+      // An empty range (j_begin >= j_end) runs no block: the kernel returns
+      // the initial state, the identity or the sink alone.
+      detail::attention_kernel(a);
     }
     if (!split) {
       for (std::size_t r = 0; r < nr; ++r) {
@@ -522,7 +504,7 @@ void run_weights(const TensorView<const float>& q, const TensorView<const KT>& k
   const char* fn = "attention_weights";
   const Plan p = check_and_plan<KT>(fn, q, k, nullptr, w, "weights", k.rows, o);
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  std::vector<float> s(p.n_kv), kf(p.d);
+  std::vector<float> s(p.n_kv);
   std::vector<char> vis(p.n_kv);
   std::vector<float> krow_f(p.n_kv * p.d);
   // The form attention() takes for these shapes decides how scores round.

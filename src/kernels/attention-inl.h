@@ -50,12 +50,14 @@
 #include "kernels/attention_args.h"
 #include "kernels/dot-inl.h"
 #include "kernels/exp-inl.h"
+#include "softdot/attention.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace softdot {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+using ::softdot::Float16;
 using detail::AttnArgs;
 using detail::kKeyBlock;
 using detail::kKvBF16;
@@ -83,24 +85,28 @@ HWY_INLINE std::size_t Lanes() { return hn::Lanes(DF()); }
 // Rows per kernel call on this target: four vectors of lanes.
 HWY_INLINE std::size_t MaxRows() { return 4 * Lanes(); }
 
-// IEEE binary16 bits to float, exactly (as softdot::to_float).
-HWY_INLINE float HalfToFloat(std::uint16_t h) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  const std::uint32_t e = (h >> 10) & 0x1fu;
-  const std::uint32_t m = h & 0x3ffu;
-  float f;
-  if (e == 0) {  // zero or subnormal: m * 2^-24, exact
-    f = static_cast<float>(m) * 5.9604644775390625e-8f;
-    std::uint32_t b;
-    std::memcpy(&b, &f, 4);
-    b |= sign;
-    std::memcpy(&f, &b, 4);
-    return f;
+// Logit soft-capping, cap * tanh(s / cap): the one expression the prefill
+// and decode forms and attention_weights (AttentionSoftcap) all use.
+HWY_INLINE VF Softcap(VF s, VF cap) {
+  return hn::Mul(cap, hn::Tanh(DF(), hn::Div(s, cap)));
+}
+
+// The initial state of a row: its sink as a score with no value, or the
+// identity (m = -inf, l = 0); a NaN sink makes the row NaN.
+HWY_INLINE void InitialState(const float* sinks, std::size_t r, float& m,
+                             double& l, bool& nan) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  m = -kInf;
+  l = 0.0;
+  nan = false;
+  if (sinks == nullptr) return;
+  const float sk = sinks[r];
+  if (std::isnan(sk)) {
+    nan = true;
+  } else if (sk != -kInf) {
+    m = sk;
+    l = 1.0;
   }
-  const std::uint32_t b =
-      sign | (e == 0x1f ? 0x7f800000u | (m << 13) : ((e + 112) << 23) | (m << 13));
-  std::memcpy(&f, &b, 4);
-  return f;
 }
 
 // Widens n elements of K or V storage to float.
@@ -135,7 +141,7 @@ HWY_INLINE void Widen(const std::uint16_t* src, float* dst, std::size_t n,
 #endif
     // Elsewhere Highway 1.0.3 emulates the conversion and turns exponent 31
     // (inf, NaN) into finite numbers, so the rest goes bit by bit.
-    for (; i < n; ++i) dst[i] = HalfToFloat(src[i]);
+    for (; i < n; ++i) dst[i] = ::softdot::to_float(Float16{src[i]});
   }
 }
 
@@ -227,41 +233,43 @@ HWY_INLINE void ValueTile(const float* HWY_RESTRICT p,
   }
 }
 
-// od[r] = od[r] * alpha[r] + acc[r] in double, for NV vectors of rows.
-template <std::size_t NV>
-HWY_INLINE void FlushColumn(const VF (&acc)[NV], const double* alpha,
-                            double* HWY_RESTRICT od) {
+// o[i] = o[i] * alpha[i] + acc[i] in double for the N lanes of one vector
+// (o and alpha need no alignment).
+HWY_INLINE void FlushVector(const VF& acc, const double* alpha,
+                            double* HWY_RESTRICT o) {
   const DF df;
   const DD dd;
-  const std::size_t N = hn::Lanes(df);
   const std::size_t ND = hn::Lanes(dd);
 #if HWY_TARGET != HWY_SCALAR
   if constexpr (hn::MaxLanes(DF()) >= 2) {
     const hn::Half<DF> dh;
-#pragma GCC unroll 4
-    for (std::size_t v = 0; v < NV; ++v) {
-      const VD lo = hn::PromoteTo(dd, hn::LowerHalf(dh, acc[v]));
-      const VD hi = hn::PromoteTo(dd, hn::UpperHalf(dh, acc[v]));
-      double* o = od + v * N;
-      hn::Store(hn::MulAdd(hn::Load(dd, o), hn::Load(dd, alpha + v * N), lo),
-                dd, o);
-      hn::Store(
-          hn::MulAdd(hn::Load(dd, o + ND), hn::Load(dd, alpha + v * N + ND), hi),
-          dd, o + ND);
-    }
+    const VD lo = hn::PromoteTo(dd, hn::LowerHalf(dh, acc));
+    const VD hi = hn::PromoteTo(dd, hn::UpperHalf(dh, acc));
+    hn::StoreU(hn::MulAdd(hn::LoadU(dd, o), hn::LoadU(dd, alpha), lo), dd, o);
+    hn::StoreU(
+        hn::MulAdd(hn::LoadU(dd, o + ND), hn::LoadU(dd, alpha + ND), hi), dd,
+        o + ND);
     return;
   }
 #endif
   HWY_ALIGN float tmp[hn::MaxLanes(DF())];
   const hn::Rebind<float, DD> dfh;
+  hn::Store(acc, df, tmp);
+  for (std::size_t i = 0; i < hn::Lanes(df); i += ND) {
+    const VD x = hn::PromoteTo(dd, hn::LoadU(dfh, tmp + i));
+    hn::StoreU(hn::MulAdd(hn::LoadU(dd, o + i), hn::LoadU(dd, alpha + i), x),
+               dd, o + i);
+  }
+}
+
+// od[r] = od[r] * alpha[r] + acc[r] in double, for NV vectors of rows.
+template <std::size_t NV>
+HWY_INLINE void FlushColumn(const VF (&acc)[NV], const double* alpha,
+                            double* HWY_RESTRICT od) {
+  const std::size_t N = hn::Lanes(DF());
+#pragma GCC unroll 4
   for (std::size_t v = 0; v < NV; ++v) {
-    hn::Store(acc[v], df, tmp);
-    for (std::size_t i = 0; i < N; i += ND) {
-      const VD x = hn::PromoteTo(dd, hn::LoadU(dfh, tmp + i));
-      double* o = od + v * N + i;
-      hn::Store(hn::MulAdd(hn::Load(dd, o), hn::Load(dd, alpha + v * N + i), x),
-                dd, o);
-    }
+    FlushVector(acc[v], alpha + v * N, od + v * N);
   }
 }
 
@@ -378,22 +386,13 @@ void RunBlock(const AttnArgs& a) {
       hi_min = std::min(hi_min, a.hi[r]);
       hi_max = std::max(hi_max, a.hi[r]);
     }
-    // Initial state: the sink as a score with no value, or the identity.
-    float m0 = -kInf;
-    double l0 = 0.0;
-    float nan0 = 0.0f;
-    if (live && a.sinks != nullptr) {
-      const float sk = a.sinks[r];
-      if (std::isnan(sk)) {
-        nan0 = 1.0f;
-      } else if (sk != -kInf) {
-        m0 = sk;
-        l0 = 1.0;
-      }
-    }
+    float m0;
+    double l0;
+    bool nan0;
+    InitialState(live ? a.sinks : nullptr, r, m0, l0, nan0);
     sc.m[r] = m0;
     sc.l[r] = l0;
-    sc.nan[r] = nan0;
+    sc.nan[r] = nan0 ? 1.0f : 0.0f;
   }
   std::memset(sc.od, 0, dv * bq * sizeof(double));
 
@@ -460,7 +459,7 @@ void RunBlock(const AttnArgs& a) {
       for (std::size_t v = 0; v < NV; ++v) {
         float* sp = sc.s + j * bq + v * N;
         VF s = hn::Load(df, sp);
-        if (softcap) s = hn::Mul(cap, hn::Tanh(df, hn::Div(s, cap)));
+        if (softcap) s = Softcap(s, cap);
         if (extra) {
           const VF add = hn::Load(df, sc.add + v * N);
           s = hn::IfThenElse(hn::Eq(add, neg_inf), neg_inf, hn::Add(s, add));
@@ -702,7 +701,7 @@ HWY_INLINE void DecodeRowTail(const float* pr, const float* sr, bool guard,
   for (; c + N <= dv; c += N) {
     VF a1[1];
     DecodeValues<1>(pr, sr, guard, vbase, vstride, kb, c, a1);
-    flush(a1[0], o + c, alpha);
+    flush(a1[0], o + c);
   }
   for (; c < dv; ++c) {
     float acc1 = 0.0f;
@@ -716,9 +715,7 @@ HWY_INLINE void DecodeRowTail(const float* pr, const float* sr, bool guard,
 
 void RunDecode(const AttnArgs& a) {
   const DF df;
-  const DD dd;
   const std::size_t N = hn::Lanes(df);
-  const std::size_t ND = hn::Lanes(dd);
   const std::size_t d = a.d, dv = a.dv, rows = a.rows;
   constexpr float kInf = std::numeric_limits<float>::infinity();
   constexpr std::size_t B = kKeyBlock;
@@ -749,18 +746,7 @@ void RunDecode(const AttnArgs& a) {
   for (std::size_t r = 0; r < rows; ++r) {
     lo_min = std::min(lo_min, a.lo[r]);
     hi_max = std::max(hi_max, a.hi[r]);
-    m[r] = -kInf;
-    l[r] = 0.0;
-    nan[r] = false;
-    if (a.sinks != nullptr) {
-      const float sk = a.sinks[r];
-      if (std::isnan(sk)) {
-        nan[r] = true;
-      } else if (sk != -kInf) {
-        m[r] = sk;
-        l[r] = 1.0;
-      }
-    }
+    InitialState(a.sinks, r, m[r], l[r], nan[r]);
   }
   std::memset(od, 0, rows * dv * sizeof(double));
   const VF scale = hn::Set(df, a.scale);
@@ -850,7 +836,7 @@ void RunDecode(const AttnArgs& a) {
       for (std::size_t j = 0; j < kb; j += N) {
         const auto valid = hn::FirstN(df, kb - j);
         VF x = hn::Mul(hn::LoadU(df, sr + j), scale);
-        if (softcap) x = hn::Mul(cap, hn::Tanh(df, hn::Div(x, cap)));
+        if (softcap) x = Softcap(x, cap);
         if (ext) {
           const VF ad = hn::LoadU(df, add + j);
           x = hn::IfThenElse(hn::Eq(ad, hn::Set(df, -kInf)), ad, hn::Add(x, ad));
@@ -900,15 +886,13 @@ void RunDecode(const AttnArgs& a) {
     const bool guard = any_masked && !AllFinite(vbase, vstride, kb, dv);
     // O = alpha O + P V: tiles of 4 rows x 4 vectors of columns (V loaded
     // once for 4 rows), then single rows; with the guard, row by row.
-    const hn::Rebind<float, DD> dfh;
-    auto flush = [&](const VF& acc, double* o, double al) {
-      HWY_ALIGN float t[hn::MaxLanes(DF())];
-      hn::Store(acc, df, t);
-      const VD alv = hn::Set(dd, al);
-      for (std::size_t i = 0; i < N; i += ND) {
-        const VD x = hn::PromoteTo(dd, hn::LoadU(dfh, t + i));
-        hn::StoreU(hn::MulAdd(hn::LoadU(dd, o + i), alv, x), dd, o + i);
-      }
+    // Each row's alpha in every lane, for FlushVector.
+    HWY_ALIGN double alpha_lanes[detail::kDecodeMaxRows][hn::MaxLanes(DF())];
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t i = 0; i < N; ++i) alpha_lanes[r][i] = alpha[r];
+    }
+    auto flush = [&](const VF& acc, double* o, std::size_t row) {
+      FlushVector(acc, alpha_lanes[row], o);
     };
     std::size_t r = 0;
     if (!guard) {
@@ -919,14 +903,14 @@ void RunDecode(const AttnArgs& a) {
           DecodeValues4(P + r * B, B, vbase, vstride, kb, c, acc);
           for (std::size_t rr = 0; rr < 4; ++rr) {
             for (std::size_t i = 0; i < 4; ++i) {
-              flush(acc[rr][i], od + (r + rr) * dv + c + i * N, alpha[r + rr]);
+              flush(acc[rr][i], od + (r + rr) * dv + c + i * N, r + rr);
             }
           }
         }
         for (std::size_t rr = 0; rr < 4; ++rr) {
           DecodeRowTail(P + (r + rr) * B, S + (r + rr) * B, false, vbase,
                         vstride, kb, c, dv, od + (r + rr) * dv, alpha[r + rr],
-                        flush);
+                        [&](const VF& acc, double* o) { flush(acc, o, r + rr); });
         }
       }
     }
@@ -938,9 +922,10 @@ void RunDecode(const AttnArgs& a) {
       for (; c + 4 * N <= dv; c += 4 * N) {
         VF acc[4];
         DecodeValues<4>(pr, sr, guard, vbase, vstride, kb, c, acc);
-        for (std::size_t i = 0; i < 4; ++i) flush(acc[i], o + c + i * N, alpha[r]);
+        for (std::size_t i = 0; i < 4; ++i) flush(acc[i], o + c + i * N, r);
       }
-      DecodeRowTail(pr, sr, guard, vbase, vstride, kb, c, dv, o, alpha[r], flush);
+      DecodeRowTail(pr, sr, guard, vbase, vstride, kb, c, dv, o, alpha[r],
+                    [&](const VF& acc, double* o2) { flush(acc, o2, r); });
     }
   }
   for (std::size_t r = 0; r < rows; ++r) {
@@ -1008,7 +993,7 @@ void AttentionSoftcap(float* s, std::size_t n, float cap) {
     const std::size_t m = std::min(N, n - i);
     for (std::size_t t = 0; t < N; ++t) tmp[t] = t < m ? s[i + t] : 0.0f;
     const attn::VF x = hn::Load(df, tmp);
-    hn::Store(hn::Mul(c, hn::Tanh(df, hn::Div(x, c))), df, tmp);
+    hn::Store(attn::Softcap(x, c), df, tmp);
     std::memcpy(s + i, tmp, m * sizeof(float));
   }
 }
