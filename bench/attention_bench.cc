@@ -40,6 +40,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "attention_util.h"
 #include "bench_util.h"
@@ -143,6 +144,20 @@ void BM_attention_prefill_causal_1thread(benchmark::State& s) { BM_attention_pre
 void BM_attention_prefill_causal_2threads(benchmark::State& s) {
   BM_attention_prefill<true, 2>(s);
 }
+// One query against one key (d = 1): the fixed cost of a call.
+void BM_attention_one_key(benchmark::State& state) {
+  std::vector<float> q = {0.5f}, k = {0.25f}, v = {2.0f}, o(1);
+  for (auto _ : state) {
+    softdot::attention(softdot::MatrixView<const float>(q.data(), 1, 1),
+                       softdot::MatrixView<const float>(k.data(), 1, 1),
+                       softdot::MatrixView<const float>(v.data(), 1, 1),
+                       softdot::MatrixView<float>(o.data(), 1, 1));
+    benchmark::DoNotOptimize(o.data());
+    benchmark::ClobberMemory();
+  }
+}
+BENCHMARK(BM_attention_one_key);
+
 BENCHMARK(BM_attention_prefill_1thread)->Apply(PrefillArgs);
 BENCHMARK(BM_attention_prefill_2threads)->Apply(PrefillArgs);
 BENCHMARK(BM_attention_prefill_causal_1thread)->Apply(PrefillArgs);
