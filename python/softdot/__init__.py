@@ -1,0 +1,42 @@
+"""softdot: faithful softmax, accurate dot products and fused attention for
+numpy arrays and CPU torch tensors, from the same C++ core as the softdot
+library and command.
+
+Every function takes its array positionally and its options by keyword,
+returns the same kind of array it was given (numpy in, numpy out; torch in,
+torch out), reads any layout whose last axis is contiguous without a copy,
+and releases the GIL while it computes. See docs/python.md.
+"""
+
+from ._softdot import __version__, force_simd_target, simd_target, simd_targets
+from ._softmax import (
+    SoftmaxState,
+    dot,
+    dots,
+    log_softmax,
+    logsumexp,
+    softmax,
+    softmax_apply,
+    softmax_backward,
+    softmax_state,
+)
+from ._attention import attention_merge, attention_weights, scaled_dot_product_attention
+
+__all__ = [
+    "softmax",
+    "log_softmax",
+    "logsumexp",
+    "softmax_backward",
+    "dot",
+    "dots",
+    "softmax_state",
+    "softmax_apply",
+    "SoftmaxState",
+    "scaled_dot_product_attention",
+    "attention_merge",
+    "attention_weights",
+    "simd_target",
+    "simd_targets",
+    "force_simd_target",
+    "__version__",
+]

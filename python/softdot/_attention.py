@@ -1,0 +1,435 @@
+"""Fused scaled dot-product attention, its merge and its explicit weights, for
+numpy arrays and CPU torch tensors. See docs/python.md."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from . import _arrays as A
+from . import _softdot as _core
+
+_KV_F32, _KV_F16, _KV_BF16 = 0, 1, 2
+_SIZE_MAX = 2**64 - 1
+
+
+def _kv_format(fn: str, name: str, a: Any, kind: str) -> Tuple[Any, int]:
+    """(array the core can read, format code) for a key or value array."""
+    if kind == "torch":
+        A.check_device(fn, name, a)
+        torch = A.torch_module()
+        fmt = {torch.float32: _KV_F32, torch.float16: _KV_F16, torch.bfloat16: _KV_BF16}.get(
+            a.dtype
+        )
+        if fmt is None:
+            raise TypeError(
+                f"{fn}: {name} has dtype {A.dtype_name(a)}; accepted: float32, float16, bfloat16"
+            )
+        return a, fmt
+    name_ = a.dtype.name
+    if name_ == "float32":
+        return a, _KV_F32
+    if name_ == "float16":
+        return a.view(np.uint16), _KV_F16
+    if name_ == "bfloat16":  # ml_dtypes.bfloat16: the bits, as uint16
+        return a.view(np.uint16), _KV_BF16
+    raise TypeError(
+        f"{fn}: {name} has dtype {name_}; accepted: float32, float16, bfloat16 "
+        f"(ml_dtypes.bfloat16)"
+    )
+
+
+def _as_array(fn: str, name: str, a: Any, kind: str) -> Any:
+    if kind == "torch":
+        if not A._is_torch(a):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor when query is one")
+        A.check_device(fn, name, a)
+        return a
+    if A._is_torch(a):
+        raise TypeError(f"{fn}: {name} is a torch.Tensor but query is a numpy array")
+    return a if type(a) is np.ndarray else np.asarray(a)
+
+
+def _to4(fn: str, name: str, a: Any, kind: str) -> Any:
+    """[..., L, E] as [B, H, L, E]: leading ones for 2-d and 3-d, the batch
+    axes merged for more than 4 (a copy only if they cannot be merged)."""
+    nd = a.ndim
+    if nd == 2:
+        return a[None, None]
+    if nd == 3:
+        return a[None]
+    if nd == 4:
+        return a
+    if nd > 4:
+        return a.reshape((-1,) + tuple(a.shape[-3:]))
+    raise ValueError(f"{fn}: {name} has shape {tuple(a.shape)}; expected [..., L, E] (2-d or more)")
+
+
+def _ready(a: Any, kind: str) -> Any:
+    """Contiguous last axis and non-negative strides (the core's views)."""
+    return A.no_negative_strides(A.contiguous_rows(a, kind), kind)
+
+
+def _no_grad(fn: str, kind: str, *arrays: Any) -> None:
+    if kind != "torch":
+        return
+    torch = A.torch_module()
+    if not torch.is_grad_enabled():
+        return
+    for a in arrays:
+        if a is not None and A._is_torch(a) and a.requires_grad:
+            raise NotImplementedError(
+                f"{fn}: an input requires grad, and softdot's attention has no backward yet; "
+                f"call it under torch.no_grad() or on detached tensors "
+                f"(torch.nn.functional.scaled_dot_product_attention has one)"
+            )
+
+
+class _Prepared:
+    __slots__ = ("kind", "q", "k", "v", "fmt", "mask", "bias", "sinks", "lead", "L", "S",
+                 "E", "Ev", "scale", "wl", "wr", "softcap", "kv_begin", "kv_end", "causal")
+
+
+def _prepare(fn, query, key, value, attn_mask, bias, scale, causal, window, softcap, sinks,
+             kv_range) -> _Prepared:
+    p = _Prepared()
+    kind = A.kind_of(query)
+    p.kind = kind
+    _no_grad(fn, kind, query, key, value, attn_mask, bias, sinks)
+    q = _as_array(fn, "query", query, kind)
+    if A.dtype_name(q) != "float32":
+        raise TypeError(f"{fn}: query has dtype {A.dtype_name(q)}; accepted: float32")
+    k = _as_array(fn, "key", key, kind)
+    k, fk = _kv_format(fn, "key", k, kind)
+    if value is not None:
+        v = _as_array(fn, "value", value, kind)
+        v, fv = _kv_format(fn, "value", v, kind)
+        if fk != fv:
+            raise TypeError(
+                f"{fn}: key has dtype {A.dtype_name(key)} but value has dtype "
+                f"{A.dtype_name(value)}; they must be the same"
+            )
+    else:
+        v = None
+    if q.ndim < 2 or k.ndim != q.ndim or (v is not None and v.ndim != q.ndim):
+        shapes = f"query {tuple(q.shape)}, key {tuple(k.shape)}" + (
+            "" if v is None else f", value {tuple(v.shape)}")
+        raise ValueError(
+            f"{fn}: {shapes}: expected [..., L, E], [..., S, E] and [..., S, Ev] with the "
+            f"same number of axes (2 or more)"
+        )
+    L, E = q.shape[-2], q.shape[-1]
+    S = k.shape[-2]
+    if k.shape[-1] != E:
+        raise ValueError(
+            f"{fn}: key has shape {tuple(k.shape)} but query has shape {tuple(q.shape)} "
+            f"(the last axes, E, must match)"
+        )
+    if v is not None and v.shape[-2] != S:
+        raise ValueError(
+            f"{fn}: value has shape {tuple(v.shape)} but key has shape {tuple(k.shape)} "
+            f"(the key axes, S, must match)"
+        )
+    if L == 0 or E == 0 or (v is not None and v.shape[-1] == 0):
+        raise ValueError(
+            f"{fn}: query has shape {tuple(q.shape)}: L, E and Ev must be >= 1"
+        )
+    # Batch axes: all but the heads axis equal; heads a multiple (GQA).
+    qb, kb = tuple(q.shape[:-2]), tuple(k.shape[:-2])
+    hq = qb[-1] if qb else 1
+    hk = kb[-1] if kb else 1
+    if qb[:-1] != kb[:-1] or (v is not None and tuple(v.shape[:-2]) != kb) or hk == 0 or hq % hk:
+        raise ValueError(
+            f"{fn}: query has shape {tuple(q.shape)}, key {tuple(k.shape)}"
+            + ("" if v is None else f", value {tuple(v.shape)}")
+            + ": the batch axes must match and query's heads be a multiple of key's (GQA)"
+        )
+    p.lead = qb
+    p.L, p.S, p.E = L, S, E
+    p.Ev = v.shape[-1] if v is not None else 0
+    p.q = _ready(_to4(fn, "query", q, kind), kind)
+    p.k = _ready(_to4(fn, "key", k, kind), kind)
+    p.v = None if v is None else _ready(_to4(fn, "value", v, kind), kind)
+    p.fmt = fk
+    full = qb + (L, S)
+
+    # Masks: bool = attend, float = added (torch's rule), broadcast (no copy).
+    mask = None
+    biases = []
+    if attn_mask is not None:
+        m = _as_array(fn, "attn_mask", attn_mask, kind)
+        if A.dtype_name(m) == "bool":
+            mask = m
+        elif kind == "torch" and m.is_floating_point() or kind == "numpy" and m.dtype.kind == "f":
+            biases.append(m)
+        else:
+            raise TypeError(
+                f"{fn}: attn_mask has dtype {A.dtype_name(m)}; accepted: bool (True = attend) "
+                f"or a float dtype (added to the scores)"
+            )
+    if bias is not None:
+        b = _as_array(fn, "bias", bias, kind)
+        if not (kind == "torch" and b.is_floating_point() or kind == "numpy" and b.dtype.kind == "f"):
+            raise TypeError(f"{fn}: bias has dtype {A.dtype_name(b)}; accepted: a float dtype")
+        biases.append(b)
+
+    def broadcast(name, a):
+        try:
+            return a.broadcast_to(full) if kind == "torch" else np.broadcast_to(a, full)
+        except (RuntimeError, ValueError):
+            raise ValueError(
+                f"{fn}: {name} has shape {tuple(a.shape)}, which does not broadcast to "
+                f"{full} (query's batch axes, L, S)"
+            ) from None
+
+    p.mask = None if mask is None else _ready(_to4(fn, "attn_mask", broadcast("attn_mask", mask), kind), kind)
+    p.bias = None
+    if biases:
+        if len(biases) == 2:
+            s = broadcast("attn_mask", biases[0]) + broadcast("bias", biases[1])
+        else:
+            s = broadcast("bias" if bias is not None else "attn_mask", biases[0])
+        if A.dtype_name(s) != "float32":
+            s = s.to(A.torch_module().float32) if kind == "torch" else s.astype(np.float32)
+        p.bias = _ready(_to4(fn, "bias", s, kind), kind)
+
+    if scale is None:
+        p.scale = math.nan
+    else:
+        p.scale = float(scale)
+        if not (math.isfinite(p.scale) and p.scale > 0):
+            raise ValueError(f"{fn}: scale must be finite and > 0, got {scale!r}")
+    p.causal = bool(causal)
+    try:
+        wl, wr = window
+        p.wl, p.wr = int(wl), int(wr)
+    except (TypeError, ValueError):
+        raise ValueError(f"{fn}: window must be a pair (left, right) of ints, got {window!r}") from None
+    if p.wl < -1 or p.wr < -1:
+        raise ValueError(f"{fn}: window {window!r}: -1 means unbounded; other negative values are not allowed")
+    p.softcap = float(softcap)
+    if not (math.isfinite(p.softcap) and p.softcap >= 0):
+        raise ValueError(f"{fn}: softcap must be finite and >= 0, got {softcap!r}")
+    p.sinks = None
+    if sinks is not None:
+        s = _as_array(fn, "sinks", sinks, kind)
+        if s.ndim != 1 or s.shape[0] != hq:
+            raise ValueError(
+                f"{fn}: sinks has shape {tuple(s.shape)}; expected ({hq},), one logit per query head"
+            )
+        if A.dtype_name(s) != "float32":
+            s = s.to(A.torch_module().float32) if kind == "torch" else s.astype(np.float32)
+        p.sinks = A.contiguous_rows(s, kind)
+    if kv_range is None:
+        p.kv_begin, p.kv_end = 0, _SIZE_MAX
+    else:
+        try:
+            b, e = kv_range
+        except (TypeError, ValueError):
+            raise ValueError(f"{fn}: kv_range must be a pair (begin, end), got {kv_range!r}") from None
+        p.kv_begin = int(b)
+        p.kv_end = _SIZE_MAX if e is None else int(e)
+        if p.kv_begin < 0 or p.kv_end < 0:
+            raise ValueError(f"{fn}: kv_range {kv_range!r} has a negative bound")
+    return p
+
+
+def _output(fn, out, shape, kind, like):
+    torch_f32 = A.torch_module().float32 if kind == "torch" else np.dtype(np.float32)
+    if out is None:
+        return A.empty(shape, like, kind, dtype=torch_f32)
+    return A.check_out(fn, out, shape, torch_f32, kind)
+
+
+_CAUSAL_DOC = """
+    ``causal`` is aligned bottom-right: query i of L sees keys j <= i + S - L,
+    so the last query sees the last key (the KV-cache convention of
+    flash-attn). torch's ``is_causal`` is aligned top-left (j <= i); the two
+    agree when L == S. For torch's rule with L != S pass a boolean
+    ``attn_mask`` (``torch.ones(L, S, dtype=bool).tril()``)."""
+
+
+def scaled_dot_product_attention(
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any = None,
+    *,
+    bias: Any = None,
+    scale: Optional[float] = None,
+    causal: bool = False,
+    window: Tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    sinks: Any = None,
+    kv_range: Optional[Tuple[int, Optional[int]]] = None,
+    return_lse: bool = False,
+    out: Any = None,
+) -> Any:
+    """Fused attention: ``out = softmax(mask(bias + cap(scale * Q K^T))) V``,
+    never forming the L x S score matrix.
+
+    Parameters
+    ----------
+    query : array [..., Hq, L, E], float32
+        torch's layout (B, H, L, E); 2-d and 3-d inputs get leading ones.
+    key : array [..., Hkv, S, E]; float32, float16 or bfloat16
+        (torch.bfloat16, or numpy arrays of ml_dtypes.bfloat16). Hq must be a
+        multiple of Hkv (grouped-query attention; Hkv = 1 is multi-query).
+    value : array [..., Hkv, S, Ev], the same dtype as key.
+    attn_mask : array broadcastable to [..., Hq, L, S], optional
+        bool: True = attend (torch's rule); float: added to the scores.
+    bias : float array broadcastable to [..., Hq, L, S], optional
+        Added to the (scaled, soft-capped) scores; -inf masks a key.
+    scale : float, optional
+        Default ``1 / sqrt(E)``.
+    causal : bool, default False
+        Bottom-right aligned (see below).
+    window : (int, int), default (-1, -1)
+        Sliding window (left, right) around each query's position; -1 is
+        unbounded.
+    softcap : float, default 0
+        When > 0 each scaled score s becomes ``softcap * tanh(s / softcap)``.
+    sinks : array [Hq], optional
+        One logit per query head added to each row's denominator.
+    kv_range : (begin, end), optional
+        Use only keys begin <= j < end (end None = all); positions, masks and
+        biases still refer to the full key axis, so results over [a, b) and
+        [b, c) merged by :func:`attention_merge` equal [a, c).
+    return_lse : bool, default False
+        Also return the log-sum-exp of each row's scores, shape [..., L].
+    out : array [..., Hq, L, Ev], float32, optional
+
+    Returns
+    -------
+    out, or (out, lse)
+
+    Notes
+    -----
+    Error bound (docs/accuracy.md): with W = sum_j w_j |V_j| and u = 2^-24,
+    ``|O - exact| <= (2 D + 70 u) W + u |exact| + 2^-149 (S + 1 + sum |V|)``,
+    D being the rounding of the float scores. A fully masked row gives zeros
+    and lse -inf (torch gives NaN or zeros depending on the version); NaN in a
+    visible key or value is never hidden; masked ones never leak. Results are
+    bitwise the same for every thread count. The GIL is released.
+    A torch input that requires grad raises NotImplementedError: attention's
+    backward is not there yet.
+    """
+    fn = "scaled_dot_product_attention"
+    p = _prepare(fn, query, key, value, attn_mask, bias, scale, causal, window, softcap, sinks,
+                 kv_range)
+    kind = p.kind
+    shape = p.lead + (p.L, p.Ev)
+    o = _output(fn, out, shape, kind, p.q)
+    o4 = _to4(fn, "out", o, kind)
+    direct = A.row_contiguous(o4, kind) and (kind == "torch" or all(s >= 0 for s in o4.strides))
+    if direct and kind == "numpy" and o.ndim > 4 and not np.shares_memory(o4, o):
+        direct = False
+    target = o4 if direct else A.empty(o4.shape, p.q, kind)
+    lse = A.empty(p.lead + (p.L,), p.q, kind) if return_lse else None
+    _core.attention(p.q, p.k, p.v, target, p.fmt, p.mask, p.bias, p.sinks, lse, p.scale,
+                    p.causal, p.wl, p.wr, p.softcap, p.kv_begin, p.kv_end)
+    if not direct:
+        A.copy_into(o, target.reshape(shape), kind)
+    return (o, lse) if return_lse else o
+
+
+scaled_dot_product_attention.__doc__ += _CAUSAL_DOC
+
+
+def attention_weights(
+    query: Any,
+    key: Any,
+    attn_mask: Any = None,
+    *,
+    bias: Any = None,
+    scale: Optional[float] = None,
+    causal: bool = False,
+    window: Tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    sinks: Any = None,
+    kv_range: Optional[Tuple[int, Optional[int]]] = None,
+    out: Any = None,
+) -> Any:
+    """The explicit weights [..., Hq, L, S] that :func:`scaled_dot_product_attention`
+    applies to V, with the same options (for small inputs: inspection, teaching).
+
+    Scores are computed as the fused prefill form computes them (the same
+    bits); the weights are rounded once from double arithmetic, so
+    ``weights @ V`` equals the fused output within its bound. Keys outside
+    ``kv_range`` and masked keys get weight +0.
+    """
+    fn = "attention_weights"
+    p = _prepare(fn, query, key, None, attn_mask, bias, scale, causal, window, softcap, sinks,
+                 kv_range)
+    kind = p.kind
+    shape = p.lead + (p.L, p.S)
+    o = _output(fn, out, shape, kind, p.q)
+    o4 = _to4(fn, "out", o, kind)
+    direct = A.row_contiguous(o4, kind) and (kind == "torch" or all(s >= 0 for s in o4.strides))
+    if direct and kind == "numpy" and o.ndim > 4 and not np.shares_memory(o4, o):
+        direct = False
+    target = o4 if direct else A.empty(o4.shape, p.q, kind)
+    _core.attention_weights(p.q, p.k, target, p.fmt, p.mask, p.bias, p.sinks, p.scale, p.causal,
+                            p.wl, p.wr, p.softcap, p.kv_begin, p.kv_end)
+    if not direct:
+        A.copy_into(o, target.reshape(shape), kind)
+    return o
+
+
+attention_weights.__doc__ += _CAUSAL_DOC
+
+
+def attention_merge(out_a: Any, lse_a: Any, out_b: Any, lse_b: Any, /, *, out: Any = None):
+    """Merges two partial attention results over disjoint key ranges
+    (split-KV decoding, ring attention):
+    ``m = max(lse_a, lse_b)``, ``w = exp(lse - m)``,
+    ``out = (w_a o_a + w_b o_b) / (w_a + w_b)``, ``lse = m + log(w_a + w_b)``,
+    in double, rounded once to float32. A part with lse -inf is the identity.
+
+    Parameters
+    ----------
+    out_a, out_b : float32 arrays [..., L, Ev]
+    lse_a, lse_b : float32 arrays [..., L]
+    out : float32 array [..., L, Ev], optional; may be out_a or out_b.
+
+    Returns
+    -------
+    (out, lse)
+    """
+    fn = "attention_merge"
+    kind = A.kind_of(out_a)
+    arrs = []
+    for name, a in (("out_a", out_a), ("lse_a", lse_a), ("out_b", out_b), ("lse_b", lse_b)):
+        a = _as_array(fn, name, a, kind)
+        if A.dtype_name(a) != "float32":
+            raise TypeError(f"{fn}: {name} has dtype {A.dtype_name(a)}; accepted: float32")
+        arrs.append(a)
+    oa, la, ob, lb = arrs
+    if oa.ndim < 2 or tuple(oa.shape) != tuple(ob.shape):
+        raise ValueError(
+            f"{fn}: out_a has shape {tuple(oa.shape)} and out_b {tuple(ob.shape)}; they must be "
+            f"equal, [..., L, Ev]"
+        )
+    lshape = tuple(oa.shape[:-1])
+    for name, a in (("lse_a", la), ("lse_b", lb)):
+        if tuple(a.shape) != lshape:
+            raise ValueError(f"{fn}: {name} has shape {tuple(a.shape)}; expected {lshape}")
+    shape = tuple(oa.shape)
+    o = _output(fn, out, shape, kind, oa)
+    lse = A.empty(lshape, oa, kind)
+
+    def dense(a):
+        return a.contiguous() if kind == "torch" else np.ascontiguousarray(a)
+
+    o4 = _to4(fn, "out", o, kind)
+    direct = A.row_contiguous(o4, kind) and (kind == "torch" or all(s >= 0 for s in o4.strides))
+    if direct and kind == "numpy" and o.ndim > 4 and not np.shares_memory(o4, o):
+        direct = False
+    target = o4 if direct else A.empty(o4.shape, oa, kind)
+    _core.attention_merge(_ready(_to4(fn, "out_a", oa, kind), kind), dense(la),
+                          _ready(_to4(fn, "out_b", ob, kind), kind), dense(lb), target, lse)
+    if not direct:
+        A.copy_into(o, target.reshape(shape), kind)
+    return o, lse

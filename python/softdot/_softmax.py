@@ -1,0 +1,516 @@
+"""The softmax family, the online (chunked) softmax state and the dot products,
+for numpy arrays and CPU torch tensors. See docs/python.md."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _arrays as A
+from . import _softdot as _core
+
+_PRECISIONS = {"faithful": False, "fast": True}
+
+# Special values, shared by the docstrings of the softmax family.
+_SPECIAL = """
+    Special values (the C++ library's table; scipy and torch differ):
+
+    - entries of -inf or with ``where`` False get weight exactly 0 and the rest
+      are as if they were absent;
+    - a row with every entry -inf or excluded gives weights +0.0 (log-weights
+      -inf, logsumexp -inf); scipy.special.softmax and torch.softmax give NaN;
+    - k entries of +inf share the weight: 1/k each, 0 elsewhere (the limit);
+      scipy and torch give NaN;
+    - any NaN that ``where`` keeps makes the whole row NaN (never hidden)."""
+
+
+def _precision(fn: str, precision: str) -> bool:
+    try:
+        return _PRECISIONS[precision]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"{fn}: precision must be 'faithful' or 'fast', not {precision!r}"
+        ) from None
+
+
+def _temperature(fn: str, t: Any) -> float:
+    try:
+        v = float(t)
+    except (TypeError, ValueError):
+        raise TypeError(f"{fn}: temperature must be a real number, not {t!r}") from None
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{fn}: temperature must be finite and > 0, got {v!r}")
+    return v
+
+
+def _needs_grad(x: Any, kind: str) -> bool:
+    return kind == "torch" and x.requires_grad and A.torch_module().is_grad_enabled()
+
+
+def _row_op(fn: str, x, axis, where, temperature, out, log: bool, fast: bool):
+    """softmax or log_softmax along `axis` (shared by both)."""
+    kind = A.kind_of(x)
+    xa = A.float_input(fn, "x", x, kind)
+    nd = xa.ndim
+    if nd == 0:
+        raise ValueError(f"{fn}: x is 0-d; a softmax needs at least one axis")
+    ax = A.normalize_axis(fn, axis, nd)
+    if xa.shape[ax] == 0:
+        raise ValueError(f"{fn}: x has shape {tuple(xa.shape)}: axis {ax} is empty")
+    t = _temperature(fn, temperature)
+    w = None if where is None else A.where_array(fn, where, tuple(xa.shape), kind)
+    if out is None:
+        o = A.empty_like(xa, kind)
+    else:
+        o = A.check_out(fn, out, tuple(xa.shape), xa.dtype, kind)
+    if ax != nd - 1:
+        xm = A.moveaxis(xa, ax, -1, kind)
+        om = A.moveaxis(o, ax, -1, kind)
+        wm = None if w is None else A.moveaxis(w, ax, -1, kind)
+    else:
+        xm, om, wm = xa, o, w
+    xm = A.contiguous_rows(xm, kind)
+    if wm is not None:
+        wm = A.contiguous_rows(wm, kind)
+    if A.row_contiguous(om, kind):
+        _core.softmax_rows(xm, om, wm, log, t, fast)
+    else:
+        tmp = A.empty_like(A.contiguous_rows(xm, kind), kind)
+        _core.softmax_rows(xm, tmp, wm, log, t, fast)
+        A.copy_into(om, tmp, kind)
+    return o
+
+
+def softmax(
+    x: Any,
+    /,
+    *,
+    axis: int = -1,
+    where: Any = None,
+    temperature: float = 1.0,
+    precision: str = "faithful",
+    out: Any = None,
+) -> Any:
+    """Softmax along an axis: ``exp(x_i / T - m) / sum_j exp(x_j / T - m)``.
+
+    Parameters
+    ----------
+    x : array_like or torch.Tensor
+        float32 or float64 (integers and booleans are converted to float64);
+        a torch tensor must be on the CPU.
+    axis : int, default -1
+        The axis along which the weights sum to 1 (negative counts from the end).
+    where : array_like of bool, optional
+        True keeps an entry, False excludes it (it gets weight exactly 0), as in
+        numpy and jax. Broadcast against ``x``.
+    temperature : float, default 1.0
+        Scores are multiplied by ``1 / temperature`` (rounded to x's dtype)
+        before the max is taken; finite and > 0.
+    precision : {"faithful", "fast"}, default "faithful"
+        "faithful": every weight within 1 ulp of the exact value (measured
+        0.503 ulp for float32). "fast": within 2 ulp with FMA (2.5 without),
+        about twice as fast on rows in cache.
+    out : array, optional
+        Where to write; same shape, dtype and library as ``x``. May be ``x``
+        itself (in place); must not otherwise overlap it.
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor
+        The weights, in ``out`` when given, else a new array like ``x``.
+    """
+    fn = "softmax"
+    fast = _precision(fn, precision)
+    if out is None and where is None and _needs_grad(x, A.kind_of(x)):
+        from . import torch as _st
+
+        return _st.softmax(x, dim=axis, temperature=temperature, precision=precision)
+    return _row_op(fn, x, axis, where, temperature, out, False, fast)
+
+
+softmax.__doc__ += _SPECIAL
+
+
+def log_softmax(
+    x: Any, /, *, axis: int = -1, where: Any = None, temperature: float = 1.0, out: Any = None
+) -> Any:
+    """Log of the softmax along an axis: ``x_i / T - logsumexp(x / T)``.
+
+    Computed as ``(x_i - m) - L`` with the exact error of ``x_i - m`` and a
+    double-length ``L``: the absolute error is about one ulp of the largest
+    of ``|x_i - m|`` and ``L`` (docs/accuracy.md).
+
+    Parameters
+    ----------
+    x : array_like or torch.Tensor
+        float32 or float64 (integers are converted to float64).
+    axis : int, default -1
+    where : array_like of bool, optional
+        True keeps an entry; excluded entries get -inf.
+    temperature : float, default 1.0
+    out : array, optional
+        Same shape, dtype and library as ``x``; may be ``x`` (in place).
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor
+    """
+    fn = "log_softmax"
+    if out is None and where is None and _needs_grad(x, A.kind_of(x)):
+        from . import torch as _st
+
+        return _st.log_softmax(x, dim=axis, temperature=temperature)
+    return _row_op(fn, x, axis, where, temperature, out, True, False)
+
+
+log_softmax.__doc__ += _SPECIAL
+
+
+def logsumexp(
+    x: Any,
+    /,
+    *,
+    axis: Union[None, int, Sequence[int]] = None,
+    where: Any = None,
+    temperature: float = 1.0,
+    keepdims: bool = False,
+    out: Any = None,
+) -> Any:
+    """``log(sum(exp(x / T)))`` over the given axes (all of them by default, as
+    in scipy.special.logsumexp).
+
+    Within 2 ulp: the sum is compensated, and where the result cancels
+    (logsumexp of log-probabilities) it is recomputed in the next wider type.
+
+    Parameters
+    ----------
+    x : array_like or torch.Tensor
+        float32 or float64 (integers are converted to float64).
+    axis : None, int or tuple of ints, default None
+        The axes to reduce; None reduces the whole array.
+    where : array_like of bool, optional
+        True keeps an entry. A row with no entry kept gives -inf.
+    temperature : float, default 1.0
+    keepdims : bool, default False
+        Keep the reduced axes with length 1.
+    out : array, optional
+        Same dtype and library as ``x``, the shape of the result.
+
+    Returns
+    -------
+    numpy scalar, numpy.ndarray or torch.Tensor
+        A numpy scalar when every axis is reduced without keepdims (as scipy).
+    """
+    fn = "logsumexp"
+    kind = A.kind_of(x)
+    xa = A.float_input(fn, "x", x, kind)
+    nd = xa.ndim
+    if nd == 0:
+        xa = xa.reshape(1)
+        nd = 1
+        axes: Tuple[int, ...] = (0,)
+        res_shape: Tuple[int, ...] = ()
+        keep_shape: Tuple[int, ...] = ()
+    else:
+        if axis is None:
+            axes = tuple(range(nd))
+        elif isinstance(axis, (tuple, list)):
+            axes = tuple(A.normalize_axis(fn, a, nd) for a in axis)
+            if len(set(axes)) != len(axes):
+                raise ValueError(f"{fn}: axis {tuple(axis)} repeats an axis")
+        else:
+            axes = (A.normalize_axis(fn, axis, nd),)
+        res_shape = tuple(s for i, s in enumerate(xa.shape) if i not in axes)
+        keep_shape = tuple(1 if i in axes else s for i, s in enumerate(xa.shape))
+    t = _temperature(fn, temperature)
+    n = 1
+    for a in axes:
+        n *= xa.shape[a]
+    if n == 0:
+        raise ValueError(
+            f"{fn}: x has shape {tuple(xa.shape)}: the reduced axes {axes} hold no entry"
+        )
+    w = None if where is None else A.where_array(fn, where, tuple(xa.shape), kind)
+    final_shape = keep_shape if keepdims else res_shape
+    if out is None:
+        o = A.empty(final_shape, xa, kind)
+    else:
+        o = A.check_out(fn, out, final_shape, xa.dtype, kind)
+    # Reduced axes last, merged into one row (a copy only if they cannot be).
+    rest = [i for i in range(nd) if i not in axes]
+    order = rest + list(axes)
+
+    def rows_of(a):
+        if order != list(range(nd)):
+            a = a.permute(order) if kind == "torch" else np.transpose(a, order)
+        a = a.reshape(tuple(res_shape) + (n,))
+        return A.contiguous_rows(a, kind)
+
+    xr = rows_of(xa)
+    wr = None if w is None else rows_of(w)
+    target = o
+    if keepdims and len(keep_shape) > 0:
+        # The reduced axes have length 1 in o: squeeze them (a view).
+        target = o.squeeze(axes) if kind == "torch" else np.squeeze(o, axis=axes)
+    _core.logsumexp_rows(xr, target, wr, t)
+    if out is None and kind == "numpy" and o.ndim == 0:
+        return o[()]
+    return o
+
+
+def softmax_backward(y: Any, dy: Any, /, *, axis: int = -1, out: Any = None) -> Any:
+    """Gradient of the softmax: ``dx_i = y_i (dy_i - <dy, y>)`` along ``axis``.
+
+    ``y`` is the softmax's output and ``dy`` the gradient of a loss with
+    respect to it. The inner product is computed in twice the working
+    precision and each ``dx_i`` is formed in higher precision, so ``dx`` is
+    within about 1 ulp of the exact value for these ``y`` and ``dy``, up to
+    the conditioning of ``dy_i - <dy, y>``. NaN and inf follow IEEE rules.
+
+    Parameters
+    ----------
+    y, dy : array_like or torch.Tensor
+        Same shape and dtype (float32 or float64).
+    axis : int, default -1
+    out : array, optional
+        May be ``y`` or ``dy`` (in place).
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor
+    """
+    fn = "softmax_backward"
+    kind = A.kind_of(y)
+    ya = A.float_input(fn, "y", y, kind)
+    da = A.float_input(fn, "dy", A.same_kind(fn, "dy", dy, kind), kind)
+    if ya.dtype != da.dtype:
+        raise TypeError(
+            f"{fn}: y has dtype {A.dtype_name(ya)} but dy has dtype {A.dtype_name(da)}"
+        )
+    if tuple(ya.shape) != tuple(da.shape):
+        raise ValueError(
+            f"{fn}: y has shape {tuple(ya.shape)} but dy has shape {tuple(da.shape)}"
+        )
+    nd = ya.ndim
+    if nd == 0:
+        raise ValueError(f"{fn}: y is 0-d; a softmax gradient needs at least one axis")
+    ax = A.normalize_axis(fn, axis, nd)
+    if ya.shape[ax] == 0:
+        raise ValueError(f"{fn}: y has shape {tuple(ya.shape)}: axis {ax} is empty")
+    o = A.empty_like(ya, kind) if out is None else A.check_out(
+        fn, out, tuple(ya.shape), ya.dtype, kind)
+    if ax != nd - 1:
+        ym, dm, om = (A.moveaxis(a, ax, -1, kind) for a in (ya, da, o))
+    else:
+        ym, dm, om = ya, da, o
+    ym, dm = A.contiguous_rows(ym, kind), A.contiguous_rows(dm, kind)
+    if A.row_contiguous(om, kind):
+        _core.softmax_backward_rows(ym, dm, om)
+    else:
+        tmp = A.empty_like(ym, kind)
+        _core.softmax_backward_rows(ym, dm, tmp)
+        A.copy_into(om, tmp, kind)
+    return o
+
+
+# ---- online softmax ------------------------------------------------------------
+
+
+class SoftmaxState:
+    """The state of a softmax over the chunks of a row seen so far.
+
+    ``max`` is the largest (scaled, kept) score, ``sum`` + ``sum_lo`` the sum
+    of ``exp(x_i - max)`` as an unevaluated double-double pair. A chunk whose
+    max is +inf stores the count of its +inf entries as the sum; a NaN makes
+    max and sum NaN. States combine with :meth:`merge` (commutative bit for
+    bit, associative to about 1e-19 relative) and :meth:`identity` is the
+    state of an empty chunk.
+
+    Attributes
+    ----------
+    max : float
+    sum : float
+    sum_lo : float
+    dtype : numpy.dtype
+        float32 or float64: the dtype of the chunks.
+    """
+
+    __slots__ = ("max", "sum", "sum_lo", "dtype")
+
+    def __init__(self, max: float, sum: float, sum_lo: float = 0.0, dtype: Any = np.float32):
+        self.max = float(max)
+        self.sum = float(sum)
+        self.sum_lo = float(sum_lo)
+        self.dtype = np.dtype(dtype)
+        if self.dtype.name not in ("float32", "float64"):
+            raise TypeError(f"SoftmaxState: dtype must be float32 or float64, not {self.dtype}")
+
+    @classmethod
+    def identity(cls, dtype: Any = np.float32) -> "SoftmaxState":
+        """The state of an empty chunk: max -inf, sum 0 (the identity of merge)."""
+        return cls(-math.inf, 0.0, 0.0, dtype)
+
+    def _tuple(self) -> Tuple[float, float, float]:
+        return (self.max, self.sum, self.sum_lo)
+
+    def merge(self, other: "SoftmaxState") -> "SoftmaxState":
+        """The state of both chunks: ``m = max(m1, m2)``,
+        ``s = s1 exp(m1 - m) + s2 exp(m2 - m)`` in double-double arithmetic."""
+        if not isinstance(other, SoftmaxState):
+            raise TypeError(f"SoftmaxState.merge: expected a SoftmaxState, got {type(other).__name__}")
+        if other.dtype != self.dtype:
+            raise TypeError(
+                f"SoftmaxState.merge: states of {self.dtype.name} and {other.dtype.name} chunks"
+            )
+        r = _core.merge(self.dtype == np.float64, self._tuple(), other._tuple())
+        return SoftmaxState(*r, dtype=self.dtype)
+
+    def logsumexp(self) -> float:
+        """``max + log(sum + sum_lo)``: the logsumexp of everything seen."""
+        return self.dtype.type(_core.state_logsumexp(self.dtype == np.float64, self._tuple()))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SoftmaxState):
+            return NotImplemented
+        return self._tuple() == other._tuple() and self.dtype == other.dtype
+
+    def __repr__(self) -> str:
+        return (
+            f"SoftmaxState(max={self.max!r}, sum={self.sum!r}, sum_lo={self.sum_lo!r}, "
+            f"dtype={self.dtype.name})"
+        )
+
+
+def _chunk(fn: str, chunk: Any, where: Any):
+    kind = A.kind_of(chunk)
+    c = A.float_input(fn, "chunk", chunk, kind)
+    if c.ndim != 1:
+        raise ValueError(f"{fn}: chunk has shape {tuple(c.shape)}; expected a 1-d array")
+    c = A.contiguous_rows(c, kind)
+    w = None
+    if where is not None:
+        w = A.contiguous_rows(A.where_array(fn, where, tuple(c.shape), kind), kind)
+    return c, w, kind
+
+
+def softmax_state(chunk: Any, /, *, where: Any = None, temperature: float = 1.0) -> SoftmaxState:
+    """State of one chunk of a row (which may be empty), for the online softmax.
+
+    Examples
+    --------
+    >>> a, b = np.array([1002., 1000.]), np.array([997.])
+    >>> s = softmax_state(a).merge(softmax_state(b))
+    >>> softmax_apply(a, s), softmax_apply(b, s)   # the weights of the whole row
+    """
+    fn = "softmax_state"
+    c, w, _ = _chunk(fn, chunk, where)
+    dt = np.dtype(A.dtype_name(c))
+    return SoftmaxState(*_core.state(c, w, _temperature(fn, temperature)), dtype=dt)
+
+
+def softmax_apply(
+    chunk: Any, total: SoftmaxState, /, *, where: Any = None, temperature: float = 1.0,
+    out: Any = None
+) -> Any:
+    """Final weights of one chunk, ``exp(x_i - total.max) / total.sum``, given the
+    state of the whole row (which must include this chunk). Same ``where`` and
+    ``temperature`` as the chunk's :func:`softmax_state`; ``out`` may be the
+    chunk (in place)."""
+    fn = "softmax_apply"
+    if not isinstance(total, SoftmaxState):
+        raise TypeError(f"{fn}: total must be a SoftmaxState, got {type(total).__name__}")
+    c, w, kind = _chunk(fn, chunk, where)
+    if np.dtype(A.dtype_name(c)) != total.dtype:
+        raise TypeError(
+            f"{fn}: chunk has dtype {A.dtype_name(c)} but total is a state of "
+            f"{total.dtype.name} chunks"
+        )
+    o = A.empty_like(c, kind) if out is None else A.check_out(fn, out, tuple(c.shape), c.dtype, kind)
+    if A.row_contiguous(o, kind):
+        _core.apply(c, total._tuple(), o, w, _temperature(fn, temperature))
+    else:
+        tmp = A.empty_like(c, kind)
+        _core.apply(c, total._tuple(), tmp, w, _temperature(fn, temperature))
+        A.copy_into(o, tmp, kind)
+    return o
+
+
+# ---- dot products -----------------------------------------------------------------
+
+
+def dot(x: Any, y: Any, /, *, accurate: bool = False) -> Any:
+    """Dot product of two 1-d arrays of the same dtype.
+
+    ``accurate=False``: 8 accumulators of one 64-byte block each, fused
+    multiply-adds, lanes added in a fixed tree; the same bits on every FMA
+    target; ``|error| <= gamma_n sum |x_i y_i|``. ``accurate=True``: as if
+    computed in twice the working precision and rounded once.
+
+    Returns
+    -------
+    numpy.float32 / numpy.float64, or a 0-d torch.Tensor for torch inputs.
+    """
+    fn = "dot"
+    kind = A.kind_of(x)
+    xa = A.float_input(fn, "x", x, kind)
+    ya = A.float_input(fn, "y", A.same_kind(fn, "y", y, kind), kind)
+    if xa.ndim != 1 or ya.ndim != 1:
+        raise ValueError(
+            f"{fn}: x has shape {tuple(xa.shape)} and y has shape {tuple(ya.shape)}; "
+            f"both must be 1-d"
+        )
+    if xa.dtype != ya.dtype:
+        raise TypeError(f"{fn}: x has dtype {A.dtype_name(xa)} but y has dtype {A.dtype_name(ya)}")
+    xa, ya = A.contiguous_rows(xa, kind), A.contiguous_rows(ya, kind)
+    r = _core.dot(xa, ya, bool(accurate))
+    return A.wrap_scalar(r, xa.dtype, kind)
+
+
+def dots(query: Any, keys: Any, /, *, out: Any = None) -> Any:
+    """Scores of one query against the rows of a key matrix:
+    ``out[r] = dot(query, keys[r])``, bitwise equal to :func:`dot` per row.
+
+    Parameters
+    ----------
+    query : 1-d array, length d
+    keys : 2-d array [n, d]; any row stride (its rows must be contiguous,
+        else they are copied)
+    out : 1-d array [n], optional
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor of shape [n]
+    """
+    fn = "dots"
+    kind = A.kind_of(query)
+    q = A.float_input(fn, "query", query, kind)
+    k = A.float_input(fn, "keys", A.same_kind(fn, "keys", keys, kind), kind)
+    if q.ndim != 1 or k.ndim != 2:
+        raise ValueError(
+            f"{fn}: query has shape {tuple(q.shape)} and keys {tuple(k.shape)}; "
+            f"expected [d] and [n, d]"
+        )
+    if q.dtype != k.dtype:
+        raise TypeError(
+            f"{fn}: query has dtype {A.dtype_name(q)} but keys has dtype {A.dtype_name(k)}"
+        )
+    if k.shape[1] != q.shape[0]:
+        raise ValueError(
+            f"{fn}: keys has shape {tuple(k.shape)} but query has shape {tuple(q.shape)} "
+            f"(keys.shape[1] must equal len(query))"
+        )
+    q = A.contiguous_rows(q, kind)
+    k = A.contiguous_rows(k, kind)
+    if k.shape[0] > 1 and A.strides(k, kind)[0] < k.shape[1]:
+        k = k.contiguous() if kind == "torch" else np.ascontiguousarray(k)
+    n = k.shape[0]
+    o = A.empty((n,), q, kind) if out is None else A.check_out(fn, out, (n,), q.dtype, kind)
+    if A.row_contiguous(o, kind):
+        _core.dots(q, k, o)
+    else:
+        tmp = A.empty((n,), q, kind)
+        _core.dots(q, k, tmp)
+        A.copy_into(o, tmp, kind)
+    return o

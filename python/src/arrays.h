@@ -1,0 +1,185 @@
+// softdot Python bindings: what the binding needs to know about an array
+// (pointer, shape, strides in elements) and the walk over the rows of an
+// n-d array whose last axis is the row. Nothing here computes a softmax: the
+// rows go to the C++ library as MatrixViews (dense or strided) or spans.
+#ifndef SOFTDOT_PYTHON_ARRAYS_H_
+#define SOFTDOT_PYTHON_ARRAYS_H_
+
+#include <nanobind/ndarray.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace softdot::python {
+
+namespace nb = nanobind;
+
+// An array as the binding sees it: any framework (numpy through the buffer
+// protocol or DLPack, torch through DLPack), on the CPU, any dtype. Inputs
+// are read-only views; outputs need write access, which the caster checks.
+using In = nb::ndarray<nb::ro, nb::device::cpu>;
+using Out = nb::ndarray<nb::device::cpu>;
+
+// Throws std::invalid_argument (Python ValueError) with `what`.
+[[noreturn]] inline void fail(const std::string& what) {
+  throw std::invalid_argument(what);
+}
+
+// "(2, 3, 4)", as numpy prints a shape.
+template <class A>
+std::string shape_of(const A& a) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < a.ndim(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(a.shape(i));
+  }
+  if (a.ndim() == 1) s += ",";
+  return s + ")";
+}
+
+// [lowest, highest) byte addresses an array can touch (empty for size 0).
+struct Extent {
+  std::uintptr_t lo = 0, hi = 0;
+};
+template <class A>
+Extent extent_of(const A& a) {
+  const std::intptr_t item = static_cast<std::intptr_t>(a.itemsize());
+  std::intptr_t lo = 0, hi = 0;
+  for (std::size_t i = 0; i < a.ndim(); ++i) {
+    if (a.shape(i) == 0) return {};
+    const std::intptr_t step =
+        static_cast<std::intptr_t>(a.stride(i)) * item *
+        static_cast<std::intptr_t>(a.shape(i) - 1);
+    (step < 0 ? lo : hi) += step;
+  }
+  const auto base = reinterpret_cast<std::uintptr_t>(a.data());
+  return {base + static_cast<std::uintptr_t>(lo),
+          base + static_cast<std::uintptr_t>(hi + item)};
+}
+
+// True when the two arrays are the same memory in the same layout (in place).
+template <class A, class B>
+bool same_layout(const A& a, const B& b) {
+  if (a.data() != b.data() || a.ndim() != b.ndim() ||
+      a.itemsize() != b.itemsize())
+    return false;
+  for (std::size_t i = 0; i < a.ndim(); ++i)
+    if (a.shape(i) != b.shape(i) ||
+        (a.shape(i) > 1 && a.stride(i) != b.stride(i)))
+      return false;
+  return true;
+}
+
+// out must not share memory with `in` unless `in_place_ok` and the two are
+// the same array (same data, shape and strides). Checks address ranges, so a
+// false alarm is possible for interleaved arrays (e.g. x[::2] and x[1::2]);
+// it errs on the side of refusing.
+template <class A, class B>
+void check_no_overlap(const char* out_name, const A& out, const char* in_name,
+                      const B& in, bool in_place_ok) {
+  const Extent o = extent_of(out), i = extent_of(in);
+  if (o.lo == o.hi || i.lo == i.hi || o.hi <= i.lo || i.hi <= o.lo) return;
+  if (in_place_ok && same_layout(out, in)) return;
+  fail(std::string(out_name) + " overlaps " + in_name +
+       (in_place_ok ? " without being the same array (in place needs " +
+                          std::string(out_name) + " to be " + in_name + ")"
+                    : " (no overlap is allowed)"));
+}
+
+// One operand of a row walk: its base pointer (bytes) and the strides of the
+// outer axes in elements. The row axis (the last one) is contiguous, or has
+// no extent for per-row outputs such as logsumexp's.
+struct Operand {
+  char* data = nullptr;
+  std::int64_t itemsize = 0;
+  std::vector<std::int64_t> stride;  // per outer axis, in elements
+};
+
+template <class A>
+Operand operand_of(const A& a, std::size_t outer_axes) {
+  Operand op;
+  op.data = reinterpret_cast<char*>(const_cast<void*>(
+      static_cast<const void*>(a.data())));
+  op.itemsize = static_cast<std::int64_t>(a.itemsize());
+  for (std::size_t i = 0; i < outer_axes; ++i) op.stride.push_back(a.stride(i));
+  return op;
+}
+
+// The outer axes of a row walk after merging the axes that every operand
+// steps through evenly (axis i with i+1 when stride[i] == stride[i+1] *
+// shape[i+1]) and dropping axes of extent 1, so a C-ordered array becomes a
+// single run of rows and goes to the library in one call.
+struct Walk {
+  std::vector<std::int64_t> shape;  // outer extents, outermost first
+  std::vector<Operand> ops;
+
+  Walk(std::vector<std::int64_t> outer_shape, std::vector<Operand> operands)
+      : ops(std::move(operands)) {
+    std::vector<std::int64_t> s;
+    std::vector<std::vector<std::int64_t>> st(ops.size());
+    for (std::size_t a = 0; a < outer_shape.size(); ++a) {
+      if (outer_shape[a] == 1) continue;
+      bool merge = !s.empty();
+      for (std::size_t k = 0; merge && k < ops.size(); ++k)
+        merge = st[k].back() == ops[k].stride[a] * outer_shape[a];
+      if (merge) {
+        s.back() *= outer_shape[a];
+        for (std::size_t k = 0; k < ops.size(); ++k)
+          st[k].back() = ops[k].stride[a];
+      } else {
+        s.push_back(outer_shape[a]);
+        for (std::size_t k = 0; k < ops.size(); ++k)
+          st[k].push_back(ops[k].stride[a]);
+      }
+    }
+    shape = std::move(s);
+    for (std::size_t k = 0; k < ops.size(); ++k) ops[k].stride = std::move(st[k]);
+  }
+
+  std::int64_t rows() const {
+    std::int64_t n = 1;
+    for (std::int64_t e : shape) n *= e;
+    return n;
+  }
+
+  // Calls f(ptrs, run, strides) for each run of rows along the innermost
+  // outer axis: ptrs[k] is operand k's first row, strides[k] its row step
+  // in elements. With no outer axis, one run of one row.
+  template <class F>
+  void for_each_run(F&& f) const {
+    const std::size_t n_ops = ops.size();
+    std::vector<char*> ptr(n_ops);
+    std::vector<std::int64_t> step(n_ops, 0);
+    if (rows() == 0) return;
+    if (shape.empty()) {
+      for (std::size_t k = 0; k < n_ops; ++k) ptr[k] = ops[k].data;
+      f(ptr, std::int64_t{1}, step);
+      return;
+    }
+    const std::size_t inner = shape.size() - 1;
+    for (std::size_t k = 0; k < n_ops; ++k) step[k] = ops[k].stride[inner];
+    std::vector<std::int64_t> idx(inner, 0);
+    for (;;) {
+      for (std::size_t k = 0; k < n_ops; ++k) {
+        std::int64_t off = 0;
+        for (std::size_t a = 0; a < inner; ++a) off += idx[a] * ops[k].stride[a];
+        ptr[k] = ops[k].data + off * ops[k].itemsize;
+      }
+      f(ptr, shape[inner], step);
+      std::size_t a = inner;
+      for (;;) {
+        if (a == 0) return;
+        --a;
+        if (++idx[a] < shape[a]) break;
+        idx[a] = 0;
+      }
+    }
+  }
+};
+
+}  // namespace softdot::python
+
+#endif  // SOFTDOT_PYTHON_ARRAYS_H_

@@ -1,0 +1,14 @@
+// softdot Python bindings: the parts of the _softdot module.
+#ifndef SOFTDOT_PYTHON_BINDINGS_H_
+#define SOFTDOT_PYTHON_BINDINGS_H_
+
+#include <nanobind/nanobind.h>
+
+namespace softdot::python {
+
+void bind_softmax(nanobind::module_& m);    // softmax family, states, dot
+void bind_attention(nanobind::module_& m);  // attention, merge, weights
+
+}  // namespace softdot::python
+
+#endif  // SOFTDOT_PYTHON_BINDINGS_H_

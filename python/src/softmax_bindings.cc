@@ -1,0 +1,387 @@
+// softdot Python bindings: the softmax family and the dot products.
+//
+// The Python layer (python/softdot/_core.py) has already moved the reduction
+// axis last, checked dtypes and shapes, broadcast `where` and allocated the
+// outputs; these functions check what a C++ caller would get wrong (dtype,
+// shapes, strides, overlap) once more, release the GIL and hand the rows to
+// the library: one softmax_rows call per run of evenly spaced rows, a call
+// per row where the rows are not evenly spaced.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+
+#include "arrays.h"
+#include "bindings.h"
+#include "softdot/dot.h"
+#include "softdot/softmax.h"
+
+namespace softdot::python {
+namespace {
+
+template <class T, class A>
+bool has_dtype(const A& a) {
+  return a.dtype() == nb::dtype<T>();
+}
+
+// Checks that `a` has x's dtype (T), `ndim` axes and a contiguous last axis.
+template <class T, class A>
+void check_array(const char* name, const A& a, std::size_t ndim) {
+  if (!has_dtype<T>(a))
+    fail(std::string(name) + " has a different dtype from x");
+  if (a.ndim() != ndim)
+    fail(std::string(name) + " has " + std::to_string(a.ndim()) +
+         " axes; expected " + std::to_string(ndim));
+  if (ndim > 0 && a.shape(ndim - 1) > 1 && a.stride(ndim - 1) != 1)
+    fail(std::string(name) + "'s last axis is not contiguous");
+}
+
+template <class A, class B>
+void check_same_shape(const char* a_name, const A& a, const char* b_name,
+                      const B& b, std::size_t axes) {
+  bool same = a.ndim() >= axes && b.ndim() >= axes;
+  for (std::size_t i = 0; same && i < axes; ++i) same = a.shape(i) == b.shape(i);
+  if (!same)
+    fail(std::string(b_name) + " has shape " + shape_of(b) + " but " + a_name +
+         " has shape " + shape_of(a));
+}
+
+std::size_t row_length(const In& x) {
+  if (x.ndim() == 0) fail("x is 0-d; a softmax needs at least one axis");
+  const std::size_t n = x.shape(x.ndim() - 1);
+  if (n == 0) fail("x has shape " + shape_of(x) + ": the rows are empty");
+  return n;
+}
+
+SoftmaxOptions options_of(double temperature, bool fast) {
+  SoftmaxOptions o;
+  o.temperature = temperature;
+  o.precision = fast ? Precision::kFast : Precision::kFaithful;
+  return o;
+}
+
+// ---- softmax, log_softmax --------------------------------------------------
+
+template <class T>
+void softmax_rows_t(const In& x, const Out& y, const std::optional<In>& where,
+                    bool log, SoftmaxOptions opt) {
+  const std::size_t nd = x.ndim(), n = row_length(x);
+  check_array<T>("out", y, nd);
+  check_same_shape("x", x, "out", y, nd);
+  check_array<T>("x", x, nd);
+  check_no_overlap("out", y, "x", x, /*in_place_ok=*/true);
+  std::vector<Operand> ops = {operand_of(x, nd - 1), operand_of(y, nd - 1)};
+  if (where) {
+    check_array<bool>("where", *where, nd);
+    check_same_shape("x", x, "where", *where, nd);
+    ops.push_back(operand_of(*where, nd - 1));
+  }
+  std::vector<std::int64_t> outer(nd - 1);
+  for (std::size_t i = 0; i + 1 < nd; ++i) outer[i] = x.shape(i);
+  const Walk walk(std::move(outer), std::move(ops));
+
+  nb::gil_scoped_release release;
+  const auto n64 = static_cast<std::int64_t>(n);
+  walk.for_each_run([&](const std::vector<char*>& p, std::int64_t run,
+                        const std::vector<std::int64_t>& step) {
+    auto* xs = reinterpret_cast<const T*>(p[0]);
+    auto* ys = reinterpret_cast<T*>(p[1]);
+    const bool* ms = where ? reinterpret_cast<const bool*>(p[2]) : nullptr;
+    const bool rows_ok = run == 1 || (step[0] >= n64 && step[1] >= n64);
+    const bool mask_ok = !ms || run == 1 || step[2] == 0 || step[2] == n64;
+    if (rows_ok && mask_ok) {
+      const auto r = static_cast<std::size_t>(run);
+      const std::size_t sx = run == 1 ? n : static_cast<std::size_t>(step[0]);
+      const std::size_t sy = run == 1 ? n : static_cast<std::size_t>(step[1]);
+      SoftmaxOptions o = opt;
+      if (ms) o.mask = std::span<const bool>(ms, (run == 1 || step[2] == 0) ? n : r * n);
+      MatrixView<const T> xv(xs, r, n, sx);
+      MatrixView<T> yv(ys, r, n, sy);
+      if (log)
+        log_softmax_rows(xv, yv, o);
+      else
+        softmax_rows(xv, yv, o);
+      return;
+    }
+    for (std::int64_t i = 0; i < run; ++i) {
+      SoftmaxOptions o = opt;
+      if (ms) o.mask = std::span<const bool>(ms + i * step[2], n);
+      std::span<const T> xr(xs + i * step[0], n);
+      std::span<T> yr(ys + i * step[1], n);
+      if (log)
+        log_softmax(xr, yr, o);
+      else
+        softmax(xr, yr, o);
+    }
+  });
+}
+
+void softmax_rows_py(const In& x, const Out& out, const std::optional<In>& where,
+                     bool log, double temperature, bool fast) {
+  const SoftmaxOptions opt = options_of(temperature, fast);
+  if (has_dtype<float>(x))
+    softmax_rows_t<float>(x, out, where, log, opt);
+  else if (has_dtype<double>(x))
+    softmax_rows_t<double>(x, out, where, log, opt);
+  else
+    throw nb::type_error("x must be float32 or float64");
+}
+
+// ---- logsumexp ---------------------------------------------------------------
+
+template <class T>
+void logsumexp_t(const In& x, const Out& out, const std::optional<In>& where,
+                 double temperature) {
+  const std::size_t nd = x.ndim(), n = row_length(x);
+  check_array<T>("x", x, nd);
+  if (!has_dtype<T>(out) || out.ndim() != nd - 1)
+    fail("out must have x's dtype and " + std::to_string(nd - 1) + " axes");
+  check_same_shape("x", x, "out", out, nd - 1);
+  check_no_overlap("out", out, "x", x, false);
+  std::vector<Operand> ops = {operand_of(x, nd - 1), operand_of(out, nd - 1)};
+  if (where) {
+    check_array<bool>("where", *where, nd);
+    check_same_shape("x", x, "where", *where, nd);
+    check_no_overlap("out", out, "where", *where, false);
+    ops.push_back(operand_of(*where, nd - 1));
+  }
+  std::vector<std::int64_t> outer(nd - 1);
+  for (std::size_t i = 0; i + 1 < nd; ++i) outer[i] = x.shape(i);
+  const Walk walk(std::move(outer), std::move(ops));
+  const SoftmaxOptions opt = options_of(temperature, false);
+
+  nb::gil_scoped_release release;
+  walk.for_each_run([&](const std::vector<char*>& p, std::int64_t run,
+                        const std::vector<std::int64_t>& step) {
+    auto* xs = reinterpret_cast<const T*>(p[0]);
+    auto* os = reinterpret_cast<T*>(p[1]);
+    const bool* ms = where ? reinterpret_cast<const bool*>(p[2]) : nullptr;
+    for (std::int64_t i = 0; i < run; ++i) {
+      SoftmaxOptions o = opt;
+      if (ms) o.mask = std::span<const bool>(ms + i * step[2], n);
+      os[i * step[1]] = logsumexp(std::span<const T>(xs + i * step[0], n), o);
+    }
+  });
+}
+
+void logsumexp_py(const In& x, const Out& out, const std::optional<In>& where,
+                  double temperature) {
+  if (has_dtype<float>(x))
+    logsumexp_t<float>(x, out, where, temperature);
+  else if (has_dtype<double>(x))
+    logsumexp_t<double>(x, out, where, temperature);
+  else
+    throw nb::type_error("x must be float32 or float64");
+}
+
+// ---- softmax_backward -------------------------------------------------------
+
+template <class T>
+void backward_t(const In& y, const In& dy, const Out& dx) {
+  const std::size_t nd = y.ndim();
+  if (nd == 0) fail("y is 0-d; softmax_backward needs at least one axis");
+  const std::size_t n = y.shape(nd - 1);
+  if (n == 0) fail("y has shape " + shape_of(y) + ": the rows are empty");
+  check_array<T>("y", y, nd);
+  check_array<T>("dy", dy, nd);
+  check_array<T>("out", dx, nd);
+  check_same_shape("y", y, "dy", dy, nd);
+  check_same_shape("y", y, "out", dx, nd);
+  check_no_overlap("out", dx, "y", y, true);
+  check_no_overlap("out", dx, "dy", dy, true);
+  std::vector<std::int64_t> outer(nd - 1);
+  for (std::size_t i = 0; i + 1 < nd; ++i) outer[i] = y.shape(i);
+  const Walk walk(std::move(outer), {operand_of(y, nd - 1), operand_of(dy, nd - 1),
+                                     operand_of(dx, nd - 1)});
+  nb::gil_scoped_release release;
+  walk.for_each_run([&](const std::vector<char*>& p, std::int64_t run,
+                        const std::vector<std::int64_t>& step) {
+    for (std::int64_t i = 0; i < run; ++i)
+      softmax_backward(
+          std::span<const T>(reinterpret_cast<const T*>(p[0]) + i * step[0], n),
+          std::span<const T>(reinterpret_cast<const T*>(p[1]) + i * step[1], n),
+          std::span<T>(reinterpret_cast<T*>(p[2]) + i * step[2], n));
+  });
+}
+
+void backward_py(const In& y, const In& dy, const Out& dx) {
+  if (has_dtype<float>(y))
+    backward_t<float>(y, dy, dx);
+  else if (has_dtype<double>(y))
+    backward_t<double>(y, dy, dx);
+  else
+    throw nb::type_error("y must be float32 or float64");
+}
+
+// ---- online softmax (chunk states) --------------------------------------------
+
+using StateTuple = std::tuple<double, double, double>;  // max, sum, sum_lo
+
+template <class T>
+BasicSoftmaxState<T> state_of(const StateTuple& s) {
+  BasicSoftmaxState<T> r;
+  r.max = static_cast<T>(std::get<0>(s));
+  r.sum = std::get<1>(s);
+  r.sum_lo = std::get<2>(s);
+  return r;
+}
+template <class T>
+StateTuple tuple_of(const BasicSoftmaxState<T>& s) {
+  return {static_cast<double>(s.max), s.sum, s.sum_lo};
+}
+
+template <class T>
+SoftmaxOptions chunk_options(const In& chunk, const std::optional<In>& where,
+                             double temperature) {
+  check_array<T>("chunk", chunk, 1);
+  SoftmaxOptions o = options_of(temperature, false);
+  if (where) {
+    check_array<bool>("where", *where, 1);
+    check_same_shape("chunk", chunk, "where", *where, 1);
+    o.mask = std::span<const bool>(static_cast<const bool*>(where->data()),
+                                   where->shape(0));
+  }
+  return o;
+}
+
+StateTuple state_py(const In& chunk, const std::optional<In>& where,
+                    double temperature) {
+  if (chunk.ndim() != 1) fail("chunk has shape " + shape_of(chunk) + "; expected a 1-d array");
+  if (has_dtype<float>(chunk)) {
+    const SoftmaxOptions o = chunk_options<float>(chunk, where, temperature);
+    std::span<const float> c(static_cast<const float*>(chunk.data()), chunk.shape(0));
+    nb::gil_scoped_release release;
+    return tuple_of(softmax_state(c, o));
+  }
+  if (has_dtype<double>(chunk)) {
+    const SoftmaxOptions o = chunk_options<double>(chunk, where, temperature);
+    std::span<const double> c(static_cast<const double*>(chunk.data()), chunk.shape(0));
+    nb::gil_scoped_release release;
+    return tuple_of(softmax_state(c, o));
+  }
+  throw nb::type_error("chunk must be float32 or float64");
+}
+
+StateTuple merge_py(bool is_double, const StateTuple& a, const StateTuple& b) {
+  if (is_double) return tuple_of(merge(state_of<double>(a), state_of<double>(b)));
+  return tuple_of(merge(state_of<float>(a), state_of<float>(b)));
+}
+
+double state_lse_py(bool is_double, const StateTuple& s) {
+  if (is_double) return logsumexp(state_of<double>(s));
+  return static_cast<double>(logsumexp(state_of<float>(s)));
+}
+
+template <class T>
+void apply_t(const In& chunk, const StateTuple& total, const Out& out,
+             const std::optional<In>& where, double temperature) {
+  const SoftmaxOptions o = chunk_options<T>(chunk, where, temperature);
+  check_array<T>("out", out, 1);
+  check_same_shape("chunk", chunk, "out", out, 1);
+  check_no_overlap("out", out, "chunk", chunk, true);
+  std::span<const T> c(static_cast<const T*>(chunk.data()), chunk.shape(0));
+  std::span<T> y(static_cast<T*>(out.data()), out.shape(0));
+  nb::gil_scoped_release release;
+  softmax_apply(c, state_of<T>(total), y, o);
+}
+
+void apply_py(const In& chunk, const StateTuple& total, const Out& out,
+              const std::optional<In>& where, double temperature) {
+  if (chunk.ndim() != 1) fail("chunk has shape " + shape_of(chunk) + "; expected a 1-d array");
+  if (has_dtype<float>(chunk))
+    apply_t<float>(chunk, total, out, where, temperature);
+  else if (has_dtype<double>(chunk))
+    apply_t<double>(chunk, total, out, where, temperature);
+  else
+    throw nb::type_error("chunk must be float32 or float64");
+}
+
+// ---- dot, dots ----------------------------------------------------------------
+
+template <class T>
+double dot_t(const In& x, const In& y, bool accurate) {
+  check_array<T>("y", y, 1);
+  std::span<const T> a(static_cast<const T*>(x.data()), x.shape(0));
+  std::span<const T> b(static_cast<const T*>(y.data()), y.shape(0));
+  if (a.size() != b.size())
+    fail("x has shape " + shape_of(x) + " but y has shape " + shape_of(y));
+  if (a.size() > 4096) {
+    nb::gil_scoped_release release;
+    return accurate ? dot_accurate(a, b) : dot(a, b);
+  }
+  return accurate ? dot_accurate(a, b) : dot(a, b);
+}
+
+double dot_py(const In& x, const In& y, bool accurate) {
+  if (x.ndim() != 1) fail("x has shape " + shape_of(x) + "; expected a 1-d array");
+  if (x.shape(0) > 1 && x.stride(0) != 1) fail("x is not contiguous");
+  if (has_dtype<float>(x)) return dot_t<float>(x, y, accurate);
+  if (has_dtype<double>(x)) return dot_t<double>(x, y, accurate);
+  throw nb::type_error("x must be float32 or float64");
+}
+
+template <class T>
+void dots_t(const In& q, const In& keys, const Out& out) {
+  check_array<T>("query", q, 1);
+  check_array<T>("keys", keys, 2);
+  check_array<T>("out", out, 1);
+  const std::size_t n = keys.shape(0), d = keys.shape(1);
+  if (q.shape(0) != d)
+    fail("keys has shape " + shape_of(keys) + " but query has shape " + shape_of(q) +
+         " (keys.shape[1] must equal len(query))");
+  if (out.shape(0) != n)
+    fail("out has shape " + shape_of(out) + " but keys has shape " + shape_of(keys));
+  if (n > 1 && keys.stride(0) < static_cast<std::int64_t>(d))
+    fail("keys' rows overlap or run backwards (stride " +
+         std::to_string(keys.stride(0)) + " elements)");
+  check_no_overlap("out", out, "query", q, false);
+  check_no_overlap("out", out, "keys", keys, false);
+  std::span<const T> qs(static_cast<const T*>(q.data()), d);
+  MatrixView<const T> kv(static_cast<const T*>(keys.data()), n, d,
+                         n > 1 ? static_cast<std::size_t>(keys.stride(0)) : d);
+  std::span<T> s(static_cast<T*>(out.data()), n);
+  nb::gil_scoped_release release;
+  dots(qs, kv, s);
+}
+
+void dots_py(const In& q, const In& keys, const Out& out) {
+  if (has_dtype<float>(q))
+    dots_t<float>(q, keys, out);
+  else if (has_dtype<double>(q))
+    dots_t<double>(q, keys, out);
+  else
+    throw nb::type_error("query must be float32 or float64");
+}
+
+}  // namespace
+
+void bind_softmax(nb::module_& m) {
+  using namespace nb::literals;
+  m.def("softmax_rows", &softmax_rows_py, "x"_a, "out"_a, "where"_a.none(),
+        "log"_a, "temperature"_a, "fast"_a,
+        "Softmax (log=False) or log-softmax of every row (last axis) of x into out.");
+  m.def("logsumexp_rows", &logsumexp_py, "x"_a, "out"_a, "where"_a.none(),
+        "temperature"_a, "logsumexp of every row (last axis) of x into out.");
+  m.def("softmax_backward_rows", &backward_py, "y"_a, "dy"_a, "out"_a,
+        "Softmax gradient of every row.");
+  m.def("state", &state_py, "chunk"_a, "where"_a.none(), "temperature"_a,
+        "(max, sum, sum_lo) of a 1-d chunk.");
+  m.def("merge", &merge_py, "is_double"_a, "a"_a, "b"_a, "Merges two states.");
+  m.def("state_logsumexp", &state_lse_py, "is_double"_a, "state"_a,
+        "logsumexp of a state.");
+  m.def("apply", &apply_py, "chunk"_a, "total"_a, "out"_a, "where"_a.none(),
+        "temperature"_a, "Weights of a chunk given the row's total state.");
+  m.def("dot", &dot_py, "x"_a, "y"_a, "accurate"_a, "Dot product of two 1-d arrays.");
+  m.def("dots", &dots_py, "query"_a, "keys"_a, "out"_a,
+        "Scores of one query against the rows of keys.");
+}
+
+}  // namespace softdot::python
