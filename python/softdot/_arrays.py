@@ -16,7 +16,10 @@ from typing import Any
 
 import numpy as np
 
-_FLOATS = ("float32", "float64")
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+F16 = np.dtype(np.float16)
+BOOL = np.dtype(np.bool_)
 
 
 def _is_torch(x: Any) -> bool:
@@ -70,10 +73,10 @@ def float_input(fn: str, name: str, x: Any, kind: str) -> Any:
         )
     if type(x) is not np.ndarray:
         x = np.asarray(x)
-    k = x.dtype.kind
-    if x.dtype.name in _FLOATS:
+    d = x.dtype
+    if d is F32 or d is F64 or d == F32 or d == F64:
         return x
-    if k in "iub":
+    if d.kind in "iub":
         return x.astype(np.float64)
     raise TypeError(
         f"{fn}: {name} has dtype {x.dtype.name}; accepted: float32, float64 "
@@ -203,7 +206,7 @@ def where_array(fn: str, where: Any, shape: tuple, kind: str) -> Any:
             ) from None
         return w if kind == "torch" else w.numpy()
     w = np.asarray(where)
-    if w.dtype != np.bool_:
+    if w.dtype != BOOL:
         raise TypeError(f"{fn}: where has dtype {w.dtype.name}; it must be boolean")
     try:
         return np.broadcast_to(w, shape)

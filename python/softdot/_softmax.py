@@ -12,6 +12,11 @@ from . import _arrays as A
 from . import _softdot as _core
 
 _PRECISIONS = {"faithful": False, "fast": True}
+_ndarray = np.ndarray
+_empty_like = np.empty_like
+_F32, _F64 = A.F32, A.F64
+_softmax_fast = _core.softmax_fast
+_dot_fast = _core.dot_fast
 
 # Special values, shared by the docstrings of the softmax family.
 _SPECIAL = """
@@ -121,6 +126,13 @@ def softmax(
     numpy.ndarray or torch.Tensor
         The weights, in ``out`` when given, else a new array like ``x``.
     """
+    # The common call (a numpy row-major array, last axis, no options) goes
+    # straight to the core: this is most of the binding's cost per call.
+    if (type(x) is _ndarray and where is None and out is None and axis == -1
+            and temperature == 1.0 and (precision == "faithful" or precision == "fast")):
+        r = _softmax_fast(x, False, precision == "fast")
+        if r is not None:
+            return r
     fn = "softmax"
     fast = _precision(fn, precision)
     if out is None and where is None and _needs_grad(x, A.kind_of(x)):
@@ -157,6 +169,10 @@ def log_softmax(
     -------
     numpy.ndarray or torch.Tensor
     """
+    if type(x) is _ndarray and where is None and out is None and axis == -1 and temperature == 1.0:
+        r = _softmax_fast(x, True, False)
+        if r is not None:
+            return r
     fn = "log_softmax"
     if out is None and where is None and _needs_grad(x, A.kind_of(x)):
         from . import torch as _st
@@ -344,7 +360,7 @@ class SoftmaxState:
         self.sum = float(sum)
         self.sum_lo = float(sum_lo)
         self.dtype = np.dtype(dtype)
-        if self.dtype.name not in ("float32", "float64"):
+        if self.dtype != _F32 and self.dtype != _F64:
             raise TypeError(f"SoftmaxState: dtype must be float32 or float64, not {self.dtype}")
 
     @classmethod
@@ -406,7 +422,7 @@ def softmax_state(chunk: Any, /, *, where: Any = None, temperature: float = 1.0)
     """
     fn = "softmax_state"
     c, w, _ = _chunk(fn, chunk, where)
-    dt = np.dtype(A.dtype_name(c))
+    dt = _F64 if str(c.dtype).endswith("float64") else _F32
     return SoftmaxState(*_core.state(c, w, _temperature(fn, temperature)), dtype=dt)
 
 
@@ -422,7 +438,7 @@ def softmax_apply(
     if not isinstance(total, SoftmaxState):
         raise TypeError(f"{fn}: total must be a SoftmaxState, got {type(total).__name__}")
     c, w, kind = _chunk(fn, chunk, where)
-    if np.dtype(A.dtype_name(c)) != total.dtype:
+    if (_F64 if str(c.dtype).endswith("float64") else _F32) != total.dtype:
         raise TypeError(
             f"{fn}: chunk has dtype {A.dtype_name(c)} but total is a state of "
             f"{total.dtype.name} chunks"
@@ -452,6 +468,10 @@ def dot(x: Any, y: Any, /, *, accurate: bool = False) -> Any:
     -------
     numpy.float32 / numpy.float64, or a 0-d torch.Tensor for torch inputs.
     """
+    if type(x) is _ndarray and type(y) is _ndarray:
+        r = _dot_fast(x, y, bool(accurate))
+        if r is not None:
+            return r
     fn = "dot"
     kind = A.kind_of(x)
     xa = A.float_input(fn, "x", x, kind)

@@ -23,4 +23,5 @@ NB_MODULE(_softdot, m) {
         "Restricts dispatch to one target ('' restores the automatic choice).");
   softdot::python::bind_softmax(m);
   softdot::python::bind_attention(m);
+  softdot::python::bind_numpy_fast_path(m);
 }

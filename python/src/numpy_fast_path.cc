@@ -1,0 +1,131 @@
+// softdot Python bindings: the fast path for the most common call, a softmax
+// (or log-softmax, or dot) of a row-major numpy array along its last axis
+// with no options. Through the general path a 3-element softmax costs about
+// 1.1 us in Python against 0.04 us in C++: two DLPack imports (about 0.3 us
+// each) and np.empty_like called from Python. Here NumPy's C API reads the
+// array and allocates the result directly. Anything else (other layouts,
+// torch, options) returns None and the caller takes the general path, which
+// gives the same bits.
+#include <nanobind/nanobind.h>
+
+#define NPY_NO_DEPRECATED_API NPY_2_0_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL softdot_ARRAY_API
+#include <numpy/arrayobject.h>
+
+#include <cstddef>
+#include <span>
+
+#include "bindings.h"
+#include "softdot/dot.h"
+#include "softdot/softmax.h"
+
+namespace softdot::python {
+namespace {
+
+namespace nb = nanobind;
+
+// A row-major, aligned array of float32 or float64 with at least one axis and
+// non-empty rows: (type number, rows, row length), or type number -1.
+struct Rows {
+  int type = -1;
+  std::size_t rows = 0, n = 0;
+};
+
+Rows rows_of(PyObject* o) {
+  Rows r;
+  if (!PyArray_CheckExact(o)) return r;
+  auto* a = reinterpret_cast<PyArrayObject*>(o);
+  const int t = PyArray_TYPE(a);
+  const int nd = PyArray_NDIM(a);
+  if ((t != NPY_FLOAT && t != NPY_DOUBLE) || nd < 1 ||
+      !PyArray_ISCARRAY_RO(a) || !PyArray_ISNOTSWAPPED(a))
+    return r;
+  const npy_intp* shape = PyArray_DIMS(a);
+  r.n = static_cast<std::size_t>(shape[nd - 1]);
+  if (r.n == 0) return r;
+  r.rows = static_cast<std::size_t>(PyArray_SIZE(a)) / r.n;
+  r.type = t;
+  return r;
+}
+
+template <class T>
+void run_rows(PyArrayObject* x, PyArrayObject* y, const Rows& r, bool log, bool fast) {
+  SoftmaxOptions o;
+  o.precision = fast ? Precision::kFast : Precision::kFaithful;
+  MatrixView<const T> xv(static_cast<const T*>(PyArray_DATA(x)), r.rows, r.n);
+  MatrixView<T> yv(static_cast<T*>(PyArray_DATA(y)), r.rows, r.n);
+  nb::gil_scoped_release release;
+  if (log)
+    log_softmax_rows(xv, yv, o);
+  else
+    softmax_rows(xv, yv, o);
+}
+
+// softmax (log = false) or log_softmax of the rows of x into a new array, or
+// None when x is not a row-major float32/float64 numpy array.
+nb::object softmax_fast(nb::handle x, bool log, bool fast) {
+  const Rows r = rows_of(x.ptr());
+  if (r.type < 0) return nb::none();
+  auto* xa = reinterpret_cast<PyArrayObject*>(x.ptr());
+  PyObject* y = PyArray_NewLikeArray(xa, NPY_CORDER, nullptr, 0);
+  if (!y) throw nb::python_error();
+  nb::object result = nb::steal(y);
+  auto* ya = reinterpret_cast<PyArrayObject*>(y);
+  if (r.type == NPY_FLOAT)
+    run_rows<float>(xa, ya, r, log, fast);
+  else
+    run_rows<double>(xa, ya, r, log, fast);
+  return result;
+}
+
+PyObject* scalar(void* value, int type) {
+  PyArray_Descr* descr = PyArray_DescrFromType(type);
+  PyObject* s = PyArray_Scalar(value, descr, nullptr);
+  Py_DECREF(descr);
+  return s;
+}
+
+// dot(x, y) as a numpy scalar of their dtype, or None unless both are 1-d
+// contiguous arrays of the same dtype and length.
+nb::object dot_fast(nb::handle x, nb::handle y, bool accurate) {
+  const Rows a = rows_of(x.ptr()), b = rows_of(y.ptr());
+  if (a.type < 0 || a.type != b.type || a.rows != 1 || b.rows != 1 || a.n != b.n ||
+      PyArray_NDIM(reinterpret_cast<PyArrayObject*>(x.ptr())) != 1 ||
+      PyArray_NDIM(reinterpret_cast<PyArrayObject*>(y.ptr())) != 1)
+    return nb::none();
+  const void* px = PyArray_DATA(reinterpret_cast<PyArrayObject*>(x.ptr()));
+  const void* py = PyArray_DATA(reinterpret_cast<PyArrayObject*>(y.ptr()));
+  PyObject* s;
+  if (a.type == NPY_FLOAT) {
+    std::span<const float> u(static_cast<const float*>(px), a.n), v(static_cast<const float*>(py), a.n);
+    float d;
+    {
+      nb::gil_scoped_release release;
+      d = accurate ? dot_accurate(u, v) : dot(u, v);
+    }
+    s = scalar(&d, NPY_FLOAT);
+  } else {
+    std::span<const double> u(static_cast<const double*>(px), a.n), v(static_cast<const double*>(py), a.n);
+    double d;
+    {
+      nb::gil_scoped_release release;
+      d = accurate ? dot_accurate(u, v) : dot(u, v);
+    }
+    s = scalar(&d, NPY_DOUBLE);
+  }
+  if (!s) throw nb::python_error();
+  return nb::steal(s);
+}
+
+}  // namespace
+
+void bind_numpy_fast_path(nb::module_& m) {
+  if (PyArray_ImportNumPyAPI() < 0) throw nb::python_error();
+  using namespace nb::literals;
+  m.def("softmax_fast", &softmax_fast, "x"_a, "log"_a, "fast"_a,
+        "softmax or log_softmax of a row-major numpy array along its last axis, or None.");
+  m.def("dot_fast", &dot_fast, "x"_a, "y"_a, "accurate"_a,
+        "dot of two contiguous 1-d numpy arrays of one dtype as a numpy scalar, or None.");
+}
+
+}  // namespace softdot::python
