@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Installs what softdot needs, then builds and runs the whole test suite twice:
-#   1. build/       Release, warnings are errors;
-#   2. build-asan/  RelWithDebInfo with AddressSanitizer + UndefinedBehaviorSanitizer.
+# Installs what softdot needs, then builds and runs the whole test suite:
+#   1. build/         Release, warnings are errors;
+#   2. build/python/  the Python package: `pip wheel .`, the wheel in a fresh
+#                     venv, pytest on tests/python (scripts/python.sh);
+#   3. build-asan/    RelWithDebInfo with AddressSanitizer + UndefinedBehaviorSanitizer.
 # Both runs include the consumer-package test (tests/consumer: cmake --install,
 # then find_package(softdot) and pkg-config from a separate project).
 # Usage: bash scripts/test.sh   (from a clone, as root). This is what CI runs.
 # BUILD_DIR / ASAN_BUILD_DIR override the two build trees.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/python.sh"
 
 release_dir="${BUILD_DIR:-$SOFTDOT_ROOT/build}"
 asan_dir="${ASAN_BUILD_DIR:-$SOFTDOT_ROOT/build-asan}"
@@ -41,7 +44,13 @@ configure_build "$release_dir" Release -DSOFTDOT_WERROR=ON -DSOFTDOT_BUILD_TESTS
 run_suite "$release_dir" "Release"
 release_s=$((SECONDS - t0))
 
-# 2. ASan + UBSan. Any report aborts the test (abort_on_error), so ctest counts
+# 2. The Python package.
+t0=$SECONDS
+python_suite "$release_dir/python"
+total_tests=$((total_tests + python_tests))
+python_s=$((SECONDS - t0))
+
+# 3. ASan + UBSan. Any report aborts the test (abort_on_error), so ctest counts
 # it as a failure. LeakSanitizer needs ptrace-like access that some VMs and
 # containers deny; probe it and switch leak checks off only where it cannot run.
 t0=$SECONDS
@@ -66,5 +75,5 @@ run_suite "$asan_dir" "ASan+UBSan"
 asan_s=$((SECONDS - t0))
 
 elapsed=$((SECONDS - start))
-log "Release ${release_s}s, ASan+UBSan ${asan_s}s (detect_leaks=${detect_leaks}), consumer package OK in both; total $((elapsed / 60))m$((elapsed % 60))s"
+log "Release ${release_s}s, Python ${python_s}s (${python_tests} tests), ASan+UBSan ${asan_s}s (detect_leaks=${detect_leaks}), consumer package OK in both; total $((elapsed / 60))m$((elapsed % 60))s"
 echo "test.sh: ${total_tests} passed, 0 failed"

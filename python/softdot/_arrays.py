@@ -1,30 +1,32 @@
-"""Array plumbing shared by the public functions: which library an array
-belongs to (numpy or torch), dtype rules, output allocation, axis moves and
-the rare copies. No numerics here: every value is computed by the C++ core.
+"""Array plumbing shared by the public functions. No numerics here: every
+value is computed by the C++ core.
+
+Inside the package every array is a numpy array. A CPU torch tensor enters as
+``tensor.numpy()``, a view of the same memory (no copy; about 0.5 us, where
+passing the tensor through DLPack cost 6 us per array here), and results for
+torch callers are allocated with torch and written through their numpy view,
+so torch in gives torch out, sharing memory.
 
 The zero-copy rule: the core reads any layout whose last axis (the row) is
 contiguous, with any strides on the other axes (negative ones included for
-the softmax family). Only an input whose row axis is not contiguous is
-copied, and only an output whose row axis is not contiguous is written
-through a temporary.
+the softmax family, where the attention core copies them). Only an input
+whose row axis is not contiguous is copied, and only an output whose row axis
+is not contiguous is written through a temporary.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
 F16 = np.dtype(np.float16)
+U16 = np.dtype(np.uint16)
 BOOL = np.dtype(np.bool_)
-
-
-def _is_torch(x: Any) -> bool:
-    t = sys.modules.get("torch")
-    return t is not None and isinstance(x, t.Tensor)
+ndarray = np.ndarray
 
 
 def torch_module():
@@ -33,132 +35,145 @@ def torch_module():
     return torch
 
 
+def is_torch(x: Any) -> bool:
+    t = sys.modules.get("torch")
+    return t is not None and isinstance(x, t.Tensor)
+
+
 def kind_of(x: Any) -> str:
-    """'numpy' or 'torch' for an array; other inputs become numpy arrays."""
-    if type(x) is np.ndarray:
+    """'torch' for a torch.Tensor, else 'numpy' (array-likes become numpy)."""
+    if type(x) is ndarray:
         return "numpy"
-    if _is_torch(x):
-        return "torch"
-    return "numpy"
+    return "torch" if is_torch(x) else "numpy"
+
+
+def dtype_str(a: Any) -> str:
+    d = a.dtype
+    return str(d).replace("torch.", "")
 
 
 def check_device(fn: str, name: str, t: Any) -> None:
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         raise ValueError(
             f"{fn}: {name} is on device {t.device}; softdot runs on the CPU only "
             f"(move it with .cpu())"
         )
 
 
-def dtype_name(a: Any) -> str:
-    d = a.dtype
-    if isinstance(d, np.dtype):
-        return d.name
-    return str(d).replace("torch.", "")
+def tensor_view(fn: str, name: str, t: Any) -> np.ndarray:
+    """The numpy view of a CPU tensor's memory (bfloat16 as its uint16 bits)."""
+    check_device(fn, name, t)
+    if t.requires_grad:
+        t = t.detach()
+    torch = torch_module()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(U16)
+    try:
+        return t.numpy()
+    except (RuntimeError, TypeError):  # a lazy negation or conjugation bit
+        return t.resolve_neg().resolve_conj().numpy()
 
 
-def float_input(fn: str, name: str, x: Any, kind: str) -> Any:
-    """x as a float32 or float64 array of its own library: integers and
-    booleans become float64 (as scipy does); any other dtype is a TypeError."""
+def accepted(fn: str, name: str, a: Any, kinds: str) -> TypeError:
+    return TypeError(f"{fn}: {name} has dtype {dtype_str(a)}; accepted: {kinds}")
+
+
+_FLOAT_RULE = "float32, float64 (integers and booleans are converted to float64)"
+
+
+def float_input(fn: str, name: str, x: Any, kind: str) -> np.ndarray:
+    """x as a float32 or float64 numpy array (a view of a tensor's memory):
+    integers and booleans become float64, as scipy does; any other dtype is a
+    TypeError naming it and the accepted ones."""
     if kind == "torch":
-        check_device(fn, name, x)
         torch = torch_module()
-        if x.dtype in (torch.float32, torch.float64):
-            return x.detach() if x.requires_grad else x
-        if not x.is_floating_point() and not x.is_complex():
-            return x.detach().to(torch.float64)
-        raise TypeError(
-            f"{fn}: {name} has dtype {dtype_name(x)}; accepted: float32, float64 "
-            f"(integers are converted to float64)"
-        )
-    if type(x) is not np.ndarray:
+        d = x.dtype
+        if d == torch.float32 or d == torch.float64:
+            return tensor_view(fn, name, x)
+        if d.is_floating_point or d.is_complex:
+            raise accepted(fn, name, x, _FLOAT_RULE)
+        check_device(fn, name, x)
+        return tensor_view(fn, name, x.to(torch.float64))
+    if type(x) is not ndarray:
         x = np.asarray(x)
     d = x.dtype
     if d is F32 or d is F64 or d == F32 or d == F64:
         return x
     if d.kind in "iub":
-        return x.astype(np.float64)
-    raise TypeError(
-        f"{fn}: {name} has dtype {x.dtype.name}; accepted: float32, float64 "
-        f"(integers are converted to float64)"
-    )
+        return x.astype(F64)
+    raise accepted(fn, name, x, _FLOAT_RULE)
 
 
-def same_kind(fn: str, name: str, a: Any, kind: str) -> Any:
-    """An array of `kind` for a secondary input (mask, gradient, out)."""
+def secondary(fn: str, name: str, a: Any, kind: str) -> Any:
+    """A second array (gradient, keys, ...) of the main input's library."""
     if kind == "torch":
-        if not _is_torch(a):
-            if isinstance(a, np.ndarray):
-                return torch_module().from_numpy(a)
-            return torch_module().as_tensor(a)
-        check_device(fn, name, a)
+        if not is_torch(a):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor when the main input is one")
         return a
-    if _is_torch(a):
+    if is_torch(a):
         raise TypeError(f"{fn}: {name} is a torch.Tensor but the main input is a numpy array")
-    return a if type(a) is np.ndarray else np.asarray(a)
+    return a if type(a) is ndarray else np.asarray(a)
 
 
-def strides(a: Any, kind: str) -> tuple:
-    """Strides in elements."""
-    if kind == "torch":
-        return a.stride()
-    item = a.itemsize
-    return tuple(s // item for s in a.strides)
+def row_contiguous(a: np.ndarray) -> bool:
+    return a.ndim == 0 or a.shape[-1] <= 1 or a.strides[-1] == a.itemsize
 
 
-def row_contiguous(a: Any, kind: str) -> bool:
-    if a.ndim == 0 or a.shape[-1] <= 1:
-        return True
-    if kind == "torch":
-        return a.stride(-1) == 1
-    return a.strides[-1] == a.itemsize
-
-
-def contiguous_rows(a: Any, kind: str) -> Any:
+def contiguous_rows(a: np.ndarray) -> np.ndarray:
     """a itself when its last axis is contiguous, else a C-ordered copy."""
-    if row_contiguous(a, kind):
-        return a
-    return a.contiguous() if kind == "torch" else np.ascontiguousarray(a)
+    return a if row_contiguous(a) else np.ascontiguousarray(a)
 
 
-def no_negative_strides(a: Any, kind: str) -> Any:
-    """The attention core takes non-negative strides only: copy otherwise."""
-    if kind == "numpy" and any(s < 0 for s in a.strides):
-        return np.ascontiguousarray(a)
-    return a
+def torch_dtype(d: np.dtype):
+    torch = torch_module()
+    return torch.float64 if d == F64 else torch.float32
 
 
-def moveaxis(a: Any, src, dst, kind: str) -> Any:
+def new_output(shape: Tuple[int, ...], dtype: np.dtype, kind: str) -> Tuple[Any, np.ndarray]:
+    """(what the caller gets, its numpy view)."""
     if kind == "torch":
-        return a.movedim(src, dst)
-    return np.moveaxis(a, src, dst)
+        t = torch_module().empty(shape, dtype=torch_dtype(dtype))
+        return t, t.numpy()
+    a = np.empty(shape, dtype=dtype)
+    return a, a
 
 
-def empty(shape, like: Any, kind: str, dtype=None) -> Any:
+def user_output(fn: str, out: Any, shape: Tuple[int, ...], dtype: np.dtype,
+                kind: str) -> Tuple[Any, np.ndarray]:
+    """Checks a caller's `out` (same library, dtype and shape, writable) and
+    returns (out, its numpy view)."""
     if kind == "torch":
-        torch = torch_module()
-        return torch.empty(shape, dtype=dtype or like.dtype)
-    return np.empty(shape, dtype=dtype or like.dtype)
+        if not is_torch(out):
+            raise TypeError(f"{fn}: out must be a torch.Tensor when the input is one")
+        check_device(fn, "out", out)
+        if out.requires_grad:
+            raise ValueError(f"{fn}: out requires grad; pass a tensor without autograd history")
+        if out.dtype != torch_dtype(dtype) or dtype not in (F32, F64):
+            raise TypeError(f"{fn}: out has dtype {dtype_str(out)}; expected {dtype.name}")
+        if tuple(out.shape) != tuple(shape):
+            raise ValueError(f"{fn}: out has shape {tuple(out.shape)}; expected {tuple(shape)}")
+        return out, out.numpy()
+    if type(out) is not ndarray:
+        raise TypeError(f"{fn}: out must be a numpy.ndarray when the input is one")
+    if out.dtype != dtype:
+        raise TypeError(f"{fn}: out has dtype {out.dtype.name}; expected {dtype.name}")
+    if out.shape != tuple(shape):
+        raise ValueError(f"{fn}: out has shape {out.shape}; expected {tuple(shape)}")
+    if not out.flags.writeable:
+        raise ValueError(f"{fn}: out is read-only")
+    return out, out
 
 
-def empty_like(a: Any, kind: str) -> Any:
-    if kind == "torch":
-        return torch_module().empty_like(a)
-    return np.empty_like(a)
-
-
-def copy_into(dst: Any, src: Any, kind: str) -> None:
-    if kind == "torch":
-        dst.copy_(src)
-    else:
-        np.copyto(dst, src)
+def output(fn: str, out: Any, shape, dtype: np.dtype, kind: str) -> Tuple[Any, np.ndarray]:
+    if out is None:
+        return new_output(tuple(shape), dtype, kind)
+    return user_output(fn, out, tuple(shape), dtype, kind)
 
 
 def normalize_axis(fn: str, axis: Any, ndim: int, name: str = "axis") -> int:
-    try:
-        a = int(axis)
-    except (TypeError, ValueError):
-        raise TypeError(f"{fn}: {name} must be an integer, not {axis!r}") from None
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{fn}: {name} must be an integer, not {axis!r}")
+    a = int(axis)
     if not -ndim <= a < ndim:
         raise np.exceptions.AxisError(
             f"{fn}: {name} {a} is out of bounds for an array of {ndim} dimensions"
@@ -166,58 +181,37 @@ def normalize_axis(fn: str, axis: Any, ndim: int, name: str = "axis") -> int:
     return a % ndim
 
 
-def check_out(fn: str, out: Any, shape: tuple, dtype: Any, kind: str) -> Any:
-    """Checks a caller's `out`: same library, dtype and shape, writable."""
-    if kind == "torch":
-        if not _is_torch(out):
-            raise TypeError(f"{fn}: out must be a torch.Tensor when the input is one")
-        check_device(fn, "out", out)
-        if out.requires_grad:
-            raise ValueError(f"{fn}: out requires grad; pass a tensor without autograd history")
-    else:
-        if type(out) is not np.ndarray:
-            raise TypeError(f"{fn}: out must be a numpy.ndarray when the input is one")
-        if not out.flags.writeable:
-            raise ValueError(f"{fn}: out is read-only")
-    if out.dtype != dtype:
-        raise TypeError(f"{fn}: out has dtype {dtype_name(out)}; expected {dtype_name_of(dtype)}")
-    if tuple(out.shape) != tuple(shape):
-        raise ValueError(f"{fn}: out has shape {tuple(out.shape)}; expected {tuple(shape)}")
-    return out
-
-
-def dtype_name_of(d: Any) -> str:
-    return d.name if isinstance(d, np.dtype) else str(d).replace("torch.", "")
-
-
-def where_array(fn: str, where: Any, shape: tuple, kind: str) -> Any:
-    """`where` broadcast to `shape` (a stride-0 view, no copy), as booleans."""
-    if _is_torch(where):
-        check_device(fn, "where", where)
+def where_array(fn: str, where: Any, shape: Tuple[int, ...]) -> np.ndarray:
+    """`where` as booleans broadcast to `shape` (a stride-0 view, no copy)."""
+    if is_torch(where):
         torch = torch_module()
         if where.dtype != torch.bool:
-            raise TypeError(f"{fn}: where has dtype {dtype_name(where)}; it must be boolean")
-        try:
-            w = where.broadcast_to(shape)
-        except RuntimeError:
-            raise ValueError(
-                f"{fn}: where has shape {tuple(where.shape)}, which does not broadcast "
-                f"to x's shape {tuple(shape)}"
-            ) from None
-        return w if kind == "torch" else w.numpy()
-    w = np.asarray(where)
-    if w.dtype != BOOL:
-        raise TypeError(f"{fn}: where has dtype {w.dtype.name}; it must be boolean")
+            raise TypeError(f"{fn}: where has dtype {dtype_str(where)}; it must be boolean")
+        w = tensor_view(fn, "where", where)
+    else:
+        w = where if type(where) is ndarray else np.asarray(where)
+        if w.dtype != BOOL:
+            raise TypeError(f"{fn}: where has dtype {w.dtype.name}; it must be boolean")
+    if w.shape == shape:
+        return w
     try:
         return np.broadcast_to(w, shape)
     except ValueError:
         raise ValueError(
-            f"{fn}: where has shape {w.shape}, which does not broadcast to x's shape "
+            f"{fn}: where has shape {tuple(w.shape)}, which does not broadcast to x's shape "
             f"{tuple(shape)}"
         ) from None
 
 
-def wrap_scalar(value: float, dtype: Any, kind: str) -> Any:
+def wrap_scalar(value: float, dtype: np.dtype, kind: str) -> Any:
     if kind == "torch":
-        return torch_module().tensor(value, dtype=dtype)
+        return torch_module().tensor(value, dtype=torch_dtype(dtype))
     return dtype.type(value)
+
+
+def result(user: Any, view: np.ndarray, kind: str, scalar_ok: bool = False) -> Any:
+    """What to return: the caller's array; a numpy scalar for a 0-d numpy result
+    when scalar_ok (as scipy's logsumexp)."""
+    if kind == "numpy" and scalar_ok and view.ndim == 0:
+        return view[()]
+    return user

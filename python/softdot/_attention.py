@@ -15,61 +15,59 @@ _KV_F32, _KV_F16, _KV_BF16 = 0, 1, 2
 _SIZE_MAX = 2**64 - 1
 
 
-def _kv_format(fn: str, name: str, a: Any, kind: str) -> Tuple[Any, int]:
-    """(array the core can read, format code) for a key or value array."""
+def _kv_format(fn: str, name: str, a: Any, kind: str) -> Tuple[np.ndarray, int]:
+    """(numpy array the core can read, format code) for a key or value array:
+    16-bit formats travel as their bits."""
     if kind == "torch":
-        A.check_device(fn, name, a)
         torch = A.torch_module()
         fmt = {torch.float32: _KV_F32, torch.float16: _KV_F16, torch.bfloat16: _KV_BF16}.get(
             a.dtype
         )
         if fmt is None:
-            raise TypeError(
-                f"{fn}: {name} has dtype {A.dtype_name(a)}; accepted: float32, float16, bfloat16"
-            )
-        return a, fmt
-    name_ = a.dtype.name
-    if name_ == "float32":
+            raise A.accepted(fn, name, a, "float32, float16, bfloat16")
+        v = A.tensor_view(fn, name, a)
+        return (v.view(A.U16) if fmt == _KV_F16 else v), fmt
+    d = a.dtype
+    if d == A.F32:
         return a, _KV_F32
-    if name_ == "float16":
-        return a.view(np.uint16), _KV_F16
-    if name_ == "bfloat16":  # ml_dtypes.bfloat16: the bits, as uint16
-        return a.view(np.uint16), _KV_BF16
-    raise TypeError(
-        f"{fn}: {name} has dtype {name_}; accepted: float32, float16, bfloat16 "
-        f"(ml_dtypes.bfloat16)"
-    )
+    if d == A.F16:
+        return a.view(A.U16), _KV_F16
+    if d.name == "bfloat16":  # ml_dtypes.bfloat16: the bits, as uint16
+        return a.view(A.U16), _KV_BF16
+    raise A.accepted(fn, name, a, "float32, float16, bfloat16 (ml_dtypes.bfloat16)")
 
 
-def _as_array(fn: str, name: str, a: Any, kind: str) -> Any:
+def _array(fn: str, name: str, a: Any, kind: str) -> Any:
+    """An input of the query's library, on the CPU (torch stays torch here)."""
+    a = A.secondary(fn, name, a, kind)
     if kind == "torch":
-        if not A._is_torch(a):
-            raise TypeError(f"{fn}: {name} must be a torch.Tensor when query is one")
         A.check_device(fn, name, a)
-        return a
-    if A._is_torch(a):
-        raise TypeError(f"{fn}: {name} is a torch.Tensor but query is a numpy array")
-    return a if type(a) is np.ndarray else np.asarray(a)
+    return a
 
 
-def _to4(fn: str, name: str, a: Any, kind: str) -> Any:
+def _np(fn: str, name: str, a: Any, kind: str) -> np.ndarray:
+    return A.tensor_view(fn, name, a) if kind == "torch" else a
+
+
+def _to4(a: np.ndarray) -> np.ndarray:
     """[..., L, E] as [B, H, L, E]: leading ones for 2-d and 3-d, the batch
     axes merged for more than 4 (a copy only if they cannot be merged)."""
     nd = a.ndim
+    if nd == 4:
+        return a
     if nd == 2:
         return a[None, None]
     if nd == 3:
         return a[None]
-    if nd == 4:
-        return a
-    if nd > 4:
-        return a.reshape((-1,) + tuple(a.shape[-3:]))
-    raise ValueError(f"{fn}: {name} has shape {tuple(a.shape)}; expected [..., L, E] (2-d or more)")
+    return a.reshape((-1,) + a.shape[-3:])
 
 
-def _ready(a: Any, kind: str) -> Any:
+def _ready(a: np.ndarray) -> np.ndarray:
     """Contiguous last axis and non-negative strides (the core's views)."""
-    return A.no_negative_strides(A.contiguous_rows(a, kind), kind)
+    a = A.contiguous_rows(a)
+    if any(s < 0 for s in a.strides):
+        a = np.ascontiguousarray(a)
+    return a
 
 
 def _no_grad(fn: str, kind: str, *arrays: Any) -> None:
@@ -79,7 +77,7 @@ def _no_grad(fn: str, kind: str, *arrays: Any) -> None:
     if not torch.is_grad_enabled():
         return
     for a in arrays:
-        if a is not None and A._is_torch(a) and a.requires_grad:
+        if a is not None and A.is_torch(a) and a.requires_grad:
             raise NotImplementedError(
                 f"{fn}: an input requires grad, and softdot's attention has no backward yet; "
                 f"call it under torch.no_grad() or on detached tensors "
@@ -87,9 +85,13 @@ def _no_grad(fn: str, kind: str, *arrays: Any) -> None:
             )
 
 
+def _is_float(a: Any, kind: str) -> bool:
+    return a.is_floating_point() if kind == "torch" else a.dtype.kind == "f"
+
+
 class _Prepared:
     __slots__ = ("kind", "q", "k", "v", "fmt", "mask", "bias", "sinks", "lead", "L", "S",
-                 "E", "Ev", "scale", "wl", "wr", "softcap", "kv_begin", "kv_end", "causal")
+                 "Ev", "scale", "wl", "wr", "softcap", "kv_begin", "kv_end", "causal")
 
 
 def _prepare(fn, query, key, value, attn_mask, bias, scale, causal, window, softcap, sinks,
@@ -98,102 +100,96 @@ def _prepare(fn, query, key, value, attn_mask, bias, scale, causal, window, soft
     kind = A.kind_of(query)
     p.kind = kind
     _no_grad(fn, kind, query, key, value, attn_mask, bias, sinks)
-    q = _as_array(fn, "query", query, kind)
-    if A.dtype_name(q) != "float32":
-        raise TypeError(f"{fn}: query has dtype {A.dtype_name(q)}; accepted: float32")
-    k = _as_array(fn, "key", key, kind)
-    k, fk = _kv_format(fn, "key", k, kind)
+    q = query if kind == "torch" else A.secondary(fn, "query", query, kind)
+    if kind == "torch":
+        A.check_device(fn, "query", q)
+        if q.dtype != A.torch_module().float32:
+            raise A.accepted(fn, "query", q, "float32")
+    elif q.dtype != A.F32:
+        raise A.accepted(fn, "query", q, "float32")
+    q = _np(fn, "query", q, kind)
+    k, fk = _kv_format(fn, "key", _array(fn, "key", key, kind), kind)
+    v = None
     if value is not None:
-        v = _as_array(fn, "value", value, kind)
-        v, fv = _kv_format(fn, "value", v, kind)
+        v, fv = _kv_format(fn, "value", _array(fn, "value", value, kind), kind)
         if fk != fv:
             raise TypeError(
-                f"{fn}: key has dtype {A.dtype_name(key)} but value has dtype "
-                f"{A.dtype_name(value)}; they must be the same"
+                f"{fn}: key has dtype {A.dtype_str(key)} but value has dtype "
+                f"{A.dtype_str(value)}; they must be the same"
             )
-    else:
-        v = None
+    vs = "" if v is None else f", value {v.shape}"
     if q.ndim < 2 or k.ndim != q.ndim or (v is not None and v.ndim != q.ndim):
-        shapes = f"query {tuple(q.shape)}, key {tuple(k.shape)}" + (
-            "" if v is None else f", value {tuple(v.shape)}")
         raise ValueError(
-            f"{fn}: {shapes}: expected [..., L, E], [..., S, E] and [..., S, Ev] with the "
-            f"same number of axes (2 or more)"
+            f"{fn}: query {q.shape}, key {k.shape}{vs}: expected [..., L, E], [..., S, E] "
+            f"and [..., S, Ev] with the same number of axes (2 or more)"
         )
     L, E = q.shape[-2], q.shape[-1]
     S = k.shape[-2]
     if k.shape[-1] != E:
         raise ValueError(
-            f"{fn}: key has shape {tuple(k.shape)} but query has shape {tuple(q.shape)} "
+            f"{fn}: key has shape {k.shape} but query has shape {q.shape} "
             f"(the last axes, E, must match)"
         )
     if v is not None and v.shape[-2] != S:
         raise ValueError(
-            f"{fn}: value has shape {tuple(v.shape)} but key has shape {tuple(k.shape)} "
+            f"{fn}: value has shape {v.shape} but key has shape {k.shape} "
             f"(the key axes, S, must match)"
         )
     if L == 0 or E == 0 or (v is not None and v.shape[-1] == 0):
-        raise ValueError(
-            f"{fn}: query has shape {tuple(q.shape)}: L, E and Ev must be >= 1"
-        )
-    # Batch axes: all but the heads axis equal; heads a multiple (GQA).
-    qb, kb = tuple(q.shape[:-2]), tuple(k.shape[:-2])
+        raise ValueError(f"{fn}: query {q.shape}{vs}: L, E and Ev must be >= 1")
+    # Batch axes equal; query's heads a multiple of key's (GQA).
+    qb, kb = q.shape[:-2], k.shape[:-2]
     hq = qb[-1] if qb else 1
     hk = kb[-1] if kb else 1
-    if qb[:-1] != kb[:-1] or (v is not None and tuple(v.shape[:-2]) != kb) or hk == 0 or hq % hk:
+    if qb[:-1] != kb[:-1] or (v is not None and v.shape[:-2] != kb) or hk == 0 or hq % hk:
         raise ValueError(
-            f"{fn}: query has shape {tuple(q.shape)}, key {tuple(k.shape)}"
-            + ("" if v is None else f", value {tuple(v.shape)}")
-            + ": the batch axes must match and query's heads be a multiple of key's (GQA)"
+            f"{fn}: query has shape {q.shape}, key {k.shape}{vs}: the batch axes must match "
+            f"and query's heads be a multiple of key's (grouped-query attention)"
         )
-    p.lead = qb
-    p.L, p.S, p.E = L, S, E
+    p.lead, p.L, p.S = qb, L, S
     p.Ev = v.shape[-1] if v is not None else 0
-    p.q = _ready(_to4(fn, "query", q, kind), kind)
-    p.k = _ready(_to4(fn, "key", k, kind), kind)
-    p.v = None if v is None else _ready(_to4(fn, "value", v, kind), kind)
+    p.q, p.k = _ready(_to4(q)), _ready(_to4(k))
+    p.v = None if v is None else _ready(_to4(v))
     p.fmt = fk
     full = qb + (L, S)
 
-    # Masks: bool = attend, float = added (torch's rule), broadcast (no copy).
-    mask = None
-    biases = []
-    if attn_mask is not None:
-        m = _as_array(fn, "attn_mask", attn_mask, kind)
-        if A.dtype_name(m) == "bool":
-            mask = m
-        elif kind == "torch" and m.is_floating_point() or kind == "numpy" and m.dtype.kind == "f":
-            biases.append(m)
-        else:
-            raise TypeError(
-                f"{fn}: attn_mask has dtype {A.dtype_name(m)}; accepted: bool (True = attend) "
-                f"or a float dtype (added to the scores)"
-            )
-    if bias is not None:
-        b = _as_array(fn, "bias", bias, kind)
-        if not (kind == "torch" and b.is_floating_point() or kind == "numpy" and b.dtype.kind == "f"):
-            raise TypeError(f"{fn}: bias has dtype {A.dtype_name(b)}; accepted: a float dtype")
-        biases.append(b)
-
     def broadcast(name, a):
         try:
-            return a.broadcast_to(full) if kind == "torch" else np.broadcast_to(a, full)
-        except (RuntimeError, ValueError):
+            return np.broadcast_to(a, full)
+        except ValueError:
             raise ValueError(
-                f"{fn}: {name} has shape {tuple(a.shape)}, which does not broadcast to "
+                f"{fn}: {name} has shape {a.shape}, which does not broadcast to "
                 f"{full} (query's batch axes, L, S)"
             ) from None
 
-    p.mask = None if mask is None else _ready(_to4(fn, "attn_mask", broadcast("attn_mask", mask), kind), kind)
+    # Masks: bool = attend, float = added (torch's rule), broadcast (no copy).
+    p.mask = None
+    biases = []
+    if attn_mask is not None:
+        m = _array(fn, "attn_mask", attn_mask, kind)
+        if A.dtype_str(m) == "bool":
+            p.mask = _ready(_to4(broadcast("attn_mask", _np(fn, "attn_mask", m, kind))))
+        elif _is_float(m, kind):
+            if kind == "torch" and m.dtype != A.torch_module().float32:
+                m = m.float()
+            biases.append(("attn_mask", _np(fn, "attn_mask", m, kind)))
+        else:
+            raise A.accepted(fn, "attn_mask", m, "bool (True = attend) or a float dtype (added)")
+    if bias is not None:
+        b = _array(fn, "bias", bias, kind)
+        if not _is_float(b, kind):
+            raise A.accepted(fn, "bias", b, "a float dtype")
+        if kind == "torch" and b.dtype != A.torch_module().float32:
+            b = b.float()
+        biases.append(("bias", _np(fn, "bias", b, kind)))
     p.bias = None
     if biases:
+        s = broadcast(*biases[0])
         if len(biases) == 2:
-            s = broadcast("attn_mask", biases[0]) + broadcast("bias", biases[1])
-        else:
-            s = broadcast("bias" if bias is not None else "attn_mask", biases[0])
-        if A.dtype_name(s) != "float32":
-            s = s.to(A.torch_module().float32) if kind == "torch" else s.astype(np.float32)
-        p.bias = _ready(_to4(fn, "bias", s, kind), kind)
+            s = s + broadcast(*biases[1])
+        if s.dtype != A.F32:
+            s = s.astype(A.F32)
+        p.bias = _ready(_to4(s))
 
     if scale is None:
         p.scale = math.nan
@@ -208,20 +204,23 @@ def _prepare(fn, query, key, value, attn_mask, bias, scale, causal, window, soft
     except (TypeError, ValueError):
         raise ValueError(f"{fn}: window must be a pair (left, right) of ints, got {window!r}") from None
     if p.wl < -1 or p.wr < -1:
-        raise ValueError(f"{fn}: window {window!r}: -1 means unbounded; other negative values are not allowed")
+        raise ValueError(
+            f"{fn}: window {tuple(window)!r}: -1 means unbounded; other negative values are "
+            f"not allowed"
+        )
     p.softcap = float(softcap)
     if not (math.isfinite(p.softcap) and p.softcap >= 0):
         raise ValueError(f"{fn}: softcap must be finite and >= 0, got {softcap!r}")
     p.sinks = None
     if sinks is not None:
-        s = _as_array(fn, "sinks", sinks, kind)
+        s = _array(fn, "sinks", sinks, kind)
+        if kind == "torch":
+            s = _np(fn, "sinks", s.float() if s.dtype != A.torch_module().float32 else s, kind)
         if s.ndim != 1 or s.shape[0] != hq:
             raise ValueError(
-                f"{fn}: sinks has shape {tuple(s.shape)}; expected ({hq},), one logit per query head"
+                f"{fn}: sinks has shape {s.shape}; expected ({hq},), one logit per query head"
             )
-        if A.dtype_name(s) != "float32":
-            s = s.to(A.torch_module().float32) if kind == "torch" else s.astype(np.float32)
-        p.sinks = A.contiguous_rows(s, kind)
+        p.sinks = np.ascontiguousarray(s, dtype=A.F32)
     if kv_range is None:
         p.kv_begin, p.kv_end = 0, _SIZE_MAX
     else:
@@ -232,15 +231,16 @@ def _prepare(fn, query, key, value, attn_mask, bias, scale, causal, window, soft
         p.kv_begin = int(b)
         p.kv_end = _SIZE_MAX if e is None else int(e)
         if p.kv_begin < 0 or p.kv_end < 0:
-            raise ValueError(f"{fn}: kv_range {kv_range!r} has a negative bound")
+            raise ValueError(f"{fn}: kv_range {tuple(kv_range)!r} has a negative bound")
     return p
 
 
-def _output(fn, out, shape, kind, like):
-    torch_f32 = A.torch_module().float32 if kind == "torch" else np.dtype(np.float32)
-    if out is None:
-        return A.empty(shape, like, kind, dtype=torch_f32)
-    return A.check_out(fn, out, shape, torch_f32, kind)
+def _target(o: np.ndarray) -> Tuple[np.ndarray, bool]:
+    """(4-d array the core writes, whether it is o's memory)."""
+    o4 = _to4(o)
+    direct = (A.row_contiguous(o4) and all(s >= 0 for s in o4.strides)
+              and (o.ndim <= 4 or np.shares_memory(o4, o)))
+    return (o4, True) if direct else (np.empty(o4.shape, A.F32), False)
 
 
 _CAUSAL_DOC = """
@@ -319,20 +319,15 @@ def scaled_dot_product_attention(
     fn = "scaled_dot_product_attention"
     p = _prepare(fn, query, key, value, attn_mask, bias, scale, causal, window, softcap, sinks,
                  kv_range)
-    kind = p.kind
     shape = p.lead + (p.L, p.Ev)
-    o = _output(fn, out, shape, kind, p.q)
-    o4 = _to4(fn, "out", o, kind)
-    direct = A.row_contiguous(o4, kind) and (kind == "torch" or all(s >= 0 for s in o4.strides))
-    if direct and kind == "numpy" and o.ndim > 4 and not np.shares_memory(o4, o):
-        direct = False
-    target = o4 if direct else A.empty(o4.shape, p.q, kind)
-    lse = A.empty(p.lead + (p.L,), p.q, kind) if return_lse else None
+    user, o = A.output(fn, out, shape, A.F32, p.kind)
+    target, direct = _target(o)
+    lse_user, lse = A.new_output(p.lead + (p.L,), A.F32, p.kind) if return_lse else (None, None)
     _core.attention(p.q, p.k, p.v, target, p.fmt, p.mask, p.bias, p.sinks, lse, p.scale,
                     p.causal, p.wl, p.wr, p.softcap, p.kv_begin, p.kv_end)
     if not direct:
-        A.copy_into(o, target.reshape(shape), kind)
-    return (o, lse) if return_lse else o
+        np.copyto(o, target.reshape(shape))
+    return (user, lse_user) if return_lse else user
 
 
 scaled_dot_product_attention.__doc__ += _CAUSAL_DOC
@@ -363,19 +358,14 @@ def attention_weights(
     fn = "attention_weights"
     p = _prepare(fn, query, key, None, attn_mask, bias, scale, causal, window, softcap, sinks,
                  kv_range)
-    kind = p.kind
     shape = p.lead + (p.L, p.S)
-    o = _output(fn, out, shape, kind, p.q)
-    o4 = _to4(fn, "out", o, kind)
-    direct = A.row_contiguous(o4, kind) and (kind == "torch" or all(s >= 0 for s in o4.strides))
-    if direct and kind == "numpy" and o.ndim > 4 and not np.shares_memory(o4, o):
-        direct = False
-    target = o4 if direct else A.empty(o4.shape, p.q, kind)
+    user, o = A.output(fn, out, shape, A.F32, p.kind)
+    target, direct = _target(o)
     _core.attention_weights(p.q, p.k, target, p.fmt, p.mask, p.bias, p.sinks, p.scale, p.causal,
                             p.wl, p.wr, p.softcap, p.kv_begin, p.kv_end)
     if not direct:
-        A.copy_into(o, target.reshape(shape), kind)
-    return o
+        np.copyto(o, target.reshape(shape))
+    return user
 
 
 attention_weights.__doc__ += _CAUSAL_DOC
@@ -402,34 +392,25 @@ def attention_merge(out_a: Any, lse_a: Any, out_b: Any, lse_b: Any, /, *, out: A
     kind = A.kind_of(out_a)
     arrs = []
     for name, a in (("out_a", out_a), ("lse_a", lse_a), ("out_b", out_b), ("lse_b", lse_b)):
-        a = _as_array(fn, name, a, kind)
-        if A.dtype_name(a) != "float32":
-            raise TypeError(f"{fn}: {name} has dtype {A.dtype_name(a)}; accepted: float32")
-        arrs.append(a)
+        a = _array(fn, name, a, kind)
+        if A.dtype_str(a) != "float32":
+            raise A.accepted(fn, name, a, "float32")
+        arrs.append(_np(fn, name, a, kind))
     oa, la, ob, lb = arrs
-    if oa.ndim < 2 or tuple(oa.shape) != tuple(ob.shape):
+    if oa.ndim < 2 or oa.shape != ob.shape:
         raise ValueError(
-            f"{fn}: out_a has shape {tuple(oa.shape)} and out_b {tuple(ob.shape)}; they must be "
-            f"equal, [..., L, Ev]"
+            f"{fn}: out_a has shape {oa.shape} and out_b {ob.shape}; they must be equal, "
+            f"[..., L, Ev]"
         )
-    lshape = tuple(oa.shape[:-1])
+    lshape = oa.shape[:-1]
     for name, a in (("lse_a", la), ("lse_b", lb)):
-        if tuple(a.shape) != lshape:
-            raise ValueError(f"{fn}: {name} has shape {tuple(a.shape)}; expected {lshape}")
-    shape = tuple(oa.shape)
-    o = _output(fn, out, shape, kind, oa)
-    lse = A.empty(lshape, oa, kind)
-
-    def dense(a):
-        return a.contiguous() if kind == "torch" else np.ascontiguousarray(a)
-
-    o4 = _to4(fn, "out", o, kind)
-    direct = A.row_contiguous(o4, kind) and (kind == "torch" or all(s >= 0 for s in o4.strides))
-    if direct and kind == "numpy" and o.ndim > 4 and not np.shares_memory(o4, o):
-        direct = False
-    target = o4 if direct else A.empty(o4.shape, oa, kind)
-    _core.attention_merge(_ready(_to4(fn, "out_a", oa, kind), kind), dense(la),
-                          _ready(_to4(fn, "out_b", ob, kind), kind), dense(lb), target, lse)
+        if a.shape != lshape:
+            raise ValueError(f"{fn}: {name} has shape {a.shape}; expected {lshape}")
+    user, o = A.output(fn, out, oa.shape, A.F32, kind)
+    lse_user, lse = A.new_output(lshape, A.F32, kind)
+    target, direct = _target(o)
+    _core.attention_merge(_ready(_to4(oa)), np.ascontiguousarray(la), _ready(_to4(ob)),
+                          np.ascontiguousarray(lb), target, lse)
     if not direct:
-        A.copy_into(o, target.reshape(shape), kind)
-    return o, lse
+        np.copyto(o, target.reshape(oa.shape))
+    return user, lse_user

@@ -4,6 +4,7 @@ for numpy arrays and CPU torch tensors. See docs/python.md."""
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -13,6 +14,7 @@ from . import _softdot as _core
 
 _PRECISIONS = {"faithful": False, "fast": True}
 _ndarray = np.ndarray
+_sys_modules = sys.modules
 _empty_like = np.empty_like
 _F32, _F64 = A.F32, A.F64
 _softmax_fast = _core.softmax_fast
@@ -50,42 +52,71 @@ def _temperature(fn: str, t: Any) -> float:
     return v
 
 
-def _needs_grad(x: Any, kind: str) -> bool:
-    return kind == "torch" and x.requires_grad and A.torch_module().is_grad_enabled()
+def _needs_grad(x: Any) -> bool:
+    t = _sys_modules.get("torch")
+    return (t is not None and isinstance(x, t.Tensor) and x.requires_grad
+            and t.is_grad_enabled())
 
 
 def _row_op(fn: str, x, axis, where, temperature, out, log: bool, fast: bool):
     """softmax or log_softmax along `axis` (shared by both)."""
     kind = A.kind_of(x)
+    if kind == "torch" and _needs_grad(x):
+        raise NotImplementedError(
+            f"{fn}: x requires grad, and softdot's autograd form (softdot.torch.{fn}) takes "
+            f"neither where= nor out=; call it under torch.no_grad() or on a detached tensor"
+        )
     xa = A.float_input(fn, "x", x, kind)
     nd = xa.ndim
     if nd == 0:
         raise ValueError(f"{fn}: x is 0-d; a softmax needs at least one axis")
     ax = A.normalize_axis(fn, axis, nd)
     if xa.shape[ax] == 0:
-        raise ValueError(f"{fn}: x has shape {tuple(xa.shape)}: axis {ax} is empty")
+        raise ValueError(f"{fn}: x has shape {xa.shape}: axis {ax} is empty")
     t = _temperature(fn, temperature)
-    w = None if where is None else A.where_array(fn, where, tuple(xa.shape), kind)
-    if out is None:
-        o = A.empty_like(xa, kind)
-    else:
-        o = A.check_out(fn, out, tuple(xa.shape), xa.dtype, kind)
+    w = None if where is None else A.where_array(fn, where, xa.shape)
+    user, o = A.output(fn, out, xa.shape, xa.dtype, kind)
     if ax != nd - 1:
-        xm = A.moveaxis(xa, ax, -1, kind)
-        om = A.moveaxis(o, ax, -1, kind)
-        wm = None if w is None else A.moveaxis(w, ax, -1, kind)
+        xm, om = np.moveaxis(xa, ax, -1), np.moveaxis(o, ax, -1)
+        wm = None if w is None else np.moveaxis(w, ax, -1)
     else:
         xm, om, wm = xa, o, w
-    xm = A.contiguous_rows(xm, kind)
+    xm = A.contiguous_rows(xm)
     if wm is not None:
-        wm = A.contiguous_rows(wm, kind)
-    if A.row_contiguous(om, kind):
+        wm = A.contiguous_rows(wm)
+    if A.row_contiguous(om):
         _core.softmax_rows(xm, om, wm, log, t, fast)
     else:
-        tmp = A.empty_like(A.contiguous_rows(xm, kind), kind)
+        tmp = np.empty(xm.shape, xm.dtype)
         _core.softmax_rows(xm, tmp, wm, log, t, fast)
-        A.copy_into(om, tmp, kind)
-    return o
+        np.copyto(om, tmp)
+    return user
+
+
+def _fast_call(x, out, log: bool, fast: bool):
+    """The no-option call on a row-major float32/float64 array, straight to
+    the core's NumPy fast path; None where the general path must run."""
+    tx = type(x)
+    if tx is _ndarray:
+        if out is None or type(out) is _ndarray:
+            return _softmax_fast(x, out, log, fast)
+        return None
+    t = _sys_modules.get("torch")
+    if t is None or tx is not t.Tensor or not x.is_cpu or x.requires_grad:
+        return None
+    d = x.dtype
+    if d != t.float32 and d != t.float64:
+        return None
+    try:
+        xn = x.numpy()
+        if out is None:  # a new numpy array, then a tensor on its memory
+            r = _softmax_fast(xn, None, log, fast)
+            return None if r is None else t.from_numpy(r)
+        if type(out) is t.Tensor and out.is_cpu and not out.requires_grad:
+            return None if _softmax_fast(xn, out.numpy(), log, fast) is None else out
+    except (RuntimeError, TypeError):
+        pass
+    return None
 
 
 def softmax(
@@ -126,16 +157,16 @@ def softmax(
     numpy.ndarray or torch.Tensor
         The weights, in ``out`` when given, else a new array like ``x``.
     """
-    # The common call (a numpy row-major array, last axis, no options) goes
-    # straight to the core: this is most of the binding's cost per call.
-    if (type(x) is _ndarray and where is None and out is None and axis == -1
-            and temperature == 1.0 and (precision == "faithful" or precision == "fast")):
-        r = _softmax_fast(x, False, precision == "fast")
+    # The common call (a row-major array, last axis, no options) goes straight
+    # to the core's NumPy fast path: most of the binding's cost per call.
+    if (where is None and axis == -1 and temperature == 1.0
+            and (precision == "faithful" or precision == "fast")):
+        r = _fast_call(x, out, False, precision == "fast")
         if r is not None:
             return r
     fn = "softmax"
     fast = _precision(fn, precision)
-    if out is None and where is None and _needs_grad(x, A.kind_of(x)):
+    if out is None and where is None and _needs_grad(x):
         from . import torch as _st
 
         return _st.softmax(x, dim=axis, temperature=temperature, precision=precision)
@@ -169,12 +200,12 @@ def log_softmax(
     -------
     numpy.ndarray or torch.Tensor
     """
-    if type(x) is _ndarray and where is None and out is None and axis == -1 and temperature == 1.0:
-        r = _softmax_fast(x, True, False)
+    if where is None and axis == -1 and temperature == 1.0:
+        r = _fast_call(x, out, True, False)
         if r is not None:
             return r
     fn = "log_softmax"
-    if out is None and where is None and _needs_grad(x, A.kind_of(x)):
+    if out is None and where is None and _needs_grad(x):
         from . import torch as _st
 
         return _st.log_softmax(x, dim=axis, temperature=temperature)
@@ -245,35 +276,22 @@ def logsumexp(
     for a in axes:
         n *= xa.shape[a]
     if n == 0:
-        raise ValueError(
-            f"{fn}: x has shape {tuple(xa.shape)}: the reduced axes {axes} hold no entry"
-        )
-    w = None if where is None else A.where_array(fn, where, tuple(xa.shape), kind)
-    final_shape = keep_shape if keepdims else res_shape
-    if out is None:
-        o = A.empty(final_shape, xa, kind)
-    else:
-        o = A.check_out(fn, out, final_shape, xa.dtype, kind)
+        raise ValueError(f"{fn}: x has shape {xa.shape}: the reduced axes {axes} hold no entry")
+    w = None if where is None else A.where_array(fn, where, xa.shape)
+    user, o = A.output(fn, out, keep_shape if keepdims else res_shape, xa.dtype, kind)
     # Reduced axes last, merged into one row (a copy only if they cannot be).
-    rest = [i for i in range(nd) if i not in axes]
-    order = rest + list(axes)
+    order = [i for i in range(nd) if i not in axes] + list(axes)
 
     def rows_of(a):
         if order != list(range(nd)):
-            a = a.permute(order) if kind == "torch" else np.transpose(a, order)
-        a = a.reshape(tuple(res_shape) + (n,))
-        return A.contiguous_rows(a, kind)
+            a = np.transpose(a, order)
+        return A.contiguous_rows(a.reshape(res_shape + (n,)))
 
-    xr = rows_of(xa)
-    wr = None if w is None else rows_of(w)
     target = o
-    if keepdims and len(keep_shape) > 0:
-        # The reduced axes have length 1 in o: squeeze them (a view).
-        target = o.squeeze(axes) if kind == "torch" else np.squeeze(o, axis=axes)
-    _core.logsumexp_rows(xr, target, wr, t)
-    if out is None and kind == "numpy" and o.ndim == 0:
-        return o[()]
-    return o
+    if keepdims and keep_shape:
+        target = np.squeeze(o, axis=axes)  # a view without the length-1 axes
+    _core.logsumexp_rows(rows_of(xa), target, None if w is None else rows_of(w), t)
+    return A.result(user, o, kind, scalar_ok=out is None)
 
 
 def softmax_backward(y: Any, dy: Any, /, *, axis: int = -1, out: Any = None) -> Any:
@@ -300,35 +318,30 @@ def softmax_backward(y: Any, dy: Any, /, *, axis: int = -1, out: Any = None) -> 
     fn = "softmax_backward"
     kind = A.kind_of(y)
     ya = A.float_input(fn, "y", y, kind)
-    da = A.float_input(fn, "dy", A.same_kind(fn, "dy", dy, kind), kind)
+    da = A.float_input(fn, "dy", A.secondary(fn, "dy", dy, kind), kind)
     if ya.dtype != da.dtype:
-        raise TypeError(
-            f"{fn}: y has dtype {A.dtype_name(ya)} but dy has dtype {A.dtype_name(da)}"
-        )
-    if tuple(ya.shape) != tuple(da.shape):
-        raise ValueError(
-            f"{fn}: y has shape {tuple(ya.shape)} but dy has shape {tuple(da.shape)}"
-        )
+        raise TypeError(f"{fn}: y has dtype {ya.dtype.name} but dy has dtype {da.dtype.name}")
+    if ya.shape != da.shape:
+        raise ValueError(f"{fn}: y has shape {ya.shape} but dy has shape {da.shape}")
     nd = ya.ndim
     if nd == 0:
         raise ValueError(f"{fn}: y is 0-d; a softmax gradient needs at least one axis")
     ax = A.normalize_axis(fn, axis, nd)
     if ya.shape[ax] == 0:
-        raise ValueError(f"{fn}: y has shape {tuple(ya.shape)}: axis {ax} is empty")
-    o = A.empty_like(ya, kind) if out is None else A.check_out(
-        fn, out, tuple(ya.shape), ya.dtype, kind)
+        raise ValueError(f"{fn}: y has shape {ya.shape}: axis {ax} is empty")
+    user, o = A.output(fn, out, ya.shape, ya.dtype, kind)
     if ax != nd - 1:
-        ym, dm, om = (A.moveaxis(a, ax, -1, kind) for a in (ya, da, o))
+        ym, dm, om = (np.moveaxis(a, ax, -1) for a in (ya, da, o))
     else:
         ym, dm, om = ya, da, o
-    ym, dm = A.contiguous_rows(ym, kind), A.contiguous_rows(dm, kind)
-    if A.row_contiguous(om, kind):
+    ym, dm = A.contiguous_rows(ym), A.contiguous_rows(dm)
+    if A.row_contiguous(om):
         _core.softmax_backward_rows(ym, dm, om)
     else:
-        tmp = A.empty_like(ym, kind)
+        tmp = np.empty(ym.shape, ym.dtype)
         _core.softmax_backward_rows(ym, dm, tmp)
-        A.copy_into(om, tmp, kind)
-    return o
+        np.copyto(om, tmp)
+    return user
 
 
 # ---- online softmax ------------------------------------------------------------
@@ -403,11 +416,11 @@ def _chunk(fn: str, chunk: Any, where: Any):
     kind = A.kind_of(chunk)
     c = A.float_input(fn, "chunk", chunk, kind)
     if c.ndim != 1:
-        raise ValueError(f"{fn}: chunk has shape {tuple(c.shape)}; expected a 1-d array")
-    c = A.contiguous_rows(c, kind)
+        raise ValueError(f"{fn}: chunk has shape {c.shape}; expected a 1-d array")
+    c = A.contiguous_rows(c)
     w = None
     if where is not None:
-        w = A.contiguous_rows(A.where_array(fn, where, tuple(c.shape), kind), kind)
+        w = A.contiguous_rows(A.where_array(fn, where, c.shape))
     return c, w, kind
 
 
@@ -422,8 +435,7 @@ def softmax_state(chunk: Any, /, *, where: Any = None, temperature: float = 1.0)
     """
     fn = "softmax_state"
     c, w, _ = _chunk(fn, chunk, where)
-    dt = _F64 if str(c.dtype).endswith("float64") else _F32
-    return SoftmaxState(*_core.state(c, w, _temperature(fn, temperature)), dtype=dt)
+    return SoftmaxState(*_core.state(c, w, _temperature(fn, temperature)), dtype=c.dtype)
 
 
 def softmax_apply(
@@ -438,19 +450,20 @@ def softmax_apply(
     if not isinstance(total, SoftmaxState):
         raise TypeError(f"{fn}: total must be a SoftmaxState, got {type(total).__name__}")
     c, w, kind = _chunk(fn, chunk, where)
-    if (_F64 if str(c.dtype).endswith("float64") else _F32) != total.dtype:
+    if c.dtype != total.dtype:
         raise TypeError(
-            f"{fn}: chunk has dtype {A.dtype_name(c)} but total is a state of "
+            f"{fn}: chunk has dtype {c.dtype.name} but total is a state of "
             f"{total.dtype.name} chunks"
         )
-    o = A.empty_like(c, kind) if out is None else A.check_out(fn, out, tuple(c.shape), c.dtype, kind)
-    if A.row_contiguous(o, kind):
-        _core.apply(c, total._tuple(), o, w, _temperature(fn, temperature))
+    t = _temperature(fn, temperature)
+    user, o = A.output(fn, out, c.shape, c.dtype, kind)
+    if A.row_contiguous(o):
+        _core.apply(c, total._tuple(), o, w, t)
     else:
-        tmp = A.empty_like(c, kind)
-        _core.apply(c, total._tuple(), tmp, w, _temperature(fn, temperature))
-        A.copy_into(o, tmp, kind)
-    return o
+        tmp = np.empty(c.shape, c.dtype)
+        _core.apply(c, total._tuple(), tmp, w, t)
+        np.copyto(o, tmp)
+    return user
 
 
 # ---- dot products -----------------------------------------------------------------
@@ -475,16 +488,16 @@ def dot(x: Any, y: Any, /, *, accurate: bool = False) -> Any:
     fn = "dot"
     kind = A.kind_of(x)
     xa = A.float_input(fn, "x", x, kind)
-    ya = A.float_input(fn, "y", A.same_kind(fn, "y", y, kind), kind)
+    ya = A.float_input(fn, "y", A.secondary(fn, "y", y, kind), kind)
     if xa.ndim != 1 or ya.ndim != 1:
         raise ValueError(
-            f"{fn}: x has shape {tuple(xa.shape)} and y has shape {tuple(ya.shape)}; "
-            f"both must be 1-d"
+            f"{fn}: x has shape {xa.shape} and y has shape {ya.shape}; both must be 1-d"
         )
     if xa.dtype != ya.dtype:
-        raise TypeError(f"{fn}: x has dtype {A.dtype_name(xa)} but y has dtype {A.dtype_name(ya)}")
-    xa, ya = A.contiguous_rows(xa, kind), A.contiguous_rows(ya, kind)
-    r = _core.dot(xa, ya, bool(accurate))
+        raise TypeError(f"{fn}: x has dtype {xa.dtype.name} but y has dtype {ya.dtype.name}")
+    if xa.shape != ya.shape:
+        raise ValueError(f"{fn}: x has shape {xa.shape} but y has shape {ya.shape}")
+    r = _core.dot(A.contiguous_rows(xa), A.contiguous_rows(ya), bool(accurate))
     return A.wrap_scalar(r, xa.dtype, kind)
 
 
@@ -506,31 +519,27 @@ def dots(query: Any, keys: Any, /, *, out: Any = None) -> Any:
     fn = "dots"
     kind = A.kind_of(query)
     q = A.float_input(fn, "query", query, kind)
-    k = A.float_input(fn, "keys", A.same_kind(fn, "keys", keys, kind), kind)
+    k = A.float_input(fn, "keys", A.secondary(fn, "keys", keys, kind), kind)
     if q.ndim != 1 or k.ndim != 2:
         raise ValueError(
-            f"{fn}: query has shape {tuple(q.shape)} and keys {tuple(k.shape)}; "
-            f"expected [d] and [n, d]"
+            f"{fn}: query has shape {q.shape} and keys {k.shape}; expected [d] and [n, d]"
         )
     if q.dtype != k.dtype:
-        raise TypeError(
-            f"{fn}: query has dtype {A.dtype_name(q)} but keys has dtype {A.dtype_name(k)}"
-        )
+        raise TypeError(f"{fn}: query has dtype {q.dtype.name} but keys has dtype {k.dtype.name}")
     if k.shape[1] != q.shape[0]:
         raise ValueError(
-            f"{fn}: keys has shape {tuple(k.shape)} but query has shape {tuple(q.shape)} "
+            f"{fn}: keys has shape {k.shape} but query has shape {q.shape} "
             f"(keys.shape[1] must equal len(query))"
         )
-    q = A.contiguous_rows(q, kind)
-    k = A.contiguous_rows(k, kind)
-    if k.shape[0] > 1 and A.strides(k, kind)[0] < k.shape[1]:
-        k = k.contiguous() if kind == "torch" else np.ascontiguousarray(k)
+    q, k = A.contiguous_rows(q), A.contiguous_rows(k)
+    if k.shape[0] > 1 and k.strides[0] < k.shape[1] * k.itemsize:
+        k = np.ascontiguousarray(k)
     n = k.shape[0]
-    o = A.empty((n,), q, kind) if out is None else A.check_out(fn, out, (n,), q.dtype, kind)
-    if A.row_contiguous(o, kind):
+    user, o = A.output(fn, out, (n,), q.dtype, kind)
+    if A.row_contiguous(o):
         _core.dots(q, k, o)
     else:
-        tmp = A.empty((n,), q, kind)
+        tmp = np.empty((n,), q.dtype)
         _core.dots(q, k, tmp)
-        A.copy_into(o, tmp, kind)
-    return o
+        np.copyto(o, tmp)
+    return user

@@ -24,4 +24,5 @@ NB_MODULE(_softdot, m) {
   softdot::python::bind_softmax(m);
   softdot::python::bind_attention(m);
   softdot::python::bind_numpy_fast_path(m);
+  softdot::python::bind_timing_hooks(m);
 }

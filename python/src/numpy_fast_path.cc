@@ -55,22 +55,53 @@ void run_rows(PyArrayObject* x, PyArrayObject* y, const Rows& r, bool log, bool 
   MatrixView<const T> xv(static_cast<const T*>(PyArray_DATA(x)), r.rows, r.n);
   MatrixView<T> yv(static_cast<T*>(PyArray_DATA(y)), r.rows, r.n);
   nb::gil_scoped_release release;
-  if (log)
+  if (r.rows == 1) {  // the span form: about 0.15 us less for a short row
+    std::span<const T> xs(xv.data, r.n);
+    std::span<T> ys(yv.data, r.n);
+    if (log)
+      log_softmax(xs, ys, o);
+    else
+      softmax(xs, ys, o);
+  } else if (log) {
     log_softmax_rows(xv, yv, o);
-  else
+  } else {
     softmax_rows(xv, yv, o);
+  }
 }
 
-// softmax (log = false) or log_softmax of the rows of x into a new array, or
-// None when x is not a row-major float32/float64 numpy array.
-nb::object softmax_fast(nb::handle x, bool log, bool fast) {
+// True when `out` can receive the rows r of x: a C-ordered, aligned,
+// writable numpy array of x's dtype and shape that is x itself (in place) or
+// does not overlap it.
+bool out_fits(PyArrayObject* x, PyObject* o, const Rows& r) {
+  if (!PyArray_CheckExact(o)) return false;
+  auto* a = reinterpret_cast<PyArrayObject*>(o);
+  if (PyArray_TYPE(a) != r.type || !PyArray_ISCARRAY(a) || !PyArray_ISNOTSWAPPED(a) ||
+      PyArray_NDIM(a) != PyArray_NDIM(x) ||
+      !PyArray_CompareLists(PyArray_DIMS(a), PyArray_DIMS(x), PyArray_NDIM(x)))
+    return false;
+  const auto* xb = static_cast<const char*>(PyArray_DATA(x));
+  const auto* ob = static_cast<const char*>(PyArray_DATA(a));
+  const std::size_t bytes = static_cast<std::size_t>(PyArray_NBYTES(x));
+  return xb == ob || ob + bytes <= xb || xb + bytes <= ob;
+}
+
+// softmax (log = false) or log_softmax of the rows of x into `out` (or a new
+// array when out is None); None when x is not a row-major float32/float64
+// numpy array or out does not fit (the general path then copies, or raises).
+nb::object softmax_fast(nb::handle x, nb::handle out, bool log, bool fast) {
   const Rows r = rows_of(x.ptr());
   if (r.type < 0) return nb::none();
   auto* xa = reinterpret_cast<PyArrayObject*>(x.ptr());
-  PyObject* y = PyArray_NewLikeArray(xa, NPY_CORDER, nullptr, 0);
-  if (!y) throw nb::python_error();
-  nb::object result = nb::steal(y);
-  auto* ya = reinterpret_cast<PyArrayObject*>(y);
+  nb::object result;
+  if (out.is_none()) {
+    PyObject* y = PyArray_NewLikeArray(xa, NPY_CORDER, nullptr, 0);
+    if (!y) throw nb::python_error();
+    result = nb::steal(y);
+  } else {
+    if (!out_fits(xa, out.ptr(), r)) return nb::none();
+    result = nb::borrow(out);
+  }
+  auto* ya = reinterpret_cast<PyArrayObject*>(result.ptr());
   if (r.type == NPY_FLOAT)
     run_rows<float>(xa, ya, r, log, fast);
   else
@@ -122,8 +153,9 @@ nb::object dot_fast(nb::handle x, nb::handle y, bool accurate) {
 void bind_numpy_fast_path(nb::module_& m) {
   if (PyArray_ImportNumPyAPI() < 0) throw nb::python_error();
   using namespace nb::literals;
-  m.def("softmax_fast", &softmax_fast, "x"_a, "log"_a, "fast"_a,
-        "softmax or log_softmax of a row-major numpy array along its last axis, or None.");
+  m.def("softmax_fast", &softmax_fast, "x"_a, "out"_a.none(), "log"_a, "fast"_a,
+        "softmax or log_softmax of a row-major numpy array along its last axis "
+        "(into out, or a new array), or None.");
   m.def("dot_fast", &dot_fast, "x"_a, "y"_a, "accurate"_a,
         "dot of two contiguous 1-d numpy arrays of one dtype as a numpy scalar, or None.");
 }

@@ -1,0 +1,67 @@
+# The Python package's build and tests, sourced by scripts/test.sh (after
+# common.sh). python_suite DIR:
+#   1. `pip wheel .` builds the wheel as a user's `pip install .` does (build
+#      isolation: scikit-build-core, nanobind and numpy come from PyPI), into
+#      DIR/dist; the CMake tree is build/python/<wheel tag> (pyproject.toml).
+#   2. A fresh venv DIR/venv-fresh installs that wheel alone (numpy is its one
+#      dependency) and imports it from outside the repository.
+#   3. The test venv DIR/venv gets torch 2.13.0 (the CPU build on this
+#      machine's disk) and the wheel with its [test] extras, and runs pytest
+#      on tests/python; pytest's "no tests collected" (exit 5) fails too.
+# Sets python_tests to the number of tests that passed.
+#
+# Settings: SOFTDOT_PYTHON (default python3), SOFTDOT_TORCH (default
+# torch==2.13.0; another spec may download a CUDA build of several GB).
+
+python_packages=(python3 python3-venv python3-dev)
+
+# A Python >= 3.9 with venv; Debian's python3-venv when none is there.
+find_python() {
+  local py="${SOFTDOT_PYTHON:-python3}"
+  if ! "$py" -c 'import sys, venv, ensurepip; assert sys.version_info >= (3, 9)' 2>/dev/null; then
+    [[ "${SOFTDOT_NO_APT:-0}" == 1 ]] && die "no usable $py with venv (SOFTDOT_NO_APT=1)"
+    log "installing ${python_packages[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      "${python_packages[@]}" </dev/null
+    py=/usr/bin/python3
+  fi
+  printf '%s\n' "$py"
+}
+
+python_suite() {
+  local dir="$1" py wheel log="$1/pytest.log"
+  py="$(find_python)"
+  mkdir -p "$dir"
+  rm -rf "$dir/dist"
+  log "python: pip wheel . ($("$py" --version))"
+  "$py" -m pip wheel --no-deps -w "$dir/dist" "$SOFTDOT_ROOT"
+  wheel="$(ls "$dir"/dist/softdot-*.whl)"
+  [[ -f "$wheel" ]] || die "python: no wheel in $dir/dist"
+
+  log "python: the wheel in a fresh venv"
+  rm -rf "$dir/venv-fresh"
+  "$py" -m venv "$dir/venv-fresh"
+  "$dir/venv-fresh/bin/python" -m pip install -q "$wheel"
+  (cd "$dir" && "$dir/venv-fresh/bin/python" -c '
+import numpy as np, softdot
+w = softdot.softmax(np.array([2.0, 1.0, 0.1]))
+assert abs(w.sum() - 1) < 1e-15 and w.dtype == np.float64, w
+print("fresh venv: softdot", softdot.__version__, softdot.simd_target(), np.round(w, 3))
+')
+
+  log "python: test venv (torch, scipy, ml_dtypes, pytest, hypothesis)"
+  [[ -x "$dir/venv/bin/python" ]] || "$py" -m venv "$dir/venv"
+  "$dir/venv/bin/python" -m pip install -q "${SOFTDOT_TORCH:-torch==2.13.0}"
+  "$dir/venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel"
+  "$dir/venv/bin/python" -m pip install -q "${wheel}[test]"
+
+  log "python: pytest tests/python"
+  # Run from the build folder so that `import softdot` is the installed wheel.
+  (cd "$dir" && "$dir/venv/bin/python" -m pytest "$SOFTDOT_ROOT/tests/python" -q \
+     -p no:cacheprovider --rootdir "$SOFTDOT_ROOT") 2>&1 | tee "$log"
+  grep -Eq '[0-9]+ (failed|error)' "$log" && die "python: pytest reported failures ($log)"
+  python_tests="$(grep -Eo '[0-9]+ passed' "$log" | tail -1 | cut -d' ' -f1)"
+  [[ -n "$python_tests" && "$python_tests" -gt 0 ]] || die "python: no passed tests in $log"
+  log "python: $python_tests tests passed"
+}
