@@ -383,8 +383,15 @@ HWY_INLINE void LogPass(const S& scores, const T* x, const std::uint8_t* mask,
                       const V u = hn::Sub(t, lh);
                       const V ue = TwoSumErr(t, hn::Neg(lh), u);
                       const V out = hn::Add(u, hn::Sub(hn::Add(ue, c), ll));
+                      // A log-weight is <= 0. The low part of a scaled score
+                      // (in c) can exceed what the rounded sum kept of it, so
+                      // the top score of a row could come out a few 2^-60
+                      // above 0 (a single-entry row at temperature 1.1 gave
+                      // +1.8e-17); NaN is kept (NaN > 0 is false).
+                      const V capped = hn::IfThenElse(hn::Gt(out, hn::Zero(d)),
+                                                      hn::Zero(d), out);
                       hn::StoreU(
-                          hn::IfThenElse(hn::Eq(t, neg_inf), neg_inf, out), d,
+                          hn::IfThenElse(hn::Eq(t, neg_inf), neg_inf, capped), d,
                           yb + v * B::kVecLanes);
                     }
                   });

@@ -569,6 +569,41 @@ TEST_P(SpecialValues, FastPrecisionAndChunkedRowsFollowTheTable) {
   }
 }
 
+// A log-weight is never above 0. The top score of a single-entry row has
+// log-weight 0 up to the stated absolute error (2^-24 float, 2^-53 double:
+// the scaled score's exact low part against the rounded log of the sum).
+// Before the cap in LogPass it could also come out above 0 (+1.8e-17 for
+// double x = 21.4 at temperature 1.1, found by tests/python).
+template <class T>
+void CheckLogWeightsNotPositive() {
+  const T bound = sizeof(T) == 4 ? T(0x1p-24) : T(0x1p-53);
+  for (double t : {0.3, 0.7, 1.1, 3.3}) {
+    SoftmaxOptions o;
+    o.temperature = t;
+    for (T x0 : {T(21.4), T(-3.7), T(1e-3), T(12345.678)}) {
+      const T x[1] = {x0};
+      T y[1] = {T(7)};
+      softdot::log_softmax(std::span<const T>(x, 1), std::span<T>(y, 1), o);
+      EXPECT_TRUE(y[0] <= T(0) && y[0] >= -bound)
+          << type_name<T>() << " x=" << fmt(x0) << " t=" << t << " got " << fmt(y[0]);
+    }
+    std::mt19937_64 rng(41);
+    std::normal_distribution<double> g(0.0, 5.0);
+    for (std::size_t n : {2, 3, 17, 100}) {
+      std::vector<T> x(n), y(n);
+      for (auto& v : x) v = static_cast<T>(g(rng));
+      softdot::log_softmax(std::span<const T>(x), std::span<T>(y), o);
+      for (std::size_t i = 0; i < n; ++i)
+        EXPECT_LE(y[i], T(0)) << type_name<T>() << " n=" << n << " i=" << i << " t=" << t;
+    }
+  }
+}
+
+TEST_P(SpecialValues, LogWeightsAreNeverPositive) {
+  CheckLogWeightsNotPositive<float>();
+  CheckLogWeightsNotPositive<double>();
+}
+
 SOFTDOT_INSTANTIATE_PER_TARGET(SpecialValues);
 
 }  // namespace

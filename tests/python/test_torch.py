@@ -1,0 +1,218 @@
+"""CPU torch tensors: torch in gives torch out for every function; softmax,
+log_softmax and logsumexp against torch 2.13 (torch.softmax,
+torch.log_softmax, torch.logsumexp) and the exact reference; softdot.torch's
+autograd Functions (gradients against torch's, torch.autograd.gradcheck in
+float64 with temperature and dim=0, no double backward); the softmax family
+dispatching to them for tensors that require grad."""
+
+import numpy as np
+import pytest
+import torch
+
+import softdot
+import softdot.torch as st
+from conftest import assert_log_softmax_bound, assert_ulp, logsumexp_ref, softmax_ref
+
+TFLOATS = (torch.float32, torch.float64)
+
+
+def randn(rng, shape, dtype, scale=3.0):
+    return torch.from_numpy(rng.standard_normal(shape) * scale).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", TFLOATS)
+@pytest.mark.parametrize("dim", [0, 1, -1, 2, -3])
+def test_softmax_against_torch(rng, dtype, dim):
+    x = randn(rng, (5, 6, 7), dtype)
+    xc = x.clone()
+    y = softdot.softmax(x, axis=dim)
+    assert isinstance(y, torch.Tensor) and y.dtype == dtype and y.shape == x.shape
+    assert_ulp(y.numpy(), softmax_ref(x.numpy(), axis=dim), 1)
+    # torch in float64, rounded: one of the two floats around the exact value.
+    if dtype == torch.float32:
+        ref = torch.softmax(x.double(), dim=dim).float()
+        assert_ulp(y.numpy(), ref.numpy(), 1)
+    # torch in the same dtype: x - max rounds (relative error up to
+    # |x - max| eps / 2 in a weight), exp and the sum a few eps.
+    eps = torch.finfo(dtype).eps
+    torch_err = (float(x.max() - x.min()) + 4) * eps
+    torch.testing.assert_close(y, torch.softmax(x, dim=dim), rtol=torch_err, atol=0)
+    lg = softdot.log_softmax(x, axis=dim)
+    assert isinstance(lg, torch.Tensor) and lg.dtype == dtype
+    assert_log_softmax_bound(lg.numpy(), x.numpy(), axis=dim)
+    torch.testing.assert_close(lg, torch.log_softmax(x, dim=dim), rtol=2 * eps, atol=torch_err)
+    torch.testing.assert_close(x, xc, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", TFLOATS)
+def test_noncontiguous_tensors(rng, dtype):
+    base = randn(rng, (8, 12, 10), dtype)
+    for x in (base.transpose(0, 2), base[::2], base[:, :, ::3], base.permute(2, 0, 1),
+              base.flip(0)[1:]):
+        for dim in (0, -1):
+            y = softdot.softmax(x, axis=dim)
+            assert_ulp(y.numpy(), softmax_ref(x.contiguous().numpy(), axis=dim), 1)
+            torch_err = (float(x.max() - x.min()) + 4) * torch.finfo(dtype).eps
+            torch.testing.assert_close(y, torch.softmax(x, dim=dim), rtol=torch_err, atol=0)
+
+
+@pytest.mark.parametrize("dtype", TFLOATS)
+def test_logsumexp_against_torch(rng, dtype):
+    x = randn(rng, (4, 5, 6), dtype)
+    for axis in (None, 0, -1, (0, 2)):
+        r = softdot.logsumexp(x, axis=axis)
+        assert isinstance(r, torch.Tensor) and r.dtype == dtype
+        ref = logsumexp_ref(x.numpy(), axis=axis)
+        assert_ulp(np.asarray(r.numpy()), np.asarray(ref), 2)
+        tdim = tuple(range(3)) if axis is None else axis
+        # torch's own error: a few eps of the max and of log(n) (absolute).
+        eps = torch.finfo(dtype).eps
+        torch.testing.assert_close(r, torch.logsumexp(x, dim=tdim), rtol=2 * eps,
+                                   atol=4 * eps * (float(x.abs().max()) + 5))
+    r = softdot.logsumexp(x, axis=1, keepdims=True)
+    assert r.shape == (4, 1, 6)
+
+
+def test_special_values_torch_differs():
+    x = torch.tensor([[-float("inf")] * 3, [float("inf"), 1.0, float("inf")]])
+    y = softdot.softmax(x)
+    torch.testing.assert_close(y, torch.tensor([[0.0, 0, 0], [0.5, 0, 0.5]]), rtol=0, atol=0)
+    assert not torch.signbit(y).any()
+    assert torch.isnan(torch.softmax(x, dim=-1)).all()  # torch's rule differs
+    w = torch.tensor([True, False, True])
+    y = softdot.softmax(torch.tensor([2.0, float("nan"), 0.1]), where=w)
+    assert y[1] == 0 and not torch.isnan(y).any()
+
+
+def test_torch_integers_and_other_functions(rng):
+    x = torch.tensor([[1, 2, 3]], dtype=torch.int32)
+    y = softdot.softmax(x)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.float64
+    assert_ulp(y.numpy(), softmax_ref(np.array([[1.0, 2.0, 3.0]])), 1)
+    d = softdot.dot(torch.tensor([1.0, 2, 0]), torch.tensor([2.0, 1, 3]))
+    assert isinstance(d, torch.Tensor) and d.ndim == 0 and d.item() == 4
+    assert d.dtype == torch.float32
+    q = randn(rng, (8,), torch.float64)
+    keys = randn(rng, (5, 8), torch.float64)
+    s = softdot.dots(q, keys)
+    assert isinstance(s, torch.Tensor) and s.dtype == torch.float64
+    assert torch.equal(s, torch.stack([softdot.dot(q, k) for k in keys]))
+    yy = softdot.softmax(randn(rng, (3, 9), torch.float64))
+    dy = randn(rng, (3, 9), torch.float64)
+    dx = softdot.softmax_backward(yy, dy)
+    assert isinstance(dx, torch.Tensor)
+    torch.testing.assert_close(dx, yy * (dy - (dy * yy).sum(-1, keepdim=True)),
+                               rtol=1e-12, atol=1e-15)
+    c = randn(rng, (20,), torch.float32)
+    s = softdot.softmax_state(c[:7]).merge(softdot.softmax_state(c[7:]))
+    y = torch.cat([softdot.softmax_apply(c[:7], s), softdot.softmax_apply(c[7:], s)])
+    assert isinstance(y, torch.Tensor)
+    assert_ulp(y.numpy(), softmax_ref(c.numpy()), 1)
+
+
+# ---- autograd -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", TFLOATS)
+@pytest.mark.parametrize("dim", [0, -1])
+def test_softmax_gradient_matches_torch(rng, dtype, dim):
+    x0 = randn(rng, (6, 11), dtype)
+    w = randn(rng, (6, 11), dtype, 1.0)
+    x = x0.clone().requires_grad_()
+    y = st.softmax(x, dim=dim)
+    assert y.requires_grad and y.grad_fn is not None
+    (y * w).sum().backward()
+    xt = x0.clone().requires_grad_()
+    (torch.softmax(xt, dim=dim) * w).sum().backward()
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(x.grad, xt.grad, rtol=64 * eps, atol=16 * eps)
+    # float64 torch as the reference for float32: softdot's gradient is exact
+    # to about 1 ulp for its float y, whose weights are off by 0.5 ulp, so
+    # |g_i - exact| <~ eps y_i (|w_i| + |s| + sum_j |w_j| y_j) with s = <w, y>.
+    if dtype == torch.float32:
+        xd = x0.double().requires_grad_()
+        yd = torch.softmax(xd, dim=dim)
+        (yd * w.double()).sum().backward()
+        wd = w.double()
+        sd_ = (wd * yd).sum(dim=dim, keepdim=True).abs()
+        lim = 2 * eps * yd.detach() * (wd.abs() + sd_ + (wd.abs() * yd.detach()).sum(
+            dim=dim, keepdim=True)) + 1e-30
+        assert torch.all((x.grad.double() - xd.grad).abs() <= lim)
+
+
+@pytest.mark.parametrize("dtype", TFLOATS)
+def test_log_softmax_gradient_matches_torch(rng, dtype):
+    x0 = randn(rng, (5, 9), dtype)
+    w = randn(rng, (5, 9), dtype, 1.0)
+    x = x0.clone().requires_grad_()
+    (st.log_softmax(x, dim=1) * w).sum().backward()
+    xt = x0.clone().requires_grad_()
+    (torch.log_softmax(xt, dim=1) * w).sum().backward()
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(x.grad, xt.grad, rtol=64 * eps, atol=64 * eps)
+
+
+def test_temperature_gradient(rng):
+    x0 = randn(rng, (4, 7), torch.float64)
+    w = randn(rng, (4, 7), torch.float64, 1.0)
+    for T in (0.5, 2.0, 3.0):
+        x = x0.clone().requires_grad_()
+        (st.softmax(x, temperature=T) * w).sum().backward()
+        xt = x0.clone().requires_grad_()
+        (torch.softmax(xt / T, dim=-1) * w).sum().backward()
+        torch.testing.assert_close(x.grad, xt.grad, rtol=1e-13, atol=1e-15)
+        x = x0.clone().requires_grad_()
+        (st.log_softmax(x, temperature=T) * w).sum().backward()
+        xt = x0.clone().requires_grad_()
+        (torch.log_softmax(xt / T, dim=-1) * w).sum().backward()
+        torch.testing.assert_close(x.grad, xt.grad, rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize(
+    "fn,kw",
+    [
+        (st.softmax, {}),
+        (st.softmax, {"dim": 0}),
+        (st.softmax, {"temperature": 0.7}),
+        (st.softmax, {"dim": 0, "temperature": 2.5, "precision": "fast"}),
+        (st.log_softmax, {}),
+        (st.log_softmax, {"dim": 0}),
+        (st.log_softmax, {"temperature": 0.7}),
+        (st.log_softmax, {"dim": 1, "temperature": 3.0}),
+    ],
+)
+def test_gradcheck(rng, fn, kw):
+    x = randn(rng, (4, 5, 3), torch.float64, 1.0).requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: fn(t, **kw), (x,), eps=1e-6, atol=1e-7,
+                                    rtol=1e-5)
+
+
+def test_double_backward_raises(rng):
+    x = randn(rng, (3, 4), torch.float64).requires_grad_()
+    y = st.softmax(x)
+    (g,) = torch.autograd.grad(y[:, 0].sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError):
+        g.sum().backward()
+
+
+def test_softmax_dispatches_to_autograd(rng):
+    x = randn(rng, (3, 6), torch.float64).requires_grad_()
+    for f, tf in ((softdot.softmax, torch.softmax), (softdot.log_softmax, torch.log_softmax)):
+        y = f(x, axis=0)
+        assert y.grad_fn is not None
+        w = randn(rng, (3, 6), torch.float64)
+        (gx,) = torch.autograd.grad((y * w).sum(), x)
+        (gt,) = torch.autograd.grad((tf(x, dim=0) * w).sum(), x)
+        torch.testing.assert_close(gx, gt, rtol=1e-13, atol=1e-15)
+    with torch.no_grad():
+        y = softdot.softmax(x)
+    assert y.grad_fn is None and not y.requires_grad
+    y = softdot.softmax(x.detach())
+    assert y.grad_fn is None
+
+
+def test_st_functions_reject_non_tensors():
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        st.softmax(np.zeros(3))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        st.log_softmax([1.0, 2.0])
