@@ -99,6 +99,8 @@ def float_input(fn: str, name: str, x: Any, kind: str) -> np.ndarray:
     d = x.dtype
     if d is F32 or d is F64 or d == F32 or d == F64:
         return x
+    if d.kind == "f" and d.itemsize in (4, 8):  # the other byte order
+        return x.astype(d.newbyteorder("="))
     if d.kind in "iub":
         return x.astype(F64)
     raise accepted(fn, name, x, _FLOAT_RULE)
@@ -168,6 +170,28 @@ def output(fn: str, out: Any, shape, dtype: np.dtype, kind: str) -> Tuple[Any, n
     if out is None:
         return new_output(tuple(shape), dtype, kind)
     return user_output(fn, out, tuple(shape), dtype, kind)
+
+
+def check_overlap(fn: str, out: np.ndarray, name: str, a: Optional[np.ndarray],
+                  in_place_ok: bool) -> None:
+    """out may be `a` itself (same memory and layout) when in_place_ok, and must
+    not otherwise share memory with it. Checked on the caller's arrays, before
+    any copy the package makes (which would hide the overlap from the core)."""
+    if a is None or not np.may_share_memory(out, a):
+        return
+    if (in_place_ok and out.shape == a.shape and out.strides == a.strides
+            and out.__array_interface__["data"][0] == a.__array_interface__["data"][0]):
+        return
+    try:
+        if not np.shares_memory(out, a, max_work=10000):
+            return  # interleaved, e.g. x[::2] and out[1::2] of one buffer
+    except np.exceptions.TooHardError:
+        pass  # undecided: refuse
+    raise ValueError(
+        f"{fn}: out overlaps {name}"
+        + (f" without being the same array (in place needs out to be {name})" if in_place_ok
+           else " (no overlap is allowed)")
+    )
 
 
 def normalize_axis(fn: str, axis: Any, ndim: int, name: str = "axis") -> int:

@@ -90,7 +90,7 @@ def _is_float(a: Any, kind: str) -> bool:
 
 
 class _Prepared:
-    __slots__ = ("kind", "q", "k", "v", "fmt", "mask", "bias", "sinks", "lead", "L", "S",
+    __slots__ = ("raw", "kind", "q", "k", "v", "fmt", "mask", "bias", "sinks", "lead", "L", "S",
                  "Ev", "scale", "wl", "wr", "softcap", "kv_begin", "kv_end", "causal")
 
 
@@ -146,6 +146,7 @@ def _prepare(fn, query, key, value, attn_mask, bias, scale, causal, window, soft
             f"{fn}: query has shape {q.shape}, key {k.shape}{vs}: the batch axes must match "
             f"and query's heads be a multiple of key's (grouped-query attention)"
         )
+    p.raw = [("query", q), ("key", k)] + ([] if v is None else [("value", v)])
     p.lead, p.L, p.S = qb, L, S
     p.Ev = v.shape[-1] if v is not None else 0
     p.q, p.k = _ready(_to4(q)), _ready(_to4(k))
@@ -235,6 +236,11 @@ def _prepare(fn, query, key, value, attn_mask, bias, scale, causal, window, soft
     return p
 
 
+def _check_out_overlap(fn: str, o: np.ndarray, p: _Prepared) -> None:
+    for name, a in p.raw + [("attn_mask", p.mask), ("bias", p.bias), ("sinks", p.sinks)]:
+        A.check_overlap(fn, o, name, a, False)
+
+
 def _target(o: np.ndarray) -> Tuple[np.ndarray, bool]:
     """(4-d array the core writes, whether it is o's memory)."""
     o4 = _to4(o)
@@ -321,6 +327,8 @@ def scaled_dot_product_attention(
                  kv_range)
     shape = p.lead + (p.L, p.Ev)
     user, o = A.output(fn, out, shape, A.F32, p.kind)
+    if out is not None:
+        _check_out_overlap(fn, o, p)
     target, direct = _target(o)
     lse_user, lse = A.new_output(p.lead + (p.L,), A.F32, p.kind) if return_lse else (None, None)
     _core.attention(p.q, p.k, p.v, target, p.fmt, p.mask, p.bias, p.sinks, lse, p.scale,
@@ -360,6 +368,8 @@ def attention_weights(
                  kv_range)
     shape = p.lead + (p.L, p.S)
     user, o = A.output(fn, out, shape, A.F32, p.kind)
+    if out is not None:
+        _check_out_overlap(fn, o, p)
     target, direct = _target(o)
     _core.attention_weights(p.q, p.k, target, p.fmt, p.mask, p.bias, p.sinks, p.scale, p.causal,
                             p.wl, p.wr, p.softcap, p.kv_begin, p.kv_end)
@@ -407,6 +417,11 @@ def attention_merge(out_a: Any, lse_a: Any, out_b: Any, lse_b: Any, /, *, out: A
         if a.shape != lshape:
             raise ValueError(f"{fn}: {name} has shape {a.shape}; expected {lshape}")
     user, o = A.output(fn, out, oa.shape, A.F32, kind)
+    if out is not None:
+        A.check_overlap(fn, o, "out_a", oa, True)
+        A.check_overlap(fn, o, "out_b", ob, True)
+        A.check_overlap(fn, o, "lse_a", la, False)
+        A.check_overlap(fn, o, "lse_b", lb, False)
     lse_user, lse = A.new_output(lshape, A.F32, kind)
     target, direct = _target(o)
     _core.attention_merge(_ready(_to4(oa)), np.ascontiguousarray(la), _ready(_to4(ob)),

@@ -42,7 +42,7 @@ Rows rows_of(PyObject* o) {
     return r;
   const npy_intp* shape = PyArray_DIMS(a);
   r.n = static_cast<std::size_t>(shape[nd - 1]);
-  if (r.n == 0) return r;
+  if (PyArray_SIZE(a) == 0) return r;  // no rows, or empty ones: general path
   r.rows = static_cast<std::size_t>(PyArray_SIZE(a)) / r.n;
   r.type = t;
   return r;
