@@ -30,7 +30,9 @@ run_suite() {
   ctest --test-dir "$dir" --output-on-failure --no-tests=error \
     -j "$SOFTDOT_JOBS" --timeout 900 2>&1 | tee "$log"
   local n
-  n="$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -1)"
+  # "100% tests passed, 0 tests failed out of N" (CMake 3) or "100% tests
+  # passed out of N" (CMake 4, which pip installs on some machines).
+  n="$(sed -n 's/^100% tests passed\(, 0 tests failed\)\{0,1\} out of \([0-9]*\).*/\2/p' "$log" | tail -1)"
   [[ -n "$n" ]] || die "$label: could not read the test count from $log"
   total_tests=$((total_tests + n))
   log "$label: $n tests passed"
