@@ -63,9 +63,15 @@ def check_device(fn: str, name: str, t: Any) -> None:
 def tensor_view(fn: str, name: str, t: Any) -> np.ndarray:
     """The numpy view of a CPU tensor's memory (bfloat16 as its uint16 bits)."""
     check_device(fn, name, t)
-    if t.requires_grad:
-        t = t.detach()
     torch = torch_module()
+    if t.requires_grad:
+        if torch.is_grad_enabled():
+            raise NotImplementedError(
+                f"{fn}: {name} requires grad, and softdot.{fn} has no backward (softmax and "
+                f"log_softmax have one in softdot.torch); call it under torch.no_grad() or on "
+                f"a detached tensor"
+            )
+        t = t.detach()
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(U16)
     try:

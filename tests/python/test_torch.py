@@ -216,3 +216,19 @@ def test_st_functions_reject_non_tensors():
         st.softmax(np.zeros(3))
     with pytest.raises(TypeError, match="torch.Tensor"):
         st.log_softmax([1.0, 2.0])
+
+
+@pytest.mark.parametrize("call", [
+    lambda t: softdot.logsumexp(t),
+    lambda t: softdot.softmax_backward(t, t.detach()),
+    lambda t: softdot.dot(t, t.detach()),
+    lambda t: softdot.softmax_state(t),
+])
+def test_no_backward_raises_instead_of_dropping_the_graph(call):
+    """Functions without a backward refuse a tensor that requires grad (a result
+    without grad_fn would silently cut the graph); under no_grad they run."""
+    t = torch.tensor([1.0, 2.0, 3.5], requires_grad=True)
+    with pytest.raises(NotImplementedError, match="no backward"):
+        call(t)
+    with torch.no_grad():
+        call(t)
