@@ -65,6 +65,14 @@ std::size_t row_length(const In& x) {
   return n;
 }
 
+// Calls f(float{}) or f(double{}) by a's dtype; TypeError for any other.
+template <class F>
+decltype(auto) by_dtype(const char* name, const In& a, F&& f) {
+  if (has_dtype<float>(a)) return f(float{});
+  if (has_dtype<double>(a)) return f(double{});
+  throw nb::type_error((std::string(name) + " must be float32 or float64").c_str());
+}
+
 SoftmaxOptions options_of(double temperature, bool fast) {
   SoftmaxOptions o;
   o.temperature = temperature;
@@ -144,12 +152,9 @@ void softmax_rows_t(const In& x, const Out& y, const std::optional<In>& where,
 void softmax_rows_py(const In& x, const Out& out, const std::optional<In>& where,
                      bool log, double temperature, bool fast) {
   const SoftmaxOptions opt = options_of(temperature, fast);
-  if (has_dtype<float>(x))
-    softmax_rows_t<float>(x, out, where, log, opt);
-  else if (has_dtype<double>(x))
-    softmax_rows_t<double>(x, out, where, log, opt);
-  else
-    throw nb::type_error("x must be float32 or float64");
+  by_dtype("x", x, [&](auto t) {
+    softmax_rows_t<decltype(t)>(x, out, where, log, opt);
+  });
 }
 
 // ---- logsumexp ---------------------------------------------------------------
@@ -189,12 +194,9 @@ void logsumexp_t(const In& x, const Out& out, const std::optional<In>& where,
 
 void logsumexp_py(const In& x, const Out& out, const std::optional<In>& where,
                   double temperature) {
-  if (has_dtype<float>(x))
-    logsumexp_t<float>(x, out, where, temperature);
-  else if (has_dtype<double>(x))
-    logsumexp_t<double>(x, out, where, temperature);
-  else
-    throw nb::type_error("x must be float32 or float64");
+  by_dtype("x", x, [&](auto t) {
+    logsumexp_t<decltype(t)>(x, out, where, temperature);
+  });
 }
 
 // ---- softmax_backward -------------------------------------------------------
@@ -226,12 +228,7 @@ void backward_t(const In& y, const In& dy, const Out& dx) {
 }
 
 void backward_py(const In& y, const In& dy, const Out& dx) {
-  if (has_dtype<float>(y))
-    backward_t<float>(y, dy, dx);
-  else if (has_dtype<double>(y))
-    backward_t<double>(y, dy, dx);
-  else
-    throw nb::type_error("y must be float32 or float64");
+  by_dtype("y", y, [&](auto t) { backward_t<decltype(t)>(y, dy, dx); });
 }
 
 // ---- online softmax (chunk states) --------------------------------------------
@@ -268,19 +265,13 @@ SoftmaxOptions chunk_options(const In& chunk, const std::optional<In>& where,
 StateTuple state_py(const In& chunk, const std::optional<In>& where,
                     double temperature) {
   if (chunk.ndim() != 1) fail("chunk has shape " + shape_of(chunk) + "; expected a 1-d array");
-  if (has_dtype<float>(chunk)) {
-    const SoftmaxOptions o = chunk_options<float>(chunk, where, temperature);
-    std::span<const float> c(static_cast<const float*>(chunk.data()), chunk.shape(0));
+  return by_dtype("chunk", chunk, [&](auto t) {
+    using T = decltype(t);
+    const SoftmaxOptions o = chunk_options<T>(chunk, where, temperature);
+    std::span<const T> c(static_cast<const T*>(chunk.data()), chunk.shape(0));
     nb::gil_scoped_release release;
     return tuple_of(softmax_state(c, o));
-  }
-  if (has_dtype<double>(chunk)) {
-    const SoftmaxOptions o = chunk_options<double>(chunk, where, temperature);
-    std::span<const double> c(static_cast<const double*>(chunk.data()), chunk.shape(0));
-    nb::gil_scoped_release release;
-    return tuple_of(softmax_state(c, o));
-  }
-  throw nb::type_error("chunk must be float32 or float64");
+  });
 }
 
 StateTuple merge_py(bool is_double, const StateTuple& a, const StateTuple& b) {
@@ -308,12 +299,9 @@ void apply_t(const In& chunk, const StateTuple& total, const Out& out,
 void apply_py(const In& chunk, const StateTuple& total, const Out& out,
               const std::optional<In>& where, double temperature) {
   if (chunk.ndim() != 1) fail("chunk has shape " + shape_of(chunk) + "; expected a 1-d array");
-  if (has_dtype<float>(chunk))
-    apply_t<float>(chunk, total, out, where, temperature);
-  else if (has_dtype<double>(chunk))
-    apply_t<double>(chunk, total, out, where, temperature);
-  else
-    throw nb::type_error("chunk must be float32 or float64");
+  by_dtype("chunk", chunk, [&](auto t) {
+    apply_t<decltype(t)>(chunk, total, out, where, temperature);
+  });
 }
 
 // ---- dot, dots ----------------------------------------------------------------
@@ -335,9 +323,7 @@ double dot_t(const In& x, const In& y, bool accurate) {
 double dot_py(const In& x, const In& y, bool accurate) {
   if (x.ndim() != 1) fail("x has shape " + shape_of(x) + "; expected a 1-d array");
   if (x.shape(0) > 1 && x.stride(0) != 1) fail("x is not contiguous");
-  if (has_dtype<float>(x)) return dot_t<float>(x, y, accurate);
-  if (has_dtype<double>(x)) return dot_t<double>(x, y, accurate);
-  throw nb::type_error("x must be float32 or float64");
+  return by_dtype("x", x, [&](auto t) { return dot_t<decltype(t)>(x, y, accurate); });
 }
 
 template <class T>
@@ -363,12 +349,7 @@ void dots_t(const In& q, const In& keys, const Out& out) {
 }
 
 void dots_py(const In& q, const In& keys, const Out& out) {
-  if (has_dtype<float>(q))
-    dots_t<float>(q, keys, out);
-  else if (has_dtype<double>(q))
-    dots_t<double>(q, keys, out);
-  else
-    throw nb::type_error("query must be float32 or float64");
+  by_dtype("query", q, [&](auto t) { dots_t<decltype(t)>(q, keys, out); });
 }
 
 }  // namespace
