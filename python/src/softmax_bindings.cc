@@ -275,11 +275,13 @@ StateTuple state_py(const In& chunk, const std::optional<In>& where,
 }
 
 StateTuple merge_py(bool is_double, const StateTuple& a, const StateTuple& b) {
+  nb::gil_scoped_release release;
   if (is_double) return tuple_of(merge(state_of<double>(a), state_of<double>(b)));
   return tuple_of(merge(state_of<float>(a), state_of<float>(b)));
 }
 
 double state_lse_py(bool is_double, const StateTuple& s) {
+  nb::gil_scoped_release release;
   if (is_double) return logsumexp(state_of<double>(s));
   return static_cast<double>(logsumexp(state_of<float>(s)));
 }
@@ -313,10 +315,7 @@ double dot_t(const In& x, const In& y, bool accurate) {
   std::span<const T> b(static_cast<const T*>(y.data()), y.shape(0));
   if (a.size() != b.size())
     fail("x has shape " + shape_of(x) + " but y has shape " + shape_of(y));
-  if (a.size() > 4096) {
-    nb::gil_scoped_release release;
-    return accurate ? dot_accurate(a, b) : dot(a, b);
-  }
+  nb::gil_scoped_release release;
   return accurate ? dot_accurate(a, b) : dot(a, b);
 }
 
