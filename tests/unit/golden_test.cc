@@ -1,0 +1,402 @@
+// Golden outputs: a fixed set of inputs through every public function, on
+// every compiled target, hashed (FNV-1a over the output bits) and compared
+// with hashes recorded before the restructuring of issue 12 ("what must not
+// change": the bits of every function on every target stay the same).
+//
+// The inputs come from an integer generator defined here, so they are the
+// same with every compiler and standard library. FMA targets (AVX2, AVX3)
+// share one row of hashes: the library promises the same bits on all of
+// them. SSE4, SSSE3 and SCALAR round products separately and have rows of
+// their own. A target with no recorded row (NEON, say) is reported and
+// skipped.
+//
+// To record: SOFTDOT_GOLDEN_PRINT=1 build/tests/unit/softdot_golden_test
+// prints the table for every target; paste it over kGolden below, and say
+// why in the commit (a change of bits is a change of results).
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <span>
+#include <type_traits>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace softdot_test {
+namespace {
+
+using softdot::AttentionOptions;
+using softdot::BFloat16;
+using softdot::Float16;
+using softdot::MatrixView;
+using softdot::SoftmaxOptions;
+using softdot::TensorView;
+
+// ---- inputs ------------------------------------------------------------------
+
+// A 64-bit LCG (Knuth's MMIX constants); values are k / 2^30 for an integer
+// k, exact in double and correctly rounded to float, so that products round
+// (FMA and non-FMA targets differ) and float16 and bfloat16 keys differ.
+struct Gen {
+  std::uint64_t s;
+  explicit Gen(std::uint64_t seed) : s(seed * 2654435761u + 1) {}
+  std::uint32_t next() {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<std::uint32_t>(s >> 33);
+  }
+  // Uniform on [-range, range] in steps of 2^-30.
+  double value(int range) {
+    const std::int64_t span = std::int64_t{1} << 30;
+    const std::uint64_t wide = (std::uint64_t{next()} << 32) | next();
+    const std::int64_t k =
+        static_cast<std::int64_t>(wide % static_cast<std::uint64_t>(2 * span * range + 1)) -
+        span * range;
+    return static_cast<double>(k) / static_cast<double>(span);
+  }
+  template <class T>
+  std::vector<T> vec(std::size_t n, int range) {
+    std::vector<T> v(n);
+    for (auto& x : v) x = static_cast<T>(value(range));
+    return v;
+  }
+  std::vector<bool> flags(std::size_t n, unsigned keep_of_8) {
+    std::vector<bool> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = next() % 8 < keep_of_8;
+    return v;
+  }
+};
+
+// std::vector<bool> is packed; the library takes spans of bool.
+std::unique_ptr<bool[]> as_bools(const std::vector<bool>& v) {
+  std::unique_ptr<bool[]> b(new bool[v.size()]);
+  for (std::size_t i = 0; i < v.size(); ++i) b[i] = v[i];
+  return b;
+}
+
+// ---- hashing -------------------------------------------------------------------
+
+struct Hash {
+  std::uint64_t h = 1469598103934665603ull;
+  void bytes(const void* p, std::size_t n) {
+    const auto* c = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ c[i]) * 1099511628211ull;
+  }
+  template <class T>
+  void add(std::span<const T> v) {
+    bytes(v.data(), v.size_bytes());
+  }
+  template <class T>
+  void add(const std::vector<T>& v) {
+    add(std::span<const T>(v));
+  }
+  template <class T>
+  void value(T v) {
+    bytes(&v, sizeof v);
+  }
+};
+
+const std::size_t kRowSizes[] = {1, 3, 8, 16, 17, 64, 100, 1000, 4099};
+
+// ---- the functions ---------------------------------------------------------------
+
+template <class T>
+std::uint64_t hash_dot() {
+  Hash h;
+  Gen g(sizeof(T));
+  for (std::size_t n : kRowSizes) {
+    const auto x = g.vec<T>(n, 4), y = g.vec<T>(n, 4);
+    h.value(softdot::dot(std::span<const T>(x), std::span<const T>(y)));
+    h.value(softdot::dot_accurate(std::span<const T>(x), std::span<const T>(y)));
+  }
+  // dots: 37 keys of 70 features with a row stride of 75.
+  const auto keys = g.vec<T>(37 * 75, 3), q = g.vec<T>(70, 3);
+  std::vector<T> s(37);
+  softdot::dots(std::span<const T>(q), MatrixView<const T>(keys.data(), 37, 70, 75),
+                std::span<T>(s));
+  h.add(s);
+  return h.h;
+}
+
+template <class T>
+std::uint64_t hash_softmax(softdot::Precision precision) {
+  Hash h;
+  Gen g(10 + sizeof(T));
+  std::vector<std::size_t> sizes(std::begin(kRowSizes), std::end(kRowSizes));
+  sizes.push_back(40000);  // the chunked faithful path for float
+  for (std::size_t n : sizes) {
+    for (int variant = 0; variant < 3; ++variant) {
+      const auto x = g.vec<T>(n, variant == 2 ? 300 : 20);
+      const auto keep = g.flags(n, 6);
+      const auto mask = as_bools(keep);
+      SoftmaxOptions o;
+      o.precision = precision;
+      if (variant >= 1) o.mask = std::span<const bool>(mask.get(), n);
+      if (variant == 2) o.temperature = 0.7;
+      std::vector<T> y(n);
+      softdot::softmax(std::span<const T>(x), std::span<T>(y), o);
+      h.add(y);
+      if (precision == softdot::Precision::kFaithful) {
+        softdot::log_softmax(std::span<const T>(x), std::span<T>(y), o);
+        h.add(y);
+        h.value(softdot::logsumexp(std::span<const T>(x), o));
+      }
+    }
+  }
+  // Rows: 9 x 33 with a row stride of 40 and a per-row mask.
+  const auto x = g.vec<T>(9 * 40, 10);
+  const auto keep = g.flags(9 * 33, 7);
+  const auto mask = as_bools(keep);
+  SoftmaxOptions o;
+  o.precision = precision;
+  o.mask = std::span<const bool>(mask.get(), 9 * 33);
+  std::vector<T> y(9 * 35);
+  softdot::softmax_rows(MatrixView<const T>(x.data(), 9, 33, 40),
+                        MatrixView<T>(y.data(), 9, 33, 35), o);
+  h.add(y);
+  softdot::log_softmax_rows(MatrixView<const T>(x.data(), 9, 33, 40),
+                            MatrixView<T>(y.data(), 9, 33, 35), o);
+  h.add(y);
+  return h.h;
+}
+
+template <class T>
+std::uint64_t hash_backward_and_states() {
+  Hash h;
+  Gen g(20 + sizeof(T));
+  for (std::size_t n : kRowSizes) {
+    auto y = g.vec<T>(n, 1);
+    for (auto& v : y) v = v < 0 ? -v : v;
+    const auto dy = g.vec<T>(n, 5);
+    std::vector<T> dx(n);
+    softdot::softmax_backward(std::span<const T>(y), std::span<const T>(dy),
+                              std::span<T>(dx));
+    h.add(dx);
+  }
+  // A row of 1000 in chunks of 1, 7, 64 and the rest, merged in order.
+  const auto x = g.vec<T>(1000, 30);
+  const std::size_t cuts[] = {0, 1, 8, 72, 1000};
+  softdot::BasicSoftmaxState<T> total;
+  for (int c = 0; c < 4; ++c) {
+    std::span<const T> chunk(x.data() + cuts[c], cuts[c + 1] - cuts[c]);
+    total = softdot::merge(total, softdot::softmax_state(chunk));
+  }
+  h.value(total.max);
+  h.value(total.sum);
+  h.value(total.sum_lo);
+  h.value(softdot::logsumexp(total));
+  std::vector<T> y(1000);
+  for (int c = 0; c < 4; ++c) {
+    const std::size_t b = cuts[c], e = cuts[c + 1];
+    softdot::softmax_apply(std::span<const T>(x.data() + b, e - b), total,
+                           std::span<T>(y.data() + b, e - b));
+  }
+  h.add(y);
+  return h.h;
+}
+
+template <class KV>
+KV to_kv(float v) {
+  if constexpr (std::is_same_v<KV, float>) return v;
+  else if constexpr (std::is_same_v<KV, Float16>) return softdot::to_float16(v);
+  else return softdot::to_bfloat16(v);
+}
+
+// Attention on [B=2, H, n_q, d] against [2, H_kv, n_kv, d] with every option
+// in turn; prefill (n_q = 70) and decode (n_q = 1, 3) forms.
+template <class KV>
+std::uint64_t hash_attention() {
+  Hash h;
+  Gen g(30 + sizeof(KV));
+  const std::size_t B = 2, H = 4, Hkv = 2, d = 40, dv = 24, n_kv = 150;
+  const auto kf = g.vec<float>(B * Hkv * n_kv * d, 2);
+  const auto vf = g.vec<float>(B * Hkv * n_kv * dv, 3);
+  std::vector<KV> k(kf.size()), v(vf.size());
+  for (std::size_t i = 0; i < kf.size(); ++i) k[i] = to_kv<KV>(kf[i]);
+  for (std::size_t i = 0; i < vf.size(); ++i) v[i] = to_kv<KV>(vf[i]);
+  const TensorView<const KV> kv(k.data(), B, Hkv, n_kv, d), vv(v.data(), B, Hkv, n_kv, dv);
+  const auto maskv = g.flags(n_kv * 70, 6);
+  const auto mask = as_bools(maskv);
+  const auto bias = g.vec<float>(n_kv * 70, 2);
+  const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+  for (std::size_t n_q : {std::size_t(70), std::size_t(3), std::size_t(1)}) {
+    const auto q = g.vec<float>(B * H * n_q * d, 2);
+    const TensorView<const float> qv(q.data(), B, H, n_q, d);
+    for (int variant = 0; variant < 6; ++variant) {
+      AttentionOptions o;
+      switch (variant) {
+        case 1: o.causal = true; break;
+        case 2: o.window_left = 20; o.window_right = 5; o.softcap = 3.0f; break;
+        case 3:  // one mask row per query, broadcast over batch and heads
+          o.mask = TensorView<const bool>(mask.get(), 1, 1, n_q, n_kv, 0, 0, n_kv);
+          o.sinks = sinks;
+          break;
+        case 4:
+          o.bias = TensorView<const float>(bias.data(), 1, 1, n_q, n_kv, 0, 0, n_kv);
+          o.scale = 0.3;
+          break;
+        case 5: o.kv_begin = 17; o.kv_end = 130; o.causal = true; break;
+        default: break;
+      }
+      std::vector<float> out(B * H * n_q * dv), lse(B * H * n_q);
+      softdot::attention(qv, kv, vv, TensorView<float>(out.data(), B, H, n_q, dv), o,
+                         lse.data());
+      h.add(out);
+      h.add(lse);
+      if (variant == 5) {  // merged with the rest of the keys
+        AttentionOptions a = o, b = o;
+        a.kv_begin = 0;
+        a.kv_end = 17;
+        b.kv_begin = 130;
+        b.kv_end = n_kv;
+        std::vector<float> oa(out.size()), la(lse.size()), ob(out.size()), lb(lse.size());
+        softdot::attention(qv, kv, vv, TensorView<float>(oa.data(), B, H, n_q, dv), a,
+                           la.data());
+        softdot::attention(qv, kv, vv, TensorView<float>(ob.data(), B, H, n_q, dv), b,
+                           lb.data());
+        const TensorView<const float> ov(out.data(), B, H, n_q, dv);
+        softdot::attention_merge(ov, lse.data(),
+                                 TensorView<const float>(oa.data(), B, H, n_q, dv), la.data(),
+                                 TensorView<float>(out.data(), B, H, n_q, dv), lse.data());
+        softdot::attention_merge(ov, lse.data(),
+                                 TensorView<const float>(ob.data(), B, H, n_q, dv), lb.data(),
+                                 TensorView<float>(out.data(), B, H, n_q, dv), lse.data());
+        h.add(out);
+        h.add(lse);
+      }
+      if (n_q <= 3 || variant == 1) {
+        std::vector<float> w(B * H * n_q * n_kv);
+        softdot::attention_weights(qv, kv, TensorView<float>(w.data(), B, H, n_q, n_kv), o);
+        h.add(w);
+      }
+    }
+  }
+  return h.h;
+}
+
+std::uint64_t hash_conversions() {
+  Hash h;
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    h.value(softdot::to_float(Float16{static_cast<std::uint16_t>(b)}));
+    h.value(softdot::to_float(BFloat16{static_cast<std::uint16_t>(b)}));
+  }
+  Gen g(40);
+  for (int i = 0; i < 20000; ++i) {
+    const std::uint32_t u = g.next() ^ (g.next() << 16);
+    float f;
+    std::memcpy(&f, &u, 4);
+    h.value(softdot::to_float16(f).bits);
+    h.value(softdot::to_bfloat16(f).bits);
+  }
+  return h.h;
+}
+
+using Table = std::map<std::string, std::uint64_t>;
+
+Table hashes_now() {
+  using P = softdot::Precision;
+  return {
+      {"dot float", hash_dot<float>()},
+      {"dot double", hash_dot<double>()},
+      {"softmax faithful float", hash_softmax<float>(P::kFaithful)},
+      {"softmax faithful double", hash_softmax<double>(P::kFaithful)},
+      {"softmax fast float", hash_softmax<float>(P::kFast)},
+      {"softmax fast double", hash_softmax<double>(P::kFast)},
+      {"backward+states float", hash_backward_and_states<float>()},
+      {"backward+states double", hash_backward_and_states<double>()},
+      {"attention f32", hash_attention<float>()},
+      {"attention f16", hash_attention<Float16>()},
+      {"attention bf16", hash_attention<BFloat16>()},
+      {"conversions", hash_conversions()},
+  };
+}
+
+// Recorded at commit 6e27f53 (before issue 12 moved any code) on an Intel
+// Sapphire Rapids (AVX3, AVX2, SSE4, SSSE3, SCALAR). "FMA" is AVX2 and AVX3.
+struct Golden {
+  const char* target_class;
+  const char* function;
+  std::uint64_t hash;
+};
+const Golden kGolden[] = {
+    {"FMA", "attention bf16", 0x678d6859646e4322ull},
+    {"FMA", "attention f16", 0x26e359277f100641ull},
+    {"FMA", "attention f32", 0xbab7c2d40fdd5687ull},
+    {"FMA", "backward+states double", 0x709abcb05f92c31eull},
+    {"FMA", "backward+states float", 0xfecc0e4cb128d86aull},
+    {"FMA", "conversions", 0x52eea8b7facb10afull},
+    {"FMA", "dot double", 0x93fdcb55e88ded3eull},
+    {"FMA", "dot float", 0x3193df949dedc795ull},
+    {"FMA", "softmax faithful double", 0xb6b24383cdb4ae09ull},
+    {"FMA", "softmax faithful float", 0xeb2509798807bbf4ull},
+    {"FMA", "softmax fast double", 0x8e4692090f7cb422ull},
+    {"FMA", "softmax fast float", 0x00b9d767599ea627ull},
+    {"SSE4", "attention bf16", 0xfcd069685e985affull},
+    {"SSE4", "attention f16", 0x9efb4d122be1c0dfull},
+    {"SSE4", "attention f32", 0xbd8c1f44037d1cccull},
+    {"SSE4", "backward+states double", 0xae0aba73682a3e8aull},
+    {"SSE4", "backward+states float", 0xbe7ddea2ebd21782ull},
+    {"SSE4", "conversions", 0x52eea8b7facb10afull},
+    {"SSE4", "dot double", 0x8b80c45dfb18f897ull},
+    {"SSE4", "dot float", 0x838417beff6b12d4ull},
+    {"SSE4", "softmax faithful double", 0xd664f15b542ce435ull},
+    {"SSE4", "softmax faithful float", 0xd5aca32cd3689ba7ull},
+    {"SSE4", "softmax fast double", 0x81020729e4eb232aull},
+    {"SSE4", "softmax fast float", 0xf701576761d7aa26ull},
+    {"SSSE3", "attention bf16", 0xfcd069685e985affull},
+    {"SSSE3", "attention f16", 0x9efb4d122be1c0dfull},
+    {"SSSE3", "attention f32", 0xbd8c1f44037d1cccull},
+    {"SSSE3", "backward+states double", 0xae0aba73682a3e8aull},
+    {"SSSE3", "backward+states float", 0xbe7ddea2ebd21782ull},
+    {"SSSE3", "conversions", 0x52eea8b7facb10afull},
+    {"SSSE3", "dot double", 0x8b80c45dfb18f897ull},
+    {"SSSE3", "dot float", 0x838417beff6b12d4ull},
+    {"SSSE3", "softmax faithful double", 0xd664f15b542ce435ull},
+    {"SSSE3", "softmax faithful float", 0xd5aca32cd3689ba7ull},
+    {"SSSE3", "softmax fast double", 0x81020729e4eb232aull},
+    {"SSSE3", "softmax fast float", 0xf701576761d7aa26ull},
+    {"SCALAR", "attention bf16", 0xfcd069685e985affull},
+    {"SCALAR", "attention f16", 0x9efb4d122be1c0dfull},
+    {"SCALAR", "attention f32", 0xbd8c1f44037d1cccull},
+    {"SCALAR", "backward+states double", 0xae0aba73682a3e8aull},
+    {"SCALAR", "backward+states float", 0xbe7ddea2ebd21782ull},
+    {"SCALAR", "conversions", 0x52eea8b7facb10afull},
+    {"SCALAR", "dot double", 0x8b80c45dfb18f897ull},
+    {"SCALAR", "dot float", 0x838417beff6b12d4ull},
+    {"SCALAR", "softmax faithful double", 0xd664f15b542ce435ull},
+    {"SCALAR", "softmax faithful float", 0xd5aca32cd3689ba7ull},
+    {"SCALAR", "softmax fast double", 0x81020729e4eb232aull},
+    {"SCALAR", "softmax fast float", 0xf701576761d7aa26ull},
+};
+
+std::string target_class(const std::string& target) {
+  return is_fma_target(target) ? "FMA" : target;
+}
+
+class GoldenOutputs : public PerTarget {};
+
+TEST_P(GoldenOutputs, EveryPublicFunctionKeepsItsBits) {
+  const Table now = hashes_now();
+  const std::string cls = target_class(target());
+  if (std::getenv("SOFTDOT_GOLDEN_PRINT")) {
+    for (const auto& [fn, hash] : now)
+      std::printf("    {\"%s\", \"%s\", 0x%016llxull},\n", cls.c_str(), fn.c_str(),
+                  static_cast<unsigned long long>(hash));
+  }
+  std::size_t checked = 0;
+  for (const Golden& g : kGolden) {
+    if (cls != g.target_class) continue;
+    ASSERT_TRUE(now.count(g.function)) << g.function;
+    EXPECT_EQ(now.at(g.function), g.hash)
+        << g.function << " on " << target() << ": the bits changed";
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no golden hashes recorded for " << target();
+  EXPECT_EQ(checked, now.size()) << "functions without a recorded hash on " << cls;
+}
+
+SOFTDOT_INSTANTIATE_PER_TARGET(GoldenOutputs);
+
+}  // namespace
+}  // namespace softdot_test
