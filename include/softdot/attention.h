@@ -9,25 +9,10 @@
 #include <span>
 #include <type_traits>
 
+#include "softdot/float16.h"
 #include "softdot/matrix.h"
 
 namespace softdot {
-
-// 16-bit storage formats for keys and values (the usual KV-cache formats).
-// They only hold bits; softdot widens them to float exactly and accumulates
-// in float.
-struct Float16 {  // IEEE 754 binary16
-  std::uint16_t bits = 0;
-};
-struct BFloat16 {  // bfloat16: the upper half of a float
-  std::uint16_t bits = 0;
-};
-// Exact widening, and rounding to nearest, ties to even (NaN stays NaN,
-// overflow gives inf, float16 keeps subnormals).
-float to_float(Float16 h) noexcept;
-float to_float(BFloat16 b) noexcept;
-Float16 to_float16(float x) noexcept;
-BFloat16 to_bfloat16(float x) noexcept;
 
 // A strided 4-D view [batch, heads, rows, cols], row-major within a row;
 // element (b, h, r, c) is data[b * batch_stride + h * head_stride +

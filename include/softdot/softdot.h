@@ -5,6 +5,7 @@
 
 #include "softdot/attention.h"
 #include "softdot/dot.h"
+#include "softdot/float16.h"
 #include "softdot/matrix.h"
 #include "softdot/simd.h"
 #include "softdot/softmax.h"
