@@ -439,6 +439,7 @@ void run_weights(const TensorView<const float>& q, const TensorView<const KT>& k
   std::vector<float> s(p.n_kv);
   std::vector<char> vis(p.n_kv);
   std::vector<float> krow_f(p.n_kv * p.d);
+  std::vector<float> score_scratch(detail::attention_score_scratch(p.d));
   // The form attention() takes for these shapes decides how scores round.
   const bool decode = p.g * p.n_q <= kDecodeRows;
   for (std::size_t b = 0; b < p.B; ++b) {
@@ -460,7 +461,7 @@ void run_weights(const TensorView<const float>& q, const TensorView<const KT>& k
         limits(p, i, lo, hi);
         for (std::size_t j = 0; j < p.n_kv; ++j) {
           s[j] = detail::attention_score(qr, krow_f.data() + j * p.d, p.d,
-                                         decode) *
+                                         decode, score_scratch.data()) *
                  p.scale;
         }
         if (p.softcap > 0.0f) detail::attention_softcap(s.data(), p.n_kv, p.softcap);

@@ -27,8 +27,8 @@ HWY_EXPORT(AttentionSoftcap);
 HWY_EXPORT(AttentionScore);
 
 float attention_score(const float* q, const float* k, std::size_t d,
-                      bool decode) noexcept {
-  return HWY_DYNAMIC_DISPATCH(AttentionScore)(q, k, d, decode);
+                      bool decode, float* scratch) noexcept {
+  return HWY_DYNAMIC_DISPATCH(AttentionScore)(q, k, d, decode, scratch);
 }
 
 void attention_kernel(const AttnArgs& args) noexcept {

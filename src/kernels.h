@@ -50,9 +50,13 @@ void attention_kernel(const AttnArgs& args) noexcept;
 // Rows one attention kernel call takes on the current target (4 vectors).
 std::size_t attention_max_rows() noexcept;
 // The unscaled score q . k exactly as the attention kernels form it: the
-// prefill form (decode = false) or the decode form.
+// prefill form (decode = false) or the decode form, which needs `scratch`
+// of attention_score_scratch(d) floats (a padded, 64-byte aligned copy of q).
 float attention_score(const float* q, const float* k, std::size_t d,
-                      bool decode) noexcept;
+                      bool decode, float* scratch) noexcept;
+constexpr std::size_t attention_score_scratch(std::size_t d) noexcept {
+  return (d + 15) / 16 * 16 + 16;
+}
 // s[i] = cap * tanh(s[i] / cap), exactly as the attention kernel does it.
 void attention_softcap(float* s, std::size_t n, float cap) noexcept;
 

@@ -954,9 +954,12 @@ std::size_t AttentionMaxRows() { return attn::MaxRows(); }
 
 // The unscaled score q . k of one row and one key, in the prefill form (a
 // float FMA chain in index order) or the decode form (16 chains and the
-// fixed tree), exactly as the kernels compute it.
+// fixed tree), exactly as the kernels compute it. The decode form copies q,
+// zero-padded to a multiple of 16, into the caller's scratch (at least
+// attention_score_scratch(d) floats; unused by the prefill form): kernels
+// never allocate.
 float AttentionScore(const float* q, const float* k, std::size_t d,
-                     bool decode) {
+                     bool decode, float* scratch) {
   if (!decode) {
     float acc = 0.0f;
     for (std::size_t c = 0; c < d; ++c) {
@@ -967,18 +970,10 @@ float AttentionScore(const float* q, const float* k, std::size_t d,
     return acc;
   }
   const std::size_t dpad = (d + 15) / 16 * 16;
-  HWY_ALIGN float qp[16 * 64];
-  float out = 0.0f;
-  if (dpad <= 16 * 64) {
-    std::memcpy(qp, q, d * sizeof(float));
-    std::memset(qp + d, 0, (dpad - d) * sizeof(float));
-    attn::DecodeScoreRows<1, 1>(qp, dpad, k, d, d, &out, 1);
-    return out;
-  }
-  std::unique_ptr<float[]> big(new float[dpad + 16]);
-  float* p = attn::AlignUp(big.get());
+  float* p = attn::AlignUp(scratch);
   std::memcpy(p, q, d * sizeof(float));
   std::memset(p + d, 0, (dpad - d) * sizeof(float));
+  float out = 0.0f;
   attn::DecodeScoreRows<1, 1>(p, dpad, k, d, d, &out, 1);
   return out;
 }
