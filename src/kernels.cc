@@ -74,13 +74,13 @@ void softmax_row_kernel(const float* x, const std::uint8_t* mask, float scale,
                         std::size_t n, RowOp op, bool faithful,
                         float* y, RowState* state) noexcept {
   HWY_DYNAMIC_DISPATCH(SoftmaxRowF32)
-  (x, mask, scale, n, static_cast<int>(op), faithful, y, state);
+  (x, mask, scale, n, op, faithful, y, state);
 }
 void softmax_row_kernel(const double* x, const std::uint8_t* mask, double scale,
                         std::size_t n, RowOp op, bool faithful,
                         double* y, RowState* state) noexcept {
   HWY_DYNAMIC_DISPATCH(SoftmaxRowF64)
-  (x, mask, scale, n, static_cast<int>(op), faithful, y, state);
+  (x, mask, scale, n, op, faithful, y, state);
 }
 
 std::int64_t compiled_targets() noexcept { return HWY_TARGETS; }

@@ -895,9 +895,8 @@ HWY_INLINE void RowImpl(const T* x, const std::uint8_t* mask, T scale,
 
 template <class T>
 HWY_INLINE void Row(const T* x, const std::uint8_t* mask, T scale,
-                    std::size_t n, int op, bool faithful, T* y,
+                    std::size_t n, detail::RowOp o, bool faithful, T* y,
                     detail::RowState* state) {
-  const auto o = static_cast<detail::RowOp>(op);
   const bool scaled = scale != T{1};
   if (mask) {
     scaled ? RowImpl<T, true, true>(x, mask, scale, n, o, faithful, y, state)
@@ -909,13 +908,13 @@ HWY_INLINE void Row(const T* x, const std::uint8_t* mask, T scale,
 }
 
 HWY_NOINLINE void SoftmaxRowF32(const float* x, const std::uint8_t* mask,
-                                float scale, std::size_t n, int op,
+                                float scale, std::size_t n, detail::RowOp op,
                                 bool faithful, float* y,
                                 detail::RowState* state) {
   Row<float>(x, mask, scale, n, op, faithful, y, state);
 }
 HWY_NOINLINE void SoftmaxRowF64(const double* x, const std::uint8_t* mask,
-                                double scale, std::size_t n, int op,
+                                double scale, std::size_t n, detail::RowOp op,
                                 bool faithful, double* y,
                                 detail::RowState* state) {
   Row<double>(x, mask, scale, n, op, faithful, y, state);
