@@ -167,8 +167,7 @@ void table(std::size_t max_n) {
               "softmax (faithful) |s-1|", "softmax (fast)  |s-1|",
               "log_softmax score", "lse",
               sizeof(T) == 4 ? " naive float softmax, |sum-1|" : "");
-  const std::size_t sizes[] = {1,    3,     10,        100,      1000,
-                               4096, 32768, 1u << 20};
+  const std::size_t sizes[] = {1, 3, 10, 100, 1000, 4096, 32768, 1u << 20};
   for (const Dist& d : kDists) {
     for (std::size_t n : sizes) {
       if (n > max_n) break;

@@ -55,7 +55,8 @@ constexpr double kMaxRelErr = 1e-4;
 bool CheckAffinity(benchmark::State& state, int threads) {
   const int cpus = AffinityCpus();
   if (threads > 1 && cpus >= 0 && cpus < threads) {
-    state.SkipWithError(("needs " + std::to_string(threads) + " CPUs in the affinity mask, has " +
+    state.SkipWithError(("needs " + std::to_string(threads) +
+                         " CPUs in the affinity mask, has " +
                          std::to_string(cpus) + " (taskset)")
                             .c_str());
     return false;
@@ -66,21 +67,24 @@ bool CheckAffinity(benchmark::State& state, int threads) {
 // Rows of the self-check: the first and last few, and every (n / 32)-th.
 std::vector<std::size_t> CheckRows(std::size_t n) {
   std::vector<std::size_t> rows;
-  for (std::size_t i = 0; i < std::min<std::size_t>(n, 4); ++i) rows.push_back(i);
+  for (std::size_t i = 0; i < std::min<std::size_t>(n, 4); ++i)
+    rows.push_back(i);
   for (std::size_t i = 1; i < 32; ++i) rows.push_back(i * n / 32);
-  for (std::size_t i = n - std::min<std::size_t>(n, 4); i < n; ++i) rows.push_back(i);
+  for (std::size_t i = n - std::min<std::size_t>(n, 4); i < n; ++i)
+    rows.push_back(i);
   return rows;
 }
 
-// ---- prefill ---------------------------------------------------------------------
+// ---- prefill
+// ---------------------------------------------------------------------
 template <bool kCausal, int kThreads>
 void BM_attention_prefill(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const auto d = static_cast<std::size_t>(state.range(1));
   if (!CheckAffinity(state, kThreads)) return;
   const OmpThreadsScope omp(kThreads);
-  AlignedBuffer qb(n * d * sizeof(float)), kb(n * d * sizeof(float)), vb(n * d * sizeof(float)),
-      ob(n * d * sizeof(float));
+  AlignedBuffer qb(n * d * sizeof(float)), kb(n * d * sizeof(float)),
+      vb(n * d * sizeof(float)), ob(n * d * sizeof(float));
   float* q = qb.as<float>();
   float* k = kb.as<float>();
   float* v = vb.as<float>();
@@ -88,11 +92,13 @@ void BM_attention_prefill(benchmark::State& state) {
   FillUniform(q, n * d, 1);
   FillUniform(k, n * d, 2);
   FillUniform(v, n * d, 3);
-  const softdot::TensorView<const float> qv(q, 1, 1, n, d), kv(k, 1, 1, n, d), vv(v, 1, 1, n, d);
+  const softdot::TensorView<const float> qv(q, 1, 1, n, d), kv(k, 1, 1, n, d),
+      vv(v, 1, 1, n, d);
   const softdot::TensorView<float> ov(o, 1, 1, n, d);
   softdot::AttentionOptions options;
   options.causal = kCausal;
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  const float scale =
+      static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
 
   // Self-check (remembered per shape and thread count), which is also the
   // warm-up call.
@@ -100,22 +106,25 @@ void BM_attention_prefill(benchmark::State& state) {
   try {
     softdot::attention(qv, kv, vv, ov, options);
   } catch (const std::exception& e) {
-    state.SkipWithError((std::string("softdot::attention: ") + e.what()).c_str());
+    state.SkipWithError(
+        (std::string("softdot::attention: ") + e.what()).c_str());
     return;
   }
   auto it = checked.find({n, d});
   if (it == checked.end()) {
     double worst = 0.0;
     for (std::size_t i : CheckRows(n)) {
-      worst = std::max(worst, AttentionRowError(q + i * d, k, v, kCausal ? i + 1 : n, d, d, scale,
-                                                o + i * d));
+      worst = std::max(
+          worst, AttentionRowError(q + i * d, k, v, kCausal ? i + 1 : n, d, d,
+                                   scale, o + i * d));
     }
     it = checked.emplace(std::make_tuple(n, d), worst).first;
   }
   state.counters["rel_err"] = it->second;
   if (!(it->second <= kMaxRelErr)) {
-    state.SkipWithError(("self-check failed: rel_err " + std::to_string(it->second) + " > 1e-4")
-                            .c_str());
+    state.SkipWithError(
+        ("self-check failed: rel_err " + std::to_string(it->second) + " > 1e-4")
+            .c_str());
     return;
   }
   const double peak = FmaPeakFlops(kThreads);
@@ -126,9 +135,10 @@ void BM_attention_prefill(benchmark::State& state) {
     benchmark::DoNotOptimize(o);
     benchmark::ClobberMemory();
   }
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  SetPrefillCounters(state, seconds, static_cast<double>(state.iterations()),
-                     n, d, kCausal, peak);
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - t0).count();
+  SetPrefillCounters(state, seconds, static_cast<double>(state.iterations()), n,
+                     d, kCausal, peak);
 }
 
 void PrefillArgs(benchmark::internal::Benchmark* b) {
@@ -138,9 +148,15 @@ void PrefillArgs(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond);
 }
 
-void BM_attention_prefill_1thread(benchmark::State& s) { BM_attention_prefill<false, 1>(s); }
-void BM_attention_prefill_2threads(benchmark::State& s) { BM_attention_prefill<false, 2>(s); }
-void BM_attention_prefill_causal_1thread(benchmark::State& s) { BM_attention_prefill<true, 1>(s); }
+void BM_attention_prefill_1thread(benchmark::State& s) {
+  BM_attention_prefill<false, 1>(s);
+}
+void BM_attention_prefill_2threads(benchmark::State& s) {
+  BM_attention_prefill<false, 2>(s);
+}
+void BM_attention_prefill_causal_1thread(benchmark::State& s) {
+  BM_attention_prefill<true, 1>(s);
+}
 void BM_attention_prefill_causal_2threads(benchmark::State& s) {
   BM_attention_prefill<true, 2>(s);
 }
@@ -163,7 +179,8 @@ BENCHMARK(BM_attention_prefill_2threads)->Apply(PrefillArgs);
 BENCHMARK(BM_attention_prefill_causal_1thread)->Apply(PrefillArgs);
 BENCHMARK(BM_attention_prefill_causal_2threads)->Apply(PrefillArgs);
 
-// ---- decode ----------------------------------------------------------------------
+// ---- decode
+// ----------------------------------------------------------------------
 constexpr std::size_t kHeads = 8, kKvHeads = 2, kHeadDim = 128;
 
 KvArena& DecodeArena() {
@@ -183,18 +200,22 @@ void BM_attention_decode(benchmark::State& state) {
   const softdot::TensorView<const float> qv(q.data(), 1, kHeads, 1, kHeadDim);
   const softdot::TensorView<float> ov(o.data(), 1, kHeads, 1, kHeadDim);
   auto kview = [&](std::size_t copy) {
-    return softdot::TensorView<const T>(arena.k<T>(copy), 1, kKvHeads, n_kv, kHeadDim);
+    return softdot::TensorView<const T>(arena.k<T>(copy), 1, kKvHeads, n_kv,
+                                        kHeadDim);
   };
   auto vview = [&](std::size_t copy) {
-    return softdot::TensorView<const T>(arena.v<T>(copy), 1, kKvHeads, n_kv, kHeadDim);
+    return softdot::TensorView<const T>(arena.v<T>(copy), 1, kKvHeads, n_kv,
+                                        kHeadDim);
   };
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(kHeadDim)));
+  const float scale =
+      static_cast<float>(1.0 / std::sqrt(static_cast<double>(kHeadDim)));
 
   static std::map<std::size_t, double> checked;
   try {
     softdot::attention(qv, kview(0), vview(0), ov);
   } catch (const std::exception& e) {
-    state.SkipWithError((std::string("softdot::attention: ") + e.what()).c_str());
+    state.SkipWithError(
+        (std::string("softdot::attention: ") + e.what()).c_str());
     return;
   }
   auto it = checked.find(n_kv);
@@ -202,21 +223,25 @@ void BM_attention_decode(benchmark::State& state) {
     double worst = 0.0;
     for (std::size_t h = 0; h < kHeads; ++h) {
       const std::size_t g = h / (kHeads / kKvHeads);
-      worst = std::max(worst, AttentionRowError(q.data() + h * kHeadDim,
-                                                arena.k<T>(0) + g * n_kv * kHeadDim,
-                                                arena.v<T>(0) + g * n_kv * kHeadDim, n_kv,
-                                                kHeadDim, kHeadDim, scale, o.data() + h * kHeadDim));
+      worst =
+          std::max(worst, AttentionRowError(q.data() + h * kHeadDim,
+                                            arena.k<T>(0) + g * n_kv * kHeadDim,
+                                            arena.v<T>(0) + g * n_kv * kHeadDim,
+                                            n_kv, kHeadDim, kHeadDim, scale,
+                                            o.data() + h * kHeadDim));
     }
     it = checked.emplace(n_kv, worst).first;
   }
   state.counters["rel_err"] = it->second;
   if (!(it->second <= kMaxRelErr)) {
-    state.SkipWithError(("self-check failed: rel_err " + std::to_string(it->second) + " > 1e-4")
-                            .c_str());
+    state.SkipWithError(
+        ("self-check failed: rel_err " + std::to_string(it->second) + " > 1e-4")
+            .c_str());
     return;
   }
   const double roofline =
-      ReadBandwidth(arena.base(), arena.stride(), arena.copies(), arena.pair_bytes(), kThreads);
+      ReadBandwidth(arena.base(), arena.stride(), arena.copies(),
+                    arena.pair_bytes(), kThreads);
 
   std::size_t copy = 0;
   const auto t0 = Clock::now();
@@ -226,7 +251,8 @@ void BM_attention_decode(benchmark::State& state) {
     benchmark::ClobberMemory();
     if (++copy == arena.copies()) copy = 0;
   }
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - t0).count();
   const double bytes = static_cast<double>(state.iterations()) *
                        static_cast<double>(arena.pair_bytes());
   state.counters["GB/s"] = bytes / seconds * 1e-9;
@@ -240,15 +266,21 @@ void DecodeArgs(benchmark::internal::Benchmark* b) {
 
 using softdot::BFloat16;
 using softdot::Float16;
-void BM_attention_decode_f32_1thread(benchmark::State& s) { BM_attention_decode<float, 1>(s); }
-void BM_attention_decode_f32_2threads(benchmark::State& s) { BM_attention_decode<float, 2>(s); }
+void BM_attention_decode_f32_1thread(benchmark::State& s) {
+  BM_attention_decode<float, 1>(s);
+}
+void BM_attention_decode_f32_2threads(benchmark::State& s) {
+  BM_attention_decode<float, 2>(s);
+}
 void BM_attention_decode_bf16_1thread(benchmark::State& s) {
   BM_attention_decode<BFloat16, 1>(s);
 }
 void BM_attention_decode_bf16_2threads(benchmark::State& s) {
   BM_attention_decode<BFloat16, 2>(s);
 }
-void BM_attention_decode_f16_1thread(benchmark::State& s) { BM_attention_decode<Float16, 1>(s); }
+void BM_attention_decode_f16_1thread(benchmark::State& s) {
+  BM_attention_decode<Float16, 1>(s);
+}
 void BM_attention_decode_f16_2threads(benchmark::State& s) {
   BM_attention_decode<Float16, 2>(s);
 }

@@ -39,7 +39,8 @@ std::uint32_t ReadSumImpl(const std::uint32_t* HWY_RESTRICT p, std::size_t n) {
     s3 = hn::Add(s3, hn::LoadU(d, p + i + 3 * N));
   }
   for (; i + N <= n; i += N) s0 = hn::Add(s0, hn::LoadU(d, p + i));
-  std::uint32_t s = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
+  std::uint32_t s =
+      hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
   for (; i < n; ++i) {
     std::uint32_t w;
     std::memcpy(&w, p + i, sizeof(w));
@@ -58,7 +59,8 @@ namespace softdot_bench {
 HWY_EXPORT(ReadSumImpl);
 
 std::uint32_t ReadSum(const void* p, std::size_t bytes) {
-  return HWY_DYNAMIC_DISPATCH(ReadSumImpl)(static_cast<const std::uint32_t*>(p), bytes / 4);
+  return HWY_DYNAMIC_DISPATCH(ReadSumImpl)(static_cast<const std::uint32_t*>(p),
+                                           bytes / 4);
 }
 
 std::uint32_t ReadSumThreads(const void* p, std::size_t bytes, int threads) {
@@ -88,11 +90,12 @@ double FmaPeakFlops(int threads) {
   static std::mutex mu;
   static std::map<int, double> measured;
   const std::lock_guard<std::mutex> lock(mu);
-  if (const auto it = measured.find(threads); it != measured.end()) return it->second;
+  if (const auto it = measured.find(threads); it != measured.end())
+    return it->second;
   // BM_fma_peak's rounds per call; about 0.2 ms per call at 512 bits.
   constexpr std::size_t kRounds = 100000;
-  const double flops_per_call = static_cast<double>(kRounds) * 12 * 2 *
-                                static_cast<double>(FloatLanes());
+  const double flops_per_call =
+      static_cast<double>(kRounds) * 12 * 2 * static_cast<double>(FloatLanes());
   // Calls per thread and run: about 20 ms at 200 GFLOP/s per core.
   const int calls = static_cast<int>(std::max(1.0, 4e9 / flops_per_call));
   volatile float vm = 0.999999f, vc = 1e-7f;
@@ -111,17 +114,21 @@ double FmaPeakFlops(int threads) {
   return best;
 }
 
-double ReadBandwidth(const void* base, std::size_t stride_bytes, std::size_t copies,
-                     std::size_t bytes, int threads) {
+double ReadBandwidth(const void* base, std::size_t stride_bytes,
+                     std::size_t copies, std::size_t bytes, int threads) {
   static std::mutex mu;
-  static std::map<std::tuple<const void*, std::size_t, std::size_t, std::size_t, int>, double>
+  static std::map<
+      std::tuple<const void*, std::size_t, std::size_t, std::size_t, int>,
+      double>
       measured;
   const std::lock_guard<std::mutex> lock(mu);
   const auto key = std::make_tuple(base, stride_bytes, copies, bytes, threads);
-  if (const auto it = measured.find(key); it != measured.end()) return it->second;
+  if (const auto it = measured.find(key); it != measured.end())
+    return it->second;
   const auto* p = static_cast<const char*>(base);
   std::uint32_t sink = 0;
-  for (std::size_t c = 0; c < copies; ++c) sink += ReadSumThreads(p + c * stride_bytes, bytes, threads);
+  for (std::size_t c = 0; c < copies; ++c)
+    sink += ReadSumThreads(p + c * stride_bytes, bytes, threads);
   double best = 0.0;
   for (int run = 0; run < 3; ++run) {
     std::size_t calls = 0, c = 0;
@@ -132,7 +139,8 @@ double ReadBandwidth(const void* base, std::size_t stride_bytes, std::size_t cop
       if (++c == copies) c = 0;
       ++calls;
     } while (calls < copies || (s = Seconds(t0)) < 0.1);
-    best = std::max(best, static_cast<double>(calls) * static_cast<double>(bytes) / s);
+    best = std::max(
+        best, static_cast<double>(calls) * static_cast<double>(bytes) / s);
   }
   benchmark::DoNotOptimize(sink);
   measured.emplace(key, best);

@@ -45,11 +45,12 @@ inline void SetPrefillCounters(benchmark::State& state, double seconds,
   state.counters["peak_GFLOP/s"] = peak * 1e-9;
 }
 
-// ---- rooflines (attention_kernels.cc) ------------------------------------------
-// flop/s of `threads` cores: bench_util.h's FmaPeak (the loop of BM_fma_peak:
-// 12 independent vector FMA chains in registers) on `threads` OpenMP threads
-// at once, total flops / wall time, best of 5 runs of about 20 ms. Measured on
-// the first call for each thread count and remembered (thread-safe).
+// ---- rooflines (attention_kernels.cc)
+// ------------------------------------------ flop/s of `threads` cores:
+// bench_util.h's FmaPeak (the loop of BM_fma_peak: 12 independent vector FMA
+// chains in registers) on `threads` OpenMP threads at once, total flops / wall
+// time, best of 5 runs of about 20 ms. Measured on the first call for each
+// thread count and remembered (thread-safe).
 double FmaPeakFlops(int threads);
 
 // A read-only pass over [p, p + bytes): 32-bit lanes added with four vector
@@ -66,20 +67,23 @@ std::uint32_t ReadSumThreads(const void* p, std::size_t bytes, int threads);
 // a benchmark that reads `bytes` of the next copy per call. One warm-up walk,
 // then the best of 3 runs of at least 0.1 s and one walk each. Remembered per
 // (base, stride, copies, bytes, threads).
-double ReadBandwidth(const void* base, std::size_t stride_bytes, std::size_t copies,
-                     std::size_t bytes, int threads);
+double ReadBandwidth(const void* base, std::size_t stride_bytes,
+                     std::size_t copies, std::size_t bytes, int threads);
 
-// ---- buffers --------------------------------------------------------------------
-// An uninitialised, aligned heap buffer of `bytes` (rounded up to `align`).
+// ---- buffers
+// -------------------------------------------------------------------- An
+// uninitialised, aligned heap buffer of `bytes` (rounded up to `align`).
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
   explicit AlignedBuffer(std::size_t bytes, std::size_t align = 64)
       : bytes_(bytes),
-        data_(std::aligned_alloc(align, (std::max<std::size_t>(bytes, 1) + align - 1) / align *
-                                            align)) {
+        data_(std::aligned_alloc(
+            align,
+            (std::max<std::size_t>(bytes, 1) + align - 1) / align * align)) {
     if (data_ == nullptr) {
-      std::fprintf(stderr, "softdot attention bench: cannot allocate %zu MiB\n", bytes >> 20);
+      std::fprintf(stderr, "softdot attention bench: cannot allocate %zu MiB\n",
+                   bytes >> 20);
       std::exit(1);
     }
   }
@@ -131,10 +135,12 @@ inline softdot::BFloat16 Narrow<softdot::BFloat16>(float x) {
 template <class T>
 void FillUniform(T* p, std::size_t n, std::uint64_t seed) {
   constexpr std::size_t kBlock = std::size_t{1} << 16;
-  const std::int64_t blocks = static_cast<std::int64_t>((n + kBlock - 1) / kBlock);
+  const std::int64_t blocks =
+      static_cast<std::int64_t>((n + kBlock - 1) / kBlock);
 #pragma omp parallel for schedule(static)
   for (std::int64_t b = 0; b < blocks; ++b) {
-    std::uint64_t state = seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(b) + 1;
+    std::uint64_t state =
+        seed * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(b) + 1;
     const std::size_t begin = static_cast<std::size_t>(b) * kBlock;
     const std::size_t end = std::min(n, begin + kBlock);
     for (std::size_t i = begin; i < end; ++i) {
@@ -148,12 +154,13 @@ void FillUniform(T* p, std::size_t n, std::uint64_t seed) {
   }
 }
 
-// ---- the decode arena -------------------------------------------------------------
-// At least 512 MiB of distinct copies of one call's K and V, so that a call
-// that moves to the next copy reads K and V from DRAM (the `memory` case of
-// bench/peers): copy c holds K at byte c * stride and V right after it. The
-// arena is 2 MiB-aligned, filled (every page touched) once per element type;
-// as many copies as fit in 512 MiB (at least 2: K + V of up to 256 MiB).
+// ---- the decode arena
+// ------------------------------------------------------------- At least 512
+// MiB of distinct copies of one call's K and V, so that a call that moves to
+// the next copy reads K and V from DRAM (the `memory` case of bench/peers):
+// copy c holds K at byte c * stride and V right after it. The arena is 2
+// MiB-aligned, filled (every page touched) once per element type; as many
+// copies as fit in 512 MiB (at least 2: K + V of up to 256 MiB).
 class KvArena {
  public:
   static constexpr std::size_t kBytes = std::size_t{512} << 20;
@@ -164,7 +171,8 @@ class KvArena {
   void Prepare(std::size_t elements) {
     const int type = TypeId<T>();
     if (type_ != type) {
-      if (buffer_.bytes() == 0) buffer_ = AlignedBuffer(kBytes, std::size_t{2} << 20);
+      if (buffer_.bytes() == 0)
+        buffer_ = AlignedBuffer(kBytes, std::size_t{2} << 20);
       FillUniform(buffer_.as<T>(), kBytes / sizeof(T), 7);
       type_ = type;
     }
@@ -172,14 +180,17 @@ class KvArena {
     stride_ = (pair_bytes_ + 4095) / 4096 * 4096;
     copies_ = kBytes / stride_;
     if (copies_ < 2) {
-      std::fprintf(stderr, "softdot attention bench: K + V of %zu MiB do not fit twice\n",
-                   pair_bytes_ >> 20);
+      std::fprintf(
+          stderr,
+          "softdot attention bench: K + V of %zu MiB do not fit twice\n",
+          pair_bytes_ >> 20);
       std::exit(1);
     }
   }
   template <class T>
   const T* k(std::size_t copy) const {
-    return reinterpret_cast<const T*>(buffer_.as<const char>() + copy * stride_);
+    return reinterpret_cast<const T*>(buffer_.as<const char>() +
+                                      copy * stride_);
   }
   template <class T>
   const T* v(std::size_t copy) const {
@@ -200,21 +211,23 @@ class KvArena {
   std::size_t pair_bytes_ = 0, stride_ = 0, copies_ = 0;
 };
 
-// ---- reference -------------------------------------------------------------------
-// Error of one output row o[0, dv) against attention computed in double over
-// keys [0, visible) of k (row stride d) and v (row stride dv) with the
-// float scale: max_c |o_c - exact_c| / W_c, W_c = sum_j w_j |v_jc| with the
-// exact weights w (the measure of docs/accuracy.md's bound, whose worst case
-// here is about 1e-4 and whose measured values are a few 1e-7). NaN in o
-// gives +inf.
+// ---- reference
+// ------------------------------------------------------------------- Error of
+// one output row o[0, dv) against attention computed in double over keys [0,
+// visible) of k (row stride d) and v (row stride dv) with the float scale:
+// max_c |o_c - exact_c| / W_c, W_c = sum_j w_j |v_jc| with the exact weights w
+// (the measure of docs/accuracy.md's bound, whose worst case here is about 1e-4
+// and whose measured values are a few 1e-7). NaN in o gives +inf.
 template <class KV>
-double AttentionRowError(const float* q, const KV* k, const KV* v, std::size_t visible,
-                         std::size_t d, std::size_t dv, float scale, const float* o) {
+double AttentionRowError(const float* q, const KV* k, const KV* v,
+                         std::size_t visible, std::size_t d, std::size_t dv,
+                         float scale, const float* o) {
   std::vector<double> w(visible);
   double m = -std::numeric_limits<double>::infinity();
   for (std::size_t j = 0; j < visible; ++j) {
     double s = 0.0;
-    for (std::size_t c = 0; c < d; ++c) s += static_cast<double>(q[c]) * Widen(k[j * d + c]);
+    for (std::size_t c = 0; c < d; ++c)
+      s += static_cast<double>(q[c]) * Widen(k[j * d + c]);
     w[j] = s * scale;
     m = std::max(m, w[j]);
   }
@@ -230,8 +243,10 @@ double AttentionRowError(const float* q, const KV* k, const KV* v, std::size_t v
   }
   double worst = 0.0;
   for (std::size_t c = 0; c < dv; ++c) {
-    const double err = std::fabs(o[c] - exact[c] / sum) / std::max(mass[c] / sum, 1e-300);
-    if (!(err <= worst)) worst = err == err ? err : std::numeric_limits<double>::infinity();
+    const double err =
+        std::fabs(o[c] - exact[c] / sum) / std::max(mass[c] / sum, 1e-300);
+    if (!(err <= worst))
+      worst = err == err ? err : std::numeric_limits<double>::infinity();
   }
   return worst;
 }
@@ -247,7 +262,9 @@ inline int AffinityCpus() {
 // omp_set_num_threads(t) for a scope; restores the previous maximum.
 class OmpThreadsScope {
  public:
-  explicit OmpThreadsScope(int t) : previous_(omp_get_max_threads()) { omp_set_num_threads(t); }
+  explicit OmpThreadsScope(int t) : previous_(omp_get_max_threads()) {
+    omp_set_num_threads(t);
+  }
   ~OmpThreadsScope() { omp_set_num_threads(previous_); }
   OmpThreadsScope(const OmpThreadsScope&) = delete;
   OmpThreadsScope& operator=(const OmpThreadsScope&) = delete;

@@ -106,10 +106,10 @@ void BM_fma_peak(benchmark::State& state) {
     float r = FmaPeak(kRounds, m, c);
     benchmark::DoNotOptimize(r);
   }
-  state.counters["flop/s"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * kRounds * 12 * 2 *
-          static_cast<double>(FloatLanes()),
-      benchmark::Counter::kIsRate);
+  state.counters["flop/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * kRounds *
+                             12 * 2 * static_cast<double>(FloatLanes()),
+                         benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_fma_peak);
 

@@ -1,8 +1,9 @@
 // Bandwidth baselines for the softmax benchmarks, written with Highway and
 // dispatched at run time like the library (no -march flags), so they use the
 // same vector width as the kernels they are compared with.
-//   CopyLoop:                 y = x with ordinary vector stores (1 read, 1 write).
-//   RooflineTwoReadsOneWrite: pass 1 max over x, pass 2 y = (x - max) * scale:
+//   CopyLoop:                 y = x with ordinary vector stores (1 read, 1
+//   write). RooflineTwoReadsOneWrite: pass 1 max over x, pass 2 y = (x - max) *
+//   scale:
 //     the memory traffic of a two-pass softmax (2 reads, 1 write) with no exp,
 //     i.e. the speed limit of a softmax that keeps the input in memory.
 //   FloatDot2: Ogita-Rump-Oishi Dot2 in float lanes (exact products by FMA,
@@ -26,7 +27,8 @@ namespace softdot_bench {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-void CopyLoopImpl(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, std::size_t n) {
+void CopyLoopImpl(const float* HWY_RESTRICT x, float* HWY_RESTRICT y,
+                  std::size_t n) {
   const hn::ScalableTag<float> d;
   const std::size_t N = hn::Lanes(d);
   std::size_t i = 0;
@@ -44,8 +46,8 @@ void CopyLoopImpl(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, std::size_
   for (; i < n; ++i) y[i] = x[i];
 }
 
-void RooflineImpl(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, std::size_t n,
-                  float scale) {
+void RooflineImpl(const float* HWY_RESTRICT x, float* HWY_RESTRICT y,
+                  std::size_t n, float scale) {
   const hn::ScalableTag<float> d;
   const std::size_t N = hn::Lanes(d);
   // Pass 1: max with 4 independent accumulators (max latency 4 cycles on
@@ -60,7 +62,8 @@ void RooflineImpl(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, std::size_
     m3 = hn::Max(m3, hn::LoadU(d, x + i + 3 * N));
   }
   for (; i + N <= n; i += N) m0 = hn::Max(m0, hn::LoadU(d, x + i));
-  float m = hn::GetLane(hn::MaxOfLanes(d, hn::Max(hn::Max(m0, m1), hn::Max(m2, m3))));
+  float m =
+      hn::GetLane(hn::MaxOfLanes(d, hn::Max(hn::Max(m0, m1), hn::Max(m2, m3))));
   for (; i < n; ++i) m = x[i] > m ? x[i] : m;
   // Pass 2: one subtract and one multiply per element, then store.
   const auto vm = hn::Set(d, m);
@@ -70,7 +73,8 @@ void RooflineImpl(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, std::size_
     hn::StoreU(hn::Mul(hn::Sub(hn::LoadU(d, x + i), vm), vs), d, y + i);
     hn::StoreU(hn::Mul(hn::Sub(hn::LoadU(d, x + i + N), vm), vs), d, y + i + N);
   }
-  for (; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::Sub(hn::LoadU(d, x + i), vm), vs), d, y + i);
+  for (; i + N <= n; i += N)
+    hn::StoreU(hn::Mul(hn::Sub(hn::LoadU(d, x + i), vm), vs), d, y + i);
   for (; i < n; ++i) y[i] = (x[i] - m) * scale;
 }
 
@@ -85,7 +89,8 @@ double FloatDot2Impl(const float* HWY_RESTRICT x, const float* HWY_RESTRICT y,
   std::size_t i = 0;
   for (; i + kAcc * N <= n; i += kAcc * N) {
     for (std::size_t a = 0; a < kAcc; ++a) {
-      const V xv = hn::LoadU(d, x + i + a * N), yv = hn::LoadU(d, y + i + a * N);
+      const V xv = hn::LoadU(d, x + i + a * N),
+              yv = hn::LoadU(d, y + i + a * N);
       const V p = hn::Mul(xv, yv);
       const V pe = hn::MulAdd(xv, yv, hn::Neg(p));  // exact with FMA
       const V t = hn::Add(s[a], p);
@@ -140,10 +145,9 @@ float FmaPeakImpl(std::size_t rounds, float m, float c) {
     a10 = hn::MulAdd(a10, vm, vc);
     a11 = hn::MulAdd(a11, vm, vc);
   }
-  const V s = hn::Add(
-      hn::Add(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)),
-              hn::Add(hn::Add(a4, a5), hn::Add(a6, a7))),
-      hn::Add(hn::Add(a8, a9), hn::Add(a10, a11)));
+  const V s = hn::Add(hn::Add(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)),
+                              hn::Add(hn::Add(a4, a5), hn::Add(a6, a7))),
+                      hn::Add(hn::Add(a8, a9), hn::Add(a10, a11)));
   return hn::GetLane(hn::SumOfLanes(d, s));
 }
 
@@ -185,7 +189,8 @@ double FloatDot2(const float* x, const float* y, std::size_t n) {
 void CopyLoop(const float* x, float* y, std::size_t n) {
   HWY_DYNAMIC_DISPATCH(CopyLoopImpl)(x, y, n);
 }
-void RooflineTwoReadsOneWrite(const float* x, float* y, std::size_t n, float scale) {
+void RooflineTwoReadsOneWrite(const float* x, float* y, std::size_t n,
+                              float scale) {
   HWY_DYNAMIC_DISPATCH(RooflineImpl)(x, y, n, scale);
 }
 }  // namespace softdot_bench

@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
     }
   }
   benchmark::AddCustomContext("simd_target", softdot::simd_target());
-  benchmark::AddCustomContext("omp_max_threads", std::to_string(omp_get_max_threads()));
+  benchmark::AddCustomContext("omp_max_threads",
+                              std::to_string(omp_get_max_threads()));
   benchmark::AddCustomContext("softdot_version", softdot::version());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

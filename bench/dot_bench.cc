@@ -86,9 +86,9 @@ void BM_dots(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(keys));
-  state.SetBytesProcessed(state.iterations() *
-                          static_cast<std::int64_t>((keys * kDim + kDim + keys) *
-                                                    sizeof(float)));
+  state.SetBytesProcessed(
+      state.iterations() *
+      static_cast<std::int64_t>((keys * kDim + kDim + keys) * sizeof(float)));
 }
 // 4 keys: the cost of a small serial call (no OpenMP region).
 BENCHMARK(BM_dots)->Arg(4)->Arg(4096)->Arg(65536);

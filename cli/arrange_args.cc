@@ -21,9 +21,8 @@ CLI::App* find_subcommand(CLI::App& app, const std::string& name) {
 
 bool starts_like_number(const std::string& token) {
   // token[0] is '-'.
-  return token.size() > 1 &&
-         ((token[1] >= '0' && token[1] <= '9') || token[1] == '.' ||
-          looks_like_number_list(token));
+  return token.size() > 1 && ((token[1] >= '0' && token[1] <= '9') ||
+                              token[1] == '.' || looks_like_number_list(token));
 }
 
 }  // namespace

@@ -100,9 +100,9 @@ std::uint32_t le_bits(const std::string& data, std::size_t offset,
                       std::size_t size) {
   std::uint32_t v = 0;
   for (std::size_t i = 0; i < size; ++i)
-    v |= static_cast<std::uint32_t>(
-             static_cast<unsigned char>(data[offset + i]))
-         << (8 * i);
+    v |=
+        static_cast<std::uint32_t>(static_cast<unsigned char>(data[offset + i]))
+        << (8 * i);
   return v;
 }
 
@@ -150,8 +150,8 @@ double parse_positive(const std::optional<std::string>& text,
   if (n.status != NumberStatus::kOk) {
     throw CliError(std::string(option) + ": " + number_error(*text, n.status));
   }
-  const bool ok = std::isfinite(n.value) &&
-                  (allow_zero ? n.value >= 0 : n.value > 0);
+  const bool ok =
+      std::isfinite(n.value) && (allow_zero ? n.value >= 0 : n.value > 0);
   if (!ok) {
     throw CliError(std::string(option) + ": " + quote(*text) +
                    (allow_zero ? " must be a finite number >= 0"
@@ -190,8 +190,8 @@ void check_output_name(const std::string& path, const char* option) {
   const std::string dir =
       slash == std::string::npos ? "." : path.substr(0, slash + 1);
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-    throw CliError(path + ": cannot create a file there: " +
-                   std::strerror(errno));
+    throw CliError(path +
+                   ": cannot create a file there: " + std::strerror(errno));
   }
 }
 
@@ -216,14 +216,13 @@ void check_qkv(const Input& q, const Input& k, const Input& v) {
   }
   const auto differ = [](const Input& ref, const Input& x, const char* what,
                          std::size_t ref_value, std::size_t x_value) {
-    throw CliError(x.option + " has " + what + " = " +
-                   std::to_string(x_value) + " but " + ref.option + " has " +
-                   what + " = " + std::to_string(ref_value) + " " +
-                   both(ref, x));
+    throw CliError(x.option + " has " + what + " = " + std::to_string(x_value) +
+                   " but " + ref.option + " has " + what + " = " +
+                   std::to_string(ref_value) + " " + both(ref, x));
   };
   if (k.batch() != q.batch()) differ(q, k, "batch", q.batch(), k.batch());
-  if (k.heads() == 0) throw CliError("--k is " + k.text() +
-                                     ": heads must be at least 1");
+  if (k.heads() == 0)
+    throw CliError("--k is " + k.text() + ": heads must be at least 1");
   if (q.heads() % k.heads() != 0) {
     throw CliError("--q has heads = " + std::to_string(q.heads()) +
                    ", not a multiple of --k's heads = " +
@@ -260,8 +259,7 @@ void check_scores_shaped(const Input& m, const Input& q, const Input& k) {
 // A mask or bias as a TensorView over the full [B, H, n_q, n_kv], stride 0
 // for the broadcast dimensions.
 template <class T>
-TensorView<const T> scores_view(const T* data, const Input& m,
-                                const Input& q) {
+TensorView<const T> scores_view(const T* data, const Input& m, const Input& q) {
   const std::size_t n_kv = m.cols();
   const std::size_t row_stride = m.rows() == 1 ? 0 : n_kv;
   const std::size_t head_stride = m.heads() == 1 ? 0 : m.rows() * n_kv;
@@ -313,21 +311,20 @@ void explain_scores(TensorView<const float> q, TensorView<const KV> k,
   }
 }
 
-std::string describe(const AttentionArgs& args, const Input& q,
-                     const Input& k, const Input& v, const Input& mask,
-                     const Input& bias, const AttentionOptions& o,
-                     float scale) {
+std::string describe(const AttentionArgs& args, const Input& q, const Input& k,
+                     const Input& v, const Input& mask, const Input& bias,
+                     const AttentionOptions& o, float scale) {
   const std::size_t n_q = q.rows(), n_kv = k.rows();
-  std::string out = "attention: q " + q.text() + ", k " + k.text() + ", v " +
-                    v.text() + ": n_q = " + std::to_string(n_q) +
-                    (n_q == 1 ? " query" : " queries") + ", n_kv = " +
-                    std::to_string(n_kv) + (n_kv == 1 ? " key" : " keys") +
-                    ", d = " + std::to_string(q.cols()) +
-                    ", d_v = " + std::to_string(v.cols()) + "\n";
+  std::string out =
+      "attention: q " + q.text() + ", k " + k.text() + ", v " + v.text() +
+      ": n_q = " + std::to_string(n_q) + (n_q == 1 ? " query" : " queries") +
+      ", n_kv = " + std::to_string(n_kv) + (n_kv == 1 ? " key" : " keys") +
+      ", d = " + std::to_string(q.cols()) +
+      ", d_v = " + std::to_string(v.cols()) + "\n";
   if (q.rank() == 4) {
-    out += "batch = " + std::to_string(q.batch()) + ", heads = " +
-           std::to_string(q.heads()) + ", k/v heads = " +
-           std::to_string(k.heads());
+    out += "batch = " + std::to_string(q.batch()) +
+           ", heads = " + std::to_string(q.heads()) +
+           ", k/v heads = " + std::to_string(k.heads());
     const std::size_t g = q.heads() / k.heads();
     if (g > 1) {
       out += " (grouped-query: query head h uses k/v head h / " +
@@ -339,13 +336,13 @@ std::string describe(const AttentionArgs& args, const Input& q,
       v.array.dtype == NpyDtype::kFloat16) {
     out += "float16 keys/values are widened exactly to float32\n";
   }
-  out += "scale = " + format_number(scale, kShortest) +
-         (args.scale ? " (--scale)"
-                     : " = 1/sqrt(" + std::to_string(q.cols()) +
-                           ") in float32") +
-         "\n";
-  const std::ptrdiff_t shift = static_cast<std::ptrdiff_t>(n_kv) -
-                               static_cast<std::ptrdiff_t>(n_q);
+  out +=
+      "scale = " + format_number(scale, kShortest) +
+      (args.scale ? " (--scale)"
+                  : " = 1/sqrt(" + std::to_string(q.cols()) + ") in float32") +
+      "\n";
+  const std::ptrdiff_t shift =
+      static_cast<std::ptrdiff_t>(n_kv) - static_cast<std::ptrdiff_t>(n_q);
   const auto position = [&](std::ptrdiff_t extra) {
     const std::ptrdiff_t total = shift + extra;
     if (total == 0) return std::string("i");
@@ -380,8 +377,9 @@ std::string describe(const AttentionArgs& args, const Input& q,
   }
   if (bias.present()) s += " + bias_ij";
   out += "\ns_ij = " + s + "   (computed here in float64)\n";
-  out += "w_ij = exp(s_ij - m_i) / sum_j exp(s_ij - m_i), m_i = max_j s_ij "
-         "over the keys query i sees   (softdot::attention_weights)\n";
+  out +=
+      "w_ij = exp(s_ij - m_i) / sum_j exp(s_ij - m_i), m_i = max_j s_ij "
+      "over the keys query i sees   (softdot::attention_weights)\n";
   out += "o_i  = sum_j w_ij v_j   (softdot::attention)\n";
   return out;
 }
@@ -471,10 +469,10 @@ int compute(const AttentionArgs& args, const Input& q, const Input& k,
   std::string explanation;
   if (args.explain) {
     // The scale the library uses: --scale or 1/sqrt(d), rounded to float.
-    const float scale = static_cast<float>(
-        std::isnan(options.scale)
-            ? 1.0 / std::sqrt(static_cast<double>(q.cols()))
-            : options.scale);
+    const float scale =
+        static_cast<float>(std::isnan(options.scale)
+                               ? 1.0 / std::sqrt(static_cast<double>(q.cols()))
+                               : options.scale);
     std::vector<AttentionHeadExplain> explained;
     const std::size_t n_kv = k.rows();
     for (std::size_t b = 0; b < batch; ++b) {
@@ -490,19 +488,19 @@ int compute(const AttentionArgs& args, const Input& q, const Input& k,
         head.d_v = d_v;
         explain_scores(qv, kv, options, scale, b, h, &head);
         const std::size_t bh = b * heads + h;
-        head.weights.assign(weights.begin() + static_cast<std::ptrdiff_t>(
-                                                  bh * n_q * n_kv),
-                            weights.begin() + static_cast<std::ptrdiff_t>(
-                                                  (bh + 1) * n_q * n_kv));
+        head.weights.assign(
+            weights.begin() + static_cast<std::ptrdiff_t>(bh * n_q * n_kv),
+            weights.begin() +
+                static_cast<std::ptrdiff_t>((bh + 1) * n_q * n_kv));
         head.output.assign(
             out.begin() + static_cast<std::ptrdiff_t>(bh * n_q * d_v),
             out.begin() + static_cast<std::ptrdiff_t>((bh + 1) * n_q * d_v));
         explained.push_back(std::move(head));
       }
     }
-    explanation = explain_attention(
-        describe(args, q, k, v, mask, bias, options, scale), explained,
-        kExplainDigits);
+    explanation =
+        explain_attention(describe(args, q, k, v, mask, bias, options, scale),
+                          explained, kExplainDigits);
   }
 
   write_outputs(args, out_bytes, lse_bytes);
@@ -524,8 +522,9 @@ int run_attention(const AttentionArgs& args) {
   options.window_left = parse_window(args.window_left, "--window-left");
   options.window_right = parse_window(args.window_right, "--window-right");
   if (!args.output && !args.explain) {
-    throw CliError("--output is required: -o FILE.npy for the result (only "
-                   "--explain prints to standard output)");
+    throw CliError(
+        "--output is required: -o FILE.npy for the result (only "
+        "--explain prints to standard output)");
   }
   if (args.output) check_output_name(*args.output, "--output");
   if (args.lse) {
@@ -547,8 +546,8 @@ int run_attention(const AttentionArgs& args) {
   static constexpr NpyDtype kF32[] = {NpyDtype::kFloat32};
   static constexpr NpyDtype kKV[] = {NpyDtype::kFloat32, NpyDtype::kFloat16};
   static constexpr NpyDtype kBool[] = {NpyDtype::kBool};
-  const Input q = read_input("--q", args.q, kF32, "[n_q x d]",
-                             "[batch x heads x n_q x d]");
+  const Input q =
+      read_input("--q", args.q, kF32, "[n_q x d]", "[batch x heads x n_q x d]");
   const Input k = read_input("--k", args.k, kKV, "[n_kv x d]",
                              "[batch x kv_heads x n_kv x d]");
   const Input v = read_input("--v", args.v, kKV, "[n_kv x d_v]",
@@ -570,20 +569,21 @@ int run_attention(const AttentionArgs& args) {
     const char* names[] = {"n_q", "n_kv", "d_v"};
     for (int i = 0; i < 3; ++i) {
       if (per_head[i] > kExplainMaxN) {
-        throw CliError("--explain prints every number, so it is for small "
-                       "inputs: " + std::string(names[i]) + " = " +
-                       std::to_string(per_head[i]) + " " + both(q, k) +
-                       ", at most " + std::to_string(kExplainMaxN) +
-                       " (leave out --explain and use -o)");
+        throw CliError(
+            "--explain prints every number, so it is for small "
+            "inputs: " +
+            std::string(names[i]) + " = " + std::to_string(per_head[i]) + " " +
+            both(q, k) + ", at most " + std::to_string(kExplainMaxN) +
+            " (leave out --explain and use -o)");
       }
     }
     if (q.batch() * q.heads() > kExplainMaxHeads) {
-      throw CliError("--explain prints every number, so it is for small "
-                     "inputs: batch x heads = " +
-                     std::to_string(q.batch() * q.heads()) + " (q is " +
-                     q.text() + "), at most " +
-                     std::to_string(kExplainMaxHeads) +
-                     " (leave out --explain and use -o)");
+      throw CliError(
+          "--explain prints every number, so it is for small "
+          "inputs: batch x heads = " +
+          std::to_string(q.batch() * q.heads()) + " (q is " + q.text() +
+          "), at most " + std::to_string(kExplainMaxHeads) +
+          " (leave out --explain and use -o)");
     }
   }
 

@@ -84,8 +84,8 @@ int run_demo() {
   out += "\n2. Softmax turns scores into weights: scores " +
          list(scores, kShortest) + "\n\n";
   out += "   weight_i = exp(score_i) / sum_j exp(score_j)\n\n";
-  out += "   exp:    " + list(exps, 3) + "     sum = " +
-         format_number(rounded_sum, 3) + " (unrounded " +
+  out += "   exp:    " + list(exps, 3) +
+         "     sum = " + format_number(rounded_sum, 3) + " (unrounded " +
          format_number(exp_sum, 5) + ")\n";
   out += "   weight: " + list(weights, 3) + "    sums to " +
          format_number(weight_sum, 3) + "\n\n";
@@ -102,24 +102,26 @@ int run_demo() {
     naive_exp[i] = std::exp(big[i]);  // overflows to inf in float64
     naive_sum += naive_exp[i];
   }
-  for (std::size_t i = 0; i < big.size(); ++i) naive[i] = naive_exp[i] / naive_sum;
+  for (std::size_t i = 0; i < big.size(); ++i)
+    naive[i] = naive_exp[i] / naive_sum;
   out += "\n3. Subtract the max before exponentiating: scores " +
          list(big, kShortest) + "\n\n";
   out += "   naive exp(score) / sum:   exp = " + list(naive_exp, 4) +
          ", sum = " + format_number(naive_sum, 4) + "\n";
   out += "                             weights " + list(naive, 4) +
          " (inf / inf = nan)\n";
-  out += "   softdot (max subtracted): weights " + list(softmax_of(big), 4) +
-         "\n";
+  out +=
+      "   softdot (max subtracted): weights " + list(softmax_of(big), 4) + "\n";
 
   // 4. Check yourself.
   const std::vector<double> equal4 = softmax_of({3, 3, 3, 3});
   bool all_quarter = true;
   for (double w : equal4) all_quarter = all_quarter && w == 0.25;
   out += "\n4. Check yourself\n\n";
-  out += "   All scores equal, n = 4: softmax([3, 3, 3, 3]) = " +
-         list(equal4, 3) + ", each 1/n = 1/4" +
-         (all_quarter ? " exactly" : " (NOT exactly 1/4)") + "\n";
+  out +=
+      "   All scores equal, n = 4: softmax([3, 3, 3, 3]) = " + list(equal4, 3) +
+      ", each 1/n = 1/4" + (all_quarter ? " exactly" : " (NOT exactly 1/4)") +
+      "\n";
   const std::vector<double> fives = softmax_of({5, 5});
   const std::vector<double> zeros = softmax_of({0, 0});
   const bool identical =

@@ -27,8 +27,9 @@ int run_dot(const DotArgs& args) {
   const std::vector<double> y = parse_argument_numbers(args.vectors[1], 2);
   if (x.size() != y.size()) {
     throw CliError("argument 1 has " + std::to_string(x.size()) +
-                   (x.size() == 1 ? " value" : " values") + ", argument 2 has " +
-                   std::to_string(y.size()) + "; dot needs equal lengths");
+                   (x.size() == 1 ? " value" : " values") +
+                   ", argument 2 has " + std::to_string(y.size()) +
+                   "; dot needs equal lengths");
   }
   if (args.explain) {
     print(explain_dot(x, y, "x", "y"));

@@ -35,7 +35,8 @@ struct Mask {
 
 bool ends_with_ignore_case(const std::string& s, std::string_view suffix) {
   if (s.size() < suffix.size()) return false;
-  return std::equal(suffix.begin(), suffix.end(), s.end() - static_cast<std::ptrdiff_t>(suffix.size()),
+  return std::equal(suffix.begin(), suffix.end(),
+                    s.end() - static_cast<std::ptrdiff_t>(suffix.size()),
                     [](char a, char b) {
                       return a == (b >= 'A' && b <= 'Z' ? b - 'A' + 'a' : b);
                     });
@@ -102,8 +103,7 @@ AnyMatrix read_rows(const std::string& path) {
 }
 
 template <class T>
-Matrix<T> compute(const Matrix<T>& x, const SoftmaxOptions& options,
-                  bool log) {
+Matrix<T> compute(const Matrix<T>& x, const SoftmaxOptions& options, bool log) {
   Matrix<T> y;
   y.rows = x.rows;
   y.cols = x.cols;
@@ -121,15 +121,15 @@ Matrix<T> compute(const Matrix<T>& x, const SoftmaxOptions& options,
 }
 
 template <class T>
-std::string to_json(const Matrix<T>& y, bool log, bool single_row,
-                    int digits) {
+std::string to_json(const Matrix<T>& y, bool log, bool single_row, int digits) {
   std::string out = log ? "{\"log_weights\":" : "{\"weights\":";
   if (!single_row) out += "[";
   for (std::size_t r = 0; r < y.rows; ++r) {
     if (r != 0) out += ",";
     out += '[';
-    out += join_numbers(std::span<const T>(y.values.data() + r * y.cols, y.cols),
-                        digits, ",", /*json=*/true);
+    out +=
+        join_numbers(std::span<const T>(y.values.data() + r * y.cols, y.cols),
+                     digits, ",", /*json=*/true);
     out += ']';
   }
   if (!single_row) out += "]";
@@ -152,16 +152,19 @@ int run_softmax(const SoftmaxArgs& args) {
   const double temperature = parse_temperature(args.temperature);
   const OutputKind output = output_kind(args.output);
   if (args.rows && !args.scores.empty()) {
-    throw CliError("argument 1: scores on the command line cannot be "
-                   "combined with --rows");
+    throw CliError(
+        "argument 1: scores on the command line cannot be "
+        "combined with --rows");
   }
   if (args.explain && (args.rows || args.json || args.output)) {
-    throw CliError("--explain works on one row printed as text; it cannot be "
-                   "combined with --rows, --json or --output");
+    throw CliError(
+        "--explain works on one row printed as text; it cannot be "
+        "combined with --rows, --json or --output");
   }
   if (args.json && args.output) {
-    throw CliError("--json and --output cannot be combined; --json writes "
-                   "to standard output");
+    throw CliError(
+        "--json and --output cannot be combined; --json writes "
+        "to standard output");
   }
   Mask mask;
   if (args.mask) mask = parse_mask(*args.mask);
@@ -183,8 +186,9 @@ int run_softmax(const SoftmaxArgs& args) {
       std::visit([](const auto& m) { return m.cols; }, input);
   if (args.mask && mask.size != cols && mask.size != rows * cols) {
     std::string need = std::to_string(cols);
-    if (rows > 1) need += " (one per column) or " + std::to_string(rows * cols) +
-                          " (one per value)";
+    if (rows > 1)
+      need += " (one per column) or " + std::to_string(rows * cols) +
+              " (one per value)";
     throw CliError("--mask has " + std::to_string(mask.size) +
                    (mask.size == 1 ? " flag" : " flags") + ", need " + need);
   }

@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <charconv>
-#include <string>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "format.h"
@@ -100,10 +100,9 @@ std::string explain_dot(std::span<const double> x, std::span<const double> y,
       terms += std::signbit(term) && !std::isnan(term) ? " - " : " + ";
     }
     products += factor(x[i]) + "·" + factor(y[i]);
-    terms += format_number(i != 0 && std::signbit(term) && !std::isnan(term)
-                               ? -term
-                               : term,
-                           kShortest);
+    terms += format_number(
+        i != 0 && std::signbit(term) && !std::isnan(term) ? -term : term,
+        kShortest);
   }
   const std::string head = std::string(x_name) + " · " + std::string(y_name);
   const std::string indent(display_width(head), ' ');
@@ -131,8 +130,10 @@ std::string explain_softmax(std::span<const double> scores,
     if (masked) masked_numbers.push_back(std::to_string(i + 1));
     x[i] = masked ? -std::numeric_limits<double>::infinity()
                   : (scaled ? scores[i] * inv_t : scores[i]);
-    if (std::isnan(x[i])) any_nan = true;
-    else if (x[i] > m) m = x[i];
+    if (std::isnan(x[i]))
+      any_nan = true;
+    else if (x[i] > m)
+      m = x[i];
   }
   SoftmaxOptions options;
   options.temperature = temperature;
@@ -167,11 +168,13 @@ std::string explain_softmax(std::span<const double> scores,
   // Special rows: the contract of docs/numerics.md, then the weights.
   if (any_nan || !std::isfinite(m)) {
     if (any_nan) {
-      out += "A score is NaN, so every weight is NaN: softdot never hides a "
-             "NaN.\n\n";
+      out +=
+          "A score is NaN, so every weight is NaN: softdot never hides a "
+          "NaN.\n\n";
     } else if (m < 0) {
-      out += "Every score is -inf (masked out), so there is nothing to "
-             "share: softdot\ngives every weight exactly 0, never NaN";
+      out +=
+          "Every score is -inf (masked out), so there is nothing to "
+          "share: softdot\ngives every weight exactly 0, never NaN";
       out += log ? ", and every log weight -inf.\n\n" : ".\n\n";
     } else {
       std::size_t k = 0;
@@ -212,8 +215,7 @@ std::string explain_softmax(std::span<const double> scores,
   const auto x_of = [&](const char* index) {
     return "score_" + std::string(index) + (scaled ? "/T" : "");
   };
-  out += "weight_i = exp(" + x_of("i") + ") / sum_j exp(" + x_of("j") +
-         ")\n\n";
+  out += "weight_i = exp(" + x_of("i") + ") / sum_j exp(" + x_of("j") + ")\n\n";
   std::string exp_line = "exp:    " + list(naive, digits);
   std::string weight_line =
       "weight: " + list(naive_works ? weights : naive_weights, digits);
@@ -221,8 +223,8 @@ std::string explain_softmax(std::span<const double> scores,
   exp_line.append(pad - exp_line.size(), ' ');
   weight_line.append(pad - weight_line.size(), ' ');
   out += exp_line + "sum = ";
-  if (naive_works && format_number(rounded_sum, digits) !=
-                         format_number(naive_sum, digits)) {
+  if (naive_works &&
+      format_number(rounded_sum, digits) != format_number(naive_sum, digits)) {
     out += format_number(rounded_sum, digits) +
            " (adding the rounded values; unrounded " +
            format_number(naive_sum, digits + 2) + ")\n";
@@ -238,8 +240,8 @@ std::string explain_softmax(std::span<const double> scores,
            std::to_string(overflowed) + " of " + std::to_string(n) +
            ", and inf / inf = nan\n";
   } else {
-    out += weight_line + "wrong: exp() underflowed to 0 for every " +
-           x_name + ", and 0 / 0 = nan\n";
+    out += weight_line + "wrong: exp() underflowed to 0 for every " + x_name +
+           ", and 0 / 0 = nan\n";
   }
 
   // The stable form that softdot computes.
@@ -251,10 +253,13 @@ std::string explain_softmax(std::span<const double> scores,
     shifted_sum += shifted[i];
   }
   out += "\nSubtract the max before exponentiating: m = " + m_text + ".\n";
-  out += "exp() of a large score overflows (exp(710) is already inf in "
-         "float64), but\nexp(" + x_name + " - m) is at most 1. The weights "
-         "do not change, because the same\nfactor exp(-m) appears on top and "
-         "bottom. This is what softdot computes:\n\n";
+  out +=
+      "exp() of a large score overflows (exp(710) is already inf in "
+      "float64), but\nexp(" +
+      x_name +
+      " - m) is at most 1. The weights "
+      "do not change, because the same\nfactor exp(-m) appears on top and "
+      "bottom. This is what softdot computes:\n\n";
   std::vector<std::vector<std::string>> table;
   std::vector<std::string> header = {"i", "score"};
   if (scaled) header.push_back(x_name);
@@ -329,8 +334,7 @@ std::string explain_attention(std::string_view preamble,
 
     std::vector<std::vector<std::string>> scores;
     std::vector<std::string> header = {""};
-    for (std::size_t j = 0; j < n_kv; ++j)
-      header.push_back(label('k', j));
+    for (std::size_t j = 0; j < n_kv; ++j) header.push_back(label('k', j));
     header.push_back("");  // keeps the last column right-aligned
     scores.push_back(header);
     for (std::size_t i = 0; i < n_q; ++i) {
@@ -363,13 +367,15 @@ std::string explain_attention(std::string_view preamble,
       row.push_back(cell(sum, digits));
       weights.push_back(row);
     }
-    out += "weights w_ij (each row sums to 1; 0 where every key is "
-           "masked):\n";
+    out +=
+        "weights w_ij (each row sums to 1; 0 where every key is "
+        "masked):\n";
     out += render(weights);
     out += "\n";
 
-    out += "heat map of the weights (·· 0, ░░ <= 0.25, ▒▒ <= 0.5, ▓▓ <= 0.75, "
-           "██ > 0.75";
+    out +=
+        "heat map of the weights (·· 0, ░░ <= 0.25, ▒▒ <= 0.5, ▓▓ <= 0.75, "
+        "██ > 0.75";
     out += any_nan ? ", ?? nan):\n" : "):\n";
     const std::size_t label_width = q_label(n_q == 0 ? 0 : n_q - 1).size();
     std::string key_line(label_width + 2, ' ');

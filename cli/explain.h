@@ -33,10 +33,10 @@ std::string weight_bar(double weight);
 struct AttentionHeadExplain {
   std::string title;  // e.g. "batch 0, head 1 (k/v head 0)"; "" for none
   std::size_t n_q = 0, n_kv = 0, d_v = 0;
-  std::vector<double> scores;   // n_q x n_kv, the final scores s_ij
-  std::vector<bool> visible;    // n_q x n_kv, false: key hidden from query
-  std::vector<float> weights;   // n_q x n_kv
-  std::vector<float> output;    // n_q x d_v
+  std::vector<double> scores;  // n_q x n_kv, the final scores s_ij
+  std::vector<bool> visible;   // n_q x n_kv, false: key hidden from query
+  std::vector<float> weights;  // n_q x n_kv
+  std::vector<float> output;   // n_q x d_v
 };
 
 // `preamble` (what was computed and how), then per head: a table of the

@@ -14,10 +14,10 @@ std::string format_impl(T value, int digits) {
   // Fixed notation of a double needs at most 309 integer digits plus the
   // decimals; --digits is limited to 20 (main.cc).
   char buffer[400];
-  const auto result =
-      digits < 0 ? std::to_chars(buffer, buffer + sizeof buffer, value)
-                 : std::to_chars(buffer, buffer + sizeof buffer, value,
-                                 std::chars_format::fixed, digits);
+  const auto result = digits < 0
+                          ? std::to_chars(buffer, buffer + sizeof buffer, value)
+                          : std::to_chars(buffer, buffer + sizeof buffer, value,
+                                          std::chars_format::fixed, digits);
   return std::string(buffer, result.ptr);
 }
 

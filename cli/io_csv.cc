@@ -69,12 +69,11 @@ Matrix<double> read_csv(std::string_view text, std::string_view name) {
       matrix.cols = row.size();
       first_line = line_number;
     } else if (row.size() != matrix.cols) {
-      throw CliError(std::string(name) + ": line " +
-                     std::to_string(line_number) + " has " +
-                     std::to_string(row.size()) +
-                     (row.size() == 1 ? " value" : " values") + ", line " +
-                     std::to_string(first_line) + " has " +
-                     std::to_string(matrix.cols));
+      throw CliError(
+          std::string(name) + ": line " + std::to_string(line_number) +
+          " has " + std::to_string(row.size()) +
+          (row.size() == 1 ? " value" : " values") + ", line " +
+          std::to_string(first_line) + " has " + std::to_string(matrix.cols));
     }
     matrix.values.insert(matrix.values.end(), row.begin(), row.end());
     ++matrix.rows;
@@ -100,16 +99,14 @@ std::string write_rows(const Matrix<T>& matrix, int digits,
   std::string out;
   for (std::size_t r = 0; r < matrix.rows; ++r) {
     out += join_numbers(
-        std::span<const T>(matrix.values.data() + r * matrix.cols,
-                           matrix.cols),
+        std::span<const T>(matrix.values.data() + r * matrix.cols, matrix.cols),
         digits, separator);
     out += '\n';
   }
   return out;
 }
 
-template std::string write_rows<float>(const Matrix<float>&, int,
-                                       const char*);
+template std::string write_rows<float>(const Matrix<float>&, int, const char*);
 template std::string write_rows<double>(const Matrix<double>&, int,
                                         const char*);
 

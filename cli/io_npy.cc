@@ -159,12 +159,18 @@ std::string dtype_name(std::string_view descr) {
   if (!size) return "unknown";
   const std::string bits = std::to_string(*size * 8);
   switch (kind) {
-    case 'i': return "int" + bits;
-    case 'u': return "uint" + bits;
-    case 'f': return "float" + bits;
-    case 'c': return "complex" + bits;
-    case 'b': return "bool";
-    default: return "unknown";
+    case 'i':
+      return "int" + bits;
+    case 'u':
+      return "uint" + bits;
+    case 'f':
+      return "float" + bits;
+    case 'c':
+      return "complex" + bits;
+    case 'b':
+      return "bool";
+    default:
+      return "unknown";
   }
 }
 
@@ -172,7 +178,8 @@ std::uint32_t read_le(std::string_view bytes, std::size_t offset,
                       std::size_t size) {
   std::uint32_t v = 0;
   for (std::size_t i = 0; i < size; ++i)
-    v |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[offset + i]))
+    v |= static_cast<std::uint32_t>(
+             static_cast<unsigned char>(bytes[offset + i]))
          << (8 * i);
   return v;
 }
@@ -277,10 +284,9 @@ template <class T>
 std::string encode(std::span<const T> values,
                    std::span<const std::size_t> shape) {
   const std::vector<std::uint64_t> dims(shape.begin(), shape.end());
-  std::string dict = std::string("{'descr': '") +
-                     (sizeof(T) == 4 ? "<f4" : "<f8") +
-                     "', 'fortran_order': False, 'shape': " +
-                     shape_text(dims) + ", }";
+  std::string dict =
+      std::string("{'descr': '") + (sizeof(T) == 4 ? "<f4" : "<f8") +
+      "', 'fortran_order': False, 'shape': " + shape_text(dims) + ", }";
   // magic (6) + version (2) + length (2) + dict + spaces + "\n", a multiple
   // of 64 so that the data is aligned, as numpy pads (its ARRAY_ALIGN).
   std::size_t total = 10 + dict.size() + 1;
@@ -345,10 +351,11 @@ AnyMatrix read_npy(std::string_view bytes, std::string_view name) {
                    (shape.size() == 1 ? " dimension" : " dimensions") +
                    "; need a 2-D array (rows, cols)");
   }
-  if (shape[0] == 0) throw CliError(prefix + "shape " + shape_text(shape) +
-                                    " has no rows");
-  if (shape[1] == 0) throw CliError(prefix + "shape " + shape_text(shape) +
-                                    ": the rows are empty");
+  if (shape[0] == 0)
+    throw CliError(prefix + "shape " + shape_text(shape) + " has no rows");
+  if (shape[1] == 0)
+    throw CliError(prefix + "shape " + shape_text(shape) +
+                   ": the rows are empty");
   const std::string_view data =
       checked_data(bytes, layout.data_offset, shape, item_size, prefix);
   const std::size_t rows = shape[0], cols = shape[1];
@@ -358,10 +365,14 @@ AnyMatrix read_npy(std::string_view bytes, std::string_view name) {
 
 std::string_view npy_dtype_name(NpyDtype dtype) {
   switch (dtype) {
-    case NpyDtype::kBool: return "bool '|b1'";
-    case NpyDtype::kFloat16: return "float16 '<f2'";
-    case NpyDtype::kFloat32: return "float32 '<f4'";
-    case NpyDtype::kFloat64: return "float64 '<f8'";
+    case NpyDtype::kBool:
+      return "bool '|b1'";
+    case NpyDtype::kFloat16:
+      return "float16 '<f2'";
+    case NpyDtype::kFloat32:
+      return "float32 '<f4'";
+    case NpyDtype::kFloat64:
+      return "float64 '<f8'";
   }
   return "unknown";
 }
@@ -384,8 +395,8 @@ NpyArray read_npy_array(std::string_view bytes, std::string_view name,
     const char order = descr[0];
     const std::string_view code = std::string_view(descr).substr(1);
     // One-byte types have no byte order: numpy writes '|b1'.
-    if (code == "b1" && (order == '|' || order == '<' || order == '=' ||
-                         order == '>'))
+    if (code == "b1" &&
+        (order == '|' || order == '<' || order == '=' || order == '>'))
       dtype = NpyDtype::kBool;
     if (order == '<' || order == '=') {
       if (code == "f2") dtype = NpyDtype::kFloat16;
@@ -412,8 +423,8 @@ NpyArray read_npy_array(std::string_view bytes, std::string_view name,
   if (*dtype == NpyDtype::kFloat16) item_size = 2;
   if (*dtype == NpyDtype::kFloat32) item_size = 4;
   if (*dtype == NpyDtype::kFloat64) item_size = 8;
-  const std::string_view data = checked_data(bytes, layout.data_offset,
-                                             *header.shape, item_size, prefix);
+  const std::string_view data =
+      checked_data(bytes, layout.data_offset, *header.shape, item_size, prefix);
   NpyArray array;
   array.dtype = *dtype;
   array.shape.assign(header.shape->begin(), header.shape->end());

@@ -47,8 +47,9 @@ int main(int argc, char** argv) {
   softdot::cli::DotArgs dot;
   CLI::App* dot_cmd = app.add_subcommand(
       "dot", "Dot product of two vectors, e.g. softdot dot 1,2,0 2,1,3 -> 4");
-  dot_cmd->add_option("vectors", dot.vectors,
-                      "The two vectors X Y, each a comma separated list")
+  dot_cmd
+      ->add_option("vectors", dot.vectors,
+                   "The two vectors X Y, each a comma separated list")
       ->type_name("X Y");
   dot_cmd->add_flag("--json", dot.json, "Print {\"dot\":VALUE}");
   dot_cmd->add_flag("--explain", dot.explain,
@@ -59,29 +60,35 @@ int main(int argc, char** argv) {
       "softmax",
       "Softmax (or log-softmax) of scores from the arguments, standard input, "
       "or one per row of a CSV or .npy file");
-  sm_cmd->add_option("scores", sm.scores,
-                     "Scores (negative numbers, inf, -inf, nan allowed); "
-                     "none: read them from standard input")
+  sm_cmd
+      ->add_option("scores", sm.scores,
+                   "Scores (negative numbers, inf, -inf, nan allowed); "
+                   "none: read them from standard input")
       ->type_name("SCORE...");
-  sm_cmd->add_option("--digits", sm.digits,
-                     "Decimals in the output (0-20). Default: 3 for text, "
-                     "shortest round-trip for --json and .csv output")
+  sm_cmd
+      ->add_option("--digits", sm.digits,
+                   "Decimals in the output (0-20). Default: 3 for text, "
+                   "shortest round-trip for --json and .csv output")
       ->type_name("N");
-  sm_cmd->add_option("-t,--temperature", sm.temperature,
-                     "Divide the scores by T (finite, > 0) first; default 1")
+  sm_cmd
+      ->add_option("-t,--temperature", sm.temperature,
+                   "Divide the scores by T (finite, > 0) first; default 1")
       ->type_name("T");
-  sm_cmd->add_option("--mask", sm.mask,
-                     "Flags 1 (keep) / 0 (mask out, as -inf), one per score; "
-                     "with --rows one per column or one per value")
+  sm_cmd
+      ->add_option("--mask", sm.mask,
+                   "Flags 1 (keep) / 0 (mask out, as -inf), one per score; "
+                   "with --rows one per column or one per value")
       ->type_name("FLAGS");
-  sm_cmd->add_option("--rows", sm.rows,
-                     "Matrix file: CSV (one row per line) or 2-D .npy "
-                     "(float32/float64); '-' reads standard input. One "
-                     "softmax per row")
+  sm_cmd
+      ->add_option("--rows", sm.rows,
+                   "Matrix file: CSV (one row per line) or 2-D .npy "
+                   "(float32/float64); '-' reads standard input. One "
+                   "softmax per row")
       ->type_name("FILE");
-  sm_cmd->add_option("-o,--output", sm.output,
-                     "Write the result to FILE.npy (input dtype, shape "
-                     "[rows, cols]) or FILE.csv instead of standard output")
+  sm_cmd
+      ->add_option("-o,--output", sm.output,
+                   "Write the result to FILE.npy (input dtype, shape "
+                   "[rows, cols]) or FILE.csv instead of standard output")
       ->type_name("FILE");
   sm_cmd->add_flag("--log", sm.log, "Log-softmax instead of softmax");
   sm_cmd->add_flag("--fast", sm.fast,
@@ -99,57 +106,67 @@ int main(int argc, char** argv) {
       "attention",
       "Scaled dot-product attention softmax(Q K^T * scale + bias) V of .npy "
       "files: 2-D [n x d] for one head, 4-D [batch, heads, n, d] for many");
-  attn_cmd->add_option(
-          "--q", attn.q,
-          "Queries, float32 .npy [n_q, d] or [batch, heads, n_q, d]")
+  attn_cmd
+      ->add_option("--q", attn.q,
+                   "Queries, float32 .npy [n_q, d] or [batch, heads, n_q, d]")
       ->type_name("FILE")
       ->required();
-  attn_cmd->add_option("--k", attn.k,
-                       "Keys, float32 or float16 .npy [n_kv, d] or [batch, "
-                       "kv_heads, n_kv, d]; heads must divide q's heads (GQA)")
+  attn_cmd
+      ->add_option("--k", attn.k,
+                   "Keys, float32 or float16 .npy [n_kv, d] or [batch, "
+                   "kv_heads, n_kv, d]; heads must divide q's heads (GQA)")
       ->type_name("FILE")
       ->required();
-  attn_cmd->add_option("--v", attn.v,
-                       "Values, float32 or float16 .npy [n_kv, d_v] or "
-                       "[batch, kv_heads, n_kv, d_v]")
+  attn_cmd
+      ->add_option("--v", attn.v,
+                   "Values, float32 or float16 .npy [n_kv, d_v] or "
+                   "[batch, kv_heads, n_kv, d_v]")
       ->type_name("FILE")
       ->required();
-  attn_cmd->add_option("-o,--output", attn.output,
-                       "Write the output to FILE.npy: float32 [n_q, d_v] or "
-                       "[batch, heads, n_q, d_v]. Required unless --explain")
+  attn_cmd
+      ->add_option("-o,--output", attn.output,
+                   "Write the output to FILE.npy: float32 [n_q, d_v] or "
+                   "[batch, heads, n_q, d_v]. Required unless --explain")
       ->type_name("FILE");
   attn_cmd->add_flag("--causal", attn.causal,
                      "Causal mask: query i sees key j only if "
                      "j <= i + n_kv - n_q (the last query sees the last key)");
-  attn_cmd->add_option("--mask", attn.mask,
-                       "Bool .npy, True = attend (as PyTorch's "
-                       "scaled_dot_product_attention): [n_q, n_kv] or "
-                       "[batch, heads, n_q, n_kv], 1 allowed for batch, heads "
-                       "and n_q (broadcast)")
+  attn_cmd
+      ->add_option("--mask", attn.mask,
+                   "Bool .npy, True = attend (as PyTorch's "
+                   "scaled_dot_product_attention): [n_q, n_kv] or "
+                   "[batch, heads, n_q, n_kv], 1 allowed for batch, heads "
+                   "and n_q (broadcast)")
       ->type_name("FILE");
-  attn_cmd->add_option("--bias", attn.bias,
-                       "Float32 .npy added to the scores, shapes as --mask; "
-                       "-inf masks a key")
+  attn_cmd
+      ->add_option("--bias", attn.bias,
+                   "Float32 .npy added to the scores, shapes as --mask; "
+                   "-inf masks a key")
       ->type_name("FILE");
-  attn_cmd->add_option("--scale", attn.scale,
-                       "Multiply q . k by S (finite, > 0); default 1/sqrt(d)")
+  attn_cmd
+      ->add_option("--scale", attn.scale,
+                   "Multiply q . k by S (finite, > 0); default 1/sqrt(d)")
       ->type_name("S");
-  attn_cmd->add_option("--window-left", attn.window_left,
-                       "Sliding window: query i sees key j only if "
-                       "j >= i + n_kv - n_q - N")
+  attn_cmd
+      ->add_option("--window-left", attn.window_left,
+                   "Sliding window: query i sees key j only if "
+                   "j >= i + n_kv - n_q - N")
       ->type_name("N");
-  attn_cmd->add_option("--window-right", attn.window_right,
-                       "Sliding window: query i sees key j only if "
-                       "j <= i + n_kv - n_q + N")
+  attn_cmd
+      ->add_option("--window-right", attn.window_right,
+                   "Sliding window: query i sees key j only if "
+                   "j <= i + n_kv - n_q + N")
       ->type_name("N");
-  attn_cmd->add_option("--softcap", attn.softcap,
-                       "Soft-cap the scaled scores: s -> C tanh(s / C) "
-                       "(finite, >= 0; 0 = off)")
+  attn_cmd
+      ->add_option("--softcap", attn.softcap,
+                   "Soft-cap the scaled scores: s -> C tanh(s / C) "
+                   "(finite, >= 0; 0 = off)")
       ->type_name("C");
-  attn_cmd->add_option("--lse", attn.lse,
-                       "Also write log(sum_j exp(s_ij)) per query to FILE.npy: "
-                       "float32 [n_q] or [batch, heads, n_q]; -inf for a fully "
-                       "masked row")
+  attn_cmd
+      ->add_option("--lse", attn.lse,
+                   "Also write log(sum_j exp(s_ij)) per query to FILE.npy: "
+                   "float32 [n_q] or [batch, heads, n_q]; -inf for a fully "
+                   "masked row")
       ->type_name("FILE");
   attn_cmd->add_flag("--explain", attn.explain,
                      "Print the scores, the weights (numbers and a heat map) "

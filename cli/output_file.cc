@@ -45,8 +45,7 @@ void write_file_atomically(const std::string& path, std::string_view content) {
   temp_buffer.push_back('\0');
   const int fd = ::mkstemp(temp_buffer.data());
   if (fd < 0) {
-    throw CliError(path + ": cannot create a file there: " +
-                   errno_text(errno));
+    throw CliError(path + ": cannot create a file there: " + errno_text(errno));
   }
   temp.assign(temp_buffer.data());
   // mkstemp creates the file 0600; give it the mode a plain creat() would.

@@ -1,13 +1,13 @@
 // softdot command: strict number parsing (see parse.h).
 #include "parse.h"
 
-#include "error.h"
-
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <system_error>
+
+#include "error.h"
 
 namespace softdot::cli {
 namespace {
@@ -70,9 +70,8 @@ ParsedNumber parse_number(std::string_view text) {
   }
   if (!is_decimal(body)) return result;  // kNotANumber
   double value = 0.0;
-  auto [ptr, ec] =
-      std::from_chars(body.data(), body.data() + body.size(), value,
-                      std::chars_format::general);
+  auto [ptr, ec] = std::from_chars(body.data(), body.data() + body.size(),
+                                   value, std::chars_format::general);
   if (ec == std::errc::result_out_of_range) {
     // from_chars reports underflow to zero as out of range too; strtod gives
     // the rounded result (0 or a subnormal) and +-HUGE_VAL for overflow. The
@@ -179,7 +178,8 @@ std::vector<double> parse_argument_numbers(std::string_view argument,
     throw CliError(where + "column " + std::to_string(error_column) +
                    ": empty value in " + quote(argument));
   }
-  if (fields.empty()) throw CliError(where + "no numbers in " + quote(argument));
+  if (fields.empty())
+    throw CliError(where + "no numbers in " + quote(argument));
   std::vector<double> values;
   values.reserve(fields.size());
   for (const Field& field : fields) {

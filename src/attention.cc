@@ -11,6 +11,8 @@
 // (in parallel), and the states are merged in chunk order. Both choices
 // depend only on the shapes, never on the thread count or the SIMD target,
 // so the bits do not either.
+#include "softdot/attention.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -26,7 +28,6 @@
 #include "check.h"
 #include "kernels.h"
 #include "kernels/attention_args.h"
-#include "softdot/attention.h"
 
 namespace softdot {
 
@@ -40,8 +41,8 @@ using detail::number;
 constexpr std::size_t kDecodeChunk = 512;
 constexpr std::size_t kDecodeRows = detail::kDecodeMaxRows;
 
-std::string shape(const char* name, std::size_t b, std::size_t h,
-                  std::size_t r, std::size_t c) {
+std::string shape(const char* name, std::size_t b, std::size_t h, std::size_t r,
+                  std::size_t c) {
   return std::string(name) + " [" + count(b) + ", " + count(h) + ", " +
          count(r) + ", " + count(c) + "]";
 }
@@ -78,9 +79,10 @@ struct Plan {
 
 template <class KT>
 Plan check_and_plan(const char* fn, const TensorView<const float>& q,
-                    const TensorView<const KT>& k, const TensorView<const KT>* v,
-                    const TensorView<float>& out, const char* out_name,
-                    std::size_t out_cols, const AttentionOptions& o) {
+                    const TensorView<const KT>& k,
+                    const TensorView<const KT>* v, const TensorView<float>& out,
+                    const char* out_name, std::size_t out_cols,
+                    const AttentionOptions& o) {
   check_tensor(fn, "q", q);
   check_tensor(fn, "k", k);
   if (v != nullptr) check_tensor(fn, "v", *v);
@@ -160,8 +162,8 @@ Plan check_and_plan(const char* fn, const TensorView<const float>& q,
     if (t.data == nullptr) return;
     if (t.rows != p.n_q || t.cols != p.n_kv) {
       fail(fn, shape(name, t) + " must have n_q x n_kv = " + count(p.n_q) +
-                   " x " + count(p.n_kv) + " rows and cols (" +
-                   shape("q", q) + ", " + shape("k", k) + ")");
+                   " x " + count(p.n_kv) + " rows and cols (" + shape("q", q) +
+                   ", " + shape("k", k) + ")");
     }
     if ((t.batch != 1 && t.batch != p.B) || (t.heads != 1 && t.heads != p.H)) {
       fail(fn, shape(name, t) + " must have batch 1 or " + count(p.B) +
@@ -192,7 +194,8 @@ T* thread_buffer(int slot, std::size_t n) {
   };
   thread_local Buf bufs[2];
   Buf& b = bufs[slot];
-  const std::size_t doubles = (n * sizeof(T) + sizeof(double) - 1) / sizeof(double);
+  const std::size_t doubles =
+      (n * sizeof(T) + sizeof(double) - 1) / sizeof(double);
   if (b.size < doubles) {
     b.p.reset(new double[doubles]);
     b.size = doubles;
@@ -257,9 +260,9 @@ void merge_state(float& ma, double& la, double* oa, float mb, double lb,
 
 template <class KT>
 void run_attention(const TensorView<const float>& q,
-                   const TensorView<const KT>& k,
-                   const TensorView<const KT>& v, const TensorView<float>& out,
-                   const AttentionOptions& o, float* lse) {
+                   const TensorView<const KT>& k, const TensorView<const KT>& v,
+                   const TensorView<float>& out, const AttentionOptions& o,
+                   float* lse) {
   const char* fn = "attention";
   const Plan p = check_and_plan(fn, q, k, &v, out, "out", 0, o);
   const std::size_t rows_per_kvh = p.g * p.n_q;
@@ -269,8 +272,9 @@ void run_attention(const TensorView<const float>& q,
       split ? 1 : (rows_per_kvh + max_rows - 1) / max_rows;
   const std::size_t range = p.kv_end - p.kv_begin;
   const std::size_t chunks =
-      split ? std::max<std::size_t>(1, (range + kDecodeChunk - 1) / kDecodeChunk)
-            : 1;
+      split
+          ? std::max<std::size_t>(1, (range + kDecodeChunk - 1) / kDecodeChunk)
+          : 1;
   const std::size_t tasks = p.B * p.Hkv * row_blocks * chunks;
   const std::size_t dv = p.dv;
 
@@ -279,7 +283,8 @@ void run_attention(const TensorView<const float>& q,
   const std::size_t scratch_floats = detail::attention_scratch_floats(p.d, dv);
   const std::size_t rows_cap = std::min(max_rows, detail::kMaxKernelRows);
   const std::size_t state_rows = split ? rows_per_kvh : rows_cap;
-  const std::size_t state_slots = split ? tasks : static_cast<std::size_t>(threads);
+  const std::size_t state_slots =
+      split ? tasks : static_cast<std::size_t>(threads);
   // The states live in the calling thread's reusable buffer.
   const std::size_t n_states = state_slots * state_rows;
   double* states = thread_buffer<double>(0, n_states * (dv + 2));
@@ -288,7 +293,8 @@ void run_attention(const TensorView<const float>& q,
   float* st_m = reinterpret_cast<float*>(states + n_states * (dv + 1));
 
   const double work = static_cast<double>(p.B * p.H * p.n_q) *
-                      static_cast<double>(range) * static_cast<double>(p.d + dv);
+                      static_cast<double>(range) *
+                      static_cast<double>(p.d + dv);
   const bool parallel = tasks > 1 && work >= 4.0 * detail::kParallelElements;
 
   std::exception_ptr error;
@@ -317,7 +323,8 @@ void run_attention(const TensorView<const float>& q,
     const std::size_t kh = rest % p.Hkv;
     const std::size_t b = rest / p.Hkv;
     const std::size_t r0 = rb * max_rows;
-    const std::size_t nr = split ? rows_per_kvh : std::min(max_rows, rows_per_kvh - r0);
+    const std::size_t nr =
+        split ? rows_per_kvh : std::min(max_rows, rows_per_kvh - r0);
 
     const std::size_t slot = split ? t : static_cast<std::size_t>(tid);
     float* out_m = st_m + slot * state_rows;
@@ -373,8 +380,7 @@ void run_attention(const TensorView<const float>& q,
       a.bias_rows = o.bias.empty() ? nullptr : brows;
       // With a split, the sinks go into the first chunk only.
       a.sinks = (!o.sinks.empty() && chunk == 0) ? sinks : nullptr;
-      a.scratch =
-          scratch_ptr;
+      a.scratch = scratch_ptr;
       a.out_m = out_m + s0;
       a.out_l = out_l + s0;
       a.out_o = out_o + s0 * dv;
@@ -431,8 +437,9 @@ void run_attention(const TensorView<const float>& q,
 }
 
 template <class KT>
-void run_weights(const TensorView<const float>& q, const TensorView<const KT>& k,
-                 const TensorView<float>& w, const AttentionOptions& o) {
+void run_weights(const TensorView<const float>& q,
+                 const TensorView<const KT>& k, const TensorView<float>& w,
+                 const AttentionOptions& o) {
   const char* fn = "attention_weights";
   const Plan p = check_and_plan<KT>(fn, q, k, nullptr, w, "weights", k.rows, o);
   constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -464,7 +471,8 @@ void run_weights(const TensorView<const float>& q, const TensorView<const KT>& k
                                          decode, score_scratch.data()) *
                  p.scale;
         }
-        if (p.softcap > 0.0f) detail::attention_softcap(s.data(), p.n_kv, p.softcap);
+        if (p.softcap > 0.0f)
+          detail::attention_softcap(s.data(), p.n_kv, p.softcap);
         for (std::size_t j = 0; j < p.n_kv; ++j) {
           const auto jj = static_cast<std::int32_t>(j);
           bool keep = jj >= lo && jj <= hi;
@@ -474,9 +482,8 @@ void run_weights(const TensorView<const float>& q, const TensorView<const KT>& k
             if (bv == -kInf) keep = false;
             s[j] = s[j] + bv;
           }
-          if (!o.mask.empty() &&
-              !o.mask.row(o.mask.batch == 1 ? 0 : b, o.mask.heads == 1 ? 0 : h,
-                          i)[j]) {
+          if (!o.mask.empty() && !o.mask.row(o.mask.batch == 1 ? 0 : b,
+                                             o.mask.heads == 1 ? 0 : h, i)[j]) {
             keep = false;
           }
           vis[j] = keep;
@@ -551,8 +558,8 @@ void attention_weights(TensorView<const float> q, TensorView<const Float16> k,
                        const AttentionOptions& options) {
   run_weights(q, k, weights, options);
 }
-void attention_weights(TensorView<const float> q,
-                       TensorView<const BFloat16> k, TensorView<float> weights,
+void attention_weights(TensorView<const float> q, TensorView<const BFloat16> k,
+                       TensorView<float> weights,
                        const AttentionOptions& options) {
   run_weights(q, k, weights, options);
 }
@@ -604,7 +611,8 @@ void attention_merge(TensorView<const float> o_a, const float* lse_a,
           const double yb = wb == 0.0 ? 0.0 : wb * xb[c];
           y[c] = static_cast<float>((ya + yb) * inv);
         }
-        lse[li] = static_cast<float>(static_cast<double>(m) + std::log(wa + wb));
+        lse[li] =
+            static_cast<float>(static_cast<double>(m) + std::log(wa + wb));
       }
     }
   }

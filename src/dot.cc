@@ -46,8 +46,7 @@ void dots_checked(std::span<const T> query, MatrixView<const T> keys,
     const std::size_t rows =
         keys.rows - first < kDotsChunk ? keys.rows - first : kDotsChunk;
     detail::dots_kernel(query.data(), keys.data + first * keys.stride,
-                        keys.stride, query.size(), rows,
-                        scores.data() + first);
+                        keys.stride, query.size(), rows, scores.data() + first);
   };
   // Without a region when serial: an OpenMP region with if(false) still
   // cost about 1 us per call here (a throwaway loop: 4 x 16 took 1.18 us

@@ -47,8 +47,8 @@ Float16 to_float16(float x) noexcept {
   const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
   const std::uint32_t abs = bits & 0x7fffffffu;
   if (abs > 0x7f800000u) {  // NaN: keep it quiet and non-zero
-    return Float16{static_cast<std::uint16_t>(sign | 0x7e00u |
-                                              ((abs >> 13) & 0x3ffu))};
+    return Float16{
+        static_cast<std::uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu))};
   }
   if (abs >= 0x477ff000u) {  // rounds to >= 65520: inf
     return Float16{static_cast<std::uint16_t>(sign | 0x7c00u)};

@@ -71,14 +71,14 @@ double dot_accurate_kernel(const double* x, const double* y,
 }
 
 void softmax_row_kernel(const float* x, const std::uint8_t* mask, float scale,
-                        std::size_t n, RowOp op, bool faithful,
-                        float* y, RowState* state) noexcept {
+                        std::size_t n, RowOp op, bool faithful, float* y,
+                        RowState* state) noexcept {
   HWY_DYNAMIC_DISPATCH(SoftmaxRowF32)
   (x, mask, scale, n, op, faithful, y, state);
 }
 void softmax_row_kernel(const double* x, const std::uint8_t* mask, double scale,
-                        std::size_t n, RowOp op, bool faithful,
-                        double* y, RowState* state) noexcept {
+                        std::size_t n, RowOp op, bool faithful, double* y,
+                        RowState* state) noexcept {
   HWY_DYNAMIC_DISPATCH(SoftmaxRowF64)
   (x, mask, scale, n, op, faithful, y, state);
 }

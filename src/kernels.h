@@ -38,11 +38,11 @@ double dot_accurate_wide_kernel(const float* x, const float* y,
 // input of kApply. faithful: Precision::kFaithful for kSoftmax, kState and
 // kApply (kLogSoftmax has one precision).
 void softmax_row_kernel(const float* x, const std::uint8_t* mask, float scale,
-                        std::size_t n, RowOp op, bool faithful,
-                        float* y, RowState* state) noexcept;
+                        std::size_t n, RowOp op, bool faithful, float* y,
+                        RowState* state) noexcept;
 void softmax_row_kernel(const double* x, const std::uint8_t* mask, double scale,
-                        std::size_t n, RowOp op, bool faithful,
-                        double* y, RowState* state) noexcept;
+                        std::size_t n, RowOp op, bool faithful, double* y,
+                        RowState* state) noexcept;
 
 // One attention kernel call (kernels/attention_args.h); rows <=
 // attention_max_rows().

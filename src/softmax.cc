@@ -89,8 +89,7 @@ RowState state_of(const char* function, std::span<const T> x,
   const T scale = scale_of<T>(function, options);
   RowState state{};
   detail::softmax_row_kernel(x.data(), mask_bytes(options), scale, x.size(),
-                             RowOp::kState, faithful(options), nullptr,
-                             &state);
+                             RowOp::kState, faithful(options), nullptr, &state);
   return state;
 }
 
@@ -186,10 +185,9 @@ void rows_checked(const char* function, RowOp op, MatrixView<const T> x,
       x.rows > 1 && x.rows * x.cols >= detail::kParallelElements;
   const auto row = [&](std::ptrdiff_t r) {
     const std::size_t i = static_cast<std::size_t>(r);
-    detail::softmax_row_kernel(x.data + i * x.stride,
-                               mask_per_row ? mask + i * per_row : mask, scale,
-                               per_row, op, faithful(options),
-                               y.data + i * y.stride, nullptr);
+    detail::softmax_row_kernel(
+        x.data + i * x.stride, mask_per_row ? mask + i * per_row : mask, scale,
+        per_row, op, faithful(options), y.data + i * y.stride, nullptr);
   };
   // Without a region when serial: an OpenMP region with if(false) still
   // cost about 1 us per call here (a throwaway loop: 4 x 16 took 1.30 us

@@ -59,7 +59,9 @@ constexpr std::size_t kNaiveMaxN = 1024;
 constexpr std::size_t kHeads = 8, kKvHeads = 2, kHeadDim = 128;
 constexpr std::size_t kDecodeNkv[] = {4096, 65536};
 
-float Scale(std::size_t d) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))); }
+float Scale(std::size_t d) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+}
 
 // The libraries' thread setters (a copy of Registry::set_threads).
 std::vector<std::function<void(int)>>& ThreadSetters() {
@@ -82,7 +84,8 @@ class LibraryThreads {
   }
 };
 
-// ---- softdot and the naive loop ------------------------------------------------
+// ---- softdot and the naive loop
+// ------------------------------------------------
 class SoftdotAttention final : public AttentionRunner {
  public:
   SoftdotAttention(std::size_t n, std::size_t d, bool causal) : n_(n), d_(d) {
@@ -114,16 +117,19 @@ class NaiveAttention final : public AttentionRunner {
       float m = -std::numeric_limits<float>::infinity();
       for (std::size_t j = 0; j < visible; ++j) {
         float acc = 0.0f;
-        for (std::size_t c = 0; c < d_; ++c) acc += q[i * d_ + c] * k[j * d_ + c];
+        for (std::size_t c = 0; c < d_; ++c)
+          acc += q[i * d_ + c] * k[j * d_ + c];
         s[j] = acc * scale_;
         m = std::max(m, s[j]);
       }
       float sum = 0.0f;
-      for (std::size_t j = 0; j < visible; ++j) sum += (s[j] = std::exp(s[j] - m));
+      for (std::size_t j = 0; j < visible; ++j)
+        sum += (s[j] = std::exp(s[j] - m));
       for (std::size_t j = 0; j < visible; ++j) s[j] /= sum;
       for (std::size_t c = 0; c < d_; ++c) o[i * d_ + c] = 0.0f;
       for (std::size_t j = 0; j < visible; ++j) {
-        for (std::size_t c = 0; c < d_; ++c) o[i * d_ + c] += s[j] * v[j * d_ + c];
+        for (std::size_t c = 0; c < d_; ++c)
+          o[i * d_ + c] += s[j] * v[j * d_ + c];
       }
     }
   }
@@ -137,13 +143,15 @@ class NaiveAttention final : public AttentionRunner {
 
 class SoftdotDecode final : public DecodeRunner {
  public:
-  SoftdotDecode(std::size_t heads, std::size_t kv_heads, std::size_t n_kv, std::size_t d)
+  SoftdotDecode(std::size_t heads, std::size_t kv_heads, std::size_t n_kv,
+                std::size_t d)
       : heads_(heads), kv_heads_(kv_heads), n_kv_(n_kv), d_(d) {}
   void Run(const float* q, const float* k, const float* v, float* o) override {
-    softdot::attention(softdot::TensorView<const float>(q, 1, heads_, 1, d_),
-                       softdot::TensorView<const float>(k, 1, kv_heads_, n_kv_, d_),
-                       softdot::TensorView<const float>(v, 1, kv_heads_, n_kv_, d_),
-                       softdot::TensorView<float>(o, 1, heads_, 1, d_));
+    softdot::attention(
+        softdot::TensorView<const float>(q, 1, heads_, 1, d_),
+        softdot::TensorView<const float>(k, 1, kv_heads_, n_kv_, d_),
+        softdot::TensorView<const float>(v, 1, kv_heads_, n_kv_, d_),
+        softdot::TensorView<float>(o, 1, heads_, 1, d_));
   }
 
  private:
@@ -153,7 +161,8 @@ class SoftdotDecode final : public DecodeRunner {
 // The read-only pass over K and V of the call (no output: not checked).
 class ReadRoofline final : public DecodeRunner {
  public:
-  ReadRoofline(std::size_t, std::size_t kv_heads, std::size_t n_kv, std::size_t d)
+  ReadRoofline(std::size_t, std::size_t kv_heads, std::size_t n_kv,
+               std::size_t d)
       : count_(kv_heads * n_kv * d) {}
   void Run(const float*, const float* k, const float* v, float*) override {
     const int t = omp_get_max_threads();
@@ -171,7 +180,8 @@ class ReadRoofline final : public DecodeRunner {
   std::size_t count_;
 };
 
-// ---- data ----------------------------------------------------------------------------
+// ---- data
+// ----------------------------------------------------------------------------
 struct PrefillData {
   AlignedBuffer q, k, v;
   float max_abs_v = 0.0f;
@@ -198,14 +208,17 @@ const PrefillData& Prefill(std::size_t n, std::size_t d) {
 }
 
 // softdot's output for a prefill shape (computed once).
-const std::vector<float>& SoftdotPrefill(std::size_t n, std::size_t d, bool causal) {
-  static std::map<std::tuple<std::size_t, std::size_t, bool>, std::vector<float>> out;
+const std::vector<float>& SoftdotPrefill(std::size_t n, std::size_t d,
+                                         bool causal) {
+  static std::map<std::tuple<std::size_t, std::size_t, bool>,
+                  std::vector<float>>
+      out;
   auto it = out.find({n, d, causal});
   if (it == out.end()) {
     const PrefillData& p = Prefill(n, d);
     std::vector<float> o(n * d);
-    SoftdotAttention(n, d, causal).Run(p.q.as<float>(), p.k.as<float>(), p.v.as<float>(),
-                                       o.data());
+    SoftdotAttention(n, d, causal)
+        .Run(p.q.as<float>(), p.k.as<float>(), p.v.as<float>(), o.data());
     it = out.emplace(std::make_tuple(n, d, causal), std::move(o)).first;
   }
   return it->second;
@@ -233,13 +246,15 @@ const std::vector<float>& SoftdotDecodeOutput(std::size_t n_kv) {
     const softdot_bench::KvArena& arena = DecodeArena(n_kv);
     std::vector<float> o(kHeads * kHeadDim);
     SoftdotDecode(kHeads, kKvHeads, n_kv, kHeadDim)
-        .Run(DecodeQuery().data(), arena.k<float>(0), arena.v<float>(0), o.data());
+        .Run(DecodeQuery().data(), arena.k<float>(0), arena.v<float>(0),
+             o.data());
     it = out.emplace(n_kv, std::move(o)).first;
   }
   return it->second;
 }
 
-// ---- checks ---------------------------------------------------------------------------
+// ---- checks
+// ---------------------------------------------------------------------------
 std::map<std::string, double>& Checks() {
   static std::map<std::string, double> m;
   return m;
@@ -254,29 +269,33 @@ double MaxAbsDiff(const float* a, const float* b, std::size_t count) {
   return m;
 }
 
-double CheckPrefill(const std::string& impl, AttentionRunner& runner, std::size_t n,
-                    std::size_t d, bool causal) {
+double CheckPrefill(const std::string& impl, AttentionRunner& runner,
+                    std::size_t n, std::size_t d, bool causal) {
   const PrefillData& p = Prefill(n, d);
   std::vector<float> o(n * d, std::numeric_limits<float>::quiet_NaN());
   runner.Run(p.q.as<float>(), p.k.as<float>(), p.v.as<float>(), o.data());
   if (impl != "softdot") {
-    return MaxAbsDiff(o.data(), SoftdotPrefill(n, d, causal).data(), n * d) / p.max_abs_v;
+    return MaxAbsDiff(o.data(), SoftdotPrefill(n, d, causal).data(), n * d) /
+           p.max_abs_v;
   }
   double worst = 0.0;
   std::vector<std::size_t> rows = {0, 1, 2, 3, n - 4, n - 3, n - 2, n - 1};
   for (std::size_t i = 1; i < 32; ++i) rows.push_back(i * n / 32);
   for (std::size_t i : rows) {
-    worst = std::max(worst, softdot_bench::AttentionRowError(
-                                p.q.as<float>() + i * d, p.k.as<float>(), p.v.as<float>(),
-                                causal ? i + 1 : n, d, d, Scale(d), o.data() + i * d));
+    worst = std::max(
+        worst, softdot_bench::AttentionRowError(
+                   p.q.as<float>() + i * d, p.k.as<float>(), p.v.as<float>(),
+                   causal ? i + 1 : n, d, d, Scale(d), o.data() + i * d));
   }
   return worst;
 }
 
-double CheckDecode(const std::string& impl, DecodeRunner& runner, std::size_t n_kv) {
+double CheckDecode(const std::string& impl, DecodeRunner& runner,
+                   std::size_t n_kv) {
   const softdot_bench::KvArena& arena = DecodeArena(n_kv);
   const float* q = DecodeQuery().data();
-  std::vector<float> o(kHeads * kHeadDim, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> o(kHeads * kHeadDim,
+                       std::numeric_limits<float>::quiet_NaN());
   runner.Run(q, arena.k<float>(0), arena.v<float>(0), o.data());
   if (impl != "softdot") {
     const float* v = arena.v<float>(0);
@@ -284,15 +303,17 @@ double CheckDecode(const std::string& impl, DecodeRunner& runner, std::size_t n_
     for (std::size_t i = 0; i < kKvHeads * n_kv * kHeadDim; ++i) {
       max_abs_v = std::max(max_abs_v, std::fabs(v[i]));
     }
-    return MaxAbsDiff(o.data(), SoftdotDecodeOutput(n_kv).data(), o.size()) / max_abs_v;
+    return MaxAbsDiff(o.data(), SoftdotDecodeOutput(n_kv).data(), o.size()) /
+           max_abs_v;
   }
   double worst = 0.0;
   for (std::size_t h = 0; h < kHeads; ++h) {
     const std::size_t g = h / (kHeads / kKvHeads);
-    worst = std::max(worst, softdot_bench::AttentionRowError(
-                                q + h * kHeadDim, arena.k<float>(0) + g * n_kv * kHeadDim,
-                                arena.v<float>(0) + g * n_kv * kHeadDim, n_kv, kHeadDim,
-                                kHeadDim, Scale(kHeadDim), o.data() + h * kHeadDim));
+    worst = std::max(
+        worst, softdot_bench::AttentionRowError(
+                   q + h * kHeadDim, arena.k<float>(0) + g * n_kv * kHeadDim,
+                   arena.v<float>(0) + g * n_kv * kHeadDim, n_kv, kHeadDim,
+                   kHeadDim, Scale(kHeadDim), o.data() + h * kHeadDim));
   }
   return worst;
 }
@@ -303,13 +324,14 @@ bool Passed(benchmark::State& state, const std::string& impl, double err) {
   const char* name = impl == "softdot" ? "rel_err" : "rel_diff";
   state.counters[name] = err;
   if (err <= kMaxRelErr) return true;
-  state.SkipWithError(("self-check failed: " + impl + " " + name + " " + std::to_string(err) +
-                       " > 1e-4")
+  state.SkipWithError(("self-check failed: " + impl + " " + name + " " +
+                       std::to_string(err) + " > 1e-4")
                           .c_str());
   return false;
 }
 
-// ---- the benchmarks --------------------------------------------------------------------
+// ---- the benchmarks
+// --------------------------------------------------------------------
 template <class Runner, class Factory, class... Args>
 Runner& Cached(const std::string& key, const Factory& make, Args... args) {
   static std::map<std::string, std::unique_ptr<Runner>> runners;
@@ -318,18 +340,21 @@ Runner& Cached(const std::string& key, const Factory& make, Args... args) {
   return *it->second;
 }
 
-void BenchPrefill(benchmark::State& state, const std::string& impl, const AttentionFactory& make,
-                  std::size_t n, std::size_t d, bool causal, int threads) {
+void BenchPrefill(benchmark::State& state, const std::string& impl,
+                  const AttentionFactory& make, std::size_t n, std::size_t d,
+                  bool causal, int threads) {
   const LibraryThreads lib(threads);
   const std::string key = "attention/" + impl + "/" + std::to_string(n) + "x" +
-                          std::to_string(d) + (causal ? "/causal" : "/full") + "/" +
-                          std::to_string(threads);
+                          std::to_string(d) + (causal ? "/causal" : "/full") +
+                          "/" + std::to_string(threads);
   AttentionRunner* runner = nullptr;
   try {
     runner = &Cached<AttentionRunner>(key, make, n, d, causal);
     auto it = Checks().find(key);
     if (it == Checks().end()) {
-      it = Checks().emplace(key, CheckPrefill(impl, *runner, n, d, causal)).first;
+      it = Checks()
+               .emplace(key, CheckPrefill(impl, *runner, n, d, causal))
+               .first;
     }
     if (!Passed(state, impl, it->second)) return;
   } catch (const std::exception& e) {
@@ -345,14 +370,16 @@ void BenchPrefill(benchmark::State& state, const std::string& impl, const Attent
     runner->Run(p.q.as<float>(), p.k.as<float>(), p.v.as<float>(), o);
     benchmark::ClobberMemory();
   }
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - t0).count();
   softdot_bench::SetPrefillCounters(state, seconds,
                                     static_cast<double>(state.iterations()), n,
                                     d, causal, peak);
 }
 
-void BenchDecode(benchmark::State& state, const std::string& impl, const DecodeFactory& make,
-                 std::size_t n_kv, int threads, bool check) {
+void BenchDecode(benchmark::State& state, const std::string& impl,
+                 const DecodeFactory& make, std::size_t n_kv, int threads,
+                 bool check) {
   const LibraryThreads lib(threads);
   const std::string key = "decode/" + impl + "/" + std::to_string(n_kv) + "/" +
                           std::to_string(threads);
@@ -361,7 +388,8 @@ void BenchDecode(benchmark::State& state, const std::string& impl, const DecodeF
     runner = &Cached<DecodeRunner>(key, make, kHeads, kKvHeads, n_kv, kHeadDim);
     if (check) {
       auto it = Checks().find(key);
-      if (it == Checks().end()) it = Checks().emplace(key, CheckDecode(impl, *runner, n_kv)).first;
+      if (it == Checks().end())
+        it = Checks().emplace(key, CheckDecode(impl, *runner, n_kv)).first;
       if (!Passed(state, impl, it->second)) return;
     }
   } catch (const std::exception& e) {
@@ -378,14 +406,17 @@ void BenchDecode(benchmark::State& state, const std::string& impl, const DecodeF
     benchmark::ClobberMemory();
     if (++copy == arena.copies()) copy = 0;
   }
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - t0).count();
   state.counters["GB/s"] = static_cast<double>(state.iterations()) *
-                           static_cast<double>(arena.pair_bytes()) / seconds * 1e-9;
+                           static_cast<double>(arena.pair_bytes()) / seconds *
+                           1e-9;
 }
 
 }  // namespace
 
-void RegisterAttentionBenchmarks(const Registry& peers, const std::string& set) {
+void RegisterAttentionBenchmarks(const Registry& peers,
+                                 const std::string& set) {
   ThreadSetters() = peers.set_threads;
   std::vector<int> thread_counts;
   if (set != "threads") thread_counts.push_back(1);
@@ -393,7 +424,8 @@ void RegisterAttentionBenchmarks(const Registry& peers, const std::string& set) 
 
   std::vector<std::pair<std::string, AttentionFactory>> prefill = {
       {"softdot", [](std::size_t n, std::size_t d, bool causal) {
-         return std::unique_ptr<AttentionRunner>(new SoftdotAttention(n, d, causal));
+         return std::unique_ptr<AttentionRunner>(
+             new SoftdotAttention(n, d, causal));
        }}};
   prefill.insert(prefill.end(), peers.attention.begin(), peers.attention.end());
   const AttentionFactory naive = [](std::size_t n, std::size_t d, bool causal) {
@@ -403,17 +435,20 @@ void RegisterAttentionBenchmarks(const Registry& peers, const std::string& set) 
     for (bool causal : {false, true}) {
       for (std::size_t n : kPrefillN) {
         for (std::size_t d : kPrefillD) {
-          const std::string prefix = std::string("attention/") + (causal ? "causal/" : "full/") +
-                                     std::to_string(n) + "x" + std::to_string(d) + "/";
+          const std::string prefix =
+              std::string("attention/") + (causal ? "causal/" : "full/") +
+              std::to_string(n) + "x" + std::to_string(d) + "/";
           const std::string suffix = "/threads:" + std::to_string(t);
           for (const auto& [name, make] : prefill) {
-            benchmark::RegisterBenchmark((prefix + name + suffix).c_str(), BenchPrefill, name,
-                                         make, n, d, causal, t)
+            benchmark::RegisterBenchmark((prefix + name + suffix).c_str(),
+                                         BenchPrefill, name, make, n, d, causal,
+                                         t)
                 ->Unit(benchmark::kMillisecond);
           }
           if (n <= kNaiveMaxN && t == 1) {
-            benchmark::RegisterBenchmark((prefix + "naive" + suffix).c_str(), BenchPrefill,
-                                         "naive", naive, n, d, causal, t)
+            benchmark::RegisterBenchmark((prefix + "naive" + suffix).c_str(),
+                                         BenchPrefill, "naive", naive, n, d,
+                                         causal, t)
                 ->Unit(benchmark::kMillisecond);
           }
         }
@@ -422,26 +457,29 @@ void RegisterAttentionBenchmarks(const Registry& peers, const std::string& set) 
   }
 
   std::vector<std::pair<std::string, DecodeFactory>> decode = {
-      {"softdot", [](std::size_t h, std::size_t hkv, std::size_t n_kv, std::size_t d) {
-         return std::unique_ptr<DecodeRunner>(new SoftdotDecode(h, hkv, n_kv, d));
+      {"softdot",
+       [](std::size_t h, std::size_t hkv, std::size_t n_kv, std::size_t d) {
+         return std::unique_ptr<DecodeRunner>(
+             new SoftdotDecode(h, hkv, n_kv, d));
        }}};
   decode.insert(decode.end(), peers.decode.begin(), peers.decode.end());
-  const DecodeFactory roofline = [](std::size_t h, std::size_t hkv, std::size_t n_kv,
-                                    std::size_t d) {
+  const DecodeFactory roofline = [](std::size_t h, std::size_t hkv,
+                                    std::size_t n_kv, std::size_t d) {
     return std::unique_ptr<DecodeRunner>(new ReadRoofline(h, hkv, n_kv, d));
   };
   for (int t : thread_counts) {
     for (std::size_t n_kv : kDecodeNkv) {
-      const std::string prefix =
-          "decode/memory/" + std::to_string(n_kv) + "x" + std::to_string(kHeadDim) + "/";
+      const std::string prefix = "decode/memory/" + std::to_string(n_kv) + "x" +
+                                 std::to_string(kHeadDim) + "/";
       const std::string suffix = "/threads:" + std::to_string(t);
       for (const auto& [name, make] : decode) {
-        benchmark::RegisterBenchmark((prefix + name + suffix).c_str(), BenchDecode, name, make,
-                                     n_kv, t, true)
+        benchmark::RegisterBenchmark((prefix + name + suffix).c_str(),
+                                     BenchDecode, name, make, n_kv, t, true)
             ->Unit(benchmark::kMicrosecond);
       }
-      benchmark::RegisterBenchmark((prefix + "read_roofline" + suffix).c_str(), BenchDecode,
-                                   "read_roofline", roofline, n_kv, t, false)
+      benchmark::RegisterBenchmark((prefix + "read_roofline" + suffix).c_str(),
+                                   BenchDecode, "read_roofline", roofline, n_kv,
+                                   t, false)
           ->Unit(benchmark::kMicrosecond);
     }
   }

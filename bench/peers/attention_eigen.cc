@@ -14,15 +14,14 @@
 #endif
 #define EIGEN_DONT_PARALLELIZE 1
 #include <Eigen/Core>
-
 #include <cstddef>
 
 namespace softdot_peers {
 namespace SOFTDOT_EIGEN_NS {
 
 // Rows [row_begin, row_end) of the row-major n x n scores s (already scaled).
-void AttentionSoftmaxRows(float* s, std::size_t n, std::size_t row_begin, std::size_t row_end,
-                          bool causal) {
+void AttentionSoftmaxRows(float* s, std::size_t n, std::size_t row_begin,
+                          std::size_t row_end, bool causal) {
   using Row = Eigen::Map<Eigen::ArrayXf>;
   for (std::size_t i = row_begin; i < row_end; ++i) {
     const std::size_t visible = causal ? i + 1 : n;
@@ -30,7 +29,9 @@ void AttentionSoftmaxRows(float* s, std::size_t n, std::size_t row_begin, std::s
     const float m = row.maxCoeff();
     row = (row - m).exp();
     row /= row.sum();
-    if (visible < n) Row(s + i * n + visible, static_cast<Eigen::Index>(n - visible)).setZero();
+    if (visible < n)
+      Row(s + i * n + visible, static_cast<Eigen::Index>(n - visible))
+          .setZero();
   }
 }
 

@@ -24,10 +24,10 @@
 
 #include "peers.h"
 
-#define SOFTDOT_DECLARE_EIGEN_ATTENTION(ns)                                           \
-  namespace ns {                                                                      \
-  void AttentionSoftmaxRows(float* s, std::size_t n, std::size_t row_begin,           \
-                            std::size_t row_end, bool causal);                        \
+#define SOFTDOT_DECLARE_EIGEN_ATTENTION(ns)                                 \
+  namespace ns {                                                            \
+  void AttentionSoftmaxRows(float* s, std::size_t n, std::size_t row_begin, \
+                            std::size_t row_end, bool causal);              \
   }
 
 namespace softdot_peers {
@@ -41,7 +41,8 @@ SOFTDOT_DECLARE_EIGEN_ATTENTION(eigen_avx512)
 
 namespace {
 
-using SoftmaxRowsFn = void (*)(float*, std::size_t, std::size_t, std::size_t, bool);
+using SoftmaxRowsFn = void (*)(float*, std::size_t, std::size_t, std::size_t,
+                               bool);
 
 SoftmaxRowsFn Choose() {
   const char* forced = std::getenv("SOFTDOT_PEERS_EIGEN_ISA");
@@ -66,7 +67,8 @@ SoftmaxRowsFn Choose() {
 
 class BlasEigenAttention final : public AttentionRunner {
  public:
-  BlasEigenAttention(std::size_t n, std::size_t d, bool causal, SoftmaxRowsFn softmax)
+  BlasEigenAttention(std::size_t n, std::size_t d, bool causal,
+                     SoftmaxRowsFn softmax)
       : n_(n),
         d_(d),
         causal_(causal),
@@ -75,8 +77,8 @@ class BlasEigenAttention final : public AttentionRunner {
         s_(n * n) {}
   void Run(const float* q, const float* k, const float* v, float* o) override {
     const auto n = static_cast<blasint>(n_), d = static_cast<blasint>(d_);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, d, scale_, q, d, k, d, 0.0f,
-                s_.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, d, scale_, q, d,
+                k, d, 0.0f, s_.data(), n);
     // Blocks of 16 rows; causal rows grow, so they are dealt out round robin.
     const std::int64_t blocks = static_cast<std::int64_t>((n_ + 15) / 16);
 #pragma omp parallel for schedule(static, 1)
@@ -84,8 +86,8 @@ class BlasEigenAttention final : public AttentionRunner {
       const std::size_t begin = static_cast<std::size_t>(b) * 16;
       softmax_(s_.data(), n_, begin, std::min(n_, begin + 16), causal_);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d, n, 1.0f, s_.data(), n, v, d,
-                0.0f, o, d);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d, n, 1.0f,
+                s_.data(), n, v, d, 0.0f, o, d);
   }
 
  private:
@@ -100,9 +102,11 @@ class BlasEigenAttention final : public AttentionRunner {
 
 void RegisterBlasAttention(Registry& r) {
   const SoftmaxRowsFn softmax = Choose();
-  r.attention.emplace_back("openblas_eigen", [softmax](std::size_t n, std::size_t d, bool causal) {
-    return std::unique_ptr<AttentionRunner>(new BlasEigenAttention(n, d, causal, softmax));
-  });
+  r.attention.emplace_back(
+      "openblas_eigen", [softmax](std::size_t n, std::size_t d, bool causal) {
+        return std::unique_ptr<AttentionRunner>(
+            new BlasEigenAttention(n, d, causal, softmax));
+      });
   r.set_threads.emplace_back([](int t) { openblas_set_num_threads(t); });
 }
 

@@ -44,13 +44,14 @@ namespace softdot_peers {
 namespace {
 
 at::Tensor Wrap(at::IntArrayRef sizes, const float* data) {
-  return at::from_blob(const_cast<float*>(data), sizes, at::TensorOptions().dtype(at::kFloat));
+  return at::from_blob(const_cast<float*>(data), sizes,
+                       at::TensorOptions().dtype(at::kFloat));
 }
 
 // Points the tensor's storage (shared with its views) at `data`.
 void Rebind(at::Tensor& t, const float* data) {
-  t.storage().set_data_ptr_noswap(
-      c10::DataPtr(const_cast<float*>(data), c10::Device(c10::DeviceType::CPU)));
+  t.storage().set_data_ptr_noswap(c10::DataPtr(
+      const_cast<float*>(data), c10::Device(c10::DeviceType::CPU)));
 }
 
 float* Placeholder() {
@@ -58,12 +59,15 @@ float* Placeholder() {
   return p;
 }
 
-double Scale(std::size_t d) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))); }
+double Scale(std::size_t d) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+}
 
 // Tensors over the four buffers of a call, rebound when a pointer changes.
 class Bound {
  public:
-  Bound(at::IntArrayRef q_sizes, at::IntArrayRef kv_sizes, at::IntArrayRef o_sizes)
+  Bound(at::IntArrayRef q_sizes, at::IntArrayRef kv_sizes,
+        at::IntArrayRef o_sizes)
       : q(Wrap(q_sizes, Placeholder())),
         k(Wrap(kv_sizes, Placeholder())),
         v(Wrap(kv_sizes, Placeholder())),
@@ -96,7 +100,8 @@ class TorchMatmulSoftmax final : public AttentionRunner {
     c10::InferenceMode guard;
     t_.Bind(q, k, v, o);
     at::addmm_out(s_, s_, t_.q, kt_, /*beta=*/0, /*alpha=*/scale_);
-    if (causal_) s_.masked_fill_(mask_, -std::numeric_limits<float>::infinity());
+    if (causal_)
+      s_.masked_fill_(mask_, -std::numeric_limits<float>::infinity());
     at::_softmax_out(p_, s_, -1, /*half_to_float=*/false);
     at::mm_out(t_.o, p_, t_.v);
   }
@@ -131,9 +136,11 @@ class TorchSdpa final : public AttentionRunner {
 
 class TorchDecode final : public DecodeRunner {
  public:
-  TorchDecode(std::size_t heads, std::size_t kv_heads, std::size_t n_kv, std::size_t d)
+  TorchDecode(std::size_t heads, std::size_t kv_heads, std::size_t n_kv,
+              std::size_t d)
       : scale_(Scale(d)),
-        t_({N(kv_heads), N(heads / kv_heads), N(d)}, {N(kv_heads), N(n_kv), N(d)},
+        t_({N(kv_heads), N(heads / kv_heads), N(d)},
+           {N(kv_heads), N(n_kv), N(d)},
            {N(kv_heads), N(heads / kv_heads), N(d)}) {
     c10::InferenceMode guard;
     kt_ = t_.k.transpose(1, 2);
@@ -158,15 +165,19 @@ class TorchDecode final : public DecodeRunner {
 }  // namespace
 
 void RegisterTorchAttention(Registry& r) {
-  r.attention.emplace_back("libtorch", [](std::size_t n, std::size_t d, bool causal) {
-    return std::unique_ptr<AttentionRunner>(new TorchMatmulSoftmax(n, d, causal));
-  });
-  r.attention.emplace_back("libtorch_sdpa", [](std::size_t n, std::size_t d, bool causal) {
-    return std::unique_ptr<AttentionRunner>(new TorchSdpa(n, d, causal));
-  });
-  r.decode.emplace_back("libtorch", [](std::size_t heads, std::size_t kv_heads, std::size_t n_kv,
-                                       std::size_t d) {
-    return std::unique_ptr<DecodeRunner>(new TorchDecode(heads, kv_heads, n_kv, d));
+  r.attention.emplace_back("libtorch",
+                           [](std::size_t n, std::size_t d, bool causal) {
+                             return std::unique_ptr<AttentionRunner>(
+                                 new TorchMatmulSoftmax(n, d, causal));
+                           });
+  r.attention.emplace_back(
+      "libtorch_sdpa", [](std::size_t n, std::size_t d, bool causal) {
+        return std::unique_ptr<AttentionRunner>(new TorchSdpa(n, d, causal));
+      });
+  r.decode.emplace_back("libtorch", [](std::size_t heads, std::size_t kv_heads,
+                                       std::size_t n_kv, std::size_t d) {
+    return std::unique_ptr<DecodeRunner>(
+        new TorchDecode(heads, kv_heads, n_kv, d));
   });
   r.set_threads.emplace_back([](int t) { at::set_num_threads(t); });
 }

@@ -12,14 +12,14 @@
 
 #include "peers.h"
 
-#define SOFTDOT_DECLARE_EIGEN(ns)                                                     \
-  namespace ns {                                                                      \
-  void Softmax(const float* x, float* y, std::size_t rows, std::size_t n);           \
-  float Dot(const float* x, const float* y, std::size_t n);                          \
-  void Gemv(const float* query, const float* keys, float* scores, std::size_t n_keys, \
-            std::size_t d);                                                           \
-  const char* SimdInstructionSets();                                                  \
-  const char* Version();                                                              \
+#define SOFTDOT_DECLARE_EIGEN(ns)                                          \
+  namespace ns {                                                           \
+  void Softmax(const float* x, float* y, std::size_t rows, std::size_t n); \
+  float Dot(const float* x, const float* y, std::size_t n);                \
+  void Gemv(const float* query, const float* keys, float* scores,          \
+            std::size_t n_keys, std::size_t d);                            \
+  const char* SimdInstructionSets();                                       \
+  const char* Version();                                                   \
   }
 
 namespace softdot_peers {
@@ -41,8 +41,10 @@ struct EigenKernels {
   const char* (*simd)();
 };
 
-#define SOFTDOT_EIGEN_KERNELS(name, ns) \
-  EigenKernels { name, &ns::Softmax, &ns::Dot, &ns::Gemv, &ns::SimdInstructionSets }
+#define SOFTDOT_EIGEN_KERNELS(name, ns)                               \
+  EigenKernels {                                                      \
+    name, &ns::Softmax, &ns::Dot, &ns::Gemv, &ns::SimdInstructionSets \
+  }
 
 EigenKernels Choose() {
   const char* forced = std::getenv("SOFTDOT_PEERS_EIGEN_ISA");
@@ -73,7 +75,9 @@ const EigenKernels& Kernels() {
 class EigenSoftmax final : public SoftmaxRunner {
  public:
   EigenSoftmax(std::size_t rows, std::size_t n) : rows_(rows), n_(n) {}
-  void Run(const float* x, float* y) override { Kernels().softmax(x, y, rows_, n_); }
+  void Run(const float* x, float* y) override {
+    Kernels().softmax(x, y, rows_, n_);
+  }
 
  private:
   std::size_t rows_, n_;
@@ -90,7 +94,9 @@ class EigenGemv final : public DotsRunner {
   std::size_t n_keys_, d_;
 };
 
-float Dot(const float* x, const float* y, std::size_t n) { return Kernels().dot(x, y, n); }
+float Dot(const float* x, const float* y, std::size_t n) {
+  return Kernels().dot(x, y, n);
+}
 
 }  // namespace
 
@@ -104,7 +110,8 @@ void RegisterEigen(Registry& r) {
     return std::unique_ptr<DotsRunner>(new EigenGemv(n_keys, d));
   });
   r.context.emplace_back("eigen_version", eigen_sse2::Version());
-  r.context.emplace_back("eigen_isa", std::string(k.isa) + " (" + k.simd() + ")");
+  r.context.emplace_back("eigen_isa",
+                         std::string(k.isa) + " (" + k.simd() + ")");
 }
 
 }  // namespace softdot_peers

@@ -13,16 +13,17 @@
 #endif
 #define EIGEN_DONT_PARALLELIZE 1
 #include <Eigen/Core>
-
 #include <cstddef>
 
 namespace softdot_peers {
 namespace SOFTDOT_EIGEN_NS {
 
-using RowMajorMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using RowMajorMatrix =
+    Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 void Softmax(const float* x, float* y, std::size_t rows, std::size_t n) {
-  const Eigen::Index r = static_cast<Eigen::Index>(rows), c = static_cast<Eigen::Index>(n);
+  const Eigen::Index r = static_cast<Eigen::Index>(rows),
+                     c = static_cast<Eigen::Index>(n);
   const Eigen::Map<const RowMajorMatrix> in(x, r, c);
   Eigen::Map<RowMajorMatrix> out(y, r, c);
   for (Eigen::Index i = 0; i < r; ++i) {
@@ -34,14 +35,17 @@ void Softmax(const float* x, float* y, std::size_t rows, std::size_t n) {
 
 float Dot(const float* x, const float* y, std::size_t n) {
   const Eigen::Index c = static_cast<Eigen::Index>(n);
-  return Eigen::Map<const Eigen::VectorXf>(x, c).dot(Eigen::Map<const Eigen::VectorXf>(y, c));
+  return Eigen::Map<const Eigen::VectorXf>(x, c).dot(
+      Eigen::Map<const Eigen::VectorXf>(y, c));
 }
 
-void Gemv(const float* query, const float* keys, float* scores, std::size_t n_keys,
-          std::size_t d) {
-  const Eigen::Index r = static_cast<Eigen::Index>(n_keys), c = static_cast<Eigen::Index>(d);
+void Gemv(const float* query, const float* keys, float* scores,
+          std::size_t n_keys, std::size_t d) {
+  const Eigen::Index r = static_cast<Eigen::Index>(n_keys),
+                     c = static_cast<Eigen::Index>(d);
   Eigen::Map<Eigen::VectorXf>(scores, r).noalias() =
-      Eigen::Map<const RowMajorMatrix>(keys, r, c) * Eigen::Map<const Eigen::VectorXf>(query, c);
+      Eigen::Map<const RowMajorMatrix>(keys, r, c) *
+      Eigen::Map<const Eigen::VectorXf>(query, c);
 }
 
 const char* SimdInstructionSets() { return Eigen::SimdInstructionSetsInUse(); }

@@ -10,16 +10,17 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "peers/hwydot_peer.cc"
+#include <hwy/contrib/dot/dot-inl.h>
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include <hwy/contrib/dot/dot-inl.h>
 
 HWY_BEFORE_NAMESPACE();
 namespace softdot_peers {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-float HwyDotImpl(const float* HWY_RESTRICT x, const float* HWY_RESTRICT y, std::size_t n) {
+float HwyDotImpl(const float* HWY_RESTRICT x, const float* HWY_RESTRICT y,
+                 std::size_t n) {
   const hn::ScalableTag<float> d;
   return hn::Dot::Compute<0>(d, x, y, n);
 }
@@ -44,7 +45,8 @@ float HwyDot(const float* x, const float* y, std::size_t n) {
 
 void RegisterHwyDot(Registry& r) {
   r.dot.emplace_back("hwy_dot", &HwyDot);
-  r.context.emplace_back("hwy_dot_target", HWY_DYNAMIC_DISPATCH(HwyDotTargetImpl)());
+  r.context.emplace_back("hwy_dot_target",
+                         HWY_DYNAMIC_DISPATCH(HwyDotTargetImpl)());
 }
 }  // namespace softdot_peers
 #endif  // HWY_ONCE

@@ -2,9 +2,8 @@
 // a plain [rows, n] f32 tensor, created once per shape on a CPU engine.
 // oneDNN's CPU runtime here is OpenMP: it uses omp_get_max_threads() threads,
 // which peers_main.cc sets to 1 for the single-thread benchmarks.
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <unordered_map>
 
@@ -28,8 +27,10 @@ class OnednnSoftmax final : public SoftmaxRunner {
     Engine& e = TheEngine();
     const dnnl::memory::desc md({static_cast<dnnl::memory::dim>(rows),
                                  static_cast<dnnl::memory::dim>(n)},
-                                dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
-    const dnnl::softmax_forward::desc desc(dnnl::prop_kind::forward_inference, md, 1);
+                                dnnl::memory::data_type::f32,
+                                dnnl::memory::format_tag::ab);
+    const dnnl::softmax_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                           md, 1);
     const dnnl::softmax_forward::primitive_desc pd(desc, e.engine);
     prim_ = dnnl::softmax_forward(pd);
     // Handles are bound in Run; memory objects are reference-counted handles,
@@ -71,15 +72,24 @@ void RegisterOnednn(Registry& r) {
                                                std::to_string(v->patch));
   r.context.emplace_back("onednn_cpu_isa", [] {
     switch (dnnl::get_effective_cpu_isa()) {
-      case dnnl::cpu_isa::avx512_core: return "avx512_core";
-      case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-      case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-      case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-      case dnnl::cpu_isa::avx2: return "avx2";
-      case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-      case dnnl::cpu_isa::avx: return "avx";
-      case dnnl::cpu_isa::sse41: return "sse41";
-      default: return "other";
+      case dnnl::cpu_isa::avx512_core:
+        return "avx512_core";
+      case dnnl::cpu_isa::avx512_core_vnni:
+        return "avx512_core_vnni";
+      case dnnl::cpu_isa::avx512_core_bf16:
+        return "avx512_core_bf16";
+      case dnnl::cpu_isa::avx512_core_amx:
+        return "avx512_core_amx";
+      case dnnl::cpu_isa::avx2:
+        return "avx2";
+      case dnnl::cpu_isa::avx2_vnni:
+        return "avx2_vnni";
+      case dnnl::cpu_isa::avx:
+        return "avx";
+      case dnnl::cpu_isa::sse41:
+        return "sse41";
+      default:
+        return "other";
     }
   }());
 }

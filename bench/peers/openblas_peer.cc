@@ -19,8 +19,8 @@ class Sgemv final : public DotsRunner {
   Sgemv(std::size_t n_keys, std::size_t d)
       : rows_(static_cast<blasint>(n_keys)), cols_(static_cast<blasint>(d)) {}
   void Run(const float* query, const float* keys, float* scores) override {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, rows_, cols_, 1.0f, keys, cols_, query, 1,
-                0.0f, scores, 1);
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, rows_, cols_, 1.0f, keys, cols_,
+                query, 1, 0.0f, scores, 1);
   }
 
  private:
@@ -37,7 +37,8 @@ void RegisterOpenblas(Registry& r) {
   });
   const char* config = openblas_get_config();
   r.context.emplace_back("openblas_config", config != nullptr ? config : "?");
-  r.context.emplace_back("openblas_threads", std::to_string(openblas_get_num_threads()));
+  r.context.emplace_back("openblas_threads",
+                         std::to_string(openblas_get_num_threads()));
 }
 
 }  // namespace softdot_peers

@@ -27,8 +27,8 @@ class SoftmaxRunner {
   virtual ~SoftmaxRunner() = default;
   virtual void Run(const float* x, float* y) = 0;
 };
-using SoftmaxFactory =
-    std::function<std::unique_ptr<SoftmaxRunner>(std::size_t rows, std::size_t n)>;
+using SoftmaxFactory = std::function<std::unique_ptr<SoftmaxRunner>(
+    std::size_t rows, std::size_t n)>;
 
 // sum_i x[i] * y[i], single thread.
 using DotFn = float (*)(const float* x, const float* y, std::size_t n);
@@ -40,8 +40,8 @@ class DotsRunner {
   virtual ~DotsRunner() = default;
   virtual void Run(const float* query, const float* keys, float* scores) = 0;
 };
-using DotsFactory =
-    std::function<std::unique_ptr<DotsRunner>(std::size_t n_keys, std::size_t d)>;
+using DotsFactory = std::function<std::unique_ptr<DotsRunner>(
+    std::size_t n_keys, std::size_t d)>;
 
 // Attention over one head (prefill): O = softmax(scale Q K^T) V for dense
 // row-major q, k, v, o of [n x d] floats, scale = 1/sqrt(d); causal: query i
@@ -50,10 +50,11 @@ using DotsFactory =
 class AttentionRunner {
  public:
   virtual ~AttentionRunner() = default;
-  virtual void Run(const float* q, const float* k, const float* v, float* o) = 0;
+  virtual void Run(const float* q, const float* k, const float* v,
+                   float* o) = 0;
 };
-using AttentionFactory =
-    std::function<std::unique_ptr<AttentionRunner>(std::size_t n, std::size_t d, bool causal)>;
+using AttentionFactory = std::function<std::unique_ptr<AttentionRunner>(
+    std::size_t n, std::size_t d, bool causal)>;
 
 // One decode step: a single query token, `heads` query heads on `kv_heads`
 // KV heads (grouped-query: query head h reads KV head h / (heads /
@@ -62,7 +63,8 @@ using AttentionFactory =
 class DecodeRunner {
  public:
   virtual ~DecodeRunner() = default;
-  virtual void Run(const float* q, const float* k, const float* v, float* o) = 0;
+  virtual void Run(const float* q, const float* k, const float* v,
+                   float* o) = 0;
 };
 using DecodeFactory = std::function<std::unique_ptr<DecodeRunner>(
     std::size_t heads, std::size_t kv_heads, std::size_t n_kv, std::size_t d)>;
@@ -84,10 +86,10 @@ struct Registry {
 };
 
 // One per peer file. Each also sets its library to one thread.
-void RegisterXnnpack(Registry& r);   // xnnpack_peer.cc
-void RegisterOnednn(Registry& r);    // onednn_peer.cc
-void RegisterEigen(Registry& r);     // eigen_dispatch.cc (+ eigen_peer.cc per ISA)
-void RegisterTorch(Registry& r);     // torch_peer.cc
+void RegisterXnnpack(Registry& r);  // xnnpack_peer.cc
+void RegisterOnednn(Registry& r);   // onednn_peer.cc
+void RegisterEigen(Registry& r);  // eigen_dispatch.cc (+ eigen_peer.cc per ISA)
+void RegisterTorch(Registry& r);  // torch_peer.cc
 void RegisterOpenblas(Registry& r);  // openblas_peer.cc
 void RegisterHwyDot(Registry& r);    // hwydot_peer.cc
 // Attention peers: libtorch matmul + softmax + matmul and its

@@ -69,9 +69,11 @@ class Arena {
  public:
   Arena(std::size_t offset_bytes, std::uint32_t seed, bool random) {
     const std::size_t bytes = kArenaBytes + kArenaSlackBytes + 4096;
-    raw_ = static_cast<char*>(std::aligned_alloc(2 * kMiB, (bytes + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB)));
+    raw_ = static_cast<char*>(std::aligned_alloc(
+        2 * kMiB, (bytes + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB)));
     if (raw_ == nullptr) {
-      std::fprintf(stderr, "softdot_peers: cannot allocate %zu MiB\n", bytes / kMiB);
+      std::fprintf(stderr, "softdot_peers: cannot allocate %zu MiB\n",
+                   bytes / kMiB);
       std::exit(1);
     }
     data_ = reinterpret_cast<float*>(raw_ + offset_bytes);
@@ -116,7 +118,9 @@ struct Layout {
       : stride((count + 16 + 15) / 16 * 16),
         copies(std::max<std::size_t>(2, kArenaBytes / sizeof(float) / stride)) {
     if (copies * stride * sizeof(float) > kArenaBytes + kArenaSlackBytes) {
-      std::fprintf(stderr, "softdot_peers: %zu floats do not fit twice in an arena\n", count);
+      std::fprintf(stderr,
+                   "softdot_peers: %zu floats do not fit twice in an arena\n",
+                   count);
       std::exit(1);
     }
   }
@@ -133,7 +137,8 @@ inline void Advance(Case c, std::size_t& k, std::size_t copies) {
   if (c == Case::kMemory && ++k == copies) k = 0;
 }
 
-// ---- softdot, the naive loop and the bandwidth baselines as runners ----------
+// ---- softdot, the naive loop and the bandwidth baselines as runners
+// ----------
 template <softdot::Precision kPrecision>
 class SoftdotSoftmax final : public SoftmaxRunner {
  public:
@@ -142,7 +147,8 @@ class SoftdotSoftmax final : public SoftmaxRunner {
   }
   void Run(const float* x, float* y) override {
     if (rows_ == 1) {
-      softdot::softmax(std::span<const float>(x, n_), std::span<float>(y, n_), options_);
+      softdot::softmax(std::span<const float>(x, n_), std::span<float>(y, n_),
+                       options_);
     } else {
       softdot::softmax_rows(softdot::MatrixView<const float>(x, rows_, n_),
                             softdot::MatrixView<float>(y, rows_, n_), options_);
@@ -159,7 +165,8 @@ class NaiveSoftmax final : public SoftmaxRunner {
  public:
   NaiveSoftmax(std::size_t rows, std::size_t n) : rows_(rows), n_(n) {}
   void Run(const float* x, float* y) override {
-    for (std::size_t r = 0; r < rows_; ++r) softdot_bench::NaiveSoftmax(x + r * n_, y + r * n_, n_);
+    for (std::size_t r = 0; r < rows_; ++r)
+      softdot_bench::NaiveSoftmax(x + r * n_, y + r * n_, n_);
   }
 
  private:
@@ -170,7 +177,9 @@ class NaiveSoftmax final : public SoftmaxRunner {
 class CopyRunner final : public SoftmaxRunner {
  public:
   CopyRunner(std::size_t rows, std::size_t n) : count_(rows * n) {}
-  void Run(const float* x, float* y) override { softdot_bench::CopyLoop(x, y, count_); }
+  void Run(const float* x, float* y) override {
+    softdot_bench::CopyLoop(x, y, count_);
+  }
 
  private:
   std::size_t count_;
@@ -198,7 +207,8 @@ SoftmaxFactory Factory() {
 }
 
 float SoftdotDot(const float* x, const float* y, std::size_t n) {
-  return softdot::dot(std::span<const float>(x, n), std::span<const float>(y, n));
+  return softdot::dot(std::span<const float>(x, n),
+                      std::span<const float>(y, n));
 }
 
 // One float accumulator, like bench/baseline_bench.cc's BM_naive_dot.
@@ -221,7 +231,8 @@ class SoftdotDots final : public DotsRunner {
   std::size_t n_keys_, d_;
 };
 
-// ---- self-checks ---------------------------------------------------------------
+// ---- self-checks
+// ---------------------------------------------------------------
 constexpr double kSoftmaxTolerance = 1e-5;  // max abs difference to softdot
 constexpr double kDotTolerance = 1e-5;      // relative to sum |x_i y_i|
 
@@ -232,7 +243,8 @@ const std::vector<float>& SoftdotOutput(std::size_t rows, std::size_t n) {
   static std::vector<float> out;
   if (rows != cached_rows || n != cached_n) {
     out.assign(rows * n, 0.0f);
-    SoftdotSoftmax<softdot::Precision::kFaithful>(rows, n).Run(ArenaA().data(), out.data());
+    SoftdotSoftmax<softdot::Precision::kFaithful>(rows, n).Run(ArenaA().data(),
+                                                               out.data());
     cached_rows = rows;
     cached_n = n;
   }
@@ -270,11 +282,12 @@ double CheckSoftdotAgainstDouble(std::size_t rows, std::size_t n) {
 
 // Runs the implementation once on copy 0 (into a separate buffer, so no
 // timed run can leave the right answer behind) and compares with softdot.
-double CheckSoftmax(const std::string& impl, SoftmaxRunner& runner, std::size_t rows,
-                    std::size_t n) {
+double CheckSoftmax(const std::string& impl, SoftmaxRunner& runner,
+                    std::size_t rows, std::size_t n) {
   if (impl == "softdot") return CheckSoftdotAgainstDouble(rows, n);
   const std::vector<float>& want = SoftdotOutput(rows, n);
-  std::vector<float> got(rows * n + 16, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> got(rows * n + 16,
+                         std::numeric_limits<float>::quiet_NaN());
   runner.Run(ArenaA().data(), got.data());
   return MaxAbsDiff(got.data(), want.data(), rows * n);
 }
@@ -291,12 +304,14 @@ double DotRelErr(const float* x, const float* y, std::size_t n, float got) {
   return err == err ? err : std::numeric_limits<double>::infinity();
 }
 
-// ---- the benchmarks --------------------------------------------------------------
-// Runners are made once per (implementation, shape) and kept for the whole
-// run (Google Benchmark calls a benchmark function several times: to find
-// the iteration count and once per repetition); self-checks are memoised.
+// ---- the benchmarks
+// -------------------------------------------------------------- Runners are
+// made once per (implementation, shape) and kept for the whole run (Google
+// Benchmark calls a benchmark function several times: to find the iteration
+// count and once per repetition); self-checks are memoised.
 template <class Runner>
-Runner& Cached(std::map<std::string, std::unique_ptr<Runner>>& cache, const std::string& key,
+Runner& Cached(std::map<std::string, std::unique_ptr<Runner>>& cache,
+               const std::string& key,
                const std::function<std::unique_ptr<Runner>()>& make) {
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, make()).first;
@@ -326,28 +341,34 @@ struct OmpThreads {
   ~OmpThreads() { omp_set_num_threads(1); }
 };
 
-void SetCounters(benchmark::State& state, std::int64_t items, std::int64_t bytes) {
+void SetCounters(benchmark::State& state, std::int64_t items,
+                 std::int64_t bytes) {
   const auto iters = static_cast<std::int64_t>(state.iterations());
   state.SetItemsProcessed(iters * items);
   state.SetBytesProcessed(iters * bytes);
 }
 
-void BenchSoftmax(benchmark::State& state, const std::string& impl, const SoftmaxFactory& make,
-                  std::size_t rows, std::size_t n, Case c, int threads, bool check) {
+void BenchSoftmax(benchmark::State& state, const std::string& impl,
+                  const SoftmaxFactory& make, std::size_t rows, std::size_t n,
+                  Case c, int threads, bool check) {
   const OmpThreads omp(threads);
   const std::string key = impl + "/" + ShapeName(rows, n);
   SoftmaxRunner* runner = nullptr;
   try {
-    runner = &Cached<SoftmaxRunner>(SoftmaxRunners(), key, [&] { return make(rows, n); });
+    runner = &Cached<SoftmaxRunner>(SoftmaxRunners(), key,
+                                    [&] { return make(rows, n); });
     if (check) {
       auto it = CheckResults().find(key);
       if (it == CheckResults().end()) {
-        it = CheckResults().emplace(key, CheckSoftmax(impl, *runner, rows, n)).first;
+        it = CheckResults()
+                 .emplace(key, CheckSoftmax(impl, *runner, rows, n))
+                 .first;
       }
       state.counters["max_abs_diff"] = it->second;
       if (!(it->second <= kSoftmaxTolerance)) {
-        state.SkipWithError(("self-check failed: max |" + impl + " - softdot| = " +
-                             std::to_string(it->second) + " > 1e-5")
+        state.SkipWithError(("self-check failed: max |" + impl +
+                             " - softdot| = " + std::to_string(it->second) +
+                             " > 1e-5")
                                 .c_str());
         return;
       }
@@ -366,11 +387,12 @@ void BenchSoftmax(benchmark::State& state, const std::string& impl, const Softma
     Advance(c, k, layout.copies);
   }
   const auto count = static_cast<std::int64_t>(rows * n);
-  SetCounters(state, count, count * 2 * static_cast<std::int64_t>(sizeof(float)));
+  SetCounters(state, count,
+              count * 2 * static_cast<std::int64_t>(sizeof(float)));
 }
 
-void BenchDot(benchmark::State& state, const std::string& impl, DotFn fn, std::size_t n,
-              Case c) {
+void BenchDot(benchmark::State& state, const std::string& impl, DotFn fn,
+              std::size_t n, Case c) {
   const std::string key = "dot/" + impl + "/" + std::to_string(n);
   const float* xs = ArenaA().data();
   const float* ys = ArenaB().data();
@@ -400,8 +422,9 @@ void BenchDot(benchmark::State& state, const std::string& impl, DotFn fn, std::s
               static_cast<std::int64_t>(2 * n * sizeof(float)));
 }
 
-void BenchDots(benchmark::State& state, const std::string& impl, const DotsFactory& make,
-               std::size_t n_keys, std::size_t d, Case c, int threads) {
+void BenchDots(benchmark::State& state, const std::string& impl,
+               const DotsFactory& make, std::size_t n_keys, std::size_t d,
+               Case c, int threads) {
   const OmpThreads omp(threads);
   const std::string key = "dots/" + impl + "/" + ShapeName(n_keys, d);
   const float* qs = ArenaA().data();
@@ -409,7 +432,8 @@ void BenchDots(benchmark::State& state, const std::string& impl, const DotsFacto
   float* ss = ArenaO().data();
   DotsRunner* runner = nullptr;
   try {
-    runner = &Cached<DotsRunner>(DotsRunners(), key, [&] { return make(n_keys, d); });
+    runner = &Cached<DotsRunner>(DotsRunners(), key,
+                                 [&] { return make(n_keys, d); });
     auto it = CheckResults().find(key);
     if (it == CheckResults().end()) {
       std::vector<float> scores(n_keys + 16);
@@ -439,18 +463,21 @@ void BenchDots(benchmark::State& state, const std::string& impl, const DotsFacto
     benchmark::ClobberMemory();
     Advance(c, k, keys_layout.copies);
   }
-  SetCounters(state, static_cast<std::int64_t>(n_keys * d),
-              static_cast<std::int64_t>((n_keys * d + d + n_keys) * sizeof(float)));
+  SetCounters(
+      state, static_cast<std::int64_t>(n_keys * d),
+      static_cast<std::int64_t>((n_keys * d + d + n_keys) * sizeof(float)));
 }
 
-// ---- registration ------------------------------------------------------------------
+// ---- registration
+// ------------------------------------------------------------------
 struct Shape {
   std::size_t rows, n;
 };
 constexpr Shape kSoftmaxShapes[] = {
-    {1, 3},       {1, 8},        {1, 64},         {1, 1000},  {1, 4096},
-    {1, 65536},   {1, 1u << 20}, {1, 1u << 24},   {4096, 1024}, {256, 32000}};
-constexpr std::size_t kDotSizes[] = {3, 8, 64, 1000, 4096, 65536, 1u << 20, 1u << 24};
+    {1, 3},     {1, 8},        {1, 64},       {1, 1000},    {1, 4096},
+    {1, 65536}, {1, 1u << 20}, {1, 1u << 24}, {4096, 1024}, {256, 32000}};
+constexpr std::size_t kDotSizes[] = {3,    8,     64,       1000,
+                                     4096, 65536, 1u << 20, 1u << 24};
 constexpr std::size_t kDotsKeys[] = {4096, 65536};
 constexpr std::size_t kHeadDim = 128;
 constexpr Case kCases[] = {Case::kCache, Case::kMemory};
@@ -464,18 +491,19 @@ void RegisterSingleThread(const Registry& peers) {
   softmax.insert(softmax.end(), peers.softmax.begin(), peers.softmax.end());
   softmax.emplace_back("naive", Factory<NaiveSoftmax>());
   const std::vector<std::pair<std::string, SoftmaxFactory>> baselines = {
-      {"copy", Factory<CopyRunner>()}, {"roofline_2r1w", Factory<RooflineRunner>()}};
+      {"copy", Factory<CopyRunner>()},
+      {"roofline_2r1w", Factory<RooflineRunner>()}};
   for (const Shape& s : kSoftmaxShapes) {
     for (Case c : kCases) {
-      const std::string prefix =
-          std::string("softmax/") + CaseName(c) + "/" + ShapeName(s.rows, s.n) + "/";
+      const std::string prefix = std::string("softmax/") + CaseName(c) + "/" +
+                                 ShapeName(s.rows, s.n) + "/";
       for (const auto& [name, make] : softmax) {
-        benchmark::RegisterBenchmark((prefix + name).c_str(), BenchSoftmax, name, make, s.rows,
-                                     s.n, c, 1, true);
+        benchmark::RegisterBenchmark((prefix + name).c_str(), BenchSoftmax,
+                                     name, make, s.rows, s.n, c, 1, true);
       }
       for (const auto& [name, make] : baselines) {
-        benchmark::RegisterBenchmark((prefix + name).c_str(), BenchSoftmax, name, make, s.rows,
-                                     s.n, c, 1, false);
+        benchmark::RegisterBenchmark((prefix + name).c_str(), BenchSoftmax,
+                                     name, make, s.rows, s.n, c, 1, false);
       }
     }
   }
@@ -485,9 +513,11 @@ void RegisterSingleThread(const Registry& peers) {
   dot.emplace_back("naive", &NaiveDot);
   for (std::size_t n : kDotSizes) {
     for (Case c : kCases) {
-      const std::string prefix = std::string("dot/") + CaseName(c) + "/" + std::to_string(n) + "/";
+      const std::string prefix =
+          std::string("dot/") + CaseName(c) + "/" + std::to_string(n) + "/";
       for (const auto& [name, fn] : dot) {
-        benchmark::RegisterBenchmark((prefix + name).c_str(), BenchDot, name, fn, n, c);
+        benchmark::RegisterBenchmark((prefix + name).c_str(), BenchDot, name,
+                                     fn, n, c);
       }
     }
   }
@@ -499,11 +529,11 @@ void RegisterSingleThread(const Registry& peers) {
   dots.insert(dots.end(), peers.dots.begin(), peers.dots.end());
   for (std::size_t n_keys : kDotsKeys) {
     for (Case c : kCases) {
-      const std::string prefix =
-          std::string("dots/") + CaseName(c) + "/" + ShapeName(n_keys, kHeadDim) + "/";
+      const std::string prefix = std::string("dots/") + CaseName(c) + "/" +
+                                 ShapeName(n_keys, kHeadDim) + "/";
       for (const auto& [name, make] : dots) {
-        benchmark::RegisterBenchmark((prefix + name).c_str(), BenchDots, name, make, n_keys,
-                                     kHeadDim, c, 1);
+        benchmark::RegisterBenchmark((prefix + name).c_str(), BenchDots, name,
+                                     make, n_keys, kHeadDim, c, 1);
       }
     }
   }
@@ -512,7 +542,8 @@ void RegisterSingleThread(const Registry& peers) {
 // softdot's OpenMP-parallel calls at 1 and 2 threads (omp_set_num_threads,
 // not Google Benchmark's ->Threads, which would run the call on t threads).
 void RegisterThreads() {
-  const SoftmaxFactory rows = Factory<SoftdotSoftmax<softdot::Precision::kFaithful>>();
+  const SoftmaxFactory rows =
+      Factory<SoftdotSoftmax<softdot::Precision::kFaithful>>();
   const DotsFactory dots = [](std::size_t n_keys, std::size_t d) {
     return std::unique_ptr<DotsRunner>(new SoftdotDots(n_keys, d));
   };
@@ -520,18 +551,18 @@ void RegisterThreads() {
     for (const Shape& s : {Shape{4096, 1024}, Shape{256, 32000}}) {
       for (int t : kThreadCounts) {
         const std::string name = std::string("threads/") + CaseName(c) + "/" +
-                                 ShapeName(s.rows, s.n) + "/softdot_rows/threads:" +
-                                 std::to_string(t);
-        benchmark::RegisterBenchmark(name.c_str(), BenchSoftmax, "softdot", rows, s.rows, s.n,
-                                     c, t, true);
+                                 ShapeName(s.rows, s.n) +
+                                 "/softdot_rows/threads:" + std::to_string(t);
+        benchmark::RegisterBenchmark(name.c_str(), BenchSoftmax, "softdot",
+                                     rows, s.rows, s.n, c, t, true);
       }
     }
     for (int t : kThreadCounts) {
       const std::string name = std::string("threads/") + CaseName(c) + "/" +
-                               ShapeName(65536, kHeadDim) + "/softdot_dots/threads:" +
-                               std::to_string(t);
-      benchmark::RegisterBenchmark(name.c_str(), BenchDots, "softdot", dots, 65536, kHeadDim, c,
-                                   t);
+                               ShapeName(65536, kHeadDim) +
+                               "/softdot_dots/threads:" + std::to_string(t);
+      benchmark::RegisterBenchmark(name.c_str(), BenchDots, "softdot", dots,
+                                   65536, kHeadDim, c, t);
     }
   }
 }
@@ -551,9 +582,12 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   const char* set_env = std::getenv("SOFTDOT_PEERS_SET");
-  const std::string set = set_env != nullptr && *set_env != '\0' ? set_env : "all";
+  const std::string set =
+      set_env != nullptr && *set_env != '\0' ? set_env : "all";
   if (set != "all" && set != "single" && set != "threads") {
-    std::fprintf(stderr, "softdot_peers: SOFTDOT_PEERS_SET must be all, single or threads\n");
+    std::fprintf(
+        stderr,
+        "softdot_peers: SOFTDOT_PEERS_SET must be all, single or threads\n");
     return 2;
   }
   // Before any library changes it: what OpenMP would use by default.
@@ -594,18 +628,23 @@ int main(int argc, char** argv) {
 
   benchmark::AddCustomContext("simd_target", softdot::simd_target());
   benchmark::AddCustomContext("softdot_version", softdot::version());
-  benchmark::AddCustomContext("omp_max_threads", std::to_string(omp_max_threads));
+  benchmark::AddCustomContext("omp_max_threads",
+                              std::to_string(omp_max_threads));
   benchmark::AddCustomContext("affinity_cpus", std::to_string(AffinityCpus()));
   benchmark::AddCustomContext("peers_set", set);
   std::string names;
-  for (const auto& [name, make] : peers.softmax) names += (names.empty() ? "" : ",") + name;
+  for (const auto& [name, make] : peers.softmax)
+    names += (names.empty() ? "" : ",") + name;
   benchmark::AddCustomContext("softmax_peers", names);
   names.clear();
-  for (const auto& [name, make] : peers.attention) names += (names.empty() ? "" : ",") + name;
+  for (const auto& [name, make] : peers.attention)
+    names += (names.empty() ? "" : ",") + name;
   benchmark::AddCustomContext("attention_peers", names);
-  benchmark::AddCustomContext("attention_decode",
-                              "n_q 1, 8 query heads on 2 KV heads, d 128, float32 K and V");
-  for (const auto& [key, value] : peers.context) benchmark::AddCustomContext(key, value);
+  benchmark::AddCustomContext(
+      "attention_decode",
+      "n_q 1, 8 query heads on 2 KV heads, d 128, float32 K and V");
+  for (const auto& [key, value] : peers.context)
+    benchmark::AddCustomContext(key, value);
 
   if (set != "threads") RegisterSingleThread(peers);
   if (set != "single") RegisterThreads();

@@ -29,8 +29,8 @@ at::Tensor Wrap(at::IntArrayRef sizes, float* data) {
 
 // Points the tensor's storage at `data` (same size, no allocation).
 void Rebind(at::Tensor& t, const float* data) {
-  t.storage().set_data_ptr_noswap(
-      c10::DataPtr(const_cast<float*>(data), c10::Device(c10::DeviceType::CPU)));
+  t.storage().set_data_ptr_noswap(c10::DataPtr(
+      const_cast<float*>(data), c10::Device(c10::DeviceType::CPU)));
 }
 
 // A dummy buffer for tensors before the first Run binds them.
@@ -124,7 +124,8 @@ void RegisterTorch(Registry& r) {
   });
   r.context.emplace_back("torch_version", TORCH_VERSION);
   r.context.emplace_back("torch_cpu_capability", CpuCapability());
-  r.context.emplace_back("torch_threads", std::to_string(at::get_num_threads()));
+  r.context.emplace_back("torch_threads",
+                         std::to_string(at::get_num_threads()));
 }
 
 }  // namespace softdot_peers

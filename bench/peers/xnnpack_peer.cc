@@ -19,7 +19,8 @@ namespace {
 
 void Check(xnn_status status, const char* what) {
   if (status != xnn_status_success) {
-    throw std::runtime_error(std::string("XNNPACK: ") + what + " failed, status " +
+    throw std::runtime_error(std::string("XNNPACK: ") + what +
+                             " failed, status " +
                              std::to_string(static_cast<int>(status)));
   }
 }
@@ -27,7 +28,8 @@ void Check(xnn_status status, const char* what) {
 class XnnpackSoftmax final : public SoftmaxRunner {
  public:
   XnnpackSoftmax(std::size_t rows, std::size_t n) : rows_(rows) {
-    Check(xnn_create_softmax_nc_f32(n, n, n, 0, &op_), "xnn_create_softmax_nc_f32");
+    Check(xnn_create_softmax_nc_f32(n, n, n, 0, &op_),
+          "xnn_create_softmax_nc_f32");
   }
   ~XnnpackSoftmax() override { xnn_delete_operator(op_); }
   XnnpackSoftmax(const XnnpackSoftmax&) = delete;
@@ -36,7 +38,8 @@ class XnnpackSoftmax final : public SoftmaxRunner {
   void Run(const float* x, float* y) override {
     // setup binds the buffers; needed again only when they move.
     if (x != x_ || y != y_) {
-      Check(xnn_setup_softmax_nc_f32(op_, rows_, x, y, nullptr), "xnn_setup_softmax_nc_f32");
+      Check(xnn_setup_softmax_nc_f32(op_, rows_, x, y, nullptr),
+            "xnn_setup_softmax_nc_f32");
       x_ = x;
       y_ = y;
     }

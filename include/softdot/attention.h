@@ -58,10 +58,7 @@ struct TensorView {
         row_stride(row_stride_) {}
   // One head of one batch.
   constexpr TensorView(MatrixView<T> m)  // NOLINT: implicit
-      : data(m.data),
-        rows(m.rows),
-        cols(m.cols),
-        row_stride(m.stride) {}
+      : data(m.data), rows(m.rows), cols(m.cols), row_stride(m.stride) {}
   // A view of mutable data converts to a view of const data.
   template <class U, class = std::enable_if_t<std::is_same_v<const U, T> &&
                                               !std::is_same_v<U, T>>>
@@ -125,9 +122,10 @@ struct AttentionOptions {
 
   // Partial attention: only keys kv_begin <= j < kv_end of K and V are used
   // (kv_end is clamped to n_kv; kv_begin past the clamped kv_end is an
-  // error, kv_begin == kv_end an empty range). Positions (causal, window) and the mask and
-  // bias columns still refer to the full K and V, so attention over [a, b)
-  // and [b, c) merged by attention_merge equals attention over [a, c).
+  // error, kv_begin == kv_end an empty range). Positions (causal, window) and
+  // the mask and bias columns still refer to the full K and V, so attention
+  // over [a, b) and [b, c) merged by attention_merge equals attention over [a,
+  // c).
   std::size_t kv_begin = 0;
   std::size_t kv_end = std::numeric_limits<std::size_t>::max();
 };
@@ -177,8 +175,8 @@ struct AttentionOptions {
 // Special values: a fully masked row (every key masked, by mask, bias,
 // causal, window, or an empty key range) gives an output row of +0 and
 // lse -inf (with a sink: lse = the sink, the sink's share being the whole
-// denominator). A NaN in a query row, or in a visible key or value, gives NaN in
-// the rows that see it; masked keys and values never reach the output, even
+// denominator). A NaN in a query row, or in a visible key or value, gives NaN
+// in the rows that see it; masked keys and values never reach the output, even
 // when they hold NaN or inf. k scores of +inf give the mean of their values.
 //
 // Threads: OpenMP over batch x KV heads x blocks of query rows (prefill),
@@ -226,8 +224,8 @@ void attention_weights(TensorView<const float> q, TensorView<const float> k,
 void attention_weights(TensorView<const float> q, TensorView<const Float16> k,
                        TensorView<float> weights,
                        const AttentionOptions& options = {});
-void attention_weights(TensorView<const float> q,
-                       TensorView<const BFloat16> k, TensorView<float> weights,
+void attention_weights(TensorView<const float> q, TensorView<const BFloat16> k,
+                       TensorView<float> weights,
                        const AttentionOptions& options = {});
 
 }  // namespace softdot

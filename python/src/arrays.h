@@ -50,9 +50,8 @@ Extent extent_of(const A& a) {
   std::intptr_t lo = 0, hi = 0;
   for (std::size_t i = 0; i < a.ndim(); ++i) {
     if (a.shape(i) == 0) return {};
-    const std::intptr_t step =
-        static_cast<std::intptr_t>(a.stride(i)) * item *
-        static_cast<std::intptr_t>(a.shape(i) - 1);
+    const std::intptr_t step = static_cast<std::intptr_t>(a.stride(i)) * item *
+                               static_cast<std::intptr_t>(a.shape(i) - 1);
     (step < 0 ? lo : hi) += step;
   }
   const auto base = reinterpret_cast<std::uintptr_t>(a.data());
@@ -101,8 +100,8 @@ struct Operand {
 template <class A>
 Operand operand_of(const A& a, std::size_t outer_axes) {
   Operand op;
-  op.data = reinterpret_cast<char*>(const_cast<void*>(
-      static_cast<const void*>(a.data())));
+  op.data = reinterpret_cast<char*>(
+      const_cast<void*>(static_cast<const void*>(a.data())));
   op.itemsize = static_cast<std::int64_t>(a.itemsize());
   for (std::size_t i = 0; i < outer_axes; ++i) op.stride.push_back(a.stride(i));
   return op;
@@ -136,7 +135,8 @@ struct Walk {
       }
     }
     shape = std::move(s);
-    for (std::size_t k = 0; k < ops.size(); ++k) ops[k].stride = std::move(st[k]);
+    for (std::size_t k = 0; k < ops.size(); ++k)
+      ops[k].stride = std::move(st[k]);
   }
 
   std::int64_t rows() const {
@@ -165,7 +165,8 @@ struct Walk {
     for (;;) {
       for (std::size_t k = 0; k < n_ops; ++k) {
         std::int64_t off = 0;
-        for (std::size_t a = 0; a < inner; ++a) off += idx[a] * ops[k].stride[a];
+        for (std::size_t a = 0; a < inner; ++a)
+          off += idx[a] * ops[k].stride[a];
         ptr[k] = ops[k].data + off * ops[k].itemsize;
       }
       f(ptr, shape[inner], step);

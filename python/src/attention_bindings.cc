@@ -29,16 +29,20 @@ enum KvFormat : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
 template <class T, class A>
 TensorView<T> view4(const char* name, const A& a) {
   if (a.ndim() != 4)
-    fail(std::string(name) + " has " + std::to_string(a.ndim()) + " axes; expected 4");
+    fail(std::string(name) + " has " + std::to_string(a.ndim()) +
+         " axes; expected 4");
   for (std::size_t i = 0; i < 4; ++i)
     if (a.stride(i) < 0)
-      fail(std::string(name) + " has a negative stride on axis " + std::to_string(i));
+      fail(std::string(name) + " has a negative stride on axis " +
+           std::to_string(i));
   if (a.shape(3) > 1 && a.stride(3) != 1)
     fail(std::string(name) + "'s last axis is not contiguous");
   using U = std::remove_const_t<T>;
-  auto* p = reinterpret_cast<T*>(const_cast<U*>(static_cast<const U*>(
-      static_cast<const void*>(a.data()))));
-  auto st = [&](std::size_t i) { return static_cast<std::size_t>(a.stride(i)); };
+  auto* p = reinterpret_cast<T*>(const_cast<U*>(
+      static_cast<const U*>(static_cast<const void*>(a.data()))));
+  auto st = [&](std::size_t i) {
+    return static_cast<std::size_t>(a.stride(i));
+  };
   return TensorView<T>(p, a.shape(0), a.shape(1), a.shape(2), a.shape(3), st(0),
                        st(1), st(2));
 }
@@ -84,7 +88,8 @@ AttentionOptions make_options(const std::optional<In>& mask,
   return o;
 }
 
-float* lse_pointer(const std::optional<Out>& lse, const TensorView<const float>& q) {
+float* lse_pointer(const std::optional<Out>& lse,
+                   const TensorView<const float>& q) {
   if (!lse) return nullptr;
   check_dtype("lse", *lse, nb::dtype<float>(), "float32");
   const std::size_t want = q.batch * q.heads * q.rows;
@@ -93,7 +98,8 @@ float* lse_pointer(const std::optional<Out>& lse, const TensorView<const float>&
   // Dense in (b, h, i) order: C-contiguous.
   std::int64_t expect = 1;
   for (std::size_t i = lse->ndim(); i-- > 0;) {
-    if (lse->shape(i) > 1 && lse->stride(i) != expect) fail("lse must be C-contiguous");
+    if (lse->shape(i) > 1 && lse->stride(i) != expect)
+      fail("lse must be C-contiguous");
     expect *= static_cast<std::int64_t>(lse->shape(i));
   }
   if (size != want)
@@ -102,21 +108,23 @@ float* lse_pointer(const std::optional<Out>& lse, const TensorView<const float>&
   return static_cast<float*>(lse->data());
 }
 
-void attention_py(const In& q, const In& k, const In& v, const Out& out, int kv_format,
-                  const std::optional<In>& mask, const std::optional<In>& bias,
-                  const std::optional<In>& sinks, const std::optional<Out>& lse,
-                  double scale, bool causal, std::ptrdiff_t window_left,
-                  std::ptrdiff_t window_right, double softcap, std::size_t kv_begin,
-                  std::size_t kv_end) {
+void attention_py(const In& q, const In& k, const In& v, const Out& out,
+                  int kv_format, const std::optional<In>& mask,
+                  const std::optional<In>& bias, const std::optional<In>& sinks,
+                  const std::optional<Out>& lse, double scale, bool causal,
+                  std::ptrdiff_t window_left, std::ptrdiff_t window_right,
+                  double softcap, std::size_t kv_begin, std::size_t kv_end) {
   check_dtype("query", q, nb::dtype<float>(), "float32");
   check_dtype("out", out, nb::dtype<float>(), "float32");
   const auto qv = view4<const float>("query", q);
   const auto ov = view4<float>("out", out);
-  for (const auto* in : {&q, &k, &v}) check_no_overlap("out", out, "an input", *in, false);
+  for (const auto* in : {&q, &k, &v})
+    check_no_overlap("out", out, "an input", *in, false);
   if (mask) check_no_overlap("out", out, "attn_mask", *mask, false);
   if (bias) check_no_overlap("out", out, "bias", *bias, false);
-  AttentionOptions o = make_options(mask, bias, sinks, scale, causal, window_left,
-                                    window_right, softcap, kv_begin, kv_end);
+  AttentionOptions o =
+      make_options(mask, bias, sinks, scale, causal, window_left, window_right,
+                   softcap, kv_begin, kv_end);
   float* l = lse_pointer(lse, qv);
   if (lse) check_no_overlap("lse", *lse, "out", out, false);
   if (kv_format == kF32) {
@@ -127,7 +135,8 @@ void attention_py(const In& q, const In& k, const In& v, const Out& out, int kv_
     nb::gil_scoped_release release;
     attention(qv, kv, vv, ov, o, l);
   } else if (kv_format == kF16 || kv_format == kBF16) {
-    if (!is_16bit(k) || !is_16bit(v)) throw nb::type_error("key and value must be 16-bit");
+    if (!is_16bit(k) || !is_16bit(v))
+      throw nb::type_error("key and value must be 16-bit");
     if (kv_format == kF16) {
       const auto kv = view4<const Float16>("key", k);
       const auto vv = view4<const Float16>("value", v);
@@ -147,16 +156,17 @@ void attention_py(const In& q, const In& k, const In& v, const Out& out, int kv_
 void weights_py(const In& q, const In& k, const Out& w, int kv_format,
                 const std::optional<In>& mask, const std::optional<In>& bias,
                 const std::optional<In>& sinks, double scale, bool causal,
-                std::ptrdiff_t window_left, std::ptrdiff_t window_right, double softcap,
-                std::size_t kv_begin, std::size_t kv_end) {
+                std::ptrdiff_t window_left, std::ptrdiff_t window_right,
+                double softcap, std::size_t kv_begin, std::size_t kv_end) {
   check_dtype("query", q, nb::dtype<float>(), "float32");
   check_dtype("out", w, nb::dtype<float>(), "float32");
   const auto qv = view4<const float>("query", q);
   const auto wv = view4<float>("out", w);
   check_no_overlap("out", w, "query", q, false);
   check_no_overlap("out", w, "key", k, false);
-  AttentionOptions o = make_options(mask, bias, sinks, scale, causal, window_left,
-                                    window_right, softcap, kv_begin, kv_end);
+  AttentionOptions o =
+      make_options(mask, bias, sinks, scale, causal, window_left, window_right,
+                   softcap, kv_begin, kv_end);
   if (kv_format == kF32) {
     check_dtype("key", k, nb::dtype<float>(), "float32");
     const auto kv = view4<const float>("key", k);
@@ -175,8 +185,8 @@ void weights_py(const In& q, const In& k, const Out& w, int kv_format,
   }
 }
 
-void merge_py(const In& oa, const In& la, const In& ob, const In& lb, const Out& out,
-              const Out& lse) {
+void merge_py(const In& oa, const In& la, const In& ob, const In& lb,
+              const Out& out, const Out& lse) {
   for (const auto* a : {&oa, &la, &ob, &lb})
     check_dtype("attention_merge's inputs", *a, nb::dtype<float>(), "float32");
   check_dtype("out", out, nb::dtype<float>(), "float32");
@@ -200,7 +210,8 @@ void merge_py(const In& oa, const In& la, const In& ob, const In& lb, const Out&
       size *= a.shape(i);
     }
     if (size != av.batch * av.heads * av.rows)
-      fail(std::string(name) + " holds " + std::to_string(size) + " values; expected " +
+      fail(std::string(name) + " holds " + std::to_string(size) +
+           " values; expected " +
            std::to_string(av.batch * av.heads * av.rows));
     return static_cast<const float*>(a.data());
   };
@@ -216,14 +227,15 @@ void bind_attention(nb::module_& m) {
   using namespace nb::literals;
   m.def("attention", &attention_py, "query"_a, "key"_a, "value"_a, "out"_a,
         "kv_format"_a, "mask"_a.none(), "bias"_a.none(), "sinks"_a.none(),
-        "lse"_a.none(), "scale"_a, "causal"_a, "window_left"_a, "window_right"_a,
-        "softcap"_a, "kv_begin"_a, "kv_end"_a, "Fused attention on 4-d arrays.");
-  m.def("attention_weights", &weights_py, "query"_a, "key"_a, "out"_a, "kv_format"_a,
-        "mask"_a.none(), "bias"_a.none(), "sinks"_a.none(), "scale"_a, "causal"_a,
-        "window_left"_a, "window_right"_a, "softcap"_a, "kv_begin"_a, "kv_end"_a,
-        "Explicit attention weights on 4-d arrays.");
-  m.def("attention_merge", &merge_py, "out_a"_a, "lse_a"_a, "out_b"_a, "lse_b"_a,
-        "out"_a, "lse"_a, "Merges two partial attention results.");
+        "lse"_a.none(), "scale"_a, "causal"_a, "window_left"_a,
+        "window_right"_a, "softcap"_a, "kv_begin"_a, "kv_end"_a,
+        "Fused attention on 4-d arrays.");
+  m.def("attention_weights", &weights_py, "query"_a, "key"_a, "out"_a,
+        "kv_format"_a, "mask"_a.none(), "bias"_a.none(), "sinks"_a.none(),
+        "scale"_a, "causal"_a, "window_left"_a, "window_right"_a, "softcap"_a,
+        "kv_begin"_a, "kv_end"_a, "Explicit attention weights on 4-d arrays.");
+  m.def("attention_merge", &merge_py, "out_a"_a, "lse_a"_a, "out_b"_a,
+        "lse_b"_a, "out"_a, "lse"_a, "Merges two partial attention results.");
 }
 
 }  // namespace softdot::python

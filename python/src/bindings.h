@@ -6,8 +6,8 @@
 
 namespace softdot::python {
 
-void bind_softmax(nanobind::module_& m);    // softmax family, states, dot
-void bind_attention(nanobind::module_& m);  // attention, merge, weights
+void bind_softmax(nanobind::module_& m);          // softmax family, states, dot
+void bind_attention(nanobind::module_& m);        // attention, merge, weights
 void bind_numpy_fast_path(nanobind::module_& m);  // no-option numpy calls
 void bind_timing_hooks(nanobind::module_& m);     // for bench/python
 

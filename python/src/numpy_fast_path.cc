@@ -49,7 +49,8 @@ Rows rows_of(PyObject* o) {
 }
 
 template <class T>
-void run_rows(PyArrayObject* x, PyArrayObject* y, const Rows& r, bool log, bool fast) {
+void run_rows(PyArrayObject* x, PyArrayObject* y, const Rows& r, bool log,
+              bool fast) {
   SoftmaxOptions o;
   o.precision = fast ? Precision::kFast : Precision::kFaithful;
   MatrixView<const T> xv(static_cast<const T*>(PyArray_DATA(x)), r.rows, r.n);
@@ -75,8 +76,8 @@ void run_rows(PyArrayObject* x, PyArrayObject* y, const Rows& r, bool log, bool 
 bool out_fits(PyArrayObject* x, PyObject* o, const Rows& r) {
   if (!PyArray_CheckExact(o)) return false;
   auto* a = reinterpret_cast<PyArrayObject*>(o);
-  if (PyArray_TYPE(a) != r.type || !PyArray_ISCARRAY(a) || !PyArray_ISNOTSWAPPED(a) ||
-      PyArray_NDIM(a) != PyArray_NDIM(x) ||
+  if (PyArray_TYPE(a) != r.type || !PyArray_ISCARRAY(a) ||
+      !PyArray_ISNOTSWAPPED(a) || PyArray_NDIM(a) != PyArray_NDIM(x) ||
       !PyArray_CompareLists(PyArray_DIMS(a), PyArray_DIMS(x), PyArray_NDIM(x)))
     return false;
   const auto* xb = static_cast<const char*>(PyArray_DATA(x));
@@ -120,7 +121,8 @@ PyObject* scalar(void* value, int type) {
 // contiguous arrays of the same dtype and length.
 nb::object dot_fast(nb::handle x, nb::handle y, bool accurate) {
   const Rows a = rows_of(x.ptr()), b = rows_of(y.ptr());
-  if (a.type < 0 || a.type != b.type || a.rows != 1 || b.rows != 1 || a.n != b.n ||
+  if (a.type < 0 || a.type != b.type || a.rows != 1 || b.rows != 1 ||
+      a.n != b.n ||
       PyArray_NDIM(reinterpret_cast<PyArrayObject*>(x.ptr())) != 1 ||
       PyArray_NDIM(reinterpret_cast<PyArrayObject*>(y.ptr())) != 1)
     return nb::none();
@@ -128,7 +130,8 @@ nb::object dot_fast(nb::handle x, nb::handle y, bool accurate) {
   const void* py = PyArray_DATA(reinterpret_cast<PyArrayObject*>(y.ptr()));
   PyObject* s;
   if (a.type == NPY_FLOAT) {
-    std::span<const float> u(static_cast<const float*>(px), a.n), v(static_cast<const float*>(py), a.n);
+    std::span<const float> u(static_cast<const float*>(px), a.n),
+        v(static_cast<const float*>(py), a.n);
     float d;
     {
       nb::gil_scoped_release release;
@@ -136,7 +139,8 @@ nb::object dot_fast(nb::handle x, nb::handle y, bool accurate) {
     }
     s = scalar(&d, NPY_FLOAT);
   } else {
-    std::span<const double> u(static_cast<const double*>(px), a.n), v(static_cast<const double*>(py), a.n);
+    std::span<const double> u(static_cast<const double*>(px), a.n),
+        v(static_cast<const double*>(py), a.n);
     double d;
     {
       nb::gil_scoped_release release;
@@ -157,7 +161,8 @@ void bind_numpy_fast_path(nb::module_& m) {
         "softmax or log_softmax of a row-major numpy array along its last axis "
         "(into out, or a new array), or None.");
   m.def("dot_fast", &dot_fast, "x"_a, "y"_a, "accurate"_a,
-        "dot of two contiguous 1-d numpy arrays of one dtype as a numpy scalar, or None.");
+        "dot of two contiguous 1-d numpy arrays of one dtype as a numpy "
+        "scalar, or None.");
 }
 
 }  // namespace softdot::python

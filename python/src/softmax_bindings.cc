@@ -52,7 +52,8 @@ template <class A, class B>
 void check_same_shape(const char* a_name, const A& a, const char* b_name,
                       const B& b, std::size_t axes) {
   bool same = a.ndim() >= axes && b.ndim() >= axes;
-  for (std::size_t i = 0; same && i < axes; ++i) same = a.shape(i) == b.shape(i);
+  for (std::size_t i = 0; same && i < axes; ++i)
+    same = a.shape(i) == b.shape(i);
   if (!same)
     fail(std::string(b_name) + " has shape " + shape_of(b) + " but " + a_name +
          " has shape " + shape_of(a));
@@ -70,7 +71,8 @@ template <class F>
 decltype(auto) by_dtype(const char* name, const In& a, F&& f) {
   if (has_dtype<float>(a)) return f(float{});
   if (has_dtype<double>(a)) return f(double{});
-  throw nb::type_error((std::string(name) + " must be float32 or float64").c_str());
+  throw nb::type_error(
+      (std::string(name) + " must be float32 or float64").c_str());
 }
 
 SoftmaxOptions options_of(double temperature, bool fast) {
@@ -111,8 +113,9 @@ void softmax_rows_t(const In& x, const Out& y, const std::optional<In>& where,
     const auto range = [&](int k) {
       const auto lo = reinterpret_cast<std::uintptr_t>(p[k]);
       return std::pair<std::uintptr_t, std::uintptr_t>(
-          lo, lo + static_cast<std::uintptr_t>(((run - 1) * step[k] + n64) *
-                                               static_cast<std::int64_t>(sizeof(T))));
+          lo, lo + static_cast<std::uintptr_t>(
+                       ((run - 1) * step[k] + n64) *
+                       static_cast<std::int64_t>(sizeof(T))));
     };
     bool apart = run == 1 || (p[0] == p[1] && step[0] == step[1]);
     if (!apart && step[0] > 0 && step[1] > 0) {
@@ -120,14 +123,17 @@ void softmax_rows_t(const In& x, const Out& y, const std::optional<In>& where,
       const auto [y0, y1] = range(1);
       apart = x1 <= y0 || y1 <= x0;
     }
-    const bool rows_ok = run == 1 || (step[0] >= n64 && step[1] >= n64 && apart);
+    const bool rows_ok =
+        run == 1 || (step[0] >= n64 && step[1] >= n64 && apart);
     const bool mask_ok = !ms || run == 1 || step[2] == 0 || step[2] == n64;
     if (rows_ok && mask_ok) {
       const auto r = static_cast<std::size_t>(run);
       const std::size_t sx = run == 1 ? n : static_cast<std::size_t>(step[0]);
       const std::size_t sy = run == 1 ? n : static_cast<std::size_t>(step[1]);
       SoftmaxOptions o = opt;
-      if (ms) o.mask = std::span<const bool>(ms, (run == 1 || step[2] == 0) ? n : r * n);
+      if (ms)
+        o.mask =
+            std::span<const bool>(ms, (run == 1 || step[2] == 0) ? n : r * n);
       MatrixView<const T> xv(xs, r, n, sx);
       MatrixView<T> yv(ys, r, n, sy);
       if (log)
@@ -149,15 +155,17 @@ void softmax_rows_t(const In& x, const Out& y, const std::optional<In>& where,
   });
 }
 
-void softmax_rows_py(const In& x, const Out& out, const std::optional<In>& where,
-                     bool log, double temperature, bool fast) {
+void softmax_rows_py(const In& x, const Out& out,
+                     const std::optional<In>& where, bool log,
+                     double temperature, bool fast) {
   const SoftmaxOptions opt = options_of(temperature, fast);
   by_dtype("x", x, [&](auto t) {
     softmax_rows_t<decltype(t)>(x, out, where, log, opt);
   });
 }
 
-// ---- logsumexp ---------------------------------------------------------------
+// ---- logsumexp
+// ---------------------------------------------------------------
 
 template <class T>
 void logsumexp_t(const In& x, const Out& out, const std::optional<In>& where,
@@ -214,8 +222,9 @@ void backward_t(const In& y, const In& dy, const Out& dx) {
   check_same_shape("y", y, "out", dx, nd);
   std::vector<std::int64_t> outer(nd - 1);
   for (std::size_t i = 0; i + 1 < nd; ++i) outer[i] = y.shape(i);
-  const Walk walk(std::move(outer), {operand_of(y, nd - 1), operand_of(dy, nd - 1),
-                                     operand_of(dx, nd - 1)});
+  const Walk walk(
+      std::move(outer),
+      {operand_of(y, nd - 1), operand_of(dy, nd - 1), operand_of(dx, nd - 1)});
   nb::gil_scoped_release release;
   walk.for_each_run([&](const std::vector<char*>& p, std::int64_t run,
                         const std::vector<std::int64_t>& step) {
@@ -231,7 +240,8 @@ void backward_py(const In& y, const In& dy, const Out& dx) {
   by_dtype("y", y, [&](auto t) { backward_t<decltype(t)>(y, dy, dx); });
 }
 
-// ---- online softmax (chunk states) --------------------------------------------
+// ---- online softmax (chunk states)
+// --------------------------------------------
 
 using StateTuple = std::tuple<double, double, double>;  // max, sum, sum_lo
 
@@ -264,7 +274,8 @@ SoftmaxOptions chunk_options(const In& chunk, const std::optional<In>& where,
 
 StateTuple state_py(const In& chunk, const std::optional<In>& where,
                     double temperature) {
-  if (chunk.ndim() != 1) fail("chunk has shape " + shape_of(chunk) + "; expected a 1-d array");
+  if (chunk.ndim() != 1)
+    fail("chunk has shape " + shape_of(chunk) + "; expected a 1-d array");
   return by_dtype("chunk", chunk, [&](auto t) {
     using T = decltype(t);
     const SoftmaxOptions o = chunk_options<T>(chunk, where, temperature);
@@ -276,7 +287,8 @@ StateTuple state_py(const In& chunk, const std::optional<In>& where,
 
 StateTuple merge_py(bool is_double, const StateTuple& a, const StateTuple& b) {
   nb::gil_scoped_release release;
-  if (is_double) return tuple_of(merge(state_of<double>(a), state_of<double>(b)));
+  if (is_double)
+    return tuple_of(merge(state_of<double>(a), state_of<double>(b)));
   return tuple_of(merge(state_of<float>(a), state_of<float>(b)));
 }
 
@@ -300,13 +312,15 @@ void apply_t(const In& chunk, const StateTuple& total, const Out& out,
 
 void apply_py(const In& chunk, const StateTuple& total, const Out& out,
               const std::optional<In>& where, double temperature) {
-  if (chunk.ndim() != 1) fail("chunk has shape " + shape_of(chunk) + "; expected a 1-d array");
+  if (chunk.ndim() != 1)
+    fail("chunk has shape " + shape_of(chunk) + "; expected a 1-d array");
   by_dtype("chunk", chunk, [&](auto t) {
     apply_t<decltype(t)>(chunk, total, out, where, temperature);
   });
 }
 
-// ---- dot, dots ----------------------------------------------------------------
+// ---- dot, dots
+// ----------------------------------------------------------------
 
 template <class T>
 double dot_t(const In& x, const In& y, bool accurate) {
@@ -320,9 +334,11 @@ double dot_t(const In& x, const In& y, bool accurate) {
 }
 
 double dot_py(const In& x, const In& y, bool accurate) {
-  if (x.ndim() != 1) fail("x has shape " + shape_of(x) + "; expected a 1-d array");
+  if (x.ndim() != 1)
+    fail("x has shape " + shape_of(x) + "; expected a 1-d array");
   if (x.shape(0) > 1 && x.stride(0) != 1) fail("x is not contiguous");
-  return by_dtype("x", x, [&](auto t) { return dot_t<decltype(t)>(x, y, accurate); });
+  return by_dtype("x", x,
+                  [&](auto t) { return dot_t<decltype(t)>(x, y, accurate); });
 }
 
 template <class T>
@@ -332,10 +348,11 @@ void dots_t(const In& q, const In& keys, const Out& out) {
   check_array<T>("out", out, 1);
   const std::size_t n = keys.shape(0), d = keys.shape(1);
   if (q.shape(0) != d)
-    fail("keys has shape " + shape_of(keys) + " but query has shape " + shape_of(q) +
-         " (keys.shape[1] must equal len(query))");
+    fail("keys has shape " + shape_of(keys) + " but query has shape " +
+         shape_of(q) + " (keys.shape[1] must equal len(query))");
   if (out.shape(0) != n)
-    fail("out has shape " + shape_of(out) + " but keys has shape " + shape_of(keys));
+    fail("out has shape " + shape_of(out) + " but keys has shape " +
+         shape_of(keys));
   if (n > 1 && keys.stride(0) < static_cast<std::int64_t>(d))
     fail("keys' rows overlap or run backwards (stride " +
          std::to_string(keys.stride(0)) + " elements)");
@@ -357,7 +374,8 @@ void bind_softmax(nb::module_& m) {
   using namespace nb::literals;
   m.def("softmax_rows", &softmax_rows_py, "x"_a, "out"_a, "where"_a.none(),
         "log"_a, "temperature"_a, "fast"_a,
-        "Softmax (log=False) or log-softmax of every row (last axis) of x into out.");
+        "Softmax (log=False) or log-softmax of every row (last axis) of x into "
+        "out.");
   m.def("logsumexp_rows", &logsumexp_py, "x"_a, "out"_a, "where"_a.none(),
         "temperature"_a, "logsumexp of every row (last axis) of x into out.");
   m.def("softmax_backward_rows", &backward_py, "y"_a, "dy"_a, "out"_a,
@@ -369,7 +387,8 @@ void bind_softmax(nb::module_& m) {
         "logsumexp of a state.");
   m.def("apply", &apply_py, "chunk"_a, "total"_a, "out"_a, "where"_a.none(),
         "temperature"_a, "Weights of a chunk given the row's total state.");
-  m.def("dot", &dot_py, "x"_a, "y"_a, "accurate"_a, "Dot product of two 1-d arrays.");
+  m.def("dot", &dot_py, "x"_a, "y"_a, "accurate"_a,
+        "Dot product of two 1-d arrays.");
   m.def("dots", &dots_py, "query"_a, "keys"_a, "out"_a,
         "Scores of one query against the rows of keys.");
 }

@@ -31,13 +31,16 @@ double seconds_per_call(std::size_t repeats, F&& f) {
 
 // Seconds per call of softmax_rows (or dot of x with itself) on a
 // C-contiguous float32 x of shape [rows, n], writing into y.
-double time_cpp(const std::string& what, const In& x, const Out& y, std::size_t repeats) {
-  if (x.dtype() != nb::dtype<float>() || y.dtype() != nb::dtype<float>() || x.ndim() != 2 ||
-      y.ndim() != 2 || x.stride(1) != 1 || y.stride(1) != 1 ||
+double time_cpp(const std::string& what, const In& x, const Out& y,
+                std::size_t repeats) {
+  if (x.dtype() != nb::dtype<float>() || y.dtype() != nb::dtype<float>() ||
+      x.ndim() != 2 || y.ndim() != 2 || x.stride(1) != 1 || y.stride(1) != 1 ||
       x.stride(0) != static_cast<std::int64_t>(x.shape(1)) ||
       y.stride(0) != static_cast<std::int64_t>(y.shape(1)) ||
       x.shape(0) != y.shape(0) || x.shape(1) != y.shape(1))
-    fail("_time_cpp: x and y must be C-contiguous float32 [rows, n] of one shape");
+    fail(
+        "_time_cpp: x and y must be C-contiguous float32 [rows, n] of one "
+        "shape");
   const auto* xp = static_cast<const float*>(x.data());
   auto* yp = static_cast<float*>(y.data());
   const std::size_t rows = x.shape(0), n = x.shape(1);

@@ -57,11 +57,11 @@ namespace softdot {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-using ::softdot::Float16;
 using detail::AttnArgs;
 using detail::kKeyBlock;
 using detail::kKvBF16;
 using detail::kKvF32;
+using ::softdot::Float16;
 
 namespace attn {
 
@@ -165,7 +165,8 @@ HWY_INLINE void ScoreTile(const float* HWY_RESTRICT qt, std::size_t bq,
   for (std::size_t k = 0; k < d; ++k) {
     VF q[NV];
 #pragma GCC unroll 4
-    for (std::size_t v = 0; v < NV; ++v) q[v] = hn::Load(df, qt + k * bq + v * N);
+    for (std::size_t v = 0; v < NV; ++v)
+      q[v] = hn::Load(df, qt + k * bq + v * N);
 #pragma GCC unroll 16
     for (std::size_t jj = 0; jj < KT; ++jj) {
       const VF kv = hn::Set(df, kp[jj][k]);
@@ -203,7 +204,8 @@ HWY_INLINE void ValueTile(const float* HWY_RESTRICT p,
   for (std::size_t j = 0; j < kb; ++j) {
     VF pv[NV];
 #pragma GCC unroll 4
-    for (std::size_t v = 0; v < NV; ++v) pv[v] = hn::Load(df, p + j * bq + v * N);
+    for (std::size_t v = 0; v < NV; ++v)
+      pv[v] = hn::Load(df, p + j * bq + v * N);
     const float* vrow = vb + j * vstride;
     if constexpr (kGuard) {
       hn::Mask<DF> live[NV];
@@ -246,9 +248,8 @@ HWY_INLINE void FlushVector(const VF& acc, const double* alpha,
     const VD lo = hn::PromoteTo(dd, hn::LowerHalf(dh, acc));
     const VD hi = hn::PromoteTo(dd, hn::UpperHalf(dh, acc));
     hn::StoreU(hn::MulAdd(hn::LoadU(dd, o), hn::LoadU(dd, alpha), lo), dd, o);
-    hn::StoreU(
-        hn::MulAdd(hn::LoadU(dd, o + ND), hn::LoadU(dd, alpha + ND), hi), dd,
-        o + ND);
+    hn::StoreU(hn::MulAdd(hn::LoadU(dd, o + ND), hn::LoadU(dd, alpha + ND), hi),
+               dd, o + ND);
     return;
   }
 #endif
@@ -313,17 +314,17 @@ HWY_INLINE bool AllFinite(const float* v, std::size_t stride, std::size_t kb,
 
 // Everything the block loop needs, laid out in the scratch buffer.
 struct Scratch {
-  float* qt;      // [d][bq]
-  float* s;       // [kKeyBlock][bq] scores (then kept for the guard)
-  float* p;       // [kKeyBlock][bq] exp(s - m)
-  float* kc;      // [kKeyBlock][d] widened keys
-  float* vc;      // [kKeyBlock][dv] widened values
-  float* add;     // [bq] bias / mask of one key
-  double* od;     // [dv][bq] output accumulators
-  double* l;      // [bq] sums
-  double* alpha;  // [bq]
-  float* m;       // [bq] running max
-  float* nan;     // [bq] 1 where a NaN was seen
+  float* qt;         // [d][bq]
+  float* s;          // [kKeyBlock][bq] scores (then kept for the guard)
+  float* p;          // [kKeyBlock][bq] exp(s - m)
+  float* kc;         // [kKeyBlock][d] widened keys
+  float* vc;         // [kKeyBlock][dv] widened values
+  float* add;        // [bq] bias / mask of one key
+  double* od;        // [dv][bq] output accumulators
+  double* l;         // [bq] sums
+  double* alpha;     // [bq]
+  float* m;          // [bq] running max
+  float* nan;        // [bq] 1 where a NaN was seen
   std::int32_t* lo;  // [bq]
   std::int32_t* hi;  // [bq]
 };
@@ -422,7 +423,8 @@ void RunBlock(const AttnArgs& a) {
       std::size_t j = 0;
       const float* kr[KT];
       for (; j + KT <= kb; j += KT) {
-        for (std::size_t jj = 0; jj < KT; ++jj) kr[jj] = kbase + (j + jj) * kstride;
+        for (std::size_t jj = 0; jj < KT; ++jj)
+          kr[jj] = kbase + (j + jj) * kstride;
         ScoreTile<NV, KT>(sc.qt, bq, kr, d, scale, sc.s + j * bq);
       }
       for (; j < kb; ++j) {
@@ -491,10 +493,11 @@ void RunBlock(const AttnArgs& a) {
       inf_lane_v[v] = hn::IfThenElseZero(inf_lane, hn::Set(df, 1.0f));
       VF alpha = ExpNonPositive(df, hn::Sub(m_old, ms), hn::Zero(df));
       alpha = hn::IfThenElse(
-          inf_lane, hn::IfThenElseZero(hn::Eq(m_old, pos_inf), hn::Set(df, 1.0f)),
-          alpha);
+          inf_lane,
+          hn::IfThenElseZero(hn::Eq(m_old, pos_inf), hn::Set(df, 1.0f)), alpha);
       hn::Store(m_new, df, sc.m + v * N);
-      hn::Store(hn::IfThenElseZero(nan[v], hn::Set(df, 1.0f)), df, sc.nan + v * N);
+      hn::Store(hn::IfThenElseZero(nan[v], hn::Set(df, 1.0f)), df,
+                sc.nan + v * N);
       HWY_ALIGN float al[hn::MaxLanes(DF())];
       hn::Store(alpha, df, al);
       for (std::size_t i = 0; i < N; ++i) sc.alpha[v * N + i] = al[i];
@@ -512,13 +515,15 @@ void RunBlock(const AttnArgs& a) {
           if (HWY_UNLIKELY(any_inf)) {
             const auto il = hn::Ne(inf_lane_v[v], hn::Zero(df));
             p = hn::IfThenElse(
-                il, hn::IfThenElseZero(hn::Eq(s, pos_inf), hn::Set(df, 1.0f)), p);
+                il, hn::IfThenElseZero(hn::Eq(s, pos_inf), hn::Set(df, 1.0f)),
+                p);
           }
           hn::Store(p, df, sc.p + j * bq + v * N);
           hn::Store(p, df, pt);
           for (std::size_t i = 0; i < N; i += ND) {
             double* sp = sum + v * N + i;
-            hn::Store(hn::Add(hn::Load(dd, sp), hn::PromoteTo(dd, hn::LoadU(dfh, pt + i))),
+            hn::Store(hn::Add(hn::Load(dd, sp),
+                              hn::PromoteTo(dd, hn::LoadU(dfh, pt + i))),
                       dd, sp);
           }
         }
@@ -565,14 +570,14 @@ void RunBlock(const AttnArgs& a) {
   }
 }
 
-
 // Decode form, for at most kDecodeMaxRows rows (few queries, long key
 // range): features in lanes. Each score is a 16-lane FMA chain over the
 // features reduced in a fixed tree (DecodeScoreRows: the same bits on every
-// FMA target), times the scale; the rest of the arithmetic is the one above, element for element:
-// the same exp of s - m, block sums in double in key order, the same FMA
-// chain over the block's keys for each output element, the same double
-// flush. So only the scores' rounding differs from the prefill form.
+// FMA target), times the scale; the rest of the arithmetic is the one above,
+// element for element: the same exp of s - m, block sums in double in key
+// order, the same FMA chain over the block's keys for each output element, the
+// same double flush. So only the scores' rounding differs from the prefill
+// form.
 template <std::size_t CV>
 HWY_INLINE void DecodeValues(const float* HWY_RESTRICT p,
                              const float* HWY_RESTRICT s, bool guard,
@@ -617,7 +622,7 @@ HWY_INLINE void DecodeScoreRows(const float* HWY_RESTRICT qp, std::size_t dpad,
     }
   }
   const std::size_t full = d / 16;
-  auto step = [&](std::size_t b, const typename BL::V (&kv)[KJ][W]) {
+  auto step = [&](std::size_t b, const typename BL::V(&kv)[KJ][W]) {
 #pragma GCC unroll 4
     for (std::size_t r = 0; r < RC; ++r) {
       const float* q = qp + r * dpad + b * 16;
@@ -647,8 +652,9 @@ HWY_INLINE void DecodeScoreRows(const float* HWY_RESTRICT qp, std::size_t dpad,
     for (std::size_t k = 0; k < KJ; ++k) {
       for (std::size_t w = 0; w < W; ++w) {
         const std::size_t c = CountInVec<VL>(rest, w);
-        kv[k][w] = c == 0 ? hn::Zero(db)
-                          : LoadFirstN(db, kr0 + k * kstride + full * 16 + w * VL, c);
+        kv[k][w] =
+            c == 0 ? hn::Zero(db)
+                   : LoadFirstN(db, kr0 + k * kstride + full * 16 + w * VL, c);
       }
     }
     step(full, kv);
@@ -839,9 +845,11 @@ void RunDecode(const AttnArgs& a) {
         if (softcap) x = Softcap(x, cap);
         if (ext) {
           const VF ad = hn::LoadU(df, add + j);
-          x = hn::IfThenElse(hn::Eq(ad, hn::Set(df, -kInf)), ad, hn::Add(x, ad));
+          x = hn::IfThenElse(hn::Eq(ad, hn::Set(df, -kInf)), ad,
+                             hn::Add(x, ad));
         }
-        const auto jv = hn::Add(iota, hn::Set(di, static_cast<std::int32_t>(j0 + j)));
+        const auto jv =
+            hn::Add(iota, hn::Set(di, static_cast<std::int32_t>(j0 + j)));
         const auto out = hn::Or(hn::Lt(jv, lo), hn::Gt(jv, hi));
         x = hn::IfThenElse(hn::RebindMask(df, out), hn::Set(df, -kInf), x);
         x = hn::IfThenElse(valid, x, hn::Set(df, -kInf));
@@ -875,7 +883,8 @@ void RunDecode(const AttnArgs& a) {
         const VF x = hn::LoadU(df, sr + j);
         VF pv = ExpNonPositive(df, hn::Sub(x, msv), hn::Zero(df));
         if (HWY_UNLIKELY(inf_row)) {
-          pv = hn::IfThenElseZero(hn::Eq(x, hn::Set(df, kInf)), hn::Set(df, 1.0f));
+          pv = hn::IfThenElseZero(hn::Eq(x, hn::Set(df, kInf)),
+                                  hn::Set(df, 1.0f));
         }
         hn::StoreU(pv, df, pr + j);
       }
@@ -908,9 +917,10 @@ void RunDecode(const AttnArgs& a) {
           }
         }
         for (std::size_t rr = 0; rr < 4; ++rr) {
-          DecodeRowTail(P + (r + rr) * B, S + (r + rr) * B, false, vbase,
-                        vstride, kb, c, dv, od + (r + rr) * dv, alpha[r + rr],
-                        [&](const VF& acc, double* o) { flush(acc, o, r + rr); });
+          DecodeRowTail(
+              P + (r + rr) * B, S + (r + rr) * B, false, vbase, vstride, kb, c,
+              dv, od + (r + rr) * dv, alpha[r + rr],
+              [&](const VF& acc, double* o) { flush(acc, o, r + rr); });
         }
       }
     }
@@ -958,8 +968,8 @@ std::size_t AttentionMaxRows() { return attn::MaxRows(); }
 // zero-padded to a multiple of 16, into the caller's scratch (at least
 // attention_score_scratch(d) floats; unused by the prefill form): kernels
 // never allocate.
-float AttentionScore(const float* q, const float* k, std::size_t d,
-                     bool decode, float* scratch) {
+float AttentionScore(const float* q, const float* k, std::size_t d, bool decode,
+                     float* scratch) {
   if (!decode) {
     float acc = 0.0f;
     for (std::size_t c = 0; c < d; ++c) {

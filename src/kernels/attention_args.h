@@ -33,22 +33,22 @@ struct AttnArgs {
   std::size_t j_begin = 0;  // keys j_begin <= j < j_end, in blocks of
   std::size_t j_end = 0;    // kKeyBlock from j_begin
   float scale = 1.0f;
-  float softcap = 0.0f;     // 0: off
-  std::size_t rows = 0;     // <= AttentionMaxRows(), or kDecodeMaxRows
-  bool decode = false;      // the decode form (scores by the dot kernel)
-  const float* const* q_rows = nullptr;        // [rows], d floats each
-  const std::int32_t* lo = nullptr;            // [rows] first visible key
-  const std::int32_t* hi = nullptr;            // [rows] last visible key
+  float softcap = 0.0f;  // 0: off
+  std::size_t rows = 0;  // <= AttentionMaxRows(), or kDecodeMaxRows
+  bool decode = false;   // the decode form (scores by the dot kernel)
+  const float* const* q_rows = nullptr;            // [rows], d floats each
+  const std::int32_t* lo = nullptr;                // [rows] first visible key
+  const std::int32_t* hi = nullptr;                // [rows] last visible key
   const std::uint8_t* const* mask_rows = nullptr;  // null, or [rows] (entries
                                                    // may be null), by key j
-  const float* const* bias_rows = nullptr;     // the same for the bias
-  const float* sinks = nullptr;                // null or [rows]
+  const float* const* bias_rows = nullptr;         // the same for the bias
+  const float* sinks = nullptr;                    // null or [rows]
   float* scratch = nullptr;  // attention_scratch_floats(d, dv) floats
   // The state of each row: max, sum (NaN if the row saw a NaN), and the
   // unnormalised output sum_j exp(s_j - max) V_j.
-  float* out_m = nullptr;    // [rows]
-  double* out_l = nullptr;   // [rows]
-  double* out_o = nullptr;   // [rows * dv]
+  float* out_m = nullptr;   // [rows]
+  double* out_l = nullptr;  // [rows]
+  double* out_o = nullptr;  // [rows * dv]
 };
 
 // Floats of scratch one kernel call needs (with room for 64-byte alignment).

@@ -46,8 +46,8 @@ HWY_INLINE hn::TFromD<D> TreeSumOfLanes(D d, hn::Vec<D> v) {
     return hn::GetLane(v);
   } else {
     const hn::Half<D> dh;
-    return TreeSumOfLanes(
-        dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
+    return TreeSumOfLanes(dh,
+                          hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
   }
 #endif
 }
@@ -141,8 +141,8 @@ struct PlainDot {
       const T* yv = y + v * B::kVecLanes;
       if constexpr (kPartial) {
         const std::size_t k = CountInVec<B::kVecLanes>(count, v);
-        s.acc[v] = hn::MulAdd(LoadFirstN(d, xv, k), LoadFirstN(d, yv, k),
-                              s.acc[v]);
+        s.acc[v] =
+            hn::MulAdd(LoadFirstN(d, xv, k), LoadFirstN(d, yv, k), s.acc[v]);
       } else {
         s.acc[v] = hn::MulAdd(hn::LoadU(d, xv), hn::LoadU(d, yv), s.acc[v]);
       }

@@ -15,16 +15,17 @@
 //
 // ExpPair(d, t, c, hi, lo, k): double lanes, exp(t + c) = 2^k (hi + lo)
 // with |lo| < 0.008 |hi| (the rounded part of the sum is only r^3/6 + ...)
-// and a relative error below about 2^-58 (measured 2^-59); for t <= 0 and |c| <= ulp(t) as from
-// TwoSum (c is capped at 1, which only matters for scores beyond 2^53).
-// Lanes with t < -746 give hi = lo = 0, k = 0. Method: k = round(t / ln2);
-// r_hi = t - k ln2_hi (exact), r_lo = c - k ln2_lo, r + r_err = r_hi + r_lo
-// exactly (TwoSum); exp = 1 + r + r^2/2 + (r_err + r r_err + r^3/6 + ... +
-// r^14/14!) (truncation 2^-63): 1 + r and the exact square (FMA, or
+// and a relative error below about 2^-58 (measured 2^-59); for t <= 0 and |c|
+// <= ulp(t) as from TwoSum (c is capped at 1, which only matters for scores
+// beyond 2^53). Lanes with t < -746 give hi = lo = 0, k = 0. Method: k =
+// round(t / ln2); r_hi = t - k ln2_hi (exact), r_lo = c - k ln2_lo, r + r_err =
+// r_hi + r_lo exactly (TwoSum); exp = 1 + r + r^2/2 + (r_err + r r_err + r^3/6
+// + ... + r^14/14!) (truncation 2^-63): 1 + r and the exact square (FMA, or
 // Dekker's product) are added with error-free transformations, and only
-// terms below 0.007 are rounded plainly. The first version kept r^2/2 + ... (up to 0.07) in lo and
-// measured 0.90 ulp for double softmax at n = 2^20; the worst-case analysis
-// of that form reached 1 ulp. Cost: about 42 operations per vector.
+// terms below 0.007 are rounded plainly. The first version kept r^2/2 + ... (up
+// to 0.07) in lo and measured 0.90 ulp for double softmax at n = 2^20; the
+// worst-case analysis of that form reached 1 ulp. Cost: about 42 operations per
+// vector.
 
 #if defined(SOFTDOT_KERNELS_EXP_WIDE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SOFTDOT_KERNELS_EXP_WIDE_INL_H_
@@ -53,9 +54,9 @@ inline constexpr double kInvFactorial14 = 1.14707455977297247139e-11;
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V RoundedK(D d, V t) {
   const V shifter = hn::Set(d, 6755399441055744.0);  // 1.5 * 2^52
-  return hn::Sub(hn::MulAdd(t, hn::Set(d, ExpConstants<double>::kLog2e),
-                            shifter),
-                 shifter);
+  return hn::Sub(
+      hn::MulAdd(t, hn::Set(d, ExpConstants<double>::kLog2e), shifter),
+      shifter);
 }
 
 // 2^k for integral double lanes k with k + 1023 in [1, 2046].

@@ -173,8 +173,8 @@ HWY_INLINE double PlainTree(double* v, std::size_t lanes) {
 }
 
 template <class T, bool kExact, class V>
-HWY_INLINE void SumLanes(const V* s, const V* c, double& sum_hi,
-                         double& sum_lo, double bias = 0.0) {
+HWY_INLINE void SumLanes(const V* s, const V* c, double& sum_hi, double& sum_lo,
+                         double bias = 0.0) {
   using B = Block<T>;
   const typename B::D d;
   alignas(64) T ls[B::kLanes];
@@ -373,28 +373,28 @@ HWY_INLINE void LogPass(const S& scores, const T* x, const std::uint8_t* mask,
   const typename B::D d;
   const V mv = hn::Set(d, m), lh = hn::Set(d, l_hi), ll = hn::Set(d, l_lo);
   const V neg_inf = hn::Set(d, -std::numeric_limits<T>::infinity());
-  ForEachBlock<T>(x, mask, y, n, -std::numeric_limits<T>::infinity(),
-                  [&](const T* xb, const std::uint8_t* mb, T* yb) HWY_ATTR {
-                    for (std::size_t v = 0; v < B::kVecs; ++v) {
-                      V p, lo;
-                      scores.Load(xb, mb, v, p, lo);
-                      const V t = hn::Sub(p, mv);
-                      const V c = hn::Add(TwoSumErr(p, hn::Neg(mv), t), lo);
-                      const V u = hn::Sub(t, lh);
-                      const V ue = TwoSumErr(t, hn::Neg(lh), u);
-                      const V out = hn::Add(u, hn::Sub(hn::Add(ue, c), ll));
-                      // A log-weight is <= 0. The low part of a scaled score
-                      // (in c) can exceed what the rounded sum kept of it, so
-                      // the top score of a row could come out a few 2^-60
-                      // above 0 (a single-entry row at temperature 1.1 gave
-                      // +1.8e-17); NaN is kept (NaN > 0 is false).
-                      const V capped = hn::IfThenElse(hn::Gt(out, hn::Zero(d)),
-                                                      hn::Zero(d), out);
-                      hn::StoreU(
-                          hn::IfThenElse(hn::Eq(t, neg_inf), neg_inf, capped), d,
-                          yb + v * B::kVecLanes);
-                    }
-                  });
+  ForEachBlock<T>(
+      x, mask, y, n, -std::numeric_limits<T>::infinity(),
+      [&](const T* xb, const std::uint8_t* mb, T* yb) HWY_ATTR {
+        for (std::size_t v = 0; v < B::kVecs; ++v) {
+          V p, lo;
+          scores.Load(xb, mb, v, p, lo);
+          const V t = hn::Sub(p, mv);
+          const V c = hn::Add(TwoSumErr(p, hn::Neg(mv), t), lo);
+          const V u = hn::Sub(t, lh);
+          const V ue = TwoSumErr(t, hn::Neg(lh), u);
+          const V out = hn::Add(u, hn::Sub(hn::Add(ue, c), ll));
+          // A log-weight is <= 0. The low part of a scaled score
+          // (in c) can exceed what the rounded sum kept of it, so
+          // the top score of a row could come out a few 2^-60
+          // above 0 (a single-entry row at temperature 1.1 gave
+          // +1.8e-17); NaN is kept (NaN > 0 is false).
+          const V capped =
+              hn::IfThenElse(hn::Gt(out, hn::Zero(d)), hn::Zero(d), out);
+          hn::StoreU(hn::IfThenElse(hn::Eq(t, neg_inf), neg_inf, capped), d,
+                     yb + v * B::kVecLanes);
+        }
+      });
 }
 
 // ---------------------------------------------------------------------------
@@ -484,8 +484,8 @@ HWY_INLINE void WideSumPass(const WS& ws, const float* x,
 // y_i = fl_float(exp(p_i - c) * inv).
 template <class WS>
 HWY_INLINE void WideApplyPass(const WS& ws, const float* x,
-                              const std::uint8_t* mask, std::size_t n,
-                              double c, double inv, float* y) {
+                              const std::uint8_t* mask, std::size_t n, double c,
+                              double inv, float* y) {
   using V = typename WS::V;
   const typename WS::DW d;
   const hn::Rebind<float, typename WS::DW> df;
@@ -559,8 +559,7 @@ HWY_INLINE void PairSumPass(const S& scores, const double* x,
           sl[v] = sum_l;
         }
       });
-  alignas(64) double hs[B::kLanes], hc[B::kLanes], ls[B::kLanes],
-      lc[B::kLanes];
+  alignas(64) double hs[B::kLanes], hc[B::kLanes], ls[B::kLanes], lc[B::kLanes];
   for (std::size_t v = 0; v < B::kVecs; ++v) {
     hn::Store(s[v], d, hs + v * B::kVecLanes);
     hn::Store(c[v], d, hc + v * B::kVecLanes);
@@ -580,9 +579,8 @@ HWY_INLINE void PairSumPass(const S& scores, const double* x,
 // Double: y_i = 2^k ((hi + lo) * (h + l)), the product rounded once.
 template <class S>
 HWY_INLINE void PairApplyPass(const S& scores, const double* x,
-                              const std::uint8_t* mask, std::size_t n,
-                              double m, double inv_hi, double inv_lo,
-                              double* y) {
+                              const std::uint8_t* mask, std::size_t n, double m,
+                              double inv_hi, double inv_lo, double* y) {
   using B = Block<double>;
   using V = typename B::V;
   const typename B::D d;
@@ -596,8 +594,7 @@ HWY_INLINE void PairApplyPass(const S& scores, const double* x,
           ShiftedExpPair(p, lo, mv, hi_e, lo_e, kf);
           const V prod = hn::Mul(hi_e, h);
           const V tail = hn::MulAdd(hi_e, l, hn::Mul(lo_e, h));
-          const V z =
-              hn::Add(prod, hn::Add(ProductLow(hi_e, h, prod), tail));
+          const V z = hn::Add(prod, hn::Add(ProductLow(hi_e, h, prod), tail));
           hn::StoreU(ScaleByPow2(d, z, kf), d, yb + v * B::kVecLanes);
         }
       });
@@ -649,9 +646,9 @@ HWY_INLINE void FaithfulRow(const Scores<T, kMasked, kScaled>& scores,
 }
 
 // Faithful float rows too large for the caches: the max and the sum are
-// taken in one pass over memory, chunk by chunk. Each chunk (kChunk floats, 16 KiB: it stays
-// in L1 between its two sweeps) gets its own max m_c and sum
-// S_c = sum exp(p - m_c), exactly as a whole row does in passes A and B; the
+// taken in one pass over memory, chunk by chunk. Each chunk (kChunk floats, 16
+// KiB: it stays in L1 between its two sweeps) gets its own max m_c and sum S_c
+// = sum exp(p - m_c), exactly as a whole row does in passes A and B; the
 // chunks' (m_c, S_c) are merged in double, S = sum S_c exp(m_c - M) with M
 // the largest m_c (a merge costs one scalar exp per 4096 elements). Pass C
 // then recomputes exp(p - M) and writes y, so the row is read from memory
@@ -761,7 +758,8 @@ HWY_INLINE bool SingleBlockSoftmaxF32(
     hn::Vec<DW> e[WS::kVecs];
     alignas(64) double lanes[kLanes];
     for (std::size_t v = 0; v < WS::kVecs; ++v) {
-      e[v] = ExpForFloat(dw, hn::Sub(ws.Load(xb, kMasked ? mb : nullptr, v), cv));
+      e[v] =
+          ExpForFloat(dw, hn::Sub(ws.Load(xb, kMasked ? mb : nullptr, v), cv));
       hn::Store(e[v], dw, lanes + v * WS::kVecLanes);
     }
     const auto iv = hn::Set(dw, 1.0 / PlainTree(lanes, kLanes));
@@ -815,9 +813,8 @@ HWY_INLINE void RowImpl(const T* x, const std::uint8_t* mask, T scale,
   // +-inf), from a scan; everything else tests it in pass A.
   const bool nan_from_sum = op == RowOp::kSoftmax && !faithful;
   bool any_nan = false;
-  const T m = nan_from_sum
-                  ? MaxPass<T, false>(scores, x, mask, n, any_nan)
-                  : MaxPass<T>(scores, x, mask, n, any_nan);
+  const T m = nan_from_sum ? MaxPass<T, false>(scores, x, mask, n, any_nan)
+                           : MaxPass<T>(scores, x, mask, n, any_nan);
   if (nan_from_sum && (m == -kInf || m == kInf)) {
     any_nan = AnyNaN<T>(scores, x, mask, n);
   }

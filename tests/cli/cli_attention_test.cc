@@ -110,10 +110,10 @@ struct Options {
 };
 
 struct Reference {
-  std::vector<double> out;     // [B, H, n_q, d_v]
-  std::vector<double> lse;     // [B, H, n_q]
-  std::vector<double> weight;  // [B, H, n_q, n_kv]
-  std::vector<double> scale_w; // per output element: sum_j w_ij |v_jc|
+  std::vector<double> out;      // [B, H, n_q, d_v]
+  std::vector<double> lse;      // [B, H, n_q]
+  std::vector<double> weight;   // [B, H, n_q, n_kv]
+  std::vector<double> scale_w;  // per output element: sum_j w_ij |v_jc|
 };
 
 // Attention in float64, straight from the definition (attention.h).
@@ -232,8 +232,8 @@ std::vector<float> read_output(const std::string& path) {
 std::string fixed(double v, int digits) {
   char b[64];
   return std::string(
-      b, std::to_chars(b, b + sizeof b, v, std::chars_format::fixed, digits)
-             .ptr);
+      b,
+      std::to_chars(b, b + sizeof b, v, std::chars_format::fixed, digits).ptr);
 }
 
 TEST(CliAttention, OneHeadMatchesFloat64Reference) {
@@ -247,9 +247,9 @@ TEST(CliAttention, OneHeadMatchesFloat64Reference) {
   expect_matches_reference({"attention", "--q", f.q, "--k", f.k, "--v", f.v,
                             "-o", f.out, "--lse", f.lse},
                            want, f.out, "(5, 3)", f.lse, "(5,)");
-  EXPECT_EQ(f.dir.list(), (std::vector<std::string>{"k.npy", "lse.npy",
-                                                    "out.npy", "q.npy",
-                                                    "v.npy"}));
+  EXPECT_EQ(f.dir.list(),
+            (std::vector<std::string>{"k.npy", "lse.npy", "out.npy", "q.npy",
+                                      "v.npy"}));
   // A hand-checked value: the reference's first element is a real number of
   // the right size (guards against a reference that computes nothing).
   EXPECT_GT(want.scale_w[0], 0.1);
@@ -315,8 +315,8 @@ TEST(CliAttention, CausalAlignsTheLastQueryWithTheLastKey) {
   Options o;
   o.causal = true;
   const Reference want = reference(q, k, v, o);
-  EXPECT_EQ(want.weight[4], 0.0);   // query 0, key 4
-  EXPECT_GT(want.weight[3], 0.0);   // query 0, key 3
+  EXPECT_EQ(want.weight[4], 0.0);  // query 0, key 4
+  EXPECT_GT(want.weight[3], 0.0);  // query 0, key 3
   expect_matches_reference({"attention", "--q", f.q, "--k", f.k, "--v", f.v,
                             "--causal", "-o", f.out},
                            want, f.out, "(2, 3)");
@@ -332,10 +332,10 @@ TEST(CliAttention, SlidingWindow) {
   Options o;
   o.window_left = 2;
   o.window_right = 1;
-  expect_matches_reference({"attention", "--q", f.q, "--k", f.k, "--v", f.v,
-                            "--window-left", "2", "--window-right", "1", "-o",
-                            f.out},
-                           reference(q, k, v, o), f.out, "(6, 2)");
+  expect_matches_reference(
+      {"attention", "--q", f.q, "--k", f.k, "--v", f.v, "--window-left", "2",
+       "--window-right", "1", "-o", f.out},
+      reference(q, k, v, o), f.out, "(6, 2)");
   o.window_right = -1;
   o.causal = true;
   expect_matches_reference({"attention", "--q", f.q, "--k", f.k, "--v", f.v,
@@ -369,10 +369,10 @@ TEST(CliAttention, MaskFileTrueMeansAttend) {
   // One mask row for every query: [1 x n_kv].
   const Array row{{1, 4}, {1, 1, 0, 1}};
   o.mask = &row;
-  expect_matches_reference({"attention", "--q", f.q, "--k", f.k, "--v", f.v,
-                            "--mask", f.put("row.npy", bool_npy(row)), "-o",
-                            f.out},
-                           reference(q, k, v, o), f.out, "(3, 2)");
+  expect_matches_reference(
+      {"attention", "--q", f.q, "--k", f.k, "--v", f.v, "--mask",
+       f.put("row.npy", bool_npy(row)), "-o", f.out},
+      reference(q, k, v, o), f.out, "(3, 2)");
 }
 
 TEST(CliAttention, BiasFileIsAddedToTheScores) {
@@ -397,11 +397,10 @@ TEST(CliAttention, BiasFileIsAddedToTheScores) {
   const Array mask{{3, 5}, {1, 1, 1, 0, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0}};
   o.mask = &mask;
   o.scale = 0.75;
-  expect_matches_reference({"attention", "--q", f.q, "--k", f.k, "--v", f.v,
-                            "--bias", b, "--mask",
-                            f.put("mask.npy", bool_npy(mask)), "--scale",
-                            "0.75", "-o", f.out},
-                           reference(q, k, v, o), f.out, "(3, 3)");
+  expect_matches_reference(
+      {"attention", "--q", f.q, "--k", f.k, "--v", f.v, "--bias", b, "--mask",
+       f.put("mask.npy", bool_npy(mask)), "--scale", "0.75", "-o", f.out},
+      reference(q, k, v, o), f.out, "(3, 3)");
 }
 
 TEST(CliAttention, FourDimensionalGroupedQueryAttention) {
@@ -415,8 +414,8 @@ TEST(CliAttention, FourDimensionalGroupedQueryAttention) {
   f.put("v.npy", f32_npy(v));
   expect_matches_reference({"attention", "--q", f.q, "--k", f.k, "--v", f.v,
                             "-o", f.out, "--lse", f.lse},
-                           reference(q, k, v, {}), f.out, "(2, 6, 3, 3)",
-                           f.lse, "(2, 6, 3)");
+                           reference(q, k, v, {}), f.out, "(2, 6, 3, 3)", f.lse,
+                           "(2, 6, 3)");
   // A per-batch mask broadcast over heads, a per-head bias broadcast over
   // batch and queries, and causal.
   Array mask = make_array({2, 1, 3, 5}, 74);
@@ -426,20 +425,20 @@ TEST(CliAttention, FourDimensionalGroupedQueryAttention) {
   o.mask = &mask;
   o.bias = &bias;
   o.causal = true;
-  expect_matches_reference(
-      {"attention", "--q", f.q, "--k", f.k, "--v", f.v, "--mask",
-       f.put("mask.npy", bool_npy(mask)), "--bias",
-       f.put("bias.npy", f32_npy(bias)), "--causal", "-o", f.out, "--lse",
-       f.lse},
-      reference(q, k, v, o), f.out, "(2, 6, 3, 3)", f.lse, "(2, 6, 3)");
+  expect_matches_reference({"attention", "--q", f.q, "--k", f.k, "--v", f.v,
+                            "--mask", f.put("mask.npy", bool_npy(mask)),
+                            "--bias", f.put("bias.npy", f32_npy(bias)),
+                            "--causal", "-o", f.out, "--lse", f.lse},
+                           reference(q, k, v, o), f.out, "(2, 6, 3, 3)", f.lse,
+                           "(2, 6, 3)");
   // A 2-D mask with 4-D q: the same mask for every batch and head.
   const Array mask2{{3, 5}, {1, 0, 1, 1, 1, 1, 1, 0, 1, 1, 0, 1, 1, 1, 1}};
   o = Options{};
   o.mask = &mask2;
-  expect_matches_reference({"attention", "--q", f.q, "--k", f.k, "--v", f.v,
-                            "--mask", f.put("mask2.npy", bool_npy(mask2)), "-o",
-                            f.out},
-                           reference(q, k, v, o), f.out, "(2, 6, 3, 3)");
+  expect_matches_reference(
+      {"attention", "--q", f.q, "--k", f.k, "--v", f.v, "--mask",
+       f.put("mask2.npy", bool_npy(mask2)), "-o", f.out},
+      reference(q, k, v, o), f.out, "(2, 6, 3, 3)");
 }
 
 TEST(CliAttention, Float16KeysAndValues) {
@@ -460,10 +459,10 @@ TEST(CliAttention, Float16KeysAndValues) {
   const std::vector<float> half = read_output(f.out);
   f.put("k32.npy", f32_npy(k));
   f.put("v32.npy", f32_npy(v));
-  expect_matches_reference({"attention", "--q", f.q, "--k",
-                            f.dir.path("k32.npy"), "--v",
-                            f.dir.path("v32.npy"), "--causal", "-o", f.out},
-                           want, f.out, "(2, 4, 3, 4)");
+  expect_matches_reference(
+      {"attention", "--q", f.q, "--k", f.dir.path("k32.npy"), "--v",
+       f.dir.path("v32.npy"), "--causal", "-o", f.out},
+      want, f.out, "(2, 4, 3, 4)");
   const std::vector<float> single = read_output(f.out);
   ASSERT_EQ(half.size(), single.size());
   for (std::size_t i = 0; i < half.size(); ++i)
@@ -489,8 +488,8 @@ TEST(CliAttention, ManyKeyBlocksAndLongDecode) {
   o.causal = true;
   expect_matches_reference({"attention", "--q", f.q, "--k", f.k, "--v", f.v,
                             "--causal", "-o", f.out, "--lse", f.lse},
-                           reference(q, k, v, o), f.out, "(1, 4, 70, 8)",
-                           f.lse, "(1, 4, 70)");
+                           reference(q, k, v, o), f.out, "(1, 4, 70, 8)", f.lse,
+                           "(1, 4, 70)");
 
   const Array dq = make_array({2, 4, 2, 16}, 114),
               dk = make_array({2, 1, 1100, 16}, 115),
@@ -549,8 +548,8 @@ TEST(CliAttention, ExplainShowsScoresWeightsHeatMapAndOutput) {
 
   // With -o as well: the same text, and the file.
   const CommandResult r2 =
-      run_softdot({"attention", "--q", f.q, "--k", f.k, "--v", f.v,
-                   "--causal", "--explain", "-o", f.out});
+      run_softdot({"attention", "--q", f.q, "--k", f.k, "--v", f.v, "--causal",
+                   "--explain", "-o", f.out});
   ASSERT_EQ(r2.status, 0) << r2.err;
   EXPECT_EQ(r2.out, r.out);
   EXPECT_EQ(read_output(f.out).size(), 6u);
@@ -618,10 +617,10 @@ void write_error_inputs(const TempDir& dir) {
   put("v4ok.npy", f32_npy(make_array({2, 2, 7, 2}, 10)));
   put("v4h.npy", f32_npy(make_array({2, 3, 7, 2}, 11)));
   put("q3d.npy", f32_npy(make_array({1, 3, 4}, 12)));
-  put("q64.npy", make_npy("<f8", "(3, 4)",
-                          raw_bytes(std::vector<double>(12, 1.0))));
-  put("kint.npy", make_npy("<i4", "(7, 4)",
-                           raw_bytes(std::vector<std::int32_t>(28, 1))));
+  put("q64.npy",
+      make_npy("<f8", "(3, 4)", raw_bytes(std::vector<double>(12, 1.0))));
+  put("kint.npy",
+      make_npy("<i4", "(7, 4)", raw_bytes(std::vector<std::int32_t>(28, 1))));
   put("mask.npy", bool_npy(Array{{3, 7}, std::vector<float>(21, 1)}));
   put("mask36.npy", bool_npy(Array{{3, 6}, std::vector<float>(18, 1)}));
   put("mask4.npy", bool_npy(Array{{2, 4, 3, 7}, std::vector<float>(168, 1)}));
@@ -638,7 +637,7 @@ void write_error_inputs(const TempDir& dir) {
 
 std::vector<ErrorCase> error_cases() {
   const std::vector<std::string> qkv = {"attention", "--q", "$D/q.npy", "--k",
-                                        "$D/k.npy", "--v", "$D/v.npy"};
+                                        "$D/k.npy",  "--v", "$D/v.npy"};
   const auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = qkv;
     a.insert(a.end(), extra.begin(), extra.end());
@@ -697,8 +696,7 @@ std::vector<ErrorCase> error_cases() {
       {"missing_mask_file", with({"--mask", "$D/nope.npy"}),
        "--mask: $D/nope.npy: cannot open: No such file or directory"},
       {"q_float64",
-       {"attention", "--q", "$D/q64.npy", "--k", "$D/k.npy", "--v",
-        "$D/v.npy"},
+       {"attention", "--q", "$D/q64.npy", "--k", "$D/k.npy", "--v", "$D/v.npy"},
        "--q: $D/q64.npy: dtype '<f8' (float64) is not supported; need float32 "
        "'<f4'"},
       {"k_int32",
@@ -754,7 +752,8 @@ std::vector<ErrorCase> error_cases() {
       {"two_stdin",
        {"attention", "--q", "-", "--k", "-", "--v", "$D/v.npy"},
        "only one input can be read from standard input ('-')"},
-      {"missing_q", {"attention", "--k", "$D/k.npy", "--v", "$D/v.npy"},
+      {"missing_q",
+       {"attention", "--k", "$D/k.npy", "--v", "$D/v.npy"},
        "--q is required (see softdot --help)"},
       {"missing_output", qkv,
        "--output is required: -o FILE.npy for the result (only --explain "
@@ -788,9 +787,8 @@ TEST(CliAttention, EveryBadInputIsOneLineStatus2AndNoOutputFile) {
     }
     // A new output file (and lse file): none is created, no temporary left.
     std::vector<std::string> with_output = args;
-    for (const std::string& extra :
-         {std::string("-o"), dir.path("out.npy"), std::string("--lse"),
-          dir.path("lse.npy")})
+    for (const std::string& extra : {std::string("-o"), dir.path("out.npy"),
+                                     std::string("--lse"), dir.path("lse.npy")})
       with_output.push_back(extra);
     expect_one_error_line(run_softdot(with_output), substitute(c.expected, d),
                           c.name);
@@ -807,19 +805,18 @@ TEST(CliAttention, OutputErrorsLeaveNothingBehind) {
   TempDir dir;
   write_error_inputs(dir);
   const std::vector<std::string> before = dir.list();
-  const std::vector<std::string> qkv = {"attention", "--q", dir.path("q.npy"),
-                                        "--k", dir.path("k.npy"), "--v",
-                                        dir.path("v.npy")};
+  const std::vector<std::string> qkv = {
+      "attention",       "--q", dir.path("q.npy"), "--k",
+      dir.path("k.npy"), "--v", dir.path("v.npy")};
   const auto run_with = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = qkv;
     a.insert(a.end(), extra.begin(), extra.end());
     return run_softdot(a);
   };
-  expect_one_error_line(
-      run_with({"-o", dir.path("out.csv")}),
-      "--output \"" + dir.path("out.csv") +
-          "\": unknown file type; the name must end in .npy",
-      "csv");
+  expect_one_error_line(run_with({"-o", dir.path("out.csv")}),
+                        "--output \"" + dir.path("out.csv") +
+                            "\": unknown file type; the name must end in .npy",
+                        "csv");
   expect_one_error_line(
       run_with({"-o", "-"}),
       "--output \"-\": unknown file type; the name must end in .npy", "dash");

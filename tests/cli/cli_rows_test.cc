@@ -39,8 +39,10 @@ std::vector<T> library_rows(const std::vector<T>& x, std::size_t rows,
   std::vector<T> y(x.size());
   softdot::MatrixView<const T> in(x.data(), rows, cols);
   softdot::MatrixView<T> out(y.data(), rows, cols);
-  if (log) softdot::log_softmax_rows(in, out, options);
-  else softdot::softmax_rows(in, out, options);
+  if (log)
+    softdot::log_softmax_rows(in, out, options);
+  else
+    softdot::softmax_rows(in, out, options);
   return y;
 }
 
@@ -94,8 +96,8 @@ TEST(CliRows, NpyLogSoftmaxWithTemperature) {
   npy_round_trip<float>("<f4", 1, true, {"--temperature", "0.75"}, o);
 }
 TEST(CliRows, NpyWithOneMaskForEveryRow) {
-  std::unique_ptr<bool[]> flags(new bool[7]{true, false, true, true, false,
-                                            true, true});
+  std::unique_ptr<bool[]> flags(
+      new bool[7]{true, false, true, true, false, true, true});
   softdot::SoftmaxOptions o;
   o.mask = std::span<const bool>(flags.get(), 7);
   npy_round_trip<double>("<f8", 1, false, {"--mask", "1,0,1,1,0,1,1"}, o);

@@ -102,7 +102,9 @@ TEST(CliSeed, DemoRunsEveryWorkedExample) {
   const std::string expected =
       std::string("softdot ") + softdot::version() +
       ": the worked examples of \"Softmax and dot products\"\n"
-      "SIMD target: " + softdot::simd_target() + "\n"
+      "SIMD target: " +
+      softdot::simd_target() +
+      "\n"
       "\n"
       "1. Dot products measure agreement: q = [1, 2, 0], k = [2, 1, 3]\n"
       "\n"

@@ -27,8 +27,8 @@ std::string fixed(double v, int digits) {
   if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
   char b[400];
   return std::string(
-      b, std::to_chars(b, b + sizeof b, v, std::chars_format::fixed, digits)
-             .ptr);
+      b,
+      std::to_chars(b, b + sizeof b, v, std::chars_format::fixed, digits).ptr);
 }
 
 // The library's softmax of `x` (double), written as the command should.
@@ -36,8 +36,10 @@ std::string expected_text(const std::vector<double>& x, int digits = 3,
                           bool log = false,
                           const softdot::SoftmaxOptions& o = {}) {
   std::vector<double> y(x.size());
-  if (log) softdot::log_softmax(x, y, o);
-  else softdot::softmax(x, y, o);
+  if (log)
+    softdot::log_softmax(x, y, o);
+  else
+    softdot::softmax(x, y, o);
   std::string s;
   for (std::size_t i = 0; i < y.size(); ++i) {
     if (i) s += ' ';
@@ -70,8 +72,9 @@ TEST(CliSoftmax, OptionValuesMayBeNegativeLookingTokens) {
   // "-.5" right after the subcommand is a score.
   CommandResult r = run_softdot({"softmax", "--temperature", "-1", "1", "2"});
   EXPECT_EQ(r.status, 2);
-  EXPECT_EQ(r.err,
-            "softdot: error: --temperature: \"-1\" must be a finite number > 0\n");
+  EXPECT_EQ(
+      r.err,
+      "softdot: error: --temperature: \"-1\" must be a finite number > 0\n");
   r = run_softdot({"softmax", "-.5", "-t", "2", "-1.5"});
   EXPECT_EQ(r.status, 0) << r.err;
   softdot::SoftmaxOptions o;
@@ -92,7 +95,8 @@ TEST(CliSoftmax, SpecialValuesFollowTheContract) {
 }
 
 TEST(CliSoftmax, LogSoftmax) {
-  const CommandResult r = run_softdot({"softmax", "--log", "2.0", "1.0", "0.1"});
+  const CommandResult r =
+      run_softdot({"softmax", "--log", "2.0", "1.0", "0.1"});
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.out, expected_text({2.0, 1.0, 0.1}, 3, /*log=*/true));
   EXPECT_EQ(r.out, "-0.417 -1.417 -2.317\n");
@@ -189,9 +193,9 @@ TEST(CliSoftmax, SingleRowToAFile) {
   std::vector<double> y(3);
   const std::vector<double> x = {2.0, 1.0, 0.1};
   softdot::softmax(x, y);
-  EXPECT_EQ(read_whole_file(dir.path("w.csv")), shortest(y[0]) + "," +
-                                                     shortest(y[1]) + "," +
-                                                     shortest(y[2]) + "\n");
+  EXPECT_EQ(
+      read_whole_file(dir.path("w.csv")),
+      shortest(y[0]) + "," + shortest(y[1]) + "," + shortest(y[2]) + "\n");
   EXPECT_EQ(dir.list(), std::vector<std::string>{"w.csv"});
 }
 

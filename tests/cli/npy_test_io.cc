@@ -10,8 +10,8 @@ namespace softdot_test {
 std::string make_npy(const std::string& descr, const std::string& shape,
                      const std::string& data, int major, bool fortran_order) {
   std::string dict = "{'descr': '" + descr + "', 'fortran_order': " +
-                     (fortran_order ? "True" : "False") + ", 'shape': " +
-                     shape + ", }";
+                     (fortran_order ? "True" : "False") +
+                     ", 'shape': " + shape + ", }";
   const std::size_t length_bytes = major == 1 ? 2 : 4;
   std::size_t total = 8 + length_bytes + dict.size() + 1;
   while (total % 64 != 0) {
@@ -39,7 +39,8 @@ template std::string raw_bytes<double>(const std::vector<double>&);
 template std::string raw_bytes<std::int32_t>(const std::vector<std::int32_t>&);
 
 namespace {
-std::string quoted_value_after(const std::string& dict, const std::string& key) {
+std::string quoted_value_after(const std::string& dict,
+                               const std::string& key) {
   const std::size_t k = dict.find("'" + key + "':");
   if (k == std::string::npos) throw std::runtime_error("no " + key);
   const std::size_t open = dict.find('\'', k + key.size() + 3);

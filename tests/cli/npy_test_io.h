@@ -20,8 +20,8 @@ std::string raw_bytes(const std::vector<T>& values);
 
 struct ParsedNpy {
   std::string descr;
-  std::string shape;       // as written, e.g. "(2, 3)"
-  std::string data;        // the bytes after the header
+  std::string shape;  // as written, e.g. "(2, 3)"
+  std::string data;   // the bytes after the header
 };
 
 // Splits a .npy file into header fields and data (test-grade parsing: finds

@@ -1,5 +1,7 @@
 // The command's parsers and writers, tested directly: strict numbers, field
 // splitting, CSV, .npy, number formatting and argv arrangement.
+#include "parse.h"
+
 #include <gtest/gtest.h>
 
 #include <CLI/CLI.hpp>
@@ -16,16 +18,15 @@
 #include "io_csv.h"
 #include "io_npy.h"
 #include "npy_test_io.h"
-#include "parse.h"
 
 namespace softdot::cli {
 namespace {
 
 TEST(ParseNumber, AcceptsDecimalAndSpecialForms) {
   const std::vector<std::pair<const char*, double>> good = {
-      {"4", 4},       {"-1", -1},       {"+2.5", 2.5},     {".5", 0.5},
-      {"5.", 5},      {"1e3", 1000},    {"1E-3", 1e-3},    {"-0", -0.0},
-      {"2.0", 2},     {"1e+2", 100},    {"0.1", 0.1},      {"1e-400", 0.0},
+      {"4", 4},          {"-1", -1},    {"+2.5", 2.5},  {".5", 0.5},
+      {"5.", 5},         {"1e3", 1000}, {"1E-3", 1e-3}, {"-0", -0.0},
+      {"2.0", 2},        {"1e+2", 100}, {"0.1", 0.1},   {"1e-400", 0.0},
       {"4e-320", 4e-320}};
   for (const auto& [text, value] : good) {
     const ParsedNumber p = parse_number(text);
@@ -37,7 +38,8 @@ TEST(ParseNumber, AcceptsDecimalAndSpecialForms) {
     EXPECT_EQ(parse_number(text).value, std::numeric_limits<double>::infinity())
         << text;
   for (const char* text : {"-inf", "-INF", "-infinity"})
-    EXPECT_EQ(parse_number(text).value, -std::numeric_limits<double>::infinity())
+    EXPECT_EQ(parse_number(text).value,
+              -std::numeric_limits<double>::infinity())
         << text;
   for (const char* text : {"nan", "NaN", "-nan", "+NAN"})
     EXPECT_TRUE(std::isnan(parse_number(text).value)) << text;
@@ -45,9 +47,9 @@ TEST(ParseNumber, AcceptsDecimalAndSpecialForms) {
 
 TEST(ParseNumber, RejectsEverythingElse) {
   for (const char* text :
-       {"", " 1", "1 ", "1.2.3", "1e", "1e+", "e5", ".", "-", "+", "--1",
-        "+-1", "0x10", "1,5", "1f", "abc", "infx", "in", "nan(1)", "na",
-        "1_000", "١"}) {
+       {"",     " 1", "1 ",     "1.2.3", "1e",    "1e+", "e5", ".",
+        "-",    "+",  "--1",    "+-1",   "0x10",  "1,5", "1f", "abc",
+        "infx", "in", "nan(1)", "na",    "1_000", "١"}) {
     EXPECT_EQ(parse_number(text).status, NumberStatus::kNotANumber) << text;
   }
   EXPECT_EQ(parse_number("1e999").status, NumberStatus::kOutOfRange);
@@ -119,8 +121,12 @@ TEST(Npy, EncodeThenReadKeepsDtypeShapeAndBits) {
   Matrix<float> m;
   m.rows = 2;
   m.cols = 3;
-  m.values = {1.5f, -0.0f, std::numeric_limits<float>::denorm_min(),
-              -std::numeric_limits<float>::infinity(), 3e38f, 0.1f};
+  m.values = {1.5f,
+              -0.0f,
+              std::numeric_limits<float>::denorm_min(),
+              -std::numeric_limits<float>::infinity(),
+              3e38f,
+              0.1f};
   const std::string bytes = encode_npy(m);
   EXPECT_EQ(bytes.size() % 64, 24u);  // header 128 bytes + 24 data
   const softdot_test::ParsedNpy p = softdot_test::parse_npy(bytes);
@@ -170,16 +176,16 @@ TEST(ArrangeArguments, NumbersGoAfterTheSeparatorInOrder) {
   bool flag = false;
   sub->add_option("-t,--temperature", t);
   sub->add_flag("--log", flag);
-  const char* argv[] = {"softdot", "softmax", "-1", "--log", "-t", "-2",
-                        "-inf", "2", "--", "--log"};
+  const char* argv[] = {"softdot", "softmax", "-1", "--log", "-t",
+                        "-2",      "-inf",    "2",  "--",    "--log"};
   const std::vector<std::string> out = arrange_arguments(app, 10, argv);
   EXPECT_EQ(out, (std::vector<std::string>{"softdot", "softmax", "--log",
                                            "--temperature=-2", "--", "-1",
                                            "-inf", "2", "--log"}));
   const char* attached[] = {"softdot", "softmax", "-t0.5", "-1"};
-  EXPECT_EQ(arrange_arguments(app, 4, attached),
-            (std::vector<std::string>{"softdot", "softmax", "-t0.5", "--",
-                                      "-1"}));
+  EXPECT_EQ(
+      arrange_arguments(app, 4, attached),
+      (std::vector<std::string>{"softdot", "softmax", "-t0.5", "--", "-1"}));
   const char* bad[] = {"softdot", "softmax", "-q"};
   EXPECT_THROW(arrange_arguments(app, 3, bad), CliError);
 }

@@ -21,8 +21,8 @@ namespace softdot_test {
 
 TempDir::TempDir() {
   const char* base = std::getenv("TMPDIR");
-  std::string templ = std::string(base && *base ? base : "/tmp") +
-                      "/softdot_cli_test.XXXXXX";
+  std::string templ =
+      std::string(base && *base ? base : "/tmp") + "/softdot_cli_test.XXXXXX";
   if (::mkdtemp(templ.data()) == nullptr) {
     throw std::runtime_error("mkdtemp failed");
   }
@@ -91,8 +91,8 @@ CommandResult run_softdot(const std::vector<std::string>& args,
     if (errno != EINTR) throw std::runtime_error("waitpid failed");
   }
   CommandResult result;
-  result.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus)
-                                     : 128 + WTERMSIG(wstatus);
+  result.status =
+      WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
   result.out = read_whole_file(out_path);
   result.err = read_whole_file(err_path);
   return result;

@@ -66,8 +66,8 @@ bool attention_position_visible(const AttnRefOptions& o, std::size_t n_q,
 
 AttnRef attention_reference(const AttnTensor<float>& q,
                             const AttnTensor<float>& k,
-                            const AttnTensor<float>& v,
-                            const AttnRefOptions& o, bool want_weights) {
+                            const AttnTensor<float>& v, const AttnRefOptions& o,
+                            bool want_weights) {
   const std::size_t B = q.batch, H = q.heads, n_q = q.rows, d = q.cols;
   const std::size_t H_kv = k.heads, n_kv = k.rows, d_v = v.cols;
   assert(k.batch == B && v.batch == B && v.heads == H_kv && v.rows == n_kv &&

@@ -79,8 +79,8 @@ struct AttnRefOptions {
   std::ptrdiff_t window_left = -1;
   std::ptrdiff_t window_right = -1;
   float softcap = 0.0f;
-  AttnTensor<bool> mask;   // data == nullptr: none
-  AttnTensor<float> bias;  // data == nullptr: none
+  AttnTensor<bool> mask;     // data == nullptr: none
+  AttnTensor<float> bias;    // data == nullptr: none
   std::vector<float> sinks;  // empty: none; else one per query head
   std::size_t kv_begin = 0;
   std::size_t kv_end = std::numeric_limits<std::size_t>::max();
@@ -94,11 +94,11 @@ struct AttnRef {
   std::vector<long double> out;
   std::vector<long double> lse;
   std::vector<long double> weights;
-  std::vector<double> W;      // sum_j w_j |V_jc|
-  std::vector<double> bound;  // (2 D + 70 u) W + u |O|
-                              // + 2^-149 (n_kv + 1 + sum_j |V_jc|)
-  std::vector<double> D;      // D_i
-  std::vector<std::size_t> visible;  // number of visible keys per row
+  std::vector<double> W;                // sum_j w_j |V_jc|
+  std::vector<double> bound;            // (2 D + 70 u) W + u |O|
+                                        // + 2^-149 (n_kv + 1 + sum_j |V_jc|)
+  std::vector<double> D;                // D_i
+  std::vector<std::size_t> visible;     // number of visible keys per row
   std::vector<std::size_t> inf_scores;  // number of +inf scores per row
   std::size_t oi(std::size_t b, std::size_t h, std::size_t i,
                  std::size_t c) const {
@@ -126,9 +126,8 @@ float attention_scale(double scale, std::size_t d);
 
 // Whether key j is visible to query row i by position and range alone
 // (causal, window, kv range; not the mask or bias).
-bool attention_position_visible(const AttnRefOptions& options,
-                                std::size_t n_q, std::size_t n_kv,
-                                std::size_t i, std::size_t j);
+bool attention_position_visible(const AttnRefOptions& options, std::size_t n_q,
+                                std::size_t n_kv, std::size_t i, std::size_t j);
 
 }  // namespace softdot_ref
 

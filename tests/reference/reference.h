@@ -37,8 +37,8 @@ struct Ref {
   double hi = 0;  // exact value ~= hi + lo (hi = rounded to double)
   double lo = 0;
   double lo_ulps = 0;  // (exact - hi) / ulp, exact to double precision
-  double ulp = 0;  // spacing of T at the exact value (subnormal spacing
-                   // below the normal range); 0 for 0, inf and NaN
+  double ulp = 0;      // spacing of T at the exact value (subnormal spacing
+                       // below the normal range); 0 for 0, inf and NaN
   bool below_subnormal = false;  // exact value != 0 but below the smallest
                                  // subnormal of T (0 may be the right answer)
 };

@@ -9,6 +9,8 @@
 //   [ attn-err ] <case>  err/(uW) max ...  err/bound max ...  lse err/u max ...
 // with err = |O - O*| and W = sum_j w_j |V_jc| (u = 2^-24): the measured
 // figure that docs/accuracy.md quotes.
+#include "softdot/attention.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -28,7 +30,6 @@
 #include <vector>
 
 #include "attention_reference.h"
-#include "softdot/attention.h"
 #include "test_util.h"
 
 namespace softdot_test {
@@ -129,9 +130,7 @@ class Tensor {
   TensorView<const T> cview() const {
     return TensorView<const T>(data(), B, H, R, C, bs, hs, rs);
   }
-  TensorView<T> view() {
-    return TensorView<T>(data(), B, H, R, C, bs, hs, rs);
-  }
+  TensorView<T> view() { return TensorView<T>(data(), B, H, R, C, bs, hs, rs); }
   softdot_ref::AttnTensor<T> ref() const {
     return {data(), B, H, R, C, bs, hs, rs};
   }
@@ -193,13 +192,13 @@ Tensor<float> widened(const Tensor<T>& t) {
 struct Shape {
   std::size_t B = 1, H = 1, Hkv = 1, nq = 1, nkv = 1, d = 64, dv = 64;
   std::size_t pad = 0, off = 0;
-  double qk = 1.0;               // Q and K uniform in [-qk, qk]
-  double v_lo = -1, v_hi = 1;    // V uniform in [v_lo, v_hi]
+  double qk = 1.0;             // Q and K uniform in [-qk, qk]
+  double v_lo = -1, v_hi = 1;  // V uniform in [v_lo, v_hi]
   std::uint64_t seed = 1;
   std::string str() const {
     char buf[160];
-    std::snprintf(buf, sizeof buf, "B%zu H%zu/%zu nq%zu nkv%zu d%zu dv%zu%s",
-                  B, H, Hkv, nq, nkv, d, dv, pad ? " strided" : "");
+    std::snprintf(buf, sizeof buf, "B%zu H%zu/%zu nq%zu nkv%zu d%zu dv%zu%s", B,
+                  H, Hkv, nq, nkv, d, dv, pad ? " strided" : "");
     return buf;
   }
 };
@@ -222,10 +221,9 @@ Problem<KV> make_problem(const Shape& s) {
   p.s = s;
   // Padding holds NaN: reading it would show.
   p.q = Tensor<float>(s.B, s.H, s.nq, s.d, s.pad, kNaNF, s.off);
-  p.k = Tensor<KV>(s.B, s.Hkv, s.nkv, s.d, s.pad, from_float<KV>(kNaNF),
-                   s.off);
-  p.v = Tensor<KV>(s.B, s.Hkv, s.nkv, s.dv, s.pad, from_float<KV>(kNaNF),
-                   s.off);
+  p.k = Tensor<KV>(s.B, s.Hkv, s.nkv, s.d, s.pad, from_float<KV>(kNaNF), s.off);
+  p.v =
+      Tensor<KV>(s.B, s.Hkv, s.nkv, s.dv, s.pad, from_float<KV>(kNaNF), s.off);
   std::mt19937_64 rng(s.seed * 0x9E3779B97F4A7C15ull + 4321);
   std::uniform_real_distribution<double> qk(-s.qk, s.qk);
   std::uniform_real_distribution<double> vd(s.v_lo, s.v_hi);
@@ -244,14 +242,14 @@ softdot_ref::AttnRefOptions to_ref(const AttentionOptions& o) {
   r.window_right = o.window_right;
   r.softcap = o.softcap;
   if (!o.mask.empty()) {
-    r.mask = {o.mask.data,         o.mask.batch,       o.mask.heads,
-              o.mask.rows,         o.mask.cols,        o.mask.batch_stride,
-              o.mask.head_stride,  o.mask.row_stride};
+    r.mask = {o.mask.data,        o.mask.batch,     o.mask.heads,
+              o.mask.rows,        o.mask.cols,      o.mask.batch_stride,
+              o.mask.head_stride, o.mask.row_stride};
   }
   if (!o.bias.empty()) {
-    r.bias = {o.bias.data,         o.bias.batch,       o.bias.heads,
-              o.bias.rows,         o.bias.cols,        o.bias.batch_stride,
-              o.bias.head_stride,  o.bias.row_stride};
+    r.bias = {o.bias.data,        o.bias.batch,     o.bias.heads,
+              o.bias.rows,        o.bias.cols,      o.bias.batch_stride,
+              o.bias.head_stride, o.bias.row_stride};
   }
   r.sinks.assign(o.sinks.begin(), o.sinks.end());
   r.kv_begin = o.kv_begin;
@@ -286,8 +284,7 @@ struct Result {
   // Output then lse, dense.
   std::vector<float> all() const {
     std::vector<float> v = o.dense();
-    v.insert(v.end(), lse.begin(),
-             lse.end() - std::min(lse.size(), kLseGuard));
+    v.insert(v.end(), lse.begin(), lse.end() - std::min(lse.size(), kLseGuard));
     return v;
   }
 };
@@ -296,8 +293,7 @@ template <class KV>
 Result run(const Problem<KV>& p, const AttentionOptions& o,
            bool with_lse = true) {
   const Shape& s = p.s;
-  Result r{Tensor<float>(s.B, s.H, s.nq, s.dv, s.pad + 1, kOutSentinel,
-                         s.off),
+  Result r{Tensor<float>(s.B, s.H, s.nq, s.dv, s.pad + 1, kOutSentinel, s.off),
            {}};
   if (with_lse) r.lse.assign(s.B * s.H * s.nq + kLseGuard, kLseSentinel);
   softdot::attention(p.q.cview(), p.k.cview(), p.v.cview(), r.o.view(), o,
@@ -336,9 +332,9 @@ struct Stats {
 constexpr std::size_t kMaxMessages = 6;
 
 // EXPECT_TRUE(cond), reporting at most kMaxMessages failures per counter.
-#define ATTN_EXPECT(cond, counter)                  \
-  if ((cond) || (counter)++ >= kMaxMessages) {      \
-  } else                                            \
+#define ATTN_EXPECT(cond, counter)             \
+  if ((cond) || (counter)++ >= kMaxMessages) { \
+  } else                                       \
     ADD_FAILURE() << "Expected: " #cond "\n"
 
 using RowFilter = std::function<bool(std::size_t, std::size_t, std::size_t)>;
@@ -352,8 +348,7 @@ double lse_bound(double D, LD lse) {
   return D + 70 * kU + 2 * kU * double(std::fabs(lse));
 }
 
-bool check_lse(float got, LD want, double D, std::string* why,
-               double* ratio) {
+bool check_lse(float got, LD want, double D, std::string* why, double* ratio) {
   if (std::isnan(want)) {
     if (std::isnan(got)) return true;
     *why = "want NaN";
@@ -408,14 +403,13 @@ void check_output(const AttnRef& ref, const Tensor<float>& out,
           }
           if (!ok && st.failures++ < kMaxMessages) {
             const std::string why =
-                *kind ? std::string(kind)
-                      : "error " + fmt(err) + " > bound " + fmt(bound) +
-                            " (W " + fmt(ref.W[oi]) + ", D " +
-                            fmt(ref.D[row]) + ")";
-            ADD_FAILURE() << what << ": out[b=" << b << ",h=" << h
-                          << ",i=" << i << ",c=" << c << "] = " << fmt(got)
-                          << ", reference " << fmt(double(want)) << ": "
-                          << why;
+                *kind
+                    ? std::string(kind)
+                    : "error " + fmt(err) + " > bound " + fmt(bound) + " (W " +
+                          fmt(ref.W[oi]) + ", D " + fmt(ref.D[row]) + ")";
+            ADD_FAILURE() << what << ": out[b=" << b << ",h=" << h << ",i=" << i
+                          << ",c=" << c << "] = " << fmt(got) << ", reference "
+                          << fmt(double(want)) << ": " << why;
           }
         }
         if (lse) {
@@ -423,10 +417,10 @@ void check_output(const AttnRef& ref, const Tensor<float>& out,
           double ratio = 0;
           if (!check_lse(lse[row], ref.lse[row], ref.D[row], &why, &ratio)) {
             if (st.failures++ < kMaxMessages) {
-              ADD_FAILURE() << what << ": lse[b=" << b << ",h=" << h
-                            << ",i=" << i << "] = " << fmt(lse[row])
-                            << ", reference " << fmt(double(ref.lse[row]))
-                            << ": " << why;
+              ADD_FAILURE()
+                  << what << ": lse[b=" << b << ",h=" << h << ",i=" << i
+                  << "] = " << fmt(lse[row]) << ", reference "
+                  << fmt(double(ref.lse[row])) << ": " << why;
             }
           }
           st.lse = std::max(st.lse, ratio);
@@ -459,8 +453,7 @@ Stats accuracy_case(const std::string& label, const Problem<KV>& p,
     softdot::force_simd_target(t);
     const Result r = run(p, o);
     const std::string what = std::string(kv_name<KV>()) + " " + label + " " +
-                             p.s.str() + " [" + (t.empty() ? "auto" : t) +
-                             "]";
+                             p.s.str() + " [" + (t.empty() ? "auto" : t) + "]";
     check_output(ref, r.o, r.lse.data(), what, st, skip);
     EXPECT_TRUE(r.guards_ok()) << what << ": wrote outside the output";
     if (first) {
@@ -508,10 +501,12 @@ TEST(AttentionConvert, Float16Exhaustive) {
   // is odd), also negated.
   for (std::uint32_t h = 0; h < 0x7C00; ++h) {
     const double a = decode_f16(std::uint16_t(h));
-    const double b = h + 1 < 0x7C00 ? decode_f16(std::uint16_t(h + 1)) : 65536.0;
+    const double b =
+        h + 1 < 0x7C00 ? decode_f16(std::uint16_t(h + 1)) : 65536.0;
     const float mid = float((a + b) / 2);  // exact: 12 significant bits
     ASSERT_EQ(double(mid), (a + b) / 2);
-    const std::uint16_t even = (h & 1) ? std::uint16_t(h + 1) : std::uint16_t(h);
+    const std::uint16_t even =
+        (h & 1) ? std::uint16_t(h + 1) : std::uint16_t(h);
     for (float sign : {1.0f, -1.0f}) {
       const std::uint16_t sb = sign < 0 ? 0x8000 : 0;
       ASSERT_EQ(softdot::to_float16(sign * mid).bits, even | sb) << h;
@@ -543,7 +538,8 @@ TEST(AttentionConvert, BFloat16Exhaustive) {
   }
   for (std::uint32_t h = 0; h < 0x7F80; ++h) {
     const std::uint32_t mid = (h << 16) | 0x8000;
-    const std::uint16_t even = (h & 1) ? std::uint16_t(h + 1) : std::uint16_t(h);
+    const std::uint16_t even =
+        (h & 1) ? std::uint16_t(h + 1) : std::uint16_t(h);
     for (std::uint32_t sb : {0u, 0x80000000u}) {
       const std::uint16_t s16 = sb ? 0x8000 : 0;
       ASSERT_EQ(softdot::to_bfloat16(std::bit_cast<float>(mid | sb)).bits,
@@ -559,8 +555,8 @@ TEST(AttentionConvert, BFloat16Exhaustive) {
   }
   // NaN stays NaN, even a signalling NaN whose payload is only in the low
   // half (truncating or rounding the bits would give inf).
-  for (std::uint32_t nan : {0x7F800001u, 0xFF800001u, 0x7FC00000u,
-                            0x7F80FFFFu, 0x7FFFFFFFu}) {
+  for (std::uint32_t nan :
+       {0x7F800001u, 0xFF800001u, 0x7FC00000u, 0x7F80FFFFu, 0x7FFFFFFFu}) {
     const BFloat16 b = softdot::to_bfloat16(std::bit_cast<float>(nan));
     EXPECT_TRUE(std::isnan(softdot::to_float(b))) << std::hex << nan;
   }
@@ -572,8 +568,8 @@ TEST(AttentionConvert, BFloat16Exhaustive) {
 // ---- accuracy over shapes --------------------------------------------------
 
 const std::pair<std::size_t, std::size_t> kDims[] = {
-    {64, 64}, {7, 7},   {1, 1},     {65, 65},  {128, 128},
-    {64, 7},  {7, 64},  {65, 128},  {128, 1},  {1, 65}};
+    {64, 64}, {7, 7},  {1, 1},    {65, 65}, {128, 128},
+    {64, 7},  {7, 64}, {65, 128}, {128, 1}, {1, 65}};
 
 template <class KV>
 void shape_sweep(const std::vector<std::size_t>& nqs,
@@ -624,27 +620,59 @@ TEST(AttentionAccuracy, BF16Shapes) {
 // misaligned start), GQA (H = 8, H_kv = 2) and MQA (H_kv = 1).
 TEST(AttentionAccuracy, BatchHeadsStridedGqaMqa) {
   {
-    Shape s{.B = 2, .H = 3, .Hkv = 3, .nq = 7, .nkv = 65, .d = 64, .dv = 65,
-            .pad = 3, .off = 1, .seed = 11};
+    Shape s{.B = 2,
+            .H = 3,
+            .Hkv = 3,
+            .nq = 7,
+            .nkv = 65,
+            .d = 64,
+            .dv = 65,
+            .pad = 3,
+            .off = 1,
+            .seed = 11};
     accuracy_case<float>("batch/heads", make_problem<float>(s), {});
   }
   {
-    Shape s{.B = 2, .H = 8, .Hkv = 2, .nq = 65, .nkv = 63, .d = 64, .dv = 64,
-            .pad = 5, .off = 3, .seed = 12};
+    Shape s{.B = 2,
+            .H = 8,
+            .Hkv = 2,
+            .nq = 65,
+            .nkv = 63,
+            .d = 64,
+            .dv = 64,
+            .pad = 5,
+            .off = 3,
+            .seed = 12};
     accuracy_case<float>("GQA", make_problem<float>(s), {});
     accuracy_case<Float16>("GQA", make_problem<Float16>(s), {});
     accuracy_case<BFloat16>("GQA", make_problem<BFloat16>(s), {});
   }
   {
-    Shape s{.B = 3, .H = 4, .Hkv = 1, .nq = 63, .nkv = 130, .d = 7, .dv = 128,
-            .pad = 1, .off = 0, .seed = 13};
+    Shape s{.B = 3,
+            .H = 4,
+            .Hkv = 1,
+            .nq = 63,
+            .nkv = 130,
+            .d = 7,
+            .dv = 128,
+            .pad = 1,
+            .off = 0,
+            .seed = 13};
     accuracy_case<float>("MQA", make_problem<float>(s), {});
     accuracy_case<BFloat16>("MQA", make_problem<BFloat16>(s), {});
   }
   {
     // Decode over a GQA cache, split into 512-key chunks across threads.
-    Shape s{.B = 1, .H = 8, .Hkv = 2, .nq = 1, .nkv = 5000, .d = 128,
-            .dv = 128, .pad = 2, .off = 1, .seed = 14};
+    Shape s{.B = 1,
+            .H = 8,
+            .Hkv = 2,
+            .nq = 1,
+            .nkv = 5000,
+            .d = 128,
+            .dv = 128,
+            .pad = 2,
+            .off = 1,
+            .seed = 14};
     accuracy_case<float>("GQA decode", make_problem<float>(s), {});
     accuracy_case<Float16>("GQA decode", make_problem<Float16>(s), {});
     Shape s2 = s;
@@ -687,24 +715,37 @@ TEST(AttentionAccuracy, WideScoresAndScales) {
 TEST(AttentionOptions, Causal) {
   AttentionOptions o;
   o.causal = true;
-  const std::size_t shapes[][2] = {
-      {7, 65}, {65, 65}, {130, 130}, {65, 7}, {1, 1000}, {200, 1000}};
+  const std::size_t shapes[][2] = {{7, 65}, {65, 65},  {130, 130},
+                                   {65, 7}, {1, 1000}, {200, 1000}};
   for (const auto& sh : shapes) {
-    Shape s{.B = 1, .H = 2, .Hkv = 1, .nq = sh[0], .nkv = sh[1], .d = 64,
-            .dv = 64, .pad = 1, .seed = 30 + sh[0]};
+    Shape s{.B = 1,
+            .H = 2,
+            .Hkv = 1,
+            .nq = sh[0],
+            .nkv = sh[1],
+            .d = 64,
+            .dv = 64,
+            .pad = 1,
+            .seed = 30 + sh[0]};
     accuracy_case<float>("causal", make_problem<float>(s), o);
   }
-  Shape s{.B = 2, .H = 4, .Hkv = 2, .nq = 100, .nkv = 70, .d = 32, .dv = 48,
+  Shape s{.B = 2,
+          .H = 4,
+          .Hkv = 2,
+          .nq = 100,
+          .nkv = 70,
+          .d = 32,
+          .dv = 48,
           .seed = 31};
   accuracy_case<Float16>("causal", make_problem<Float16>(s), o);
   accuracy_case<BFloat16>("causal", make_problem<BFloat16>(s), o);
 }
 
 TEST(AttentionOptions, Window) {
-  const std::ptrdiff_t windows[][3] = {
-      // left, right, causal
-      {5, -1, 0}, {-1, 3, 0}, {10, 4, 0}, {20, -1, 1}, {0, 0, 0},
-      {70, 70, 0}, {1000, 1000, 0}, {3, 50, 1}, {0, -1, 1}};
+  const std::ptrdiff_t windows[][3] = {// left, right, causal
+                                       {5, -1, 0},      {-1, 3, 0}, {10, 4, 0},
+                                       {20, -1, 1},     {0, 0, 0},  {70, 70, 0},
+                                       {1000, 1000, 0}, {3, 50, 1}, {0, -1, 1}};
   std::uint64_t seed = 40;
   for (const auto& w : windows) {
     AttentionOptions o;
@@ -715,16 +756,29 @@ TEST(AttentionOptions, Window) {
                               std::to_string(w[1]) +
                               (o.causal ? " causal" : "");
     for (const auto& sh : {std::pair<std::size_t, std::size_t>{130, 130},
-                           {30, 200}, {150, 40}}) {
-      Shape s{.B = 1, .H = 2, .Hkv = 2, .nq = sh.first, .nkv = sh.second,
-              .d = 32, .dv = 16, .seed = seed++};
+                           {30, 200},
+                           {150, 40}}) {
+      Shape s{.B = 1,
+              .H = 2,
+              .Hkv = 2,
+              .nq = sh.first,
+              .nkv = sh.second,
+              .d = 32,
+              .dv = 16,
+              .seed = seed++};
       accuracy_case<float>(label, make_problem<float>(s), o);
     }
   }
   AttentionOptions o;
   o.window_left = 100;
   o.window_right = 0;
-  Shape s{.B = 1, .H = 8, .Hkv = 2, .nq = 1, .nkv = 3000, .d = 64, .dv = 64,
+  Shape s{.B = 1,
+          .H = 8,
+          .Hkv = 2,
+          .nq = 1,
+          .nkv = 3000,
+          .d = 64,
+          .dv = 64,
           .seed = 49};
   accuracy_case<Float16>("window 100/0 decode", make_problem<Float16>(s), o);
 }
@@ -742,8 +796,15 @@ Tensor<bool> random_mask(std::size_t mb, std::size_t mh, std::size_t nq,
 
 TEST(AttentionOptions, MaskBroadcast) {
   const std::size_t B = 2, H = 4, Hkv = 2, nq = 33, nkv = 150;
-  Shape s{.B = B, .H = H, .Hkv = Hkv, .nq = nq, .nkv = nkv, .d = 64,
-          .dv = 64, .pad = 1, .seed = 50};
+  Shape s{.B = B,
+          .H = H,
+          .Hkv = Hkv,
+          .nq = nq,
+          .nkv = nkv,
+          .d = 64,
+          .dv = 64,
+          .pad = 1,
+          .seed = 50};
   const auto p = make_problem<float>(s);
   const auto pb = make_problem<BFloat16>(s);
   struct Variant {
@@ -766,8 +827,8 @@ TEST(AttentionOptions, MaskBroadcast) {
       // batch = B and heads = H given, but with strides 0.
       o.mask = TensorView<const bool>(m.data(), B, H, nq, nkv, 0, 0, 0);
     } else if (v.rows == 1) {
-      o.mask = TensorView<const bool>(m.data(), v.mb, v.mh, nq, nkv, m.bs,
-                                      m.hs, 0);
+      o.mask =
+          TensorView<const bool>(m.data(), v.mb, v.mh, nq, nkv, m.bs, m.hs, 0);
     } else {
       o.mask = m.cview();
     }
@@ -780,8 +841,15 @@ TEST(AttentionOptions, MaskBroadcast) {
 
 TEST(AttentionOptions, Bias) {
   const std::size_t B = 2, H = 4, Hkv = 2, nq = 40, nkv = 100;
-  Shape s{.B = B, .H = H, .Hkv = Hkv, .nq = nq, .nkv = nkv, .d = 64,
-          .dv = 32, .pad = 2, .seed = 60};
+  Shape s{.B = B,
+          .H = H,
+          .Hkv = Hkv,
+          .nq = nq,
+          .nkv = nkv,
+          .d = 64,
+          .dv = 32,
+          .pad = 2,
+          .seed = 60};
   const auto p = make_problem<float>(s);
   const auto ph = make_problem<Float16>(s);
   std::mt19937_64 rng(61);
@@ -808,8 +876,15 @@ TEST(AttentionOptions, Bias) {
 }
 
 TEST(AttentionOptions, Softcap) {
-  Shape s{.B = 1, .H = 2, .Hkv = 1, .nq = 65, .nkv = 150, .d = 64, .dv = 64,
-          .qk = 3.0, .seed = 70};
+  Shape s{.B = 1,
+          .H = 2,
+          .Hkv = 1,
+          .nq = 65,
+          .nkv = 150,
+          .d = 64,
+          .dv = 64,
+          .qk = 3.0,
+          .seed = 70};
   const auto p = make_problem<float>(s);
   const auto pb = make_problem<BFloat16>(s);
   for (float cap : {5.0f, 30.0f, 50.0f}) {
@@ -831,8 +906,15 @@ TEST(AttentionOptions, Softcap) {
 }
 
 TEST(AttentionOptions, Sinks) {
-  Shape s{.B = 2, .H = 4, .Hkv = 2, .nq = 33, .nkv = 130, .d = 64, .dv = 64,
-          .pad = 1, .seed = 80};
+  Shape s{.B = 2,
+          .H = 4,
+          .Hkv = 2,
+          .nq = 33,
+          .nkv = 130,
+          .d = 64,
+          .dv = 64,
+          .pad = 1,
+          .seed = 80};
   const auto p = make_problem<float>(s);
   const auto ph = make_problem<Float16>(s);
   // -inf (no effect), moderate ones, one that dominates (weights ~e^-20).
@@ -852,7 +934,13 @@ TEST(AttentionOptions, Sinks) {
   EXPECT_TRUE(SameBits(run(p, a).all(), run(p, b).all()))
       << "sinks of -inf differ from no sinks";
   // Decode split with sinks.
-  Shape sd{.B = 1, .H = 4, .Hkv = 2, .nq = 1, .nkv = 3000, .d = 64, .dv = 64,
+  Shape sd{.B = 1,
+           .H = 4,
+           .Hkv = 2,
+           .nq = 1,
+           .nkv = 3000,
+           .d = 64,
+           .dv = 64,
            .seed = 81};
   AttentionOptions od;
   od.sinks = sinks;
@@ -864,7 +952,13 @@ TEST(AttentionOptions, Sinks) {
 // The bound of attention.h has no underflow term, so here the output is
 // checked to be (nearly) zero: |O| <= 2^-126, the smallest normal float.
 TEST(AttentionOptions, LargeSink) {
-  Shape s{.B = 1, .H = 4, .Hkv = 2, .nq = 9, .nkv = 200, .d = 64, .dv = 64,
+  Shape s{.B = 1,
+          .H = 4,
+          .Hkv = 2,
+          .nq = 9,
+          .nkv = 200,
+          .d = 64,
+          .dv = 64,
           .seed = 90};
   const auto p = make_problem<float>(s);
   const std::vector<float> sinks = {1000.0f, 0.0f, 1e4f, -kInfF};
@@ -884,20 +978,21 @@ TEST(AttentionOptions, LargeSink) {
         for (std::size_t c = 0; c < s.dv; ++c) {
           const float got = r.o.at(0, h, i, c);
           EXPECT_TRUE(std::fabs(got) <= 0x1p-126f)
-              << "large sink [" << t << "] h=" << h << " i=" << i
-              << " c=" << c << ": " << fmt(got);
+              << "large sink [" << t << "] h=" << h << " i=" << i << " c=" << c
+              << ": " << fmt(got);
         }
         const std::size_t row = ref.li(0, h, i);
         std::string why;
         double ratio = 0;
-        EXPECT_TRUE(check_lse(r.lse[row], ref.lse[row], ref.D[row], &why,
-                              &ratio))
+        EXPECT_TRUE(
+            check_lse(r.lse[row], ref.lse[row], ref.D[row], &why, &ratio))
             << "large sink [" << t << "] lse h=" << h << " i=" << i << ": "
-            << fmt(r.lse[row]) << " want " << fmt(double(ref.lse[row]))
-            << ": " << why;
+            << fmt(r.lse[row]) << " want " << fmt(double(ref.lse[row])) << ": "
+            << why;
       }
     }
-    if (t == all_targets().front()) print_stats("f32 large sinks 1000/0/1e4/-inf " + s.str(), st);
+    if (t == all_targets().front())
+      print_stats("f32 large sinks 1000/0/1e4/-inf " + s.str(), st);
   }
   softdot::force_simd_target("");
 }
@@ -933,9 +1028,9 @@ TEST(AttentionAccuracy, UnderflowingWeights) {
       const double err = double(std::fabs(LD(r.o.at(0, 0, 0, 0)) - ref.out[0]));
       const double bound = ref.bound[0];
       const double without = bound - 0x1p-149 * (2 + 1 + 1);
-      EXPECT_LE(err, bound) << "gap " << g << " [" << t << "]: out "
-                               << fmt(r.o.at(0, 0, 0, 0)) << ", exact "
-                               << fmt(double(ref.out[0]));
+      EXPECT_LE(err, bound)
+          << "gap " << g << " [" << t << "]: out " << fmt(r.o.at(0, 0, 0, 0))
+          << ", exact " << fmt(double(ref.out[0]));
       if (t == all_targets().front()) {
         std::printf(
             "[ attn-err ] underflow: scores 0, -%-5g exact %.6g, got %.6g: "
@@ -955,7 +1050,13 @@ TEST(AttentionAccuracy, UnderflowingWeights) {
 // AttentionMerge.SinkOnAFullyMaskedPart), as the header's special-value
 // paragraph states.
 TEST(AttentionOptions, SinkOnFullyMaskedRow) {
-  Shape s{.B = 1, .H = 2, .Hkv = 1, .nq = 20, .nkv = 8, .d = 16, .dv = 16,
+  Shape s{.B = 1,
+          .H = 2,
+          .Hkv = 1,
+          .nq = 20,
+          .nkv = 8,
+          .d = 16,
+          .dv = 16,
           .seed = 95};
   const auto p = make_problem<float>(s);
   const std::vector<float> sinks = {1.5f, -kInfF};
@@ -1058,8 +1159,8 @@ void check_merged(const AttnRef& full, const AttnRef& ra, const AttnRef& rb,
 Result merge(const Result& a, const Result& b) {
   Result m{Tensor<float>(a.o.B, a.o.H, a.o.R, a.o.C, 0, kOutSentinel), {}};
   m.lse.assign(a.lse.size(), kLseSentinel);
-  softdot::attention_merge(a.o.cview(), a.lse.data(), b.o.cview(),
-                           b.lse.data(), m.o.view(), m.lse.data());
+  softdot::attention_merge(a.o.cview(), a.lse.data(), b.o.cview(), b.lse.data(),
+                           m.o.view(), m.lse.data());
   return m;
 }
 
@@ -1074,11 +1175,10 @@ void split_case(const std::string& label, const Problem<KV>& p,
   ob.kv_begin = split;
   ob.sinks = {};
   const AttnRef full = reference(p, o), ra = reference(p, oa),
-               rb = reference(p, ob);
+                rb = reference(p, ob);
   const Result a = run(p, oa), b = run(p, ob);
   const std::string what = std::string(kv_name<KV>()) + " " + label +
-                           " split " + std::to_string(split) + " " +
-                           p.s.str();
+                           " split " + std::to_string(split) + " " + p.s.str();
   Stats sa, sm;
   check_output(ra, a.o, a.lse.data(), what + " part a", sa);
   check_output(rb, b.o, b.lse.data(), what + " part b", sa);
@@ -1102,8 +1202,15 @@ void split_case(const std::string& label, const Problem<KV>& p,
 }
 
 TEST(AttentionMerge, PartialRangesMergeToFull) {
-  Shape s{.B = 2, .H = 4, .Hkv = 2, .nq = 7, .nkv = 150, .d = 64, .dv = 65,
-          .pad = 1, .seed = 100};
+  Shape s{.B = 2,
+          .H = 4,
+          .Hkv = 2,
+          .nq = 7,
+          .nkv = 150,
+          .d = 64,
+          .dv = 65,
+          .pad = 1,
+          .seed = 100};
   const auto p = make_problem<float>(s);
   const auto ph = make_problem<Float16>(s);
   const std::vector<float> sinks = {-kInfF, 0.5f, 2.0f, 5.0f};
@@ -1116,8 +1223,14 @@ TEST(AttentionMerge, PartialRangesMergeToFull) {
   }
   // Causal prefill: for rows before the split, part b is fully masked
   // (lse -inf: the identity).
-  Shape sc{.B = 1, .H = 2, .Hkv = 1, .nq = 150, .nkv = 150, .d = 32,
-           .dv = 32, .seed = 101};
+  Shape sc{.B = 1,
+           .H = 2,
+           .Hkv = 1,
+           .nq = 150,
+           .nkv = 150,
+           .d = 32,
+           .dv = 32,
+           .seed = 101};
   const auto pc = make_problem<float>(sc);
   AttentionOptions oc;
   oc.causal = true;
@@ -1127,11 +1240,23 @@ TEST(AttentionMerge, PartialRangesMergeToFull) {
   oc.sinks = std::span<const float>(sinks.data() + 1, 2);
   split_case<float>("causal window 20 sinks", pc, oc, 77);
   // Decode.
-  Shape sd{.B = 1, .H = 8, .Hkv = 2, .nq = 1, .nkv = 4000, .d = 128,
-           .dv = 128, .seed = 102};
+  Shape sd{.B = 1,
+           .H = 8,
+           .Hkv = 2,
+           .nq = 1,
+           .nkv = 4000,
+           .d = 128,
+           .dv = 128,
+           .seed = 102};
   split_case<BFloat16>("decode", make_problem<BFloat16>(sd), {}, 1500);
   // Scores around 1000 (|lse| large: the lse rounding term matters).
-  Shape sl{.B = 1, .H = 1, .Hkv = 1, .nq = 5, .nkv = 100, .d = 64, .dv = 64,
+  Shape sl{.B = 1,
+           .H = 1,
+           .Hkv = 1,
+           .nq = 5,
+           .nkv = 100,
+           .d = 64,
+           .dv = 64,
            .seed = 103};
   auto pl = make_problem<float>(sl);
   Tensor<float> bias(1, 1, 5, 100, 0, kNaNF);
@@ -1145,7 +1270,13 @@ TEST(AttentionMerge, PartialRangesMergeToFull) {
 // (the window only reaches keys of the second part): its lse must be the
 // sink for the merge to equal the full result.
 TEST(AttentionMerge, SinkOnAFullyMaskedPart) {
-  Shape s{.B = 1, .H = 2, .Hkv = 1, .nq = 100, .nkv = 100, .d = 32, .dv = 32,
+  Shape s{.B = 1,
+          .H = 2,
+          .Hkv = 1,
+          .nq = 100,
+          .nkv = 100,
+          .d = 32,
+          .dv = 32,
           .seed = 105};
   const auto p = make_problem<float>(s);
   const std::vector<float> sinks = {1.0f, 4.0f};
@@ -1159,8 +1290,15 @@ TEST(AttentionMerge, SinkOnAFullyMaskedPart) {
 // Identity: merging with a fully masked part (lse -inf, zeros) gives the
 // other part's bits; both fully masked give +0 and -inf; NaN propagates.
 TEST(AttentionMerge, IdentityAndSpecialValues) {
-  Shape s{.B = 2, .H = 2, .Hkv = 1, .nq = 9, .nkv = 70, .d = 16, .dv = 24,
-          .pad = 2, .seed = 110};
+  Shape s{.B = 2,
+          .H = 2,
+          .Hkv = 1,
+          .nq = 9,
+          .nkv = 70,
+          .d = 16,
+          .dv = 24,
+          .pad = 2,
+          .seed = 110};
   const auto p = make_problem<float>(s);
   const Result a = run(p, {});
   AttentionOptions empty;
@@ -1280,8 +1418,8 @@ void weights_case(const std::string& label, const Problem<KV>& p,
               72 * kU * double(aw) + kU * double(std::fabs(acc));
           if (aw > 0) omax = std::max(omax, err / (kU * double(aw)));
           if (!(err <= bound) && failures++ < kMaxMessages) {
-            ADD_FAILURE() << what << ": out[b=" << b << ",h=" << h
-                          << ",i=" << i << ",c=" << c << "] = " << fmt(got)
+            ADD_FAILURE() << what << ": out[b=" << b << ",h=" << h << ",i=" << i
+                          << ",c=" << c << "] = " << fmt(got)
                           << ", sum_j weights_j V_j " << fmt(double(acc))
                           << ": error " << fmt(err) << " > " << fmt(bound);
           }
@@ -1297,8 +1435,15 @@ void weights_case(const std::string& label, const Problem<KV>& p,
 }
 
 TEST(AttentionWeights, AgainstReferenceAndFused) {
-  Shape s{.B = 2, .H = 4, .Hkv = 2, .nq = 9, .nkv = 130, .d = 64, .dv = 32,
-          .pad = 1, .seed = 120};
+  Shape s{.B = 2,
+          .H = 4,
+          .Hkv = 2,
+          .nq = 9,
+          .nkv = 130,
+          .d = 64,
+          .dv = 32,
+          .pad = 1,
+          .seed = 120};
   const auto p = make_problem<float>(s);
   const auto ph = make_problem<Float16>(s);
   const auto pb = make_problem<BFloat16>(s);
@@ -1324,8 +1469,15 @@ TEST(AttentionWeights, AgainstReferenceAndFused) {
   o2.kv_end = 100;
   weights_case<Float16>("mask bias softcap range", ph, o2);
   // Wide scores and a fully masked row region (causal with n_q > n_kv).
-  Shape s2{.B = 1, .H = 2, .Hkv = 1, .nq = 80, .nkv = 65, .d = 64, .dv = 64,
-           .qk = 3.0, .seed = 123};
+  Shape s2{.B = 1,
+           .H = 2,
+           .Hkv = 1,
+           .nq = 80,
+           .nkv = 65,
+           .d = 64,
+           .dv = 64,
+           .qk = 3.0,
+           .seed = 123};
   AttentionOptions o3;
   o3.causal = true;
   o3.scale = 0.25;
@@ -1340,8 +1492,14 @@ TEST(AttentionWeights, SameScoresAsDecodeAndPrefillForms) {
   // (|O - w.V| <= 72u W) sees. The same data through the prefill form
   // (18 rows per KV head) for comparison.
   for (std::size_t nq : {1, 8, 9}) {
-    Shape sd{.B = 1, .H = 4, .Hkv = 2, .nq = nq, .nkv = 20, .d = 64,
-             .dv = 16, .seed = 124};
+    Shape sd{.B = 1,
+             .H = 4,
+             .Hkv = 2,
+             .nq = nq,
+             .nkv = 20,
+             .d = 64,
+             .dv = 16,
+             .seed = 124};
     auto pd = make_problem<float>(sd);
     std::mt19937_64 r2(125);
     std::uniform_real_distribution<double> ku(1.0, 1.01);
@@ -1415,8 +1573,15 @@ void expect_fully_masked(const std::string& what, const Problem<KV>& p,
 }
 
 TEST_P(AttentionSpecial, FullyMaskedRows) {
-  Shape s{.B = 2, .H = 2, .Hkv = 1, .nq = 9, .nkv = 70, .d = 16, .dv = 16,
-          .pad = 1, .seed = 200};
+  Shape s{.B = 2,
+          .H = 2,
+          .Hkv = 1,
+          .nq = 9,
+          .nkv = 70,
+          .d = 16,
+          .dv = 16,
+          .pad = 1,
+          .seed = 200};
   const auto p = make_problem<float>(s);
   {
     // By the mask: rows 2 and 5 of every head, batch 1 only.
@@ -1451,14 +1616,12 @@ TEST_P(AttentionSpecial, FullyMaskedRows) {
     s2.nkv = 30;
     AttentionOptions o;
     o.causal = true;
-    expect_fully_masked("causal nq > nkv", make_problem<float>(s2), o,
-                        [](std::size_t, std::size_t, std::size_t i) {
-                          return i < 70;
-                        });
-    expect_fully_masked("causal nq > nkv", make_problem<Float16>(s2), o,
-                        [](std::size_t, std::size_t, std::size_t i) {
-                          return i < 70;
-                        });
+    expect_fully_masked(
+        "causal nq > nkv", make_problem<float>(s2), o,
+        [](std::size_t, std::size_t, std::size_t i) { return i < 70; });
+    expect_fully_masked(
+        "causal nq > nkv", make_problem<Float16>(s2), o,
+        [](std::size_t, std::size_t, std::size_t i) { return i < 70; });
   }
   {
     // By a window alone: p(i) = i - 15, keys [p - 1, p + 1] exist only
@@ -1469,55 +1632,59 @@ TEST_P(AttentionSpecial, FullyMaskedRows) {
     AttentionOptions o;
     o.window_left = 1;
     o.window_right = 1;
-    expect_fully_masked("window", make_problem<float>(s2), o,
-                        [](std::size_t, std::size_t, std::size_t i) {
-                          return i < 14;
-                        });
+    expect_fully_masked(
+        "window", make_problem<float>(s2), o,
+        [](std::size_t, std::size_t, std::size_t i) { return i < 14; });
   }
   {
     // By the key range: empty, at the end, and entirely in the causal
     // future of the first rows. (kv_begin past n_kv is rejected by the
     // implementation; attention.h does not say either way.)
     for (auto [kb, ke] : {std::pair<std::size_t, std::size_t>{3, 3},
-                          {70, kNone}, {70, 70}, {0, 0}}) {
+                          {70, kNone},
+                          {70, 70},
+                          {0, 0}}) {
       AttentionOptions o;
       o.kv_begin = kb;
       o.kv_end = ke;
-      expect_fully_masked("empty key range " + std::to_string(kb), p, o,
-                          [](std::size_t, std::size_t, std::size_t) {
-                            return true;
-                          });
+      expect_fully_masked(
+          "empty key range " + std::to_string(kb), p, o,
+          [](std::size_t, std::size_t, std::size_t) { return true; });
     }
     Shape s2 = s;
     s2.nq = 70;
     AttentionOptions o;
     o.causal = true;
     o.kv_begin = 40;
-    expect_fully_masked("key range in the causal future", make_problem<float>(s2),
-                        o, [](std::size_t, std::size_t, std::size_t i) {
-                          return i < 40;
-                        });
+    expect_fully_masked(
+        "key range in the causal future", make_problem<float>(s2), o,
+        [](std::size_t, std::size_t, std::size_t i) { return i < 40; });
   }
   {
     // n_kv = 0.
     Shape s2 = s;
     s2.nkv = 0;
-    expect_fully_masked("n_kv = 0", make_problem<float>(s2), {},
-                        [](std::size_t, std::size_t, std::size_t) {
-                          return true;
-                        });
-    expect_fully_masked("n_kv = 0", make_problem<BFloat16>(s2), {},
-                        [](std::size_t, std::size_t, std::size_t) {
-                          return true;
-                        });
+    expect_fully_masked(
+        "n_kv = 0", make_problem<float>(s2), {},
+        [](std::size_t, std::size_t, std::size_t) { return true; });
+    expect_fully_masked(
+        "n_kv = 0", make_problem<BFloat16>(s2), {},
+        [](std::size_t, std::size_t, std::size_t) { return true; });
   }
 }
 
 // NaN in a query row: that row NaN; every other row the same bits as
 // without it.
 TEST_P(AttentionSpecial, NaNInQueryRow) {
-  Shape s{.B = 2, .H = 4, .Hkv = 2, .nq = 9, .nkv = 130, .d = 64, .dv = 32,
-          .pad = 1, .seed = 210};
+  Shape s{.B = 2,
+          .H = 4,
+          .Hkv = 2,
+          .nq = 9,
+          .nkv = 130,
+          .d = 64,
+          .dv = 32,
+          .pad = 1,
+          .seed = 210};
   for (bool causal : {false, true}) {
     auto p = make_problem<float>(s);
     AttentionOptions o;
@@ -1544,8 +1711,15 @@ TEST_P(AttentionSpecial, NaNInQueryRow) {
 // the other rows the same bits.
 template <class KV>
 void nan_kv_case(bool in_key) {
-  Shape s{.B = 1, .H = 4, .Hkv = 2, .nq = 100, .nkv = 100, .d = 32, .dv = 32,
-          .pad = 1, .seed = 220};
+  Shape s{.B = 1,
+          .H = 4,
+          .Hkv = 2,
+          .nq = 100,
+          .nkv = 100,
+          .d = 32,
+          .dv = 32,
+          .pad = 1,
+          .seed = 220};
   auto p = make_problem<KV>(s);
   AttentionOptions o;
   o.causal = true;
@@ -1579,10 +1753,11 @@ void nan_kv_case(bool in_key) {
         for (std::size_t c = 0; c < s.dv; ++c) {
           if (c == col) continue;
           all_nan = all_nan && std::isnan(r.o.at(0, h, i, c));
-          all_same = all_same &&
-                     same_value(r.o.at(0, h, i, c), base.o.at(0, h, i, c));
+          all_same =
+              all_same && same_value(r.o.at(0, h, i, c), base.o.at(0, h, i, c));
         }
-        ATTN_EXPECT(all_nan || all_same, fails) << what << ": h=" << h << " i=" << i;
+        ATTN_EXPECT(all_nan || all_same, fails)
+            << what << ": h=" << h << " i=" << i;
         const std::size_t row = h * s.nq + i;
         EXPECT_TRUE(same_value(r.lse[row], base.lse[row]))
             << what << ": lse changed by a NaN value, h=" << h << " i=" << i;
@@ -1609,10 +1784,8 @@ void masked_junk_case(const std::string& label, const Shape& s,
                       const std::function<bool(std::size_t i)>& sees) {
   const auto base_p = make_problem<KV>(s);
   const Result base = run(base_p, o);
-  const float junk[][2] = {{kNaNF, kNaNF},
-                           {kInfF, -kInfF},
-                           {-kInfF, kNaNF},
-                           {3e38f, kInfF}};
+  const float junk[][2] = {
+      {kNaNF, kNaNF}, {kInfF, -kInfF}, {-kInfF, kNaNF}, {3e38f, kInfF}};
   for (const auto& jv : junk) {
     auto p = base_p;
     for (std::size_t hk = 0; hk < s.Hkv; ++hk)
@@ -1632,16 +1805,22 @@ void masked_junk_case(const std::string& label, const Shape& s,
         ++checked;
         ATTN_EXPECT(same_row(r, base, 0, h, i), fails)
             << kv_name<KV>() << " " << label << ": junk K " << fmt(jv[0])
-            << " V " << fmt(jv[1]) << " leaked into row h=" << h
-            << " i=" << i;
+            << " V " << fmt(jv[1]) << " leaked into row h=" << h << " i=" << i;
       }
     EXPECT_GT(checked, 0u) << label;
   }
 }
 
 TEST_P(AttentionSpecial, MaskedJunkNeverLeaks) {
-  const Shape s{.B = 1, .H = 2, .Hkv = 1, .nq = 30, .nkv = 200, .d = 32,
-                .dv = 16, .pad = 1, .seed = 230};
+  const Shape s{.B = 1,
+                .H = 2,
+                .Hkv = 1,
+                .nq = 30,
+                .nkv = 200,
+                .d = 32,
+                .dv = 16,
+                .pad = 1,
+                .seed = 230};
   {
     // Causal future keys: p(i) = i + 170, so rows i < 20 do not see keys
     // 190.. (nor do rows before the first junk key see the later ones).
@@ -1689,10 +1868,9 @@ TEST_P(AttentionSpecial, MaskedJunkNeverLeaks) {
     masked_junk_case<float>("outside window_left", s2, o, {5},
                             [](std::size_t i) { return i <= 15; });
     o.window_right = 3;
-    masked_junk_case<float>("outside window", s2, o, {150},
-                            [](std::size_t i) {
-                              return i + 3 >= 150 && i <= 160;
-                            });
+    masked_junk_case<float>("outside window", s2, o, {150}, [](std::size_t i) {
+      return i + 3 >= 150 && i <= 160;
+    });
   }
   {
     // Outside the key range.
@@ -1711,8 +1889,15 @@ TEST_P(AttentionSpecial, MaskedJunkNeverLeaks) {
 
 // Scores of +inf (here a bias of +inf): the mean of their values; lse +inf.
 TEST_P(AttentionSpecial, PlusInfScores) {
-  Shape s{.B = 1, .H = 2, .Hkv = 1, .nq = 9, .nkv = 130, .d = 32, .dv = 16,
-          .pad = 1, .seed = 240};
+  Shape s{.B = 1,
+          .H = 2,
+          .Hkv = 1,
+          .nq = 9,
+          .nkv = 130,
+          .d = 32,
+          .dv = 16,
+          .pad = 1,
+          .seed = 240};
   const auto p = make_problem<float>(s);
   Tensor<float> bias(1, 1, s.nq, s.nkv, 0, 0.0f);
   std::mt19937_64 rng(241);
@@ -1748,11 +1933,13 @@ void half_matches_float(const std::string& label, const Shape& s,
   constexpr bool kF16 = std::is_same_v<KV, Float16>;
   // +inf, -inf, NaN, largest finite, smallest subnormal, a negative
   // subnormal, smallest normal.
-  const std::uint16_t special[] = {
-      std::uint16_t(kF16 ? 0x7C00 : 0x7F80), std::uint16_t(kF16 ? 0xFC00 : 0xFF80),
-      std::uint16_t(kF16 ? 0x7E00 : 0x7FC0), std::uint16_t(kF16 ? 0x7BFF : 0x7F7F),
-      0x0001, std::uint16_t(kF16 ? 0x8200 : 0x8040),
-      std::uint16_t(kF16 ? 0x0400 : 0x0080)};
+  const std::uint16_t special[] = {std::uint16_t(kF16 ? 0x7C00 : 0x7F80),
+                                   std::uint16_t(kF16 ? 0xFC00 : 0xFF80),
+                                   std::uint16_t(kF16 ? 0x7E00 : 0x7FC0),
+                                   std::uint16_t(kF16 ? 0x7BFF : 0x7F7F),
+                                   0x0001,
+                                   std::uint16_t(kF16 ? 0x8200 : 0x8040),
+                                   std::uint16_t(kF16 ? 0x0400 : 0x0080)};
   {
     // One key: O = V exactly.
     Shape s1 = s;
@@ -1800,10 +1987,24 @@ void half_matches_float(const std::string& label, const Shape& s,
 }
 
 TEST_P(AttentionSpecial, HalfInputsMatchWidenedFloat) {
-  const Shape prefill{.B = 1, .H = 2, .Hkv = 1, .nq = 20, .nkv = 70, .d = 19,
-                      .dv = 21, .pad = 1, .seed = 250};
-  const Shape decode{.B = 1, .H = 4, .Hkv = 2, .nq = 1, .nkv = 600, .d = 33,
-                     .dv = 40, .pad = 1, .seed = 251};
+  const Shape prefill{.B = 1,
+                      .H = 2,
+                      .Hkv = 1,
+                      .nq = 20,
+                      .nkv = 70,
+                      .d = 19,
+                      .dv = 21,
+                      .pad = 1,
+                      .seed = 250};
+  const Shape decode{.B = 1,
+                     .H = 4,
+                     .Hkv = 2,
+                     .nq = 1,
+                     .nkv = 600,
+                     .d = 33,
+                     .dv = 40,
+                     .pad = 1,
+                     .seed = 251};
   AttentionOptions causal;
   causal.causal = true;
   half_matches_float<Float16>("prefill", prefill, {});
@@ -1837,9 +2038,8 @@ void repro_case(const std::string& label, const Shape& s,
     for (int threads : {1, 2, 3}) {
       for (int layout = 0; layout < 2; ++layout) {
         if (layout == 1 && threads != 2) continue;
-        const auto got = with_threads(threads, [&] {
-          return (layout ? run(p2, o) : run(p, o)).all();
-        });
+        const auto got = with_threads(
+            threads, [&] { return (layout ? run(p2, o) : run(p, o)).all(); });
         const std::string where = t + ", " + std::to_string(threads) +
                                   " threads" + (layout ? ", other layout" : "");
         ++configurations;
@@ -1848,9 +2048,8 @@ void repro_case(const std::string& label, const Shape& s,
           first = where;
           continue;
         }
-        EXPECT_TRUE(SameBits(got, want))
-            << kv_name<KV>() << " " << label << ": " << where << " vs "
-            << first;
+        EXPECT_TRUE(SameBits(got, want)) << kv_name<KV>() << " " << label
+                                         << ": " << where << " vs " << first;
       }
     }
   }
@@ -1861,21 +2060,33 @@ void repro_case(const std::string& label, const Shape& s,
 }
 
 TEST(AttentionReproducible, ThreadsTargetsLayouts) {
-  const Shape prefill{.B = 1, .H = 2, .Hkv = 2, .nq = 300, .nkv = 300,
-                      .d = 64, .dv = 64, .seed = 300};
+  const Shape prefill{.B = 1,
+                      .H = 2,
+                      .Hkv = 2,
+                      .nq = 300,
+                      .nkv = 300,
+                      .d = 64,
+                      .dv = 64,
+                      .seed = 300};
   repro_case<float>("prefill", prefill, {});
   AttentionOptions causal;
   causal.causal = true;
   repro_case<float>("prefill causal", prefill, causal);
   repro_case<BFloat16>("prefill causal", prefill, causal);
-  const Shape decode{.B = 1, .H = 8, .Hkv = 2, .nq = 1, .nkv = 5000,
-                     .d = 128, .dv = 128, .seed = 301};
+  const Shape decode{.B = 1,
+                     .H = 8,
+                     .Hkv = 2,
+                     .nq = 1,
+                     .nkv = 5000,
+                     .d = 128,
+                     .dv = 128,
+                     .seed = 301};
   repro_case<float>("decode", decode, {});
   repro_case<Float16>("decode", decode, {});
   AttentionOptions w;
   w.window_left = 3000;
   w.causal = true;
-  const std::vector<float> sinks = {0.5f, 1.0f, -1.0f, 2.0f,
+  const std::vector<float> sinks = {0.5f, 1.0f, -1.0f,  2.0f,
                                     0.0f, 3.0f, -kInfF, 1.5f};
   w.sinks = sinks;
   repro_case<float>("decode window sinks", decode, w);
@@ -1915,50 +2126,67 @@ TEST(AttentionErrors, Shapes) {
   const float* d = buf.data();
   using CV = TensorView<const float>;
   using OV = TensorView<float>;
-  expect_invalid("q/k d differ", [&] {
-    softdot::attention(CV(d, 1, 1, 4, 13), CV(d, 1, 1, 5, 17),
-                       CV(d, 1, 1, 5, 8), OV(o, 1, 1, 4, 8));
-  }, {"13", "17"});
-  expect_invalid("k/v n_kv differ", [&] {
-    softdot::attention(CV(d, 1, 1, 4, 8), CV(d, 1, 1, 23, 8),
-                       CV(d, 1, 1, 29, 8), OV(o, 1, 1, 4, 8));
-  }, {"23", "29"});
-  expect_invalid("k/v n_kv differ (f16)", [&] {
-    using HV = TensorView<const Float16>;
-    softdot::attention(CV(d, 1, 1, 4, 8), HV(hbuf.data(), 1, 1, 23, 8),
+  expect_invalid("q/k d differ",
+                 [&] {
+                   softdot::attention(CV(d, 1, 1, 4, 13), CV(d, 1, 1, 5, 17),
+                                      CV(d, 1, 1, 5, 8), OV(o, 1, 1, 4, 8));
+                 },
+                 {"13", "17"});
+  expect_invalid("k/v n_kv differ",
+                 [&] {
+                   softdot::attention(CV(d, 1, 1, 4, 8), CV(d, 1, 1, 23, 8),
+                                      CV(d, 1, 1, 29, 8), OV(o, 1, 1, 4, 8));
+                 },
+                 {"23", "29"});
+  expect_invalid("k/v n_kv differ (f16)",
+                 [&] {
+                   using HV = TensorView<const Float16>;
+                   softdot::attention(
+                       CV(d, 1, 1, 4, 8), HV(hbuf.data(), 1, 1, 23, 8),
                        HV(hbuf.data(), 1, 1, 29, 8), OV(o, 1, 1, 4, 8));
-  }, {"23", "29"});
-  expect_invalid("H not a multiple of H_kv", [&] {
-    softdot::attention(CV(d, 1, 21, 2, 8), CV(d, 1, 10, 3, 8),
-                       CV(d, 1, 10, 3, 8), OV(o, 1, 21, 2, 8));
-  }, {"21", "10"});
-  expect_invalid("k/v heads differ", [&] {
-    softdot::attention(CV(d, 1, 12, 2, 8), CV(d, 1, 6, 3, 8),
-                       CV(d, 1, 4, 3, 8), OV(o, 1, 12, 2, 8));
-  }, {"6", "4"});
-  expect_invalid("batch differs", [&] {
-    softdot::attention(CV(d, 31, 1, 2, 8), CV(d, 37, 1, 3, 8),
-                       CV(d, 37, 1, 3, 8), OV(o, 31, 1, 2, 8));
-  }, {"31", "37"});
-  expect_invalid("out rows", [&] {
-    softdot::attention(CV(d, 1, 1, 41, 8), CV(d, 1, 1, 3, 8),
-                       CV(d, 1, 1, 3, 8), OV(o, 1, 1, 43, 8));
-  }, {"41", "43"});
-  expect_invalid("out cols", [&] {
-    softdot::attention(CV(d, 1, 1, 4, 8), CV(d, 1, 1, 3, 8),
-                       CV(d, 1, 1, 3, 47), OV(o, 1, 1, 4, 53));
-  }, {"47", "53"});
+                 },
+                 {"23", "29"});
+  expect_invalid("H not a multiple of H_kv",
+                 [&] {
+                   softdot::attention(CV(d, 1, 21, 2, 8), CV(d, 1, 10, 3, 8),
+                                      CV(d, 1, 10, 3, 8), OV(o, 1, 21, 2, 8));
+                 },
+                 {"21", "10"});
+  expect_invalid("k/v heads differ",
+                 [&] {
+                   softdot::attention(CV(d, 1, 12, 2, 8), CV(d, 1, 6, 3, 8),
+                                      CV(d, 1, 4, 3, 8), OV(o, 1, 12, 2, 8));
+                 },
+                 {"6", "4"});
+  expect_invalid("batch differs",
+                 [&] {
+                   softdot::attention(CV(d, 31, 1, 2, 8), CV(d, 37, 1, 3, 8),
+                                      CV(d, 37, 1, 3, 8), OV(o, 31, 1, 2, 8));
+                 },
+                 {"31", "37"});
+  expect_invalid("out rows",
+                 [&] {
+                   softdot::attention(CV(d, 1, 1, 41, 8), CV(d, 1, 1, 3, 8),
+                                      CV(d, 1, 1, 3, 8), OV(o, 1, 1, 43, 8));
+                 },
+                 {"41", "43"});
+  expect_invalid("out cols",
+                 [&] {
+                   softdot::attention(CV(d, 1, 1, 4, 8), CV(d, 1, 1, 3, 8),
+                                      CV(d, 1, 1, 3, 47), OV(o, 1, 1, 4, 53));
+                 },
+                 {"47", "53"});
   expect_invalid("out heads", [&] {
-    softdot::attention(CV(d, 1, 4, 4, 8), CV(d, 1, 2, 3, 8),
-                       CV(d, 1, 2, 3, 8), OV(o, 1, 2, 4, 8));
+    softdot::attention(CV(d, 1, 4, 4, 8), CV(d, 1, 2, 3, 8), CV(d, 1, 2, 3, 8),
+                       OV(o, 1, 2, 4, 8));
   });
   expect_invalid("d = 0", [&] {
-    softdot::attention(CV(d, 1, 1, 4, 0), CV(d, 1, 1, 3, 0),
-                       CV(d, 1, 1, 3, 8), OV(o, 1, 1, 4, 8));
+    softdot::attention(CV(d, 1, 1, 4, 0), CV(d, 1, 1, 3, 0), CV(d, 1, 1, 3, 8),
+                       OV(o, 1, 1, 4, 8));
   });
   expect_invalid("n_q = 0", [&] {
-    softdot::attention(CV(d, 1, 1, 0, 8), CV(d, 1, 1, 3, 8),
-                       CV(d, 1, 1, 3, 8), OV(o, 1, 1, 0, 8));
+    softdot::attention(CV(d, 1, 1, 0, 8), CV(d, 1, 1, 3, 8), CV(d, 1, 1, 3, 8),
+                       OV(o, 1, 1, 0, 8));
   });
   expect_invalid("row stride < cols", [&] {
     softdot::attention(CV(d, 1, 1, 4, 8, 32, 32, 5), CV(d, 1, 1, 3, 8),
@@ -1968,15 +2196,21 @@ TEST(AttentionErrors, Shapes) {
     std::unique_ptr<bool[]> mask(new bool[1 << 14]());
     AttentionOptions mo;
     mo.mask = TensorView<const bool>(mask.get(), 1, 1, 4, 59);
-    expect_invalid("mask cols", [&] {
-      softdot::attention(CV(d, 1, 1, 4, 8), CV(d, 1, 1, 61, 8),
-                         CV(d, 1, 1, 61, 8), OV(o, 1, 1, 4, 8), mo);
-    }, {"59", "61"});
+    expect_invalid("mask cols",
+                   [&] {
+                     softdot::attention(CV(d, 1, 1, 4, 8), CV(d, 1, 1, 61, 8),
+                                        CV(d, 1, 1, 61, 8), OV(o, 1, 1, 4, 8),
+                                        mo);
+                   },
+                   {"59", "61"});
     mo.mask = TensorView<const bool>(mask.get(), 1, 1, 67, 5);
-    expect_invalid("mask rows", [&] {
-      softdot::attention(CV(d, 1, 1, 71, 8), CV(d, 1, 1, 5, 8),
-                         CV(d, 1, 1, 5, 8), OV(o, 1, 1, 71, 8), mo);
-    }, {"67", "71"});
+    expect_invalid("mask rows",
+                   [&] {
+                     softdot::attention(CV(d, 1, 1, 71, 8), CV(d, 1, 1, 5, 8),
+                                        CV(d, 1, 1, 5, 8), OV(o, 1, 1, 71, 8),
+                                        mo);
+                   },
+                   {"67", "71"});
     mo.mask = TensorView<const bool>(mask.get(), 1, 3, 4, 5);
     expect_invalid("mask heads (neither 1 nor H)", [&] {
       softdot::attention(CV(d, 1, 4, 4, 8), CV(d, 1, 2, 5, 8),
@@ -1989,36 +2223,47 @@ TEST(AttentionErrors, Shapes) {
     });
     AttentionOptions bo;
     bo.bias = CV(d, 1, 1, 4, 73);
-    expect_invalid("bias cols", [&] {
-      softdot::attention(CV(d, 1, 1, 4, 8), CV(d, 1, 1, 79, 8),
-                         CV(d, 1, 1, 79, 8), OV(o, 1, 1, 4, 8), bo);
-    }, {"73", "79"});
+    expect_invalid("bias cols",
+                   [&] {
+                     softdot::attention(CV(d, 1, 1, 4, 8), CV(d, 1, 1, 79, 8),
+                                        CV(d, 1, 1, 79, 8), OV(o, 1, 1, 4, 8),
+                                        bo);
+                   },
+                   {"73", "79"});
   }
   {
     const std::vector<float> sinks(11, 0.0f);
     AttentionOptions so;
     so.sinks = sinks;
-    expect_invalid("sinks size", [&] {
-      softdot::attention(CV(d, 1, 12, 2, 8), CV(d, 1, 12, 3, 8),
-                         CV(d, 1, 12, 3, 8), OV(o, 1, 12, 2, 8), so);
-    }, {"11", "12"});
+    expect_invalid("sinks size",
+                   [&] {
+                     softdot::attention(CV(d, 1, 12, 2, 8), CV(d, 1, 12, 3, 8),
+                                        CV(d, 1, 12, 3, 8), OV(o, 1, 12, 2, 8),
+                                        so);
+                   },
+                   {"11", "12"});
   }
   // attention_weights: weights [B, H, n_q, n_kv].
-  expect_invalid("weights cols", [&] {
-    softdot::attention_weights(CV(d, 1, 1, 4, 8), CV(d, 1, 1, 83, 8),
-                               OV(o, 1, 1, 4, 89));
-  }, {"83", "89"});
+  expect_invalid("weights cols",
+                 [&] {
+                   softdot::attention_weights(CV(d, 1, 1, 4, 8),
+                                              CV(d, 1, 1, 83, 8),
+                                              OV(o, 1, 1, 4, 89));
+                 },
+                 {"83", "89"});
   expect_invalid("weights rows", [&] {
     softdot::attention_weights(CV(d, 1, 1, 4, 8), CV(d, 1, 1, 5, 8),
                                OV(o, 1, 1, 7, 5));
   });
   // attention_merge: shapes of o_a, o_b, out equal.
   std::vector<float> la(64, 0.0f), lb(64, 0.0f), lo(64);
-  expect_invalid("merge o_b cols", [&] {
-    softdot::attention_merge(CV(d, 1, 1, 4, 97), la.data(),
-                             CV(d, 1, 1, 4, 101), lb.data(),
-                             OV(o, 1, 1, 4, 97), lo.data());
-  }, {"97", "101"});
+  expect_invalid("merge o_b cols",
+                 [&] {
+                   softdot::attention_merge(CV(d, 1, 1, 4, 97), la.data(),
+                                            CV(d, 1, 1, 4, 101), lb.data(),
+                                            OV(o, 1, 1, 4, 97), lo.data());
+                 },
+                 {"97", "101"});
   expect_invalid("merge out rows", [&] {
     softdot::attention_merge(CV(d, 1, 1, 4, 8), la.data(), CV(d, 1, 1, 4, 8),
                              lb.data(), OV(o, 1, 1, 5, 8), lo.data());

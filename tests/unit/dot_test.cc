@@ -34,8 +34,8 @@ void CheckDotSweep(const std::string& target) {
     const auto ref = softdot_ref::dot_reference(x.cspan(), y.cspan());
     const double err = softdot_ref::abs_error(got, ref.value);
     const double bound = softdot_ref::gamma<T>(n) * ref.abs_sum;
-    ASSERT_LE(err, bound) << type_name<T>() << " n=" << n << " got "
-                          << fmt(got) << " want " << fmt(ref.value.hi);
+    ASSERT_LE(err, bound) << type_name<T>() << " n=" << n << " got " << fmt(got)
+                          << " want " << fmt(ref.value.hi);
     const double rel = err / (softdot_ref::unit_roundoff<T>() * ref.abs_sum);
     if (rel > worst) {
       worst = rel;
@@ -74,12 +74,12 @@ void CheckSmall() {
             T(exact));
   // IEEE special values: NaN in, NaN out; inf * 0 is NaN.
   a[10] = kNaN<T>;
-  EXPECT_TRUE(std::isnan(softdot::dot(std::span<const T>(a),
-                                      std::span<const T>(b))));
+  EXPECT_TRUE(
+      std::isnan(softdot::dot(std::span<const T>(a), std::span<const T>(b))));
   a[10] = kInf<T>;
   b[10] = T(0);
-  EXPECT_TRUE(std::isnan(softdot::dot(std::span<const T>(a),
-                                      std::span<const T>(b))));
+  EXPECT_TRUE(
+      std::isnan(softdot::dot(std::span<const T>(a), std::span<const T>(b))));
   b[10] = T(1);
   EXPECT_EQ(softdot::dot(std::span<const T>(a), std::span<const T>(b)),
             kInf<T>);

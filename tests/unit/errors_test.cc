@@ -57,10 +57,10 @@ void ExpectAllReject(const SoftmaxOptions& o, const std::string& what,
 template <class T>
 void CheckTemperatures() {
   const double inf = std::numeric_limits<double>::infinity();
-  for (double t : {0.0, -0.0, -1.0, -inf, inf,
-                   std::numeric_limits<double>::quiet_NaN()}) {
-    ExpectAllReject<T>({t, {}}, std::string(type_name<T>()) +
-                                    " temperature " + fmt(t));
+  for (double t :
+       {0.0, -0.0, -1.0, -inf, inf, std::numeric_limits<double>::quiet_NaN()}) {
+    ExpectAllReject<T>({t, {}},
+                       std::string(type_name<T>()) + " temperature " + fmt(t));
   }
   // 1 / temperature must be a finite, non-zero T.
   if (sizeof(T) == 4) {
@@ -72,8 +72,8 @@ void CheckTemperatures() {
   // Valid ones do not throw.
   std::vector<T> x(4, T(1)), y(4);
   for (double t : {1e-3, 0.5, 1.0, 7.0, 1e6}) {
-    EXPECT_NO_THROW(softdot::softmax(std::span<const T>(x), std::span<T>(y),
-                                     {t, {}}))
+    EXPECT_NO_THROW(
+        softdot::softmax(std::span<const T>(x), std::span<T>(y), {t, {}}))
         << t;
     EXPECT_EQ(y[0], T(0.25));
   }
@@ -88,9 +88,9 @@ template <class T>
 void CheckMaskSizes() {
   for (std::size_t m : {1, 7, 9, 16}) {  // row has 8; rows*cols is also 8
     Mask mask(m);
-    ExpectAllReject<T>({1.0, mask.span()},
-                       std::string(type_name<T>()) + " mask of " +
-                           std::to_string(m) + " for 8");
+    ExpectAllReject<T>({1.0, mask.span()}, std::string(type_name<T>()) +
+                                               " mask of " + std::to_string(m) +
+                                               " for 8");
   }
   // softmax_rows: cols or rows * cols flags are fine, anything else is not.
   std::vector<T> x(12, T(0)), y(12);
@@ -99,9 +99,12 @@ void CheckMaskSizes() {
   Mask cols(4), all(12), bad(6);
   EXPECT_NO_THROW(softdot::softmax_rows(xm, ym, {1.0, cols.span()}));
   EXPECT_NO_THROW(softdot::softmax_rows(xm, ym, {1.0, all.span()}));
-  EXPECT_TRUE(Rejects([&] { softdot::softmax_rows(xm, ym, {1.0, bad.span()}); }));
-  EXPECT_TRUE(
-      Rejects([&] { softdot::log_softmax_rows(xm, ym, {1.0, bad.span()}); }));
+  EXPECT_TRUE(Rejects([&] {
+    softdot::softmax_rows(xm, ym, {1.0, bad.span()});
+  }));
+  EXPECT_TRUE(Rejects([&] {
+    softdot::log_softmax_rows(xm, ym, {1.0, bad.span()});
+  }));
 }
 
 TEST(Errors, MaskOfTheWrongSize) {
@@ -117,7 +120,8 @@ void CheckShapes() {
   EXPECT_TRUE(Rejects([&] { softdot::softmax(xs, std::span<T>(y).first(7)); }));
   EXPECT_TRUE(Rejects([&] { softdot::log_softmax(xs, std::span<T>(y)); }));
   // Empty rows.
-  EXPECT_TRUE(Rejects([&] { softdot::softmax(xs.first(0), std::span<T>(y).first(0)); }));
+  EXPECT_TRUE(Rejects(
+      [&] { softdot::softmax(xs.first(0), std::span<T>(y).first(0)); }));
   EXPECT_TRUE(Rejects([&] { softdot::logsumexp(xs.first(0)); }));
   // Matrices: stride < cols, shape mismatch, empty rows, null data.
   std::vector<T> a(64, T(1)), b(64);

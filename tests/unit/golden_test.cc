@@ -18,8 +18,8 @@
 #include <cstdlib>
 #include <map>
 #include <span>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "test_util.h"
@@ -34,7 +34,8 @@ using softdot::MatrixView;
 using softdot::SoftmaxOptions;
 using softdot::TensorView;
 
-// ---- inputs ------------------------------------------------------------------
+// ---- inputs
+// ------------------------------------------------------------------
 
 // A 64-bit LCG (Knuth's MMIX constants); values are k / 2^30 for an integer
 // k, exact in double and correctly rounded to float, so that products round
@@ -51,7 +52,8 @@ struct Gen {
     const std::int64_t span = std::int64_t{1} << 30;
     const std::uint64_t wide = (std::uint64_t{next()} << 32) | next();
     const std::int64_t k =
-        static_cast<std::int64_t>(wide % static_cast<std::uint64_t>(2 * span * range + 1)) -
+        static_cast<std::int64_t>(
+            wide % static_cast<std::uint64_t>(2 * span * range + 1)) -
         span * range;
     return static_cast<double>(k) / static_cast<double>(span);
   }
@@ -75,7 +77,8 @@ std::unique_ptr<bool[]> as_bools(const std::vector<bool>& v) {
   return b;
 }
 
-// ---- hashing -------------------------------------------------------------------
+// ---- hashing
+// -------------------------------------------------------------------
 
 struct Hash {
   std::uint64_t h = 1469598103934665603ull;
@@ -99,7 +102,8 @@ struct Hash {
 
 const std::size_t kRowSizes[] = {1, 3, 8, 16, 17, 64, 100, 1000, 4099};
 
-// ---- the functions ---------------------------------------------------------------
+// ---- the functions
+// ---------------------------------------------------------------
 
 template <class T>
 std::uint64_t hash_dot() {
@@ -108,13 +112,14 @@ std::uint64_t hash_dot() {
   for (std::size_t n : kRowSizes) {
     const auto x = g.vec<T>(n, 4), y = g.vec<T>(n, 4);
     h.value(softdot::dot(std::span<const T>(x), std::span<const T>(y)));
-    h.value(softdot::dot_accurate(std::span<const T>(x), std::span<const T>(y)));
+    h.value(
+        softdot::dot_accurate(std::span<const T>(x), std::span<const T>(y)));
   }
   // dots: 37 keys of 70 features with a row stride of 75.
   const auto keys = g.vec<T>(37 * 75, 3), q = g.vec<T>(70, 3);
   std::vector<T> s(37);
-  softdot::dots(std::span<const T>(q), MatrixView<const T>(keys.data(), 37, 70, 75),
-                std::span<T>(s));
+  softdot::dots(std::span<const T>(q),
+                MatrixView<const T>(keys.data(), 37, 70, 75), std::span<T>(s));
   h.add(s);
   return h.h;
 }
@@ -198,9 +203,12 @@ std::uint64_t hash_backward_and_states() {
 
 template <class KV>
 KV to_kv(float v) {
-  if constexpr (std::is_same_v<KV, float>) return v;
-  else if constexpr (std::is_same_v<KV, Float16>) return softdot::to_float16(v);
-  else return softdot::to_bfloat16(v);
+  if constexpr (std::is_same_v<KV, float>)
+    return v;
+  else if constexpr (std::is_same_v<KV, Float16>)
+    return softdot::to_float16(v);
+  else
+    return softdot::to_bfloat16(v);
 }
 
 // Attention on [B=2, H, n_q, d] against [2, H_kv, n_kv, d] with every option
@@ -215,7 +223,8 @@ std::uint64_t hash_attention() {
   std::vector<KV> k(kf.size()), v(vf.size());
   for (std::size_t i = 0; i < kf.size(); ++i) k[i] = to_kv<KV>(kf[i]);
   for (std::size_t i = 0; i < vf.size(); ++i) v[i] = to_kv<KV>(vf[i]);
-  const TensorView<const KV> kv(k.data(), B, Hkv, n_kv, d), vv(v.data(), B, Hkv, n_kv, dv);
+  const TensorView<const KV> kv(k.data(), B, Hkv, n_kv, d),
+      vv(v.data(), B, Hkv, n_kv, dv);
   const auto maskv = g.flags(n_kv * 70, 6);
   const auto mask = as_bools(maskv);
   const auto bias = g.vec<float>(n_kv * 70, 2);
@@ -226,21 +235,35 @@ std::uint64_t hash_attention() {
     for (int variant = 0; variant < 6; ++variant) {
       AttentionOptions o;
       switch (variant) {
-        case 1: o.causal = true; break;
-        case 2: o.window_left = 20; o.window_right = 5; o.softcap = 3.0f; break;
+        case 1:
+          o.causal = true;
+          break;
+        case 2:
+          o.window_left = 20;
+          o.window_right = 5;
+          o.softcap = 3.0f;
+          break;
         case 3:  // one mask row per query, broadcast over batch and heads
-          o.mask = TensorView<const bool>(mask.get(), 1, 1, n_q, n_kv, 0, 0, n_kv);
+          o.mask =
+              TensorView<const bool>(mask.get(), 1, 1, n_q, n_kv, 0, 0, n_kv);
           o.sinks = sinks;
           break;
         case 4:
-          o.bias = TensorView<const float>(bias.data(), 1, 1, n_q, n_kv, 0, 0, n_kv);
+          o.bias =
+              TensorView<const float>(bias.data(), 1, 1, n_q, n_kv, 0, 0, n_kv);
           o.scale = 0.3;
           break;
-        case 5: o.kv_begin = 17; o.kv_end = 130; o.causal = true; break;
-        default: break;
+        case 5:
+          o.kv_begin = 17;
+          o.kv_end = 130;
+          o.causal = true;
+          break;
+        default:
+          break;
       }
       std::vector<float> out(B * H * n_q * dv), lse(B * H * n_q);
-      softdot::attention(qv, kv, vv, TensorView<float>(out.data(), B, H, n_q, dv), o,
+      softdot::attention(qv, kv, vv,
+                         TensorView<float>(out.data(), B, H, n_q, dv), o,
                          lse.data());
       h.add(out);
       h.add(lse);
@@ -250,24 +273,30 @@ std::uint64_t hash_attention() {
         a.kv_end = 17;
         b.kv_begin = 130;
         b.kv_end = n_kv;
-        std::vector<float> oa(out.size()), la(lse.size()), ob(out.size()), lb(lse.size());
-        softdot::attention(qv, kv, vv, TensorView<float>(oa.data(), B, H, n_q, dv), a,
+        std::vector<float> oa(out.size()), la(lse.size()), ob(out.size()),
+            lb(lse.size());
+        softdot::attention(qv, kv, vv,
+                           TensorView<float>(oa.data(), B, H, n_q, dv), a,
                            la.data());
-        softdot::attention(qv, kv, vv, TensorView<float>(ob.data(), B, H, n_q, dv), b,
+        softdot::attention(qv, kv, vv,
+                           TensorView<float>(ob.data(), B, H, n_q, dv), b,
                            lb.data());
         const TensorView<const float> ov(out.data(), B, H, n_q, dv);
-        softdot::attention_merge(ov, lse.data(),
-                                 TensorView<const float>(oa.data(), B, H, n_q, dv), la.data(),
-                                 TensorView<float>(out.data(), B, H, n_q, dv), lse.data());
-        softdot::attention_merge(ov, lse.data(),
-                                 TensorView<const float>(ob.data(), B, H, n_q, dv), lb.data(),
-                                 TensorView<float>(out.data(), B, H, n_q, dv), lse.data());
+        softdot::attention_merge(
+            ov, lse.data(), TensorView<const float>(oa.data(), B, H, n_q, dv),
+            la.data(), TensorView<float>(out.data(), B, H, n_q, dv),
+            lse.data());
+        softdot::attention_merge(
+            ov, lse.data(), TensorView<const float>(ob.data(), B, H, n_q, dv),
+            lb.data(), TensorView<float>(out.data(), B, H, n_q, dv),
+            lse.data());
         h.add(out);
         h.add(lse);
       }
       if (n_q <= 3 || variant == 1) {
         std::vector<float> w(B * H * n_q * n_kv);
-        softdot::attention_weights(qv, kv, TensorView<float>(w.data(), B, H, n_q, n_kv), o);
+        softdot::attention_weights(
+            qv, kv, TensorView<float>(w.data(), B, H, n_q, n_kv), o);
         h.add(w);
       }
     }
@@ -381,8 +410,8 @@ TEST_P(GoldenOutputs, EveryPublicFunctionKeepsItsBits) {
   const std::string cls = target_class(target());
   if (std::getenv("SOFTDOT_GOLDEN_PRINT")) {
     for (const auto& [fn, hash] : now)
-      std::printf("    {\"%s\", \"%s\", 0x%016llxull},\n", cls.c_str(), fn.c_str(),
-                  static_cast<unsigned long long>(hash));
+      std::printf("    {\"%s\", \"%s\", 0x%016llxull},\n", cls.c_str(),
+                  fn.c_str(), static_cast<unsigned long long>(hash));
   }
   std::size_t checked = 0;
   for (const Golden& g : kGolden) {
@@ -392,8 +421,10 @@ TEST_P(GoldenOutputs, EveryPublicFunctionKeepsItsBits) {
         << g.function << " on " << target() << ": the bits changed";
     ++checked;
   }
-  if (checked == 0) GTEST_SKIP() << "no golden hashes recorded for " << target();
-  EXPECT_EQ(checked, now.size()) << "functions without a recorded hash on " << cls;
+  if (checked == 0)
+    GTEST_SKIP() << "no golden hashes recorded for " << target();
+  EXPECT_EQ(checked, now.size())
+      << "functions without a recorded hash on " << cls;
 }
 
 SOFTDOT_INSTANTIATE_PER_TARGET(GoldenOutputs);

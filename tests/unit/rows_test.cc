@@ -20,11 +20,10 @@ template <class T>
 void CheckRows(std::size_t rows, std::size_t cols, std::size_t xs,
                std::size_t ys, MaskKind mk, double temperature,
                std::uint64_t seed) {
-  const std::string what = std::string(type_name<T>()) + " " +
-                           std::to_string(rows) + "x" + std::to_string(cols) +
-                           " strides " + std::to_string(xs) + "/" +
-                           std::to_string(ys) + " mask " +
-                           std::to_string(int(mk));
+  const std::string what =
+      std::string(type_name<T>()) + " " + std::to_string(rows) + "x" +
+      std::to_string(cols) + " strides " + std::to_string(xs) + "/" +
+      std::to_string(ys) + " mask " + std::to_string(int(mk));
   const T pad = T(-4242);
   std::vector<T> x(rows * xs, pad);
   for (std::size_t r = 0; r < rows; ++r) {
@@ -44,7 +43,8 @@ void CheckRows(std::size_t rows, std::size_t cols, std::size_t xs,
   auto row_options = [&](std::size_t r) {
     SoftmaxOptions ro{temperature, {}};
     if (mk == MaskKind::kCols) ro.mask = mask.span();
-    if (mk == MaskKind::kRowsCols) ro.mask = mask.span().subspan(r * cols, cols);
+    if (mk == MaskKind::kRowsCols)
+      ro.mask = mask.span().subspan(r * cols, cols);
     return ro;
   };
   for (bool log : {false, true}) {
@@ -87,7 +87,8 @@ void CheckRows(std::size_t rows, std::size_t cols, std::size_t xs,
 TEST_P(RowsTest, EveryRowEqualsSoftmaxOfThatRow) {
   std::uint64_t seed = 1;
   for (std::size_t cols : {1, 2, 7, 16, 17, 64, 100, 257}) {
-    for (MaskKind mk : {MaskKind::kNone, MaskKind::kCols, MaskKind::kRowsCols}) {
+    for (MaskKind mk :
+         {MaskKind::kNone, MaskKind::kCols, MaskKind::kRowsCols}) {
       CheckRows<float>(9, cols, cols + 3, cols + 11, mk, 1.0, seed++);
       CheckRows<double>(9, cols, cols + 5, cols + 2, mk, 1.0, seed++);
       CheckRows<float>(5, cols, cols, cols, mk, 0.7, seed++);  // dense

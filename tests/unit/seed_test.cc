@@ -147,7 +147,8 @@ void CheckShiftInvariance(std::size_t n, std::uint64_t seed) {
 
 TEST_P(SeedTest, ShiftInvarianceIsBitwise) {
   std::uint64_t seed = 1;
-  for (std::size_t n : {1, 2, 3, 7, 8, 9, 16, 17, 31, 64, 100, 129, 300, 1000}) {
+  for (std::size_t n :
+       {1, 2, 3, 7, 8, 9, 16, 17, 31, 64, 100, 129, 300, 1000}) {
     CheckShiftInvariance<float>(n, seed++);
     CheckShiftInvariance<double>(n, seed++);
   }

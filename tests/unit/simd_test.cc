@@ -18,7 +18,8 @@ using softdot::MatrixView;
 TEST(Simd, TargetListAndDefault) {
   const auto targets = softdot::simd_targets();
   ASSERT_FALSE(targets.empty());
-  EXPECT_EQ(softdot::simd_target(), targets.front()) << "best target by default";
+  EXPECT_EQ(softdot::simd_target(), targets.front())
+      << "best target by default";
 #if defined(__x86_64__)
   auto has = [&](const char* name) {
     return std::find(targets.begin(), targets.end(), name) != targets.end();
@@ -27,7 +28,8 @@ TEST(Simd, TargetListAndDefault) {
     EXPECT_TRUE(has("AVX2"));
   }
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+      __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl")) {
     EXPECT_TRUE(has("AVX3"));
   }
 #endif
@@ -49,7 +51,8 @@ TEST(Simd, ForceEachTargetAndRestore) {
   }
   softdot::force_simd_target("");
   EXPECT_EQ(softdot::simd_target(), targets.front());
-  EXPECT_THROW(softdot::force_simd_target("NOT_A_TARGET"), std::invalid_argument);
+  EXPECT_THROW(softdot::force_simd_target("NOT_A_TARGET"),
+               std::invalid_argument);
   EXPECT_EQ(softdot::simd_target(), targets.front());
 }
 

@@ -47,8 +47,8 @@ std::vector<Case<T>> sweep_cases() {
   for (Dist d : kAllDists) {
     for (std::size_t n = 1; n <= 300; ++n) {
       const std::size_t offset = 1 + (n + seed) % 15;
-      cases.push_back(make_case<T>(make_logits<T>(n, d, seed++), offset,
-                                   dist_name(d)));
+      cases.push_back(
+          make_case<T>(make_logits<T>(n, d, seed++), offset, dist_name(d)));
     }
   }
   return cases;
@@ -64,9 +64,9 @@ std::vector<Case<T>> large_cases() {
   }
   cases.push_back(make_case<T>(make_logits<T>(4097, Dist::kNormal5, seed++), 1,
                                "n=4097 N(0,5)"));
-  cases.push_back(make_case<T>(
-      make_logits<T>(4097, Dist::kUniform10Plus1000, seed++), 14,
-      "n=4097 1000+U[-10,10]"));
+  cases.push_back(
+      make_case<T>(make_logits<T>(4097, Dist::kUniform10Plus1000, seed++), 14,
+                   "n=4097 1000+U[-10,10]"));
   cases.push_back(make_case<T>(make_logits<T>(65536, Dist::kNormal1, seed++), 7,
                                "n=65536 N(0,1)"));
   cases.push_back(make_case<T>(make_logits<T>(100000, Dist::kUniform10, seed++),
@@ -119,8 +119,9 @@ struct Figures {
 
 template <class T>
 std::string describe(const Case<T>& c, std::size_t i) {
-  return c.label + " n=" + std::to_string(c.x.size()) + " i=" +
-         std::to_string(i) + " x_i=" + fmt(i < c.x.size() ? c.x[i] : 0) +
+  return c.label + " n=" + std::to_string(c.x.size()) +
+         " i=" + std::to_string(i) +
+         " x_i=" + fmt(i < c.x.size() ? c.x[i] : 0) +
          " offset=" + std::to_string(c.offset);
 }
 
@@ -161,20 +162,20 @@ void check_cases(const std::vector<Case<T>>& cases, const std::string& target,
       const auto& w = c.ref.softmax[i];
       const double e = softdot_ref::ulp_error(y[i], w);
       f.softmax.add(e, i, w.below_subnormal);
-      worst_sm.note(e, describe(c, i) + " got " + fmt(y[i]) + " want " +
-                           fmt(w.hi));
+      worst_sm.note(
+          e, describe(c, i) + " got " + fmt(y[i]) + " want " + fmt(w.hi));
       const double fe = softdot_ref::ulp_error(fy[i], w);
       f.softmax_fast.add(fe, i, w.below_subnormal);
-      worst_fast.note(fe, describe(c, i) + " got " + fmt(fy[i]) + " want " +
-                              fmt(w.hi));
+      worst_fast.note(
+          fe, describe(c, i) + " got " + fmt(fy[i]) + " want " + fmt(w.hi));
       const auto& lw = c.ref.log_softmax[i];
       if (std::fabs(lw.hi) >= 1.0) {  // the 1-ulp range
         f.log_softmax.add(softdot_ref::ulp_error(ly[i], lw), i);
       }
       const double s = log_softmax_score(ly[i], lw);
       f.log_softmax_allowance.add(s, i);
-      worst_lsm.note(s, describe(c, i) + " got " + fmt(ly[i]) + " want " +
-                            fmt(lw.hi));
+      worst_lsm.note(
+          s, describe(c, i) + " got " + fmt(ly[i]) + " want " + fmt(lw.hi));
     }
     const double le = softdot_ref::ulp_error(lse, c.ref.logsumexp);
     f.lse.add(le);
@@ -199,8 +200,8 @@ void check_cases(const std::vector<Case<T>>& cases, const std::string& target,
   EXPECT_LE(all_fast.max, kFastSoftmaxMaxUlp)
       << "softmax (kFast) worst: " << worst_fast.where;
   EXPECT_LE(all_lsm.max, 1.0)
-      << "log_softmax worst (error / max(" << kLogSoftmaxAbs<T> << ", 2 ulp)): "
-      << worst_lsm.where;
+      << "log_softmax worst (error / max("
+      << kLogSoftmaxAbs<T> << ", 2 ulp)): " << worst_lsm.where;
   EXPECT_LE(all_lse.max, kLseMaxUlp) << "logsumexp worst: " << worst_lse.where;
 }
 
@@ -243,8 +244,9 @@ void CheckLseNearZero() {
     const T got = softdot::logsumexp(std::span<const T>(v));
     const double e = softdot_ref::ulp_error(got, ref.logsumexp);
     if (e > stats.max || stats.count == 0) {
-      worst = ::testing::PrintToString(std::vector<double>(v.begin(), v.end())) +
-              " got " + fmt(got) + " want " + fmt(ref.logsumexp.hi);
+      worst =
+          ::testing::PrintToString(std::vector<double>(v.begin(), v.end())) +
+          " got " + fmt(got) + " want " + fmt(ref.logsumexp.hi);
     }
     stats.add(e);
   }

@@ -49,8 +49,7 @@ Results<T> run_all(std::span<const T> x, const SoftmaxOptions& o = {}) {
 template <class T>
 void expect_matches_reference(std::span<const T> x, const Results<T>& r,
                               const SoftmaxOptions& o) {
-  const auto ref =
-      softdot_ref::softmax_reference(x, {o.temperature, o.mask});
+  const auto ref = softdot_ref::softmax_reference(x, {o.temperature, o.mask});
   for (std::size_t i = 0; i < x.size(); ++i) {
     const auto& w = ref.softmax[i];
     if (w.ulp == 0) {
@@ -84,10 +83,11 @@ void expect_matches_reference(std::span<const T> x, const Results<T>& r,
                 softdot_ref::abs_error(r.lse, ref.logsumexp) <=
                     kLogSoftmaxAbs<T>)
         << type_name<T>() << " logsumexp got " << fmt(r.lse) << " want "
-        << fmt(ref.logsumexp.hi) << " row " << ::testing::PrintToString(
-            std::vector<double>(x.begin(), x.end()))
-        << " mask " << ::testing::PrintToString(std::vector<bool>(
-            o.mask.begin(), o.mask.end()));
+        << fmt(ref.logsumexp.hi) << " row "
+        << ::testing::PrintToString(std::vector<double>(x.begin(), x.end()))
+        << " mask "
+        << ::testing::PrintToString(
+               std::vector<bool>(o.mask.begin(), o.mask.end()));
   }
 }
 
@@ -120,7 +120,8 @@ void CheckMasked(std::size_t n, std::uint64_t seed, bool via_mask) {
   std::size_t j = 0;
   for (std::size_t i = 0; i < n; ++i) {
     if (masked[i]) {
-      EXPECT_EQ(bits(r.sm[i]), bits(T(0))) << "masked weight must be +0, i=" << i;
+      EXPECT_EQ(bits(r.sm[i]), bits(T(0)))
+          << "masked weight must be +0, i=" << i;
       EXPECT_EQ(r.lsm[i], -kInf<T>) << "i=" << i;
     } else {
       EXPECT_EQ(bits(r.sm[i]), bits(rk.sm[j]))
@@ -228,8 +229,8 @@ void CheckPlusInf(std::size_t n, std::size_t k, std::uint64_t seed,
   for (std::size_t i = 0; i < n; ++i) {
     if (top[i]) {
       EXPECT_EQ(bits(r.sm[i]), bits(w))
-          << type_name<T>() << " n=" << n << " k=" << k << " i=" << i
-          << " got " << fmt(r.sm[i]);
+          << type_name<T>() << " n=" << n << " k=" << k << " i=" << i << " got "
+          << fmt(r.sm[i]);
       if (k == 1) {
         // log(1/1) = 0; the table writes 0 - log(k) (+0), the header -log(k)
         // (-0): either sign is accepted.
@@ -241,8 +242,8 @@ void CheckPlusInf(std::size_t n, std::size_t k, std::uint64_t seed,
       }
     } else {
       EXPECT_EQ(bits(r.sm[i]), bits(T(0)))
-          << type_name<T>() << " n=" << n << " k=" << k << " i=" << i
-          << " got " << fmt(r.sm[i]);
+          << type_name<T>() << " n=" << n << " k=" << k << " i=" << i << " got "
+          << fmt(r.sm[i]);
       EXPECT_EQ(r.lsm[i], -kInf<T>) << "i=" << i;
     }
   }
@@ -283,10 +284,10 @@ TEST_P(SpecialValues, AllPlusInf) {
 template <class T>
 void ExpectAllNaN(const Results<T>& r, const std::string& what) {
   for (std::size_t i = 0; i < r.sm.size(); ++i) {
-    EXPECT_TRUE(std::isnan(r.sm[i])) << what << " softmax i=" << i << " got "
-                                     << fmt(r.sm[i]);
-    EXPECT_TRUE(std::isnan(r.lsm[i])) << what << " log_softmax i=" << i
-                                      << " got " << fmt(r.lsm[i]);
+    EXPECT_TRUE(std::isnan(r.sm[i]))
+        << what << " softmax i=" << i << " got " << fmt(r.sm[i]);
+    EXPECT_TRUE(std::isnan(r.lsm[i]))
+        << what << " log_softmax i=" << i << " got " << fmt(r.lsm[i]);
   }
   EXPECT_TRUE(std::isnan(r.lse)) << what << " logsumexp got " << fmt(r.lse);
 }
@@ -294,8 +295,9 @@ void ExpectAllNaN(const Results<T>& r, const std::string& what) {
 template <class T>
 void CheckNaN(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
-  const std::string what = std::string(type_name<T>()) + " n=" +
-                           std::to_string(n) + " seed=" + std::to_string(seed);
+  const std::string what = std::string(type_name<T>()) +
+                           " n=" + std::to_string(n) +
+                           " seed=" + std::to_string(seed);
   // One NaN anywhere in a finite row.
   for (std::size_t p : {std::size_t(0), n / 2, n - 1, std::size_t(rng() % n)}) {
     std::vector<T> x = make_logits<T>(n, Dist::kNormal5, seed);
@@ -312,10 +314,17 @@ void CheckNaN(std::size_t n, std::uint64_t seed) {
   for (std::size_t i = 0; i < n; ++i) {
     if (i == p) continue;
     switch (rng() % 4) {
-      case 0: x[i] = kInf<T>; break;
-      case 1: x[i] = -kInf<T>; break;
-      case 2: mask[i] = false; break;
-      default: break;
+      case 0:
+        x[i] = kInf<T>;
+        break;
+      case 1:
+        x[i] = -kInf<T>;
+        break;
+      case 2:
+        mask[i] = false;
+        break;
+      default:
+        break;
     }
   }
   x[p] = kNaN<T>;
@@ -416,8 +425,8 @@ void CheckRowsTable(std::size_t n, std::uint64_t seed) {
   for (std::size_t i = 0; i < n; ++i) row2[i] = -kInf<T>;     // fully masked
   row3[rng() % n] = kInf<T>;                                  // +inf
   row3[rng() % n] = kInf<T>;
-  row4[rng() % n] = kNaN<T>;                                  // NaN
-  for (std::size_t i = 0; i < n; ++i) {                       // row 5: mask
+  row4[rng() % n] = kNaN<T>;             // NaN
+  for (std::size_t i = 0; i < n; ++i) {  // row 5: mask
     mask[5 * n + i] = (i % 3 != 1) || n == 1;
   }
   const SoftmaxOptions o{1.0, mask.span()};
@@ -482,8 +491,9 @@ template <class T>
 void CheckPathTable(std::size_t n, softdot::Precision precision,
                     std::uint64_t seed) {
   const bool fast = precision == softdot::Precision::kFast;
-  const std::string what = std::string(type_name<T>()) + " n=" +
-                           std::to_string(n) + (fast ? " fast" : " faithful");
+  const std::string what = std::string(type_name<T>()) +
+                           " n=" + std::to_string(n) +
+                           (fast ? " fast" : " faithful");
   const double bound = fast ? kFastSoftmaxMaxUlp : kSoftmaxMaxUlp<T>;
   const std::vector<T> finite = make_logits<T>(n, Dist::kNormal5, seed);
 
@@ -497,8 +507,8 @@ void CheckPathTable(std::size_t n, softdot::Precision precision,
   for (double temperature : {1.0, 0.5}) {
     const std::vector<T> y =
         softmax_in(x, {temperature, mask.span()}, precision);
-    const auto ref = softdot_ref::softmax_reference(
-        std::span<const T>(x), {temperature, mask.span()});
+    const auto ref = softdot_ref::softmax_reference(std::span<const T>(x),
+                                                    {temperature, mask.span()});
     for (std::size_t i = 0; i < n; ++i) {
       const auto& w = ref.softmax[i];
       if (w.ulp == 0) {
@@ -585,7 +595,8 @@ void CheckLogWeightsNotPositive() {
       T y[1] = {T(7)};
       softdot::log_softmax(std::span<const T>(x, 1), std::span<T>(y, 1), o);
       EXPECT_TRUE(y[0] <= T(0) && y[0] >= -bound)
-          << type_name<T>() << " x=" << fmt(x0) << " t=" << t << " got " << fmt(y[0]);
+          << type_name<T>() << " x=" << fmt(x0) << " t=" << t << " got "
+          << fmt(y[0]);
     }
     std::mt19937_64 rng(41);
     std::normal_distribution<double> g(0.0, 5.0);
@@ -594,7 +605,8 @@ void CheckLogWeightsNotPositive() {
       for (auto& v : x) v = static_cast<T>(g(rng));
       softdot::log_softmax(std::span<const T>(x), std::span<T>(y), o);
       for (std::size_t i = 0; i < n; ++i)
-        EXPECT_LE(y[i], T(0)) << type_name<T>() << " n=" << n << " i=" << i << " t=" << t;
+        EXPECT_LE(y[i], T(0))
+            << type_name<T>() << " n=" << n << " i=" << i << " t=" << t;
     }
   }
 }

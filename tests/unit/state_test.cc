@@ -114,8 +114,7 @@ void check_chunked(std::span<const T> x, const Mask& mask, const Bounds& b,
         << what << " lse " << fmt(lse);
   } else {
     EXPECT_TRUE(softdot_ref::ulp_error(lse, ref.logsumexp) <= kLseMaxUlp ||
-                softdot_ref::abs_error(lse, ref.logsumexp) <=
-                    kLogSoftmaxAbs<T>)
+                softdot_ref::abs_error(lse, ref.logsumexp) <= kLogSoftmaxAbs<T>)
         << what << " logsumexp(state) " << fmt(lse) << " want "
         << fmt(ref.logsumexp.hi);
   }
@@ -125,8 +124,8 @@ template <class T>
 void CheckChunkings(std::size_t n, std::uint64_t seed) {
   for (Dist d : kAllDists) {
     const std::vector<T> x = make_logits<T>(n, d, seed++);
-    const std::string base = std::string(type_name<T>()) + " n=" +
-                             std::to_string(n) + " " + dist_name(d);
+    const std::string base = std::string(type_name<T>()) +
+                             " n=" + std::to_string(n) + " " + dist_name(d);
     std::vector<Bounds> chunkings;
     for (std::size_t size : {1, 7, 64, 100, 333}) {
       if (size <= n) chunkings.push_back(fixed_chunks(n, size));
@@ -135,8 +134,8 @@ void CheckChunkings(std::size_t n, std::uint64_t seed) {
     chunkings.push_back(random_chunks(n, seed++));
     chunkings.push_back(random_chunks(n, seed++));
     for (const Bounds& b : chunkings) {
-      for (Order order : {Order::kLeftToRight, Order::kRightToLeft,
-                          Order::kTree}) {
+      for (Order order :
+           {Order::kLeftToRight, Order::kRightToLeft, Order::kTree}) {
         check_chunked<T>(x, Mask(), b, order,
                          base + " chunks=" + std::to_string(b.size() - 1) +
                              " order=" + std::to_string(int(order)));
@@ -195,7 +194,8 @@ void CheckSpecialChunks() {
   xn[17] = kNaN<T>;
   check_chunked<T>(xn, Mask(), {0, 10, 20, 30}, Order::kLeftToRight,
                    what + " NaN chunk");
-  const auto sn = softdot::softmax_state(std::span<const T>(xn).subspan(10, 10));
+  const auto sn =
+      softdot::softmax_state(std::span<const T>(xn).subspan(10, 10));
   EXPECT_TRUE(std::isnan(sn.max) && std::isnan(sn.sum)) << show(sn);
   // Every chunk fully masked: weights +0, lse -inf.
   std::vector<T> xi(30, -kInf<T>);
@@ -230,8 +230,8 @@ void CheckStateFields() {
     EXPECT_EQ(s.max, *std::max_element(v.begin(), v.end()));
     // Exact sum: exp(lse - max).
     const auto ref = softdot_ref::softmax_reference(std::span<const T>(v));
-    const double exact = std::exp(
-        (ref.logsumexp.hi - double(s.max)) + ref.logsumexp.lo);
+    const double exact =
+        std::exp((ref.logsumexp.hi - double(s.max)) + ref.logsumexp.lo);
     EXPECT_NEAR(s.sum / exact, 1.0, 8 * softdot_ref::unit_roundoff<T>())
         << type_name<T>() << " n=" << n;
   }
@@ -269,8 +269,8 @@ void CheckAlgebra() {
     EXPECT_TRUE(same_state(softdot::merge(a, id), a)) << show(a);
     for (const auto& b : states) {
       const auto ab = softdot::merge(a, b), ba = softdot::merge(b, a);
-      EXPECT_TRUE(same_state(ab, ba))
-          << show(a) << " " << show(b) << ": " << show(ab) << " vs " << show(ba);
+      EXPECT_TRUE(same_state(ab, ba)) << show(a) << " " << show(b) << ": "
+                                      << show(ab) << " vs " << show(ba);
       for (const auto& c : states) {
         const auto l = softdot::merge(softdot::merge(a, b), c);
         const auto r = softdot::merge(a, softdot::merge(b, c));
@@ -288,14 +288,15 @@ void CheckAlgebra() {
   const auto m = softdot::merge(State<T>{T(3), 1.0}, State<T>{T(3), 2.5});
   EXPECT_EQ(m.max, T(3));
   EXPECT_EQ(m.sum, 3.5);
-  const auto inf = softdot::merge(State<T>{kInf<T>, 2.0}, State<T>{kInf<T>, 1.0});
+  const auto inf =
+      softdot::merge(State<T>{kInf<T>, 2.0}, State<T>{kInf<T>, 1.0});
   EXPECT_EQ(inf.max, kInf<T>);
   EXPECT_EQ(inf.sum, 3.0);
   const auto fin = softdot::merge(State<T>{kInf<T>, 2.0}, State<T>{T(5), 1.5});
   EXPECT_EQ(fin.max, kInf<T>);
   EXPECT_EQ(fin.sum, 2.0);
-  const auto nan = softdot::merge(State<T>{T(1), 1.0},
-                                  State<T>{kNaN<T>, kNaN<double>});
+  const auto nan =
+      softdot::merge(State<T>{T(1), 1.0}, State<T>{kNaN<T>, kNaN<double>});
   EXPECT_TRUE(std::isnan(nan.max) && std::isnan(nan.sum)) << show(nan);
   EXPECT_TRUE(same_state(softdot::merge(id, id), id));
   EXPECT_EQ(softdot::logsumexp(State<T>{kInf<T>, 2.0}), kInf<T>);

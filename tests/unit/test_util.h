@@ -59,8 +59,8 @@ inline std::string TargetParamName(
   return name;
 }
 
-#define SOFTDOT_INSTANTIATE_PER_TARGET(Suite)                      \
-  INSTANTIATE_TEST_SUITE_P(Targets, Suite,                          \
+#define SOFTDOT_INSTANTIATE_PER_TARGET(Suite)                            \
+  INSTANTIATE_TEST_SUITE_P(Targets, Suite,                               \
                            ::testing::ValuesIn(softdot::simd_targets()), \
                            ::softdot_test::TargetParamName)
 
@@ -146,15 +146,19 @@ class Mask {
 // ---- logits ----------------------------------------------------------------
 
 enum class Dist { kUniform10, kNormal1, kNormal5, kUniform10Plus1000 };
-constexpr Dist kAllDists[] = {Dist::kUniform10, Dist::kNormal1,
-                              Dist::kNormal5, Dist::kUniform10Plus1000};
+constexpr Dist kAllDists[] = {Dist::kUniform10, Dist::kNormal1, Dist::kNormal5,
+                              Dist::kUniform10Plus1000};
 
 inline const char* dist_name(Dist d) {
   switch (d) {
-    case Dist::kUniform10: return "U[-10,10]";
-    case Dist::kNormal1: return "N(0,1)";
-    case Dist::kNormal5: return "N(0,5)";
-    case Dist::kUniform10Plus1000: return "1000+U[-10,10]";
+    case Dist::kUniform10:
+      return "U[-10,10]";
+    case Dist::kNormal1:
+      return "N(0,1)";
+    case Dist::kNormal5:
+      return "N(0,5)";
+    case Dist::kUniform10Plus1000:
+      return "1000+U[-10,10]";
   }
   return "?";
 }
@@ -167,10 +171,18 @@ std::vector<T> make_logits(std::size_t n, Dist d, std::uint64_t seed) {
   std::vector<T> x(n);
   for (auto& v : x) {
     switch (d) {
-      case Dist::kUniform10: v = T(u(rng)); break;
-      case Dist::kNormal1: v = T(g(rng)); break;
-      case Dist::kNormal5: v = T(5.0 * g(rng)); break;
-      case Dist::kUniform10Plus1000: v = T(1000.0 + u(rng)); break;
+      case Dist::kUniform10:
+        v = T(u(rng));
+        break;
+      case Dist::kNormal1:
+        v = T(g(rng));
+        break;
+      case Dist::kNormal5:
+        v = T(5.0 * g(rng));
+        break;
+      case Dist::kUniform10Plus1000:
+        v = T(1000.0 + u(rng));
+        break;
     }
   }
   return x;
@@ -242,8 +254,9 @@ template <class T>
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (!same_value(a[i], b[i])) {
       char buf[200];
-      std::snprintf(buf, sizeof buf, "first difference at %zu of %zu: %.17g vs %.17g",
-                    i, a.size(), double(a[i]), double(b[i]));
+      std::snprintf(buf, sizeof buf,
+                    "first difference at %zu of %zu: %.17g vs %.17g", i,
+                    a.size(), double(a[i]), double(b[i]));
       return ::testing::AssertionFailure() << buf;
     }
   }

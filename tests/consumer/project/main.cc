@@ -29,11 +29,13 @@ int main() {
   for (float s : scores) sum_exp += std::exp(static_cast<double>(s) - 2.0);
   std::printf("softmax([2, 1, 0.1]) =");
   for (std::size_t i = 0; i < scores.size(); ++i) {
-    const double want = std::exp(static_cast<double>(scores[i]) - 2.0) / sum_exp;
+    const double want =
+        std::exp(static_cast<double>(scores[i]) - 2.0) / sum_exp;
     const double got = weights[i];
     std::printf(" %.3f", got);
     if (!(std::fabs(got - want) <= 1e-6 * want)) {
-      std::fprintf(stderr, "\nsoftmax[%zu]: expected %.9g, got %.9g\n", i, want, got);
+      std::fprintf(stderr, "\nsoftmax[%zu]: expected %.9g, got %.9g\n", i, want,
+                   got);
       ++failures;
     }
   }
