@@ -20,6 +20,7 @@ SOFTDOT_PACKAGES=(
   libmpfr-dev libgmp-dev  # exact references for the accuracy tests
   libgtest-dev     # unit tests
   libbenchmark-dev # bench/ (optional for the build, installed for bench.sh)
+  clang-format     # scripts/format.sh --check, run by scripts/test.sh
 )
 
 log() { printf '==> %s\n' "$*" >&2; }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what softdot needs, then builds and runs the whole test suite:
+# Installs what softdot needs, checks the C++ formatting (scripts/format.sh),
+# then builds and runs the whole test suite:
 #   1. build/         Release, warnings are errors;
 #   2. build/python/  the Python package: `pip wheel .`, the wheel in a fresh
 #                     venv, pytest on tests/python (scripts/python.sh);
@@ -39,6 +40,9 @@ run_suite() {
 }
 
 ensure_deps
+
+# 0. Every C++ file formatted with .clang-format.
+bash "$SOFTDOT_ROOT/scripts/format.sh" --check
 
 # 1. Release.
 t0=$SECONDS
