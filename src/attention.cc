@@ -23,9 +23,10 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
-#include "check.h"
+#include "attention_plan.h"
 #include "kernels.h"
 #include "kernels/attention_args.h"
 
@@ -33,152 +34,7 @@ namespace softdot {
 
 namespace {
 
-using detail::count;
-using detail::fail;
-using detail::number;
-
-// Decode split: chunk size, and the most rows per KV head that use it.
-constexpr std::size_t kDecodeChunk = 512;
-constexpr std::size_t kDecodeRows = detail::kDecodeMaxRows;
-
-std::string shape(const char* name, std::size_t b, std::size_t h, std::size_t r,
-                  std::size_t c) {
-  return std::string(name) + " [" + count(b) + ", " + count(h) + ", " +
-         count(r) + ", " + count(c) + "]";
-}
-template <class T>
-std::string shape(const char* name, const TensorView<T>& t) {
-  return shape(name, t.batch, t.heads, t.rows, t.cols);
-}
-
-template <class T>
-void check_tensor(const char* fn, const char* name, const TensorView<T>& t) {
-  if (t.data == nullptr && t.batch * t.heads * t.rows * t.cols != 0) {
-    fail(fn, shape(name, t) + " has null data");
-  }
-  if (t.rows > 1 && t.row_stride < t.cols) {
-    fail(fn, shape(name, t) + " has row_stride " + count(t.row_stride) +
-                 " < cols " + count(t.cols));
-  }
-}
-
-template <class KT>
-constexpr int kv_type() {
-  if constexpr (std::is_same_v<KT, Float16>) return detail::kKvF16;
-  if constexpr (std::is_same_v<KT, BFloat16>) return detail::kKvBF16;
-  return detail::kKvF32;
-}
-
-// Everything the row loop needs, checked.
-struct Plan {
-  std::size_t B, H, Hkv, g, n_q, n_kv, d, dv;
-  std::size_t kv_begin, kv_end;
-  float scale, softcap;
-  std::int64_t wl, wr;  // -1: unbounded
-};
-
-template <class KT>
-Plan check_and_plan(const char* fn, const TensorView<const float>& q,
-                    const TensorView<const KT>& k,
-                    const TensorView<const KT>* v, const TensorView<float>& out,
-                    const char* out_name, std::size_t out_cols,
-                    const AttentionOptions& o) {
-  check_tensor(fn, "q", q);
-  check_tensor(fn, "k", k);
-  if (v != nullptr) check_tensor(fn, "v", *v);
-  check_tensor(fn, out_name, out);
-  if (q.rows == 0 || q.cols == 0) fail(fn, shape("q", q) + " is empty");
-  if (k.batch != q.batch) {
-    fail(fn, shape("k", k) + " has batch " + count(k.batch) + " but " +
-                 shape("q", q) + " has batch " + count(q.batch));
-  }
-  if (k.cols != q.cols) {
-    fail(fn, shape("k", k) + " has d = " + count(k.cols) + " but " +
-                 shape("q", q) + " has d = " + count(q.cols));
-  }
-  if (k.heads == 0 || q.heads == 0 || q.heads % k.heads != 0) {
-    fail(fn, shape("q", q) + " has " + count(q.heads) +
-                 " heads, not a multiple of the " + count(k.heads) +
-                 " heads of " + shape("k", k));
-  }
-  std::size_t dv = out_cols;
-  if (v != nullptr) {
-    if (v->batch != k.batch || v->heads != k.heads || v->rows != k.rows) {
-      fail(fn, shape("v", *v) + " does not match " + shape("k", k) +
-                   " in batch, heads and keys");
-    }
-    if (v->cols == 0) fail(fn, shape("v", *v) + " has d_v = 0");
-    dv = v->cols;
-  }
-  if (out.batch != q.batch || out.heads != q.heads || out.rows != q.rows ||
-      out.cols != dv) {
-    fail(fn, shape(out_name, out) + " must be " +
-                 shape(out_name, q.batch, q.heads, q.rows, dv) + " for " +
-                 shape("q", q) + " and " + shape(v ? "v" : "k", v ? *v : k));
-  }
-  constexpr std::size_t kMaxIndex = std::size_t{1} << 30;
-  if (k.rows >= kMaxIndex || q.rows >= kMaxIndex) {
-    fail(fn, "n_q = " + count(q.rows) + " and n_kv = " + count(k.rows) +
-                 " must be below 2^30");
-  }
-  Plan p{};
-  p.B = q.batch;
-  p.H = q.heads;
-  p.Hkv = k.heads;
-  p.g = q.heads / k.heads;
-  p.n_q = q.rows;
-  p.n_kv = k.rows;
-  p.d = q.cols;
-  p.dv = dv;
-  // Scale.
-  double scale = o.scale;
-  if (std::isnan(scale)) scale = 1.0 / std::sqrt(static_cast<double>(p.d));
-  const float sf = static_cast<float>(scale);
-  if (!(scale > 0.0) || !std::isfinite(scale) || !(sf > 0.0f) ||
-      !std::isfinite(sf)) {
-    fail(fn, "scale must be finite and > 0 (also as a float), got " +
-                 number(o.scale));
-  }
-  p.scale = sf;
-  if (!(o.softcap >= 0.0f) || !std::isfinite(o.softcap)) {
-    fail(fn, "softcap must be finite and >= 0, got " + number(o.softcap));
-  }
-  p.softcap = o.softcap;
-  if (o.window_left < -1 || o.window_right < -1) {
-    fail(fn, "window_left and window_right must be >= -1, got " +
-                 std::to_string(o.window_left) + " and " +
-                 std::to_string(o.window_right));
-  }
-  p.wl = o.window_left;
-  p.wr = o.window_right;
-  if (o.causal && (p.wr < 0 || p.wr > 0)) p.wr = 0;
-  p.kv_end = std::min(o.kv_end, p.n_kv);
-  p.kv_begin = o.kv_begin;
-  if (p.kv_begin > p.kv_end) {
-    fail(fn, "kv_begin " + count(o.kv_begin) + " is past kv_end " +
-                 count(p.kv_end) + " (n_kv = " + count(p.n_kv) + ")");
-  }
-  auto check_extra = [&](const char* name, auto& t) {
-    if (t.data == nullptr) return;
-    if (t.rows != p.n_q || t.cols != p.n_kv) {
-      fail(fn, shape(name, t) + " must have n_q x n_kv = " + count(p.n_q) +
-                   " x " + count(p.n_kv) + " rows and cols (" + shape("q", q) +
-                   ", " + shape("k", k) + ")");
-    }
-    if ((t.batch != 1 && t.batch != p.B) || (t.heads != 1 && t.heads != p.H)) {
-      fail(fn, shape(name, t) + " must have batch 1 or " + count(p.B) +
-                   " and heads 1 or " + count(p.H) + " (" + shape("q", q) +
-                   ")");
-    }
-  };
-  check_extra("mask", o.mask);
-  check_extra("bias", o.bias);
-  if (!o.sinks.empty() && o.sinks.size() != p.H) {
-    fail(fn, "sinks has " + count(o.sinks.size()) + " values but " +
-                 shape("q", q) + " has " + count(p.H) + " heads");
-  }
-  return p;
-}
+using namespace detail::attn;
 
 // A per-thread buffer that only grows, so that repeated calls (decode
 // steps) do not allocate, zero and fault in about 200 KB every time (a
@@ -201,21 +57,6 @@ T* thread_buffer(int slot, std::size_t n) {
     b.size = doubles;
   }
   return reinterpret_cast<T*>(b.p.get());
-}
-
-// Visible keys of query i: [lo, hi] (inclusive), clamped to the key range.
-void limits(const Plan& p, std::size_t i, std::int32_t& lo, std::int32_t& hi) {
-  const auto pos = static_cast<std::int64_t>(i) +
-                   static_cast<std::int64_t>(p.n_kv) -
-                   static_cast<std::int64_t>(p.n_q);
-  std::int64_t a = static_cast<std::int64_t>(p.kv_begin);
-  std::int64_t b = static_cast<std::int64_t>(p.kv_end) - 1;
-  if (p.wl >= 0) a = std::max(a, pos - p.wl);
-  if (p.wr >= 0) b = std::min(b, pos + p.wr);
-  a = std::min<std::int64_t>(a, static_cast<std::int64_t>(p.n_kv));
-  b = std::max<std::int64_t>(b, -1);
-  lo = static_cast<std::int32_t>(a);
-  hi = static_cast<std::int32_t>(b);
 }
 
 // One row's state -> its output and lse.
@@ -436,100 +277,6 @@ void run_attention(const TensorView<const float>& q,
   }
 }
 
-template <class KT>
-void run_weights(const TensorView<const float>& q,
-                 const TensorView<const KT>& k, const TensorView<float>& w,
-                 const AttentionOptions& o) {
-  const char* fn = "attention_weights";
-  const Plan p = check_and_plan<KT>(fn, q, k, nullptr, w, "weights", k.rows, o);
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  std::vector<float> s(p.n_kv);
-  std::vector<char> vis(p.n_kv);
-  std::vector<float> krow_f(p.n_kv * p.d);
-  std::vector<float> score_scratch(detail::attention_score_scratch(p.d));
-  // The form attention() takes for these shapes decides how scores round.
-  const bool decode = p.g * p.n_q <= kDecodeRows;
-  for (std::size_t b = 0; b < p.B; ++b) {
-    for (std::size_t h = 0; h < p.H; ++h) {
-      const std::size_t kh = h / p.g;
-      for (std::size_t j = 0; j < p.n_kv; ++j) {
-        const KT* kr = k.row(b, kh, j);
-        for (std::size_t c = 0; c < p.d; ++c) {
-          if constexpr (std::is_same_v<KT, float>) {
-            krow_f[j * p.d + c] = kr[c];
-          } else {
-            krow_f[j * p.d + c] = to_float(kr[c]);
-          }
-        }
-      }
-      for (std::size_t i = 0; i < p.n_q; ++i) {
-        const float* qr = q.row(b, h, i);
-        std::int32_t lo, hi;
-        limits(p, i, lo, hi);
-        for (std::size_t j = 0; j < p.n_kv; ++j) {
-          s[j] = detail::attention_score(qr, krow_f.data() + j * p.d, p.d,
-                                         decode, score_scratch.data()) *
-                 p.scale;
-        }
-        if (p.softcap > 0.0f)
-          detail::attention_softcap(s.data(), p.n_kv, p.softcap);
-        for (std::size_t j = 0; j < p.n_kv; ++j) {
-          const auto jj = static_cast<std::int32_t>(j);
-          bool keep = jj >= lo && jj <= hi;
-          if (!o.bias.empty()) {
-            const float bv = o.bias.row(o.bias.batch == 1 ? 0 : b,
-                                        o.bias.heads == 1 ? 0 : h, i)[j];
-            if (bv == -kInf) keep = false;
-            s[j] = s[j] + bv;
-          }
-          if (!o.mask.empty() && !o.mask.row(o.mask.batch == 1 ? 0 : b,
-                                             o.mask.heads == 1 ? 0 : h, i)[j]) {
-            keep = false;
-          }
-          vis[j] = keep;
-        }
-        float* out = w.row(b, h, i);
-        const bool has_sink = !o.sinks.empty();
-        const float sink = has_sink ? o.sinks[h] : -kInf;
-        bool nan = std::isnan(sink);
-        float m = sink;
-        std::size_t n_inf = sink == kInf ? 1 : 0;
-        for (std::size_t j = 0; j < p.n_kv; ++j) {
-          if (!vis[j]) continue;
-          if (std::isnan(s[j])) nan = true;
-          m = std::max(m, s[j]);
-          if (s[j] == kInf) ++n_inf;
-        }
-        if (nan) {
-          std::fill(out, out + p.n_kv, std::numeric_limits<float>::quiet_NaN());
-          continue;
-        }
-        if (m == -kInf) {
-          std::fill(out, out + p.n_kv, 0.0f);
-          continue;
-        }
-        if (m == kInf) {
-          for (std::size_t j = 0; j < p.n_kv; ++j) {
-            out[j] = vis[j] && s[j] == kInf
-                         ? static_cast<float>(1.0 / static_cast<double>(n_inf))
-                         : 0.0f;
-          }
-          continue;
-        }
-        double sum = has_sink ? std::exp(static_cast<double>(sink) - m) : 0.0;
-        for (std::size_t j = 0; j < p.n_kv; ++j) {
-          if (vis[j]) sum += std::exp(static_cast<double>(s[j]) - m);
-        }
-        for (std::size_t j = 0; j < p.n_kv; ++j) {
-          out[j] = vis[j] ? static_cast<float>(
-                                std::exp(static_cast<double>(s[j]) - m) / sum)
-                          : 0.0f;
-        }
-      }
-    }
-  }
-}
-
 }  // namespace
 
 void attention(TensorView<const float> q, TensorView<const float> k,
@@ -546,76 +293,6 @@ void attention(TensorView<const float> q, TensorView<const BFloat16> k,
                TensorView<const BFloat16> v, TensorView<float> out,
                const AttentionOptions& options, float* lse) {
   run_attention(q, k, v, out, options, lse);
-}
-
-void attention_weights(TensorView<const float> q, TensorView<const float> k,
-                       TensorView<float> weights,
-                       const AttentionOptions& options) {
-  run_weights(q, k, weights, options);
-}
-void attention_weights(TensorView<const float> q, TensorView<const Float16> k,
-                       TensorView<float> weights,
-                       const AttentionOptions& options) {
-  run_weights(q, k, weights, options);
-}
-void attention_weights(TensorView<const float> q, TensorView<const BFloat16> k,
-                       TensorView<float> weights,
-                       const AttentionOptions& options) {
-  run_weights(q, k, weights, options);
-}
-
-void attention_merge(TensorView<const float> o_a, const float* lse_a,
-                     TensorView<const float> o_b, const float* lse_b,
-                     TensorView<float> out, float* lse) {
-  const char* fn = "attention_merge";
-  check_tensor(fn, "o_a", o_a);
-  check_tensor(fn, "o_b", o_b);
-  check_tensor(fn, "out", out);
-  auto same = [](const auto& x, const auto& y) {
-    return x.batch == y.batch && x.heads == y.heads && x.rows == y.rows &&
-           x.cols == y.cols;
-  };
-  if (!same(o_a, o_b) || !same(o_a, out)) {
-    fail(fn, shape("o_a", o_a) + ", " + shape("o_b", o_b) + " and " +
-                 shape("out", out) + " must have the same shape");
-  }
-  if (lse_a == nullptr || lse_b == nullptr || lse == nullptr) {
-    fail(fn, "lse_a, lse_b and lse must not be null");
-  }
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  const std::size_t dv = o_a.cols;
-  for (std::size_t b = 0; b < o_a.batch; ++b) {
-    for (std::size_t h = 0; h < o_a.heads; ++h) {
-      for (std::size_t i = 0; i < o_a.rows; ++i) {
-        const std::size_t li = (b * o_a.heads + h) * o_a.rows + i;
-        const float la = lse_a[li], lb = lse_b[li];
-        const float* xa = o_a.row(b, h, i);
-        const float* xb = o_b.row(b, h, i);
-        float* y = out.row(b, h, i);
-        if (std::isnan(la) || std::isnan(lb)) {
-          std::fill(y, y + dv, std::numeric_limits<float>::quiet_NaN());
-          lse[li] = std::numeric_limits<float>::quiet_NaN();
-          continue;
-        }
-        if (la == -kInf && lb == -kInf) {
-          std::fill(y, y + dv, 0.0f);
-          lse[li] = -kInf;
-          continue;
-        }
-        const float m = std::max(la, lb);
-        const double wa = la == m ? 1.0 : std::exp(static_cast<double>(la) - m);
-        const double wb = lb == m ? 1.0 : std::exp(static_cast<double>(lb) - m);
-        const double inv = 1.0 / (wa + wb);
-        for (std::size_t c = 0; c < dv; ++c) {
-          const double ya = wa == 0.0 ? 0.0 : wa * xa[c];
-          const double yb = wb == 0.0 ? 0.0 : wb * xb[c];
-          y[c] = static_cast<float>((ya + yb) * inv);
-        }
-        lse[li] =
-            static_cast<float>(static_cast<double>(m) + std::log(wa + wb));
-      }
-    }
-  }
 }
 
 }  // namespace softdot

@@ -1,0 +1,93 @@
+// softdot: what the attention entry points share: the argument checks and
+// the checked plan (shapes, options), the decode split constants, and each
+// query's visible key range. Internal (src/ only).
+#ifndef SOFTDOT_SRC_ATTENTION_PLAN_H_
+#define SOFTDOT_SRC_ATTENTION_PLAN_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "check.h"
+#include "kernels/attention_args.h"
+#include "softdot/attention.h"
+
+namespace softdot::detail::attn {
+
+using detail::count;
+using detail::fail;
+using detail::number;
+
+// Decode split: chunk size, and the most rows per KV head that use it.
+constexpr std::size_t kDecodeChunk = 512;
+constexpr std::size_t kDecodeRows = detail::kDecodeMaxRows;
+
+inline std::string shape(const char* name, std::size_t b, std::size_t h,
+                         std::size_t r, std::size_t c) {
+  return std::string(name) + " [" + count(b) + ", " + count(h) + ", " +
+         count(r) + ", " + count(c) + "]";
+}
+
+template <class T>
+std::string shape(const char* name, const TensorView<T>& t) {
+  return shape(name, t.batch, t.heads, t.rows, t.cols);
+}
+
+template <class T>
+void check_tensor(const char* fn, const char* name, const TensorView<T>& t) {
+  if (t.data == nullptr && t.batch * t.heads * t.rows * t.cols != 0) {
+    fail(fn, shape(name, t) + " has null data");
+  }
+  if (t.rows > 1 && t.row_stride < t.cols) {
+    fail(fn, shape(name, t) + " has row_stride " + count(t.row_stride) +
+                 " < cols " + count(t.cols));
+  }
+}
+
+template <class KT>
+constexpr int kv_type() {
+  if constexpr (std::is_same_v<KT, Float16>) return detail::kKvF16;
+  if constexpr (std::is_same_v<KT, BFloat16>) return detail::kKvBF16;
+  return detail::kKvF32;
+}
+
+// Everything the row loop needs, checked.
+struct Plan {
+  std::size_t B, H, Hkv, g, n_q, n_kv, d, dv;
+  std::size_t kv_begin, kv_end;
+  float scale, softcap;
+  std::int64_t wl, wr;  // -1: unbounded
+};
+
+// Checks every argument of attention() (v non-null) or attention_weights()
+// (v null; out is the weights) and returns the plan; std::invalid_argument
+// naming the argument and the shapes otherwise.
+template <class KT>
+Plan check_and_plan(const char* fn, const TensorView<const float>& q,
+                    const TensorView<const KT>& k,
+                    const TensorView<const KT>* v, const TensorView<float>& out,
+                    const char* out_name, std::size_t out_cols,
+                    const AttentionOptions& o);
+
+inline  // Visible keys of query i: [lo, hi] (inclusive), clamped to the key
+        // range.
+    void
+    limits(const Plan& p, std::size_t i, std::int32_t& lo, std::int32_t& hi) {
+  const auto pos = static_cast<std::int64_t>(i) +
+                   static_cast<std::int64_t>(p.n_kv) -
+                   static_cast<std::int64_t>(p.n_q);
+  std::int64_t a = static_cast<std::int64_t>(p.kv_begin);
+  std::int64_t b = static_cast<std::int64_t>(p.kv_end) - 1;
+  if (p.wl >= 0) a = std::max(a, pos - p.wl);
+  if (p.wr >= 0) b = std::min(b, pos + p.wr);
+  a = std::min<std::int64_t>(a, static_cast<std::int64_t>(p.n_kv));
+  b = std::max<std::int64_t>(b, -1);
+  lo = static_cast<std::int32_t>(a);
+  hi = static_cast<std::int32_t>(b);
+}
+
+}  // namespace softdot::detail::attn
+
+#endif  // SOFTDOT_SRC_ATTENTION_PLAN_H_

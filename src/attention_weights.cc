@@ -1,0 +1,136 @@
+// softdot: attention_weights(), the explicit weights of attention() with the
+// scores of the form attention() takes for the same shapes.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "attention_plan.h"
+#include "kernels.h"
+#include "softdot/attention.h"
+
+namespace softdot {
+
+namespace {
+
+using namespace detail::attn;
+
+template <class KT>
+void run_weights(const TensorView<const float>& q,
+                 const TensorView<const KT>& k, const TensorView<float>& w,
+                 const AttentionOptions& o) {
+  const char* fn = "attention_weights";
+  const Plan p = check_and_plan<KT>(fn, q, k, nullptr, w, "weights", k.rows, o);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  std::vector<float> s(p.n_kv);
+  std::vector<char> vis(p.n_kv);
+  std::vector<float> krow_f(p.n_kv * p.d);
+  std::vector<float> score_scratch(detail::attention_score_scratch(p.d));
+  // The form attention() takes for these shapes decides how scores round.
+  const bool decode = p.g * p.n_q <= kDecodeRows;
+  for (std::size_t b = 0; b < p.B; ++b) {
+    for (std::size_t h = 0; h < p.H; ++h) {
+      const std::size_t kh = h / p.g;
+      for (std::size_t j = 0; j < p.n_kv; ++j) {
+        const KT* kr = k.row(b, kh, j);
+        for (std::size_t c = 0; c < p.d; ++c) {
+          if constexpr (std::is_same_v<KT, float>) {
+            krow_f[j * p.d + c] = kr[c];
+          } else {
+            krow_f[j * p.d + c] = to_float(kr[c]);
+          }
+        }
+      }
+      for (std::size_t i = 0; i < p.n_q; ++i) {
+        const float* qr = q.row(b, h, i);
+        std::int32_t lo, hi;
+        limits(p, i, lo, hi);
+        for (std::size_t j = 0; j < p.n_kv; ++j) {
+          s[j] = detail::attention_score(qr, krow_f.data() + j * p.d, p.d,
+                                         decode, score_scratch.data()) *
+                 p.scale;
+        }
+        if (p.softcap > 0.0f)
+          detail::attention_softcap(s.data(), p.n_kv, p.softcap);
+        for (std::size_t j = 0; j < p.n_kv; ++j) {
+          const auto jj = static_cast<std::int32_t>(j);
+          bool keep = jj >= lo && jj <= hi;
+          if (!o.bias.empty()) {
+            const float bv = o.bias.row(o.bias.batch == 1 ? 0 : b,
+                                        o.bias.heads == 1 ? 0 : h, i)[j];
+            if (bv == -kInf) keep = false;
+            s[j] = s[j] + bv;
+          }
+          if (!o.mask.empty() && !o.mask.row(o.mask.batch == 1 ? 0 : b,
+                                             o.mask.heads == 1 ? 0 : h, i)[j]) {
+            keep = false;
+          }
+          vis[j] = keep;
+        }
+        float* out = w.row(b, h, i);
+        const bool has_sink = !o.sinks.empty();
+        const float sink = has_sink ? o.sinks[h] : -kInf;
+        bool nan = std::isnan(sink);
+        float m = sink;
+        std::size_t n_inf = sink == kInf ? 1 : 0;
+        for (std::size_t j = 0; j < p.n_kv; ++j) {
+          if (!vis[j]) continue;
+          if (std::isnan(s[j])) nan = true;
+          m = std::max(m, s[j]);
+          if (s[j] == kInf) ++n_inf;
+        }
+        if (nan) {
+          std::fill(out, out + p.n_kv, std::numeric_limits<float>::quiet_NaN());
+          continue;
+        }
+        if (m == -kInf) {
+          std::fill(out, out + p.n_kv, 0.0f);
+          continue;
+        }
+        if (m == kInf) {
+          for (std::size_t j = 0; j < p.n_kv; ++j) {
+            out[j] = vis[j] && s[j] == kInf
+                         ? static_cast<float>(1.0 / static_cast<double>(n_inf))
+                         : 0.0f;
+          }
+          continue;
+        }
+        double sum = has_sink ? std::exp(static_cast<double>(sink) - m) : 0.0;
+        for (std::size_t j = 0; j < p.n_kv; ++j) {
+          if (vis[j]) sum += std::exp(static_cast<double>(s[j]) - m);
+        }
+        for (std::size_t j = 0; j < p.n_kv; ++j) {
+          out[j] = vis[j] ? static_cast<float>(
+                                std::exp(static_cast<double>(s[j]) - m) / sum)
+                          : 0.0f;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void attention_weights(TensorView<const float> q, TensorView<const float> k,
+                       TensorView<float> weights,
+                       const AttentionOptions& options) {
+  run_weights(q, k, weights, options);
+}
+void attention_weights(TensorView<const float> q, TensorView<const Float16> k,
+                       TensorView<float> weights,
+                       const AttentionOptions& options) {
+  run_weights(q, k, weights, options);
+}
+void attention_weights(TensorView<const float> q, TensorView<const BFloat16> k,
+                       TensorView<float> weights,
+                       const AttentionOptions& options) {
+  run_weights(q, k, weights, options);
+}
+
+}  // namespace softdot
