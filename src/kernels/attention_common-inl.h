@@ -1,0 +1,227 @@
+// softdot kernels: what both attention forms share (src/kernels/
+// attention-inl.h has the overview): vector types, the soft-cap, a row's
+// initial state from its sink, widening 16-bit K and V, flushing float block
+// sums into double accumulators, loading a key block (the seam where K/V
+// storage enters the kernel), the finiteness check of a V block, and the
+// per-thread scratch layout.
+
+#if defined(SOFTDOT_KERNELS_ATTENTION_COMMON_INL_H_) == \
+    defined(HWY_TARGET_TOGGLE)
+#ifdef SOFTDOT_KERNELS_ATTENTION_COMMON_INL_H_
+#undef SOFTDOT_KERNELS_ATTENTION_COMMON_INL_H_
+#else
+#define SOFTDOT_KERNELS_ATTENTION_COMMON_INL_H_
+#endif
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+#include "kernels/attention_args.h"
+#include "kernels/dot-inl.h"
+#include "kernels/exp-inl.h"
+#include "softdot/attention.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace softdot {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using detail::AttnArgs;
+using detail::kKeyBlock;
+using detail::kKvBF16;
+using detail::kKvF32;
+using ::softdot::Float16;
+
+namespace attn {
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+using DD = hn::ScalableTag<double>;
+using VD = hn::Vec<DD>;
+using DI = hn::RebindToSigned<DF>;
+
+// Accumulator registers the tiles may use: 16 of 32 vector registers on
+// AVX-512 and NEON, 8 of 16 elsewhere.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || \
+    HWY_TARGET == HWY_NEON
+constexpr std::size_t kAccRegs = 16;
+#else
+constexpr std::size_t kAccRegs = 8;
+#endif
+
+HWY_INLINE std::size_t Lanes() { return hn::Lanes(DF()); }
+
+// Rows per kernel call on this target: four vectors of lanes.
+HWY_INLINE std::size_t MaxRows() { return 4 * Lanes(); }
+
+// Logit soft-capping, cap * tanh(s / cap): the one expression the prefill
+// and decode forms and attention_weights (AttentionSoftcap) all use.
+HWY_INLINE VF Softcap(VF s, VF cap) {
+  return hn::Mul(cap, hn::Tanh(DF(), hn::Div(s, cap)));
+}
+
+// The initial state of a row: its sink as a score with no value, or the
+// identity (m = -inf, l = 0); a NaN sink makes the row NaN.
+HWY_INLINE void InitialState(const float* sinks, std::size_t r, float& m,
+                             double& l, bool& nan) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  m = -kInf;
+  l = 0.0;
+  nan = false;
+  if (sinks == nullptr) return;
+  const float sk = sinks[r];
+  if (std::isnan(sk)) {
+    nan = true;
+  } else if (sk != -kInf) {
+    m = sk;
+    l = 1.0;
+  }
+}
+
+// Widens n elements of K or V storage to float.
+HWY_INLINE void Widen(const float* src, float* dst, std::size_t n) {
+  std::memcpy(dst, src, n * sizeof(float));
+}
+HWY_INLINE void Widen(const std::uint16_t* src, float* dst, std::size_t n,
+                      bool bf16) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  std::size_t i = 0;
+  if (bf16) {
+    const hn::RebindToUnsigned<DF> du;
+    const hn::Rebind<std::uint16_t, DF> d16;
+    for (; i + N <= n; i += N) {
+      const auto w = hn::PromoteTo(du, hn::LoadU(d16, src + i));
+      hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(w)), df, dst + i);
+    }
+    for (; i < n; ++i) {
+      const std::uint32_t w = static_cast<std::uint32_t>(src[i]) << 16;
+      std::memcpy(dst + i, &w, 4);
+    }
+  } else {
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || \
+    HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_NEON
+    // F16C / NEON conversions: exact, infinities and NaN included.
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    const auto* h = reinterpret_cast<const hwy::float16_t*>(src);
+    for (; i + N <= n; i += N) {
+      hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, h + i)), df, dst + i);
+    }
+#endif
+    // Elsewhere Highway 1.0.3 emulates the conversion and turns exponent 31
+    // (inf, NaN) into finite numbers, so the rest goes bit by bit.
+    for (; i < n; ++i) dst[i] = ::softdot::to_float(Float16{src[i]});
+  }
+}
+
+// o[i] = o[i] * alpha[i] + acc[i] in double for the N lanes of one vector
+// (o and alpha need no alignment).
+HWY_INLINE void FlushVector(const VF& acc, const double* alpha,
+                            double* HWY_RESTRICT o) {
+  const DF df;
+  const DD dd;
+  const std::size_t ND = hn::Lanes(dd);
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (hn::MaxLanes(DF()) >= 2) {
+    const hn::Half<DF> dh;
+    const VD lo = hn::PromoteTo(dd, hn::LowerHalf(dh, acc));
+    const VD hi = hn::PromoteTo(dd, hn::UpperHalf(dh, acc));
+    hn::StoreU(hn::MulAdd(hn::LoadU(dd, o), hn::LoadU(dd, alpha), lo), dd, o);
+    hn::StoreU(hn::MulAdd(hn::LoadU(dd, o + ND), hn::LoadU(dd, alpha + ND), hi),
+               dd, o + ND);
+    return;
+  }
+#endif
+  HWY_ALIGN float tmp[hn::MaxLanes(DF())];
+  const hn::Rebind<float, DD> dfh;
+  hn::Store(acc, df, tmp);
+  for (std::size_t i = 0; i < hn::Lanes(df); i += ND) {
+    const VD x = hn::PromoteTo(dd, hn::LoadU(dfh, tmp + i));
+    hn::StoreU(hn::MulAdd(hn::LoadU(dd, o + i), hn::LoadU(dd, alpha + i), x),
+               dd, o + i);
+  }
+}
+
+// od[r] = od[r] * alpha[r] + acc[r] in double, for NV vectors of rows.
+template <std::size_t NV>
+HWY_INLINE void FlushColumn(const VF (&acc)[NV], const double* alpha,
+                            double* HWY_RESTRICT od) {
+  const std::size_t N = hn::Lanes(DF());
+#pragma GCC unroll 4
+  for (std::size_t v = 0; v < NV; ++v) {
+    FlushVector(acc[v], alpha + v * N, od + v * N);
+  }
+}
+
+// The float rows of one block of keys and values: the caller's memory for
+// float32, else the block widened into scratch (kc [kb][d], vc [kb][dv]).
+struct BlockRows {
+  const float* k;
+  std::size_t k_stride;
+  const float* v;
+  std::size_t v_stride;
+};
+
+HWY_INLINE BlockRows LoadBlock(const AttnArgs& a, std::size_t j0,
+                               std::size_t kb, float* kc, float* vc) {
+  if (a.kv_type == kKvF32) {
+    return {static_cast<const float*>(a.k) + j0 * a.k_stride, a.k_stride,
+            static_cast<const float*>(a.v) + j0 * a.v_stride, a.v_stride};
+  }
+  const bool bf16 = a.kv_type == kKvBF16;
+  const auto* k16 = static_cast<const std::uint16_t*>(a.k);
+  const auto* v16 = static_cast<const std::uint16_t*>(a.v);
+  for (std::size_t j = 0; j < kb; ++j) {
+    Widen(k16 + (j0 + j) * a.k_stride, kc + j * a.d, a.d, bf16);
+    Widen(v16 + (j0 + j) * a.v_stride, vc + j * a.dv, a.dv, bf16);
+  }
+  return {kc, a.d, vc, a.dv};
+}
+
+// True when the kb rows of n values hold no inf or NaN. A block with a
+// masked score checks its values with this: if one is not finite, P V skips
+// the masked terms lane by lane (0 * NaN would otherwise leak).
+HWY_INLINE bool AllFinite(const float* v, std::size_t stride, std::size_t kb,
+                          std::size_t n) {
+  for (std::size_t j = 0; j < kb; ++j) {
+    for (std::size_t c = 0; c < n; ++c) {
+      if (!std::isfinite(v[j * stride + c])) return false;
+    }
+  }
+  return true;
+}
+
+// Everything the block loop needs, laid out in the scratch buffer.
+struct Scratch {
+  float* qt;         // [d][bq]
+  float* s;          // [kKeyBlock][bq] scores (then kept for the guard)
+  float* p;          // [kKeyBlock][bq] exp(s - m)
+  float* kc;         // [kKeyBlock][d] widened keys
+  float* vc;         // [kKeyBlock][dv] widened values
+  float* add;        // [bq] bias / mask of one key
+  double* od;        // [dv][bq] output accumulators
+  double* l;         // [bq] sums
+  double* alpha;     // [bq]
+  float* m;          // [bq] running max
+  float* nan;        // [bq] 1 where a NaN was seen
+  std::int32_t* lo;  // [bq]
+  std::int32_t* hi;  // [bq]
+};
+
+HWY_INLINE float* AlignUp(float* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  return reinterpret_cast<float*>((a + 63) & ~std::uintptr_t{63});
+}
+
+}  // namespace attn
+}  // namespace HWY_NAMESPACE
+}  // namespace softdot
+HWY_AFTER_NAMESPACE();
+
+#endif  // SOFTDOT_KERNELS_ATTENTION_COMMON_INL_H_

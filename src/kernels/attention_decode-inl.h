@@ -1,0 +1,408 @@
+// softdot kernels: the decode form of attention (features in vector lanes,
+// at most kDecodeMaxRows rows; src/kernels/attention-inl.h has the
+// overview): the 16-chain scores, the value tiles and RunDecode.
+
+#if defined(SOFTDOT_KERNELS_ATTENTION_DECODE_INL_H_) == \
+    defined(HWY_TARGET_TOGGLE)
+#ifdef SOFTDOT_KERNELS_ATTENTION_DECODE_INL_H_
+#undef SOFTDOT_KERNELS_ATTENTION_DECODE_INL_H_
+#else
+#define SOFTDOT_KERNELS_ATTENTION_DECODE_INL_H_
+#endif
+
+#include "kernels/attention_common-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace softdot {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using detail::AttnArgs;
+using detail::kKeyBlock;
+using detail::kKvBF16;
+using detail::kKvF32;
+using ::softdot::Float16;
+
+namespace attn {
+
+// Decode form, for at most kDecodeMaxRows rows (few queries, long key
+// range): features in lanes. Each score is a 16-lane FMA chain over the
+// features reduced in a fixed tree (DecodeScoreRows: the same bits on every
+// FMA target), times the scale; the rest of the arithmetic is the one above,
+// element for element: the same exp of s - m, block sums in double in key
+// order, the same FMA chain over the block's keys for each output element, the
+// same double flush. So only the scores' rounding differs from the prefill
+// form.
+template <std::size_t CV>
+HWY_INLINE void DecodeValues(const float* HWY_RESTRICT p,
+                             const float* HWY_RESTRICT s, bool guard,
+                             const float* HWY_RESTRICT vb, std::size_t vstride,
+                             std::size_t kb, std::size_t c0, VF (&acc)[CV]) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+#pragma GCC unroll 8
+  for (std::size_t i = 0; i < CV; ++i) acc[i] = hn::Zero(df);
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (std::size_t j = 0; j < kb; ++j) {
+    if (guard && s[j] == kNegInf) continue;
+    const VF pj = hn::Set(df, p[j]);
+    const float* vr = vb + j * vstride + c0;
+#pragma GCC unroll 8
+    for (std::size_t i = 0; i < CV; ++i) {
+      acc[i] = hn::MulAdd(hn::LoadU(df, vr + i * N), pj, acc[i]);
+    }
+  }
+}
+
+// Decode scores of RC rows against key row kr: per row, 16 logical lanes
+// (one Block), lane t accumulating features t, t + 16, ... as a float FMA
+// chain, then the fixed pairwise tree of ReduceBlockTree: the same bits on
+// every FMA target. qp holds the rows zero-padded to a multiple of 16.
+template <std::size_t RC, std::size_t KJ>
+HWY_INLINE void DecodeScoreRows(const float* HWY_RESTRICT qp, std::size_t dpad,
+                                const float* HWY_RESTRICT kr0,
+                                std::size_t kstride, std::size_t d, float* out,
+                                std::size_t out_stride) {
+  using BL = Block<float>;
+  const typename BL::D db;
+  constexpr std::size_t W = BL::kVecs;
+  constexpr std::size_t VL = BL::kVecLanes;
+  typename BL::V acc[RC][KJ][W];
+#pragma GCC unroll 4
+  for (std::size_t r = 0; r < RC; ++r) {
+#pragma GCC unroll 4
+    for (std::size_t k = 0; k < KJ; ++k) {
+#pragma GCC unroll 16
+      for (std::size_t w = 0; w < W; ++w) acc[r][k][w] = hn::Zero(db);
+    }
+  }
+  const std::size_t full = d / 16;
+  auto step = [&](std::size_t b, const typename BL::V(&kv)[KJ][W]) {
+#pragma GCC unroll 4
+    for (std::size_t r = 0; r < RC; ++r) {
+      const float* q = qp + r * dpad + b * 16;
+#pragma GCC unroll 16
+      for (std::size_t w = 0; w < W; ++w) {
+        const typename BL::V qv = hn::Load(db, q + w * VL);
+#pragma GCC unroll 4
+        for (std::size_t k = 0; k < KJ; ++k) {
+          acc[r][k][w] = hn::MulAdd(qv, kv[k][w], acc[r][k][w]);
+        }
+      }
+    }
+  };
+  for (std::size_t b = 0; b < full; ++b) {
+    typename BL::V kv[KJ][W];
+#pragma GCC unroll 4
+    for (std::size_t k = 0; k < KJ; ++k) {
+#pragma GCC unroll 16
+      for (std::size_t w = 0; w < W; ++w) {
+        kv[k][w] = hn::LoadU(db, kr0 + k * kstride + b * 16 + w * VL);
+      }
+    }
+    step(b, kv);
+  }
+  if (const std::size_t rest = d - full * 16; rest != 0) {
+    typename BL::V kv[KJ][W];
+    for (std::size_t k = 0; k < KJ; ++k) {
+      for (std::size_t w = 0; w < W; ++w) {
+        const std::size_t c = CountInVec<VL>(rest, w);
+        kv[k][w] =
+            c == 0 ? hn::Zero(db)
+                   : LoadFirstN(db, kr0 + k * kstride + full * 16 + w * VL, c);
+      }
+    }
+    step(full, kv);
+  }
+#pragma GCC unroll 4
+  for (std::size_t r = 0; r < RC; ++r) {
+#pragma GCC unroll 4
+    for (std::size_t k = 0; k < KJ; ++k) {
+      out[r * out_stride + k] = ReduceBlockTree<float>(acc[r][k]);
+    }
+  }
+}
+
+// Four rows at once: acc[r][i] = sum_j P[r][j] V[j][c0 + i N + lane].
+HWY_INLINE void DecodeValues4(const float* HWY_RESTRICT p, std::size_t pstride,
+                              const float* HWY_RESTRICT vb, std::size_t vstride,
+                              std::size_t kb, std::size_t c0, VF (&acc)[4][4]) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+#pragma GCC unroll 4
+  for (std::size_t r = 0; r < 4; ++r) {
+#pragma GCC unroll 4
+    for (std::size_t i = 0; i < 4; ++i) acc[r][i] = hn::Zero(df);
+  }
+  for (std::size_t j = 0; j < kb; ++j) {
+    const float* vr = vb + j * vstride + c0;
+    VF vv[4];
+#pragma GCC unroll 4
+    for (std::size_t i = 0; i < 4; ++i) vv[i] = hn::LoadU(df, vr + i * N);
+#pragma GCC unroll 4
+    for (std::size_t r = 0; r < 4; ++r) {
+      const VF pj = hn::Set(df, p[r * pstride + j]);
+#pragma GCC unroll 4
+      for (std::size_t i = 0; i < 4; ++i) {
+        acc[r][i] = hn::MulAdd(vv[i], pj, acc[r][i]);
+      }
+    }
+  }
+}
+
+// Columns c0..dv of one row: whole vectors, then a scalar FMA chain (the
+// same per-element arithmetic).
+template <class Flush>
+HWY_INLINE void DecodeRowTail(const float* pr, const float* sr, bool guard,
+                              const float* vbase, std::size_t vstride,
+                              std::size_t kb, std::size_t c, std::size_t dv,
+                              double* o, double alpha, const Flush& flush) {
+  const std::size_t N = hn::Lanes(DF());
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (; c + N <= dv; c += N) {
+    VF a1[1];
+    DecodeValues<1>(pr, sr, guard, vbase, vstride, kb, c, a1);
+    flush(a1[0], o + c);
+  }
+  for (; c < dv; ++c) {
+    float acc1 = 0.0f;
+    for (std::size_t j = 0; j < kb; ++j) {
+      if (guard && sr[j] == kNegInf) continue;
+      acc1 = std::fma(vbase[j * vstride + c], pr[j], acc1);
+    }
+    o[c] = std::fma(o[c], alpha, static_cast<double>(acc1));
+  }
+}
+
+void RunDecode(const AttnArgs& a) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  const std::size_t d = a.d, dv = a.dv, rows = a.rows;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  constexpr std::size_t B = kKeyBlock;
+
+  float* f = AlignUp(a.scratch);
+  auto take = [&f](std::size_t n) {
+    float* r = f;
+    f = AlignUp(f + n);
+    return r;
+  };
+  float* S = take(rows * B);
+  float* P = take(rows * B);
+  const std::size_t dpad = (d + 15) / 16 * 16;
+  float* qp = take(rows * dpad);
+  for (std::size_t r = 0; r < rows; ++r) {
+    std::memcpy(qp + r * dpad, a.q_rows[r], d * sizeof(float));
+    std::memset(qp + r * dpad + d, 0, (dpad - d) * sizeof(float));
+  }
+  float* kc = a.kv_type == kKvF32 ? nullptr : take(B * d);
+  float* vc = a.kv_type == kKvF32 ? nullptr : take(B * dv);
+  double* od = reinterpret_cast<double*>(take(2 * rows * dv));
+  float* add = take(B);
+  float m[detail::kDecodeMaxRows];
+  double l[detail::kDecodeMaxRows];
+  bool nan[detail::kDecodeMaxRows];
+  std::int32_t lo_min = std::numeric_limits<std::int32_t>::max();
+  std::int32_t hi_max = std::numeric_limits<std::int32_t>::min();
+  for (std::size_t r = 0; r < rows; ++r) {
+    lo_min = std::min(lo_min, a.lo[r]);
+    hi_max = std::max(hi_max, a.hi[r]);
+    InitialState(a.sinks, r, m[r], l[r], nan[r]);
+  }
+  std::memset(od, 0, rows * dv * sizeof(double));
+  const VF scale = hn::Set(df, a.scale);
+  const VF cap = hn::Set(df, a.softcap);
+  const bool softcap = a.softcap > 0.0f;
+
+  for (std::size_t j0 = a.j_begin; j0 < a.j_end; j0 += B) {
+    const std::size_t kb = std::min(B, a.j_end - j0);
+    const auto first = static_cast<std::int64_t>(j0);
+    const auto last = static_cast<std::int64_t>(j0 + kb - 1);
+    if (last < lo_min || first > hi_max) continue;
+    // The next block's keys and values, a cache line at a time, before
+    // this block is computed: without it the loop waited on memory (f32
+    // from DRAM: 15.1 GB/s; with it 17.4 GB/s; prefetching the same lines
+    // spread over the score loop instead: 16.0 GB/s).
+    if (j0 + B < a.j_end) {
+      const std::size_t nb = std::min(B, a.j_end - j0 - B);
+      const std::size_t esize = a.kv_type == kKvF32 ? 4 : 2;
+      const char* kn =
+          static_cast<const char*>(a.k) + (j0 + B) * a.k_stride * esize;
+      const char* vn =
+          static_cast<const char*>(a.v) + (j0 + B) * a.v_stride * esize;
+      for (std::size_t j = 0; j < nb; ++j) {
+        for (std::size_t off = 0; off < d * esize; off += 64) {
+          __builtin_prefetch(kn + j * a.k_stride * esize + off);
+        }
+        for (std::size_t off = 0; off < dv * esize; off += 64) {
+          __builtin_prefetch(vn + j * a.v_stride * esize + off);
+        }
+      }
+    }
+    const BlockRows kv = LoadBlock(a, j0, kb, kc, vc);
+    const float* kbase = kv.k;
+    const std::size_t kstride = kv.k_stride;
+    const float* vbase = kv.v;
+    const std::size_t vstride = kv.v_stride;
+    {
+      // Tiles of 4 rows x 2 keys, or 1 row x 4 keys.
+      std::size_t j = 0;
+      for (; j + 4 <= kb; j += 4) {
+        const float* kr = kbase + j * kstride;
+        std::size_t r = 0;
+        for (; r + 4 <= rows; r += 4) {
+          DecodeScoreRows<4, 2>(qp + r * dpad, dpad, kr, kstride, d,
+                                S + r * B + j, B);
+          DecodeScoreRows<4, 2>(qp + r * dpad, dpad, kr + 2 * kstride, kstride,
+                                d, S + r * B + j + 2, B);
+        }
+        for (; r < rows; ++r) {
+          DecodeScoreRows<1, 4>(qp + r * dpad, dpad, kr, kstride, d,
+                                S + r * B + j, B);
+        }
+      }
+      for (; j < kb; ++j) {
+        for (std::size_t r = 0; r < rows; ++r) {
+          DecodeScoreRows<1, 1>(qp + r * dpad, dpad, kbase + j * kstride,
+                                kstride, d, S + r * B + j, B);
+        }
+      }
+    }
+    bool any_masked = false;
+    double alpha[detail::kDecodeMaxRows];
+    for (std::size_t r = 0; r < rows; ++r) {
+      float* sr = S + r * B;
+      float* pr = P + r * B;
+      // Scale, cap, bias, mask and limits, by vectors of keys.
+      const bool ext = (a.bias_rows != nullptr && a.bias_rows[r] != nullptr) ||
+                       (a.mask_rows != nullptr && a.mask_rows[r] != nullptr);
+      if (ext) {
+        for (std::size_t j = 0; j < kb; ++j) {
+          float x = 0.0f;
+          if (a.bias_rows != nullptr && a.bias_rows[r] != nullptr) {
+            x = a.bias_rows[r][j0 + j];
+          }
+          if (a.mask_rows != nullptr && a.mask_rows[r] != nullptr &&
+              a.mask_rows[r][j0 + j] == 0) {
+            x = -kInf;
+          }
+          add[j] = x;
+        }
+      }
+      const DI di;
+      const auto lo = hn::Set(di, a.lo[r]), hi = hn::Set(di, a.hi[r]);
+      const auto iota = hn::Iota(di, 0);
+      VF mxv = hn::Set(df, -kInf), mnv = hn::Set(df, kInf);
+      auto nanv = hn::Lt(mxv, mxv);  // all false
+      for (std::size_t j = 0; j < kb; j += N) {
+        const auto valid = hn::FirstN(df, kb - j);
+        VF x = hn::Mul(hn::LoadU(df, sr + j), scale);
+        if (softcap) x = Softcap(x, cap);
+        if (ext) {
+          const VF ad = hn::LoadU(df, add + j);
+          x = hn::IfThenElse(hn::Eq(ad, hn::Set(df, -kInf)), ad,
+                             hn::Add(x, ad));
+        }
+        const auto jv =
+            hn::Add(iota, hn::Set(di, static_cast<std::int32_t>(j0 + j)));
+        const auto out = hn::Or(hn::Lt(jv, lo), hn::Gt(jv, hi));
+        x = hn::IfThenElse(hn::RebindMask(df, out), hn::Set(df, -kInf), x);
+        x = hn::IfThenElse(valid, x, hn::Set(df, -kInf));
+        hn::StoreU(x, df, sr + j);
+        nanv = hn::Or(nanv, hn::IsNaN(x));
+        mxv = hn::Max(mxv, x);
+        mnv = hn::Min(mnv, hn::IfThenElse(valid, x, hn::Set(df, kInf)));
+      }
+      HWY_ALIGN float red[hn::MaxLanes(DF())];
+      float mx = -kInf, mn = kInf;
+      hn::Store(mxv, df, red);
+      for (std::size_t t = 0; t < N; ++t) mx = std::max(mx, red[t]);
+      hn::Store(mnv, df, red);
+      for (std::size_t t = 0; t < N; ++t) mn = std::min(mn, red[t]);
+      const bool row_nan = !hn::AllFalse(df, nanv);
+      if (row_nan) nan[r] = true;
+      if (mn == -kInf) any_masked = true;
+      // New max and alpha with the vector exp (the same bits as above).
+      const float m_old = m[r];
+      const float m_new = row_nan ? m_old : std::max(m_old, mx);
+      const float ms = std::isfinite(m_new) ? m_new : 0.0f;
+      const bool inf_row = m_new == kInf;
+      float al = hn::GetLane(
+          ExpNonPositive(df, hn::Set(df, m_old - ms), hn::Zero(df)));
+      if (inf_row) al = m_old == kInf ? 1.0f : 0.0f;
+      alpha[r] = al;
+      m[r] = m_new;
+      double sum = 0.0;
+      const VF msv = hn::Set(df, ms);
+      for (std::size_t j = 0; j < kb; j += N) {
+        const VF x = hn::LoadU(df, sr + j);
+        VF pv = ExpNonPositive(df, hn::Sub(x, msv), hn::Zero(df));
+        if (HWY_UNLIKELY(inf_row)) {
+          pv = hn::IfThenElseZero(hn::Eq(x, hn::Set(df, kInf)),
+                                  hn::Set(df, 1.0f));
+        }
+        hn::StoreU(pv, df, pr + j);
+      }
+      for (std::size_t j = 0; j < kb; ++j) sum += static_cast<double>(pr[j]);
+      l[r] = std::fma(l[r], alpha[r], sum);
+    }
+
+    const bool guard = any_masked && !AllFinite(vbase, vstride, kb, dv);
+    // O = alpha O + P V: tiles of 4 rows x 4 vectors of columns (V loaded
+    // once for 4 rows), then single rows; with the guard, row by row.
+    // Each row's alpha in every lane, for FlushVector.
+    HWY_ALIGN double alpha_lanes[detail::kDecodeMaxRows][hn::MaxLanes(DF())];
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t i = 0; i < N; ++i) alpha_lanes[r][i] = alpha[r];
+    }
+    auto flush = [&](const VF& acc, double* o, std::size_t row) {
+      FlushVector(acc, alpha_lanes[row], o);
+    };
+    std::size_t r = 0;
+    if (!guard) {
+      for (; r + 4 <= rows; r += 4) {
+        std::size_t c = 0;
+        for (; c + 4 * N <= dv; c += 4 * N) {
+          VF acc[4][4];
+          DecodeValues4(P + r * B, B, vbase, vstride, kb, c, acc);
+          for (std::size_t rr = 0; rr < 4; ++rr) {
+            for (std::size_t i = 0; i < 4; ++i) {
+              flush(acc[rr][i], od + (r + rr) * dv + c + i * N, r + rr);
+            }
+          }
+        }
+        for (std::size_t rr = 0; rr < 4; ++rr) {
+          DecodeRowTail(
+              P + (r + rr) * B, S + (r + rr) * B, false, vbase, vstride, kb, c,
+              dv, od + (r + rr) * dv, alpha[r + rr],
+              [&](const VF& acc, double* o) { flush(acc, o, r + rr); });
+        }
+      }
+    }
+    for (; r < rows; ++r) {
+      const float* pr = P + r * B;
+      const float* sr = S + r * B;
+      double* o = od + r * dv;
+      std::size_t c = 0;
+      for (; c + 4 * N <= dv; c += 4 * N) {
+        VF acc[4];
+        DecodeValues<4>(pr, sr, guard, vbase, vstride, kb, c, acc);
+        for (std::size_t i = 0; i < 4; ++i) flush(acc[i], o + c + i * N, r);
+      }
+      DecodeRowTail(pr, sr, guard, vbase, vstride, kb, c, dv, o, alpha[r],
+                    [&](const VF& acc, double* o2) { flush(acc, o2, r); });
+    }
+  }
+  for (std::size_t r = 0; r < rows; ++r) {
+    a.out_m[r] = m[r];
+    a.out_l[r] = nan[r] ? std::numeric_limits<double>::quiet_NaN() : l[r];
+    std::memcpy(a.out_o + r * dv, od + r * dv, dv * sizeof(double));
+  }
+}
+
+}  // namespace attn
+}  // namespace HWY_NAMESPACE
+}  // namespace softdot
+HWY_AFTER_NAMESPACE();
+
+#endif  // SOFTDOT_KERNELS_ATTENTION_DECODE_INL_H_

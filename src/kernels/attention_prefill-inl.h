@@ -1,0 +1,359 @@
+// softdot kernels: the prefill form of attention (query rows in vector
+// lanes; src/kernels/attention-inl.h has the overview): the score and value
+// tiles and RunBlock.
+
+#if defined(SOFTDOT_KERNELS_ATTENTION_PREFILL_INL_H_) == \
+    defined(HWY_TARGET_TOGGLE)
+#ifdef SOFTDOT_KERNELS_ATTENTION_PREFILL_INL_H_
+#undef SOFTDOT_KERNELS_ATTENTION_PREFILL_INL_H_
+#else
+#define SOFTDOT_KERNELS_ATTENTION_PREFILL_INL_H_
+#endif
+
+#include "kernels/attention_common-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace softdot {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using detail::AttnArgs;
+using detail::kKeyBlock;
+using detail::kKvBF16;
+using detail::kKvF32;
+using ::softdot::Float16;
+
+namespace attn {
+
+// Scores of KT keys against NV vectors of rows: s[jj][r] for jj < KT.
+// krow[jj] points at key jj's d features; qt is [d][BQ].
+template <std::size_t NV, std::size_t KT>
+HWY_INLINE void ScoreTile(const float* HWY_RESTRICT qt, std::size_t bq,
+                          const float* const* krow, std::size_t d, VF scale,
+                          float* HWY_RESTRICT s) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  VF acc[KT][NV];
+#pragma GCC unroll 16
+  for (std::size_t jj = 0; jj < KT; ++jj) {
+#pragma GCC unroll 4
+    for (std::size_t v = 0; v < NV; ++v) acc[jj][v] = hn::Zero(df);
+  }
+  const float* kp[KT];
+#pragma GCC unroll 16
+  for (std::size_t jj = 0; jj < KT; ++jj) kp[jj] = krow[jj];
+  for (std::size_t k = 0; k < d; ++k) {
+    VF q[NV];
+#pragma GCC unroll 4
+    for (std::size_t v = 0; v < NV; ++v)
+      q[v] = hn::Load(df, qt + k * bq + v * N);
+#pragma GCC unroll 16
+    for (std::size_t jj = 0; jj < KT; ++jj) {
+      const VF kv = hn::Set(df, kp[jj][k]);
+#pragma GCC unroll 4
+      for (std::size_t v = 0; v < NV; ++v) {
+        acc[jj][v] = hn::MulAdd(kv, q[v], acc[jj][v]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (std::size_t jj = 0; jj < KT; ++jj) {
+#pragma GCC unroll 4
+    for (std::size_t v = 0; v < NV; ++v) {
+      hn::Store(hn::Mul(acc[jj][v], scale), df, s + jj * bq + v * N);
+    }
+  }
+}
+
+// acc[c][r] = sum_{j < kb} P[j][r] * V[j][c0 + c] for CT columns, as a float
+// FMA chain over j; with kGuard, lanes whose score S[j][r] is -inf skip the
+// term (masked values must not reach the output, even NaN * 0).
+template <std::size_t NV, std::size_t CT, bool kGuard>
+HWY_INLINE void ValueTile(const float* HWY_RESTRICT p,
+                          const float* HWY_RESTRICT sc, std::size_t bq,
+                          const float* HWY_RESTRICT vb, std::size_t vstride,
+                          std::size_t kb, VF (&acc)[CT][NV]) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+#pragma GCC unroll 16
+  for (std::size_t c = 0; c < CT; ++c) {
+#pragma GCC unroll 4
+    for (std::size_t v = 0; v < NV; ++v) acc[c][v] = hn::Zero(df);
+  }
+  const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  for (std::size_t j = 0; j < kb; ++j) {
+    VF pv[NV];
+#pragma GCC unroll 4
+    for (std::size_t v = 0; v < NV; ++v)
+      pv[v] = hn::Load(df, p + j * bq + v * N);
+    const float* vrow = vb + j * vstride;
+    if constexpr (kGuard) {
+      hn::Mask<DF> live[NV];
+#pragma GCC unroll 4
+      for (std::size_t v = 0; v < NV; ++v) {
+        live[v] = hn::Ne(hn::Load(df, sc + j * bq + v * N), neg_inf);
+      }
+#pragma GCC unroll 16
+      for (std::size_t c = 0; c < CT; ++c) {
+        const VF vv = hn::Set(df, vrow[c]);
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < NV; ++v) {
+          acc[c][v] = hn::IfThenElse(live[v], hn::MulAdd(vv, pv[v], acc[c][v]),
+                                     acc[c][v]);
+        }
+      }
+    } else {
+#pragma GCC unroll 16
+      for (std::size_t c = 0; c < CT; ++c) {
+        const VF vv = hn::Set(df, vrow[c]);
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < NV; ++v) {
+          acc[c][v] = hn::MulAdd(vv, pv[v], acc[c][v]);
+        }
+      }
+    }
+  }
+}
+
+template <std::size_t NV>
+void RunBlock(const AttnArgs& a) {
+  const DF df;
+  const DD dd;
+  const DI di;
+  const std::size_t N = hn::Lanes(df);
+  const std::size_t bq = NV * N;
+  const std::size_t d = a.d, dv = a.dv, rows = a.rows;
+  constexpr std::size_t KT = kAccRegs / NV;
+  constexpr std::size_t CT = kAccRegs / NV;
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+
+  // Scratch (sizes: attention_scratch_floats in attention_args.h).
+  Scratch sc;
+  float* f = AlignUp(a.scratch);
+  auto take = [&f](std::size_t n) {
+    float* r = f;
+    f = AlignUp(f + n);
+    return r;
+  };
+  sc.qt = take(d * bq);
+  sc.s = take(kKeyBlock * bq);
+  sc.p = take(kKeyBlock * bq);
+  sc.kc = a.kv_type == kKvF32 ? nullptr : take(kKeyBlock * d);
+  sc.vc = a.kv_type == kKvF32 ? nullptr : take(kKeyBlock * dv);
+  sc.add = take(bq);
+  sc.od = reinterpret_cast<double*>(take(2 * dv * bq));
+  sc.l = reinterpret_cast<double*>(take(2 * bq));
+  sc.alpha = reinterpret_cast<double*>(take(2 * bq));
+  sc.m = take(bq);
+  sc.nan = take(bq);
+  sc.lo = reinterpret_cast<std::int32_t*>(take(bq));
+  sc.hi = reinterpret_cast<std::int32_t*>(take(bq));
+
+  // Pack Q transposed; padding lanes hold zeros and see every key.
+  for (std::size_t k = 0; k < d; ++k) {
+    float* dst = sc.qt + k * bq;
+    for (std::size_t r = 0; r < rows; ++r) dst[r] = a.q_rows[r][k];
+    for (std::size_t r = rows; r < bq; ++r) dst[r] = 0.0f;
+  }
+  std::int32_t lo_min = std::numeric_limits<std::int32_t>::max();
+  std::int32_t lo_max = std::numeric_limits<std::int32_t>::min();
+  std::int32_t hi_min = lo_min, hi_max = lo_max;
+  for (std::size_t r = 0; r < bq; ++r) {
+    const bool live = r < rows;
+    sc.lo[r] = live ? a.lo[r] : 0;
+    sc.hi[r] = live ? a.hi[r] : std::numeric_limits<std::int32_t>::max();
+    if (live) {
+      lo_min = std::min(lo_min, a.lo[r]);
+      lo_max = std::max(lo_max, a.lo[r]);
+      hi_min = std::min(hi_min, a.hi[r]);
+      hi_max = std::max(hi_max, a.hi[r]);
+    }
+    float m0;
+    double l0;
+    bool nan0;
+    InitialState(live ? a.sinks : nullptr, r, m0, l0, nan0);
+    sc.m[r] = m0;
+    sc.l[r] = l0;
+    sc.nan[r] = nan0 ? 1.0f : 0.0f;
+  }
+  std::memset(sc.od, 0, dv * bq * sizeof(double));
+
+  const bool extra = a.mask_rows != nullptr || a.bias_rows != nullptr;
+  const VF scale = hn::Set(df, a.scale);
+  const VF neg_inf = hn::Set(df, -kInf);
+  const VF pos_inf = hn::Set(df, kInf);
+  const bool softcap = a.softcap > 0.0f;
+  const VF cap = hn::Set(df, a.softcap);
+
+  for (std::size_t j0 = a.j_begin; j0 < a.j_end; j0 += kKeyBlock) {
+    const std::size_t kb = std::min(kKeyBlock, a.j_end - j0);
+    const auto first = static_cast<std::int64_t>(j0);
+    const auto last = static_cast<std::int64_t>(j0 + kb - 1);
+    if (last < lo_min || first > hi_max) continue;  // hidden from every row
+    const bool straddles = first < lo_max || last > hi_min;
+
+    // Keys and values of the block, as float rows.
+    const BlockRows kv = LoadBlock(a, j0, kb, sc.kc, sc.vc);
+    const float* kbase = kv.k;
+    const std::size_t kstride = kv.k_stride;
+    const float* vbase = kv.v;
+    const std::size_t vstride = kv.v_stride;
+
+    // 3. Scores.
+    {
+      std::size_t j = 0;
+      const float* kr[KT];
+      for (; j + KT <= kb; j += KT) {
+        for (std::size_t jj = 0; jj < KT; ++jj)
+          kr[jj] = kbase + (j + jj) * kstride;
+        ScoreTile<NV, KT>(sc.qt, bq, kr, d, scale, sc.s + j * bq);
+      }
+      for (; j < kb; ++j) {
+        kr[0] = kbase + j * kstride;
+        ScoreTile<NV, 1>(sc.qt, bq, kr, d, scale, sc.s + j * bq);
+      }
+    }
+
+    // 4. Soft-cap, bias, mask, limits; NaN flags, max and min.
+    VF mx[NV], mn[NV];
+    hn::Mask<DF> nan[NV];
+    for (std::size_t v = 0; v < NV; ++v) {
+      mx[v] = neg_inf;
+      mn[v] = pos_inf;
+      nan[v] = hn::Ne(hn::Load(df, sc.nan + v * N), hn::Zero(df));
+    }
+    for (std::size_t j = 0; j < kb; ++j) {
+      if (extra) {
+        for (std::size_t r = 0; r < bq; ++r) {
+          float add = 0.0f;
+          if (r < rows) {
+            if (a.bias_rows != nullptr && a.bias_rows[r] != nullptr) {
+              add = a.bias_rows[r][j0 + j];
+            }
+            if (a.mask_rows != nullptr && a.mask_rows[r] != nullptr &&
+                a.mask_rows[r][j0 + j] == 0) {
+              add = -kInf;
+            }
+          }
+          sc.add[r] = add;
+        }
+      }
+      const auto jv = hn::Set(di, static_cast<std::int32_t>(j0 + j));
+      for (std::size_t v = 0; v < NV; ++v) {
+        float* sp = sc.s + j * bq + v * N;
+        VF s = hn::Load(df, sp);
+        if (softcap) s = Softcap(s, cap);
+        if (extra) {
+          const VF add = hn::Load(df, sc.add + v * N);
+          s = hn::IfThenElse(hn::Eq(add, neg_inf), neg_inf, hn::Add(s, add));
+        }
+        if (straddles) {
+          const auto out = hn::Or(hn::Lt(jv, hn::Load(di, sc.lo + v * N)),
+                                  hn::Gt(jv, hn::Load(di, sc.hi + v * N)));
+          s = hn::IfThenElse(hn::RebindMask(df, out), neg_inf, s);
+        }
+        if (softcap || extra || straddles) hn::Store(s, df, sp);
+        nan[v] = hn::Or(nan[v], hn::IsNaN(s));
+        mx[v] = hn::Max(mx[v], s);
+        mn[v] = hn::Min(mn[v], s);
+      }
+    }
+
+    // 5. New max, alpha, P = exp(S - m), block sums in double.
+    bool any_masked = false;
+    bool any_inf = false;
+    VF msafe[NV], inf_lane_v[NV];
+    for (std::size_t v = 0; v < NV; ++v) {
+      const VF m_old = hn::Load(df, sc.m + v * N);
+      const VF m_new = hn::Max(m_old, mx[v]);
+      const auto inf_lane = hn::Eq(m_new, pos_inf);
+      any_inf = any_inf || !hn::AllFalse(df, inf_lane);
+      any_masked = any_masked || !hn::AllFalse(df, hn::Eq(mn[v], neg_inf));
+      const VF ms = hn::IfThenElseZero(hn::IsFinite(m_new), m_new);
+      msafe[v] = ms;
+      inf_lane_v[v] = hn::IfThenElseZero(inf_lane, hn::Set(df, 1.0f));
+      VF alpha = ExpNonPositive(df, hn::Sub(m_old, ms), hn::Zero(df));
+      alpha = hn::IfThenElse(
+          inf_lane,
+          hn::IfThenElseZero(hn::Eq(m_old, pos_inf), hn::Set(df, 1.0f)), alpha);
+      hn::Store(m_new, df, sc.m + v * N);
+      hn::Store(hn::IfThenElseZero(nan[v], hn::Set(df, 1.0f)), df,
+                sc.nan + v * N);
+      HWY_ALIGN float al[hn::MaxLanes(DF())];
+      hn::Store(alpha, df, al);
+      for (std::size_t i = 0; i < N; ++i) sc.alpha[v * N + i] = al[i];
+    }
+    {
+      HWY_ALIGN float pt[hn::MaxLanes(DF())];
+      HWY_ALIGN double sum[4 * hn::MaxLanes(DF())];
+      for (std::size_t i = 0; i < bq; ++i) sum[i] = 0.0;
+      const std::size_t ND = hn::Lanes(dd);
+      const hn::Rebind<float, DD> dfh;
+      for (std::size_t j = 0; j < kb; ++j) {
+        for (std::size_t v = 0; v < NV; ++v) {
+          const VF s = hn::Load(df, sc.s + j * bq + v * N);
+          VF p = ExpNonPositive(df, hn::Sub(s, msafe[v]), hn::Zero(df));
+          if (HWY_UNLIKELY(any_inf)) {
+            const auto il = hn::Ne(inf_lane_v[v], hn::Zero(df));
+            p = hn::IfThenElse(
+                il, hn::IfThenElseZero(hn::Eq(s, pos_inf), hn::Set(df, 1.0f)),
+                p);
+          }
+          hn::Store(p, df, sc.p + j * bq + v * N);
+          hn::Store(p, df, pt);
+          for (std::size_t i = 0; i < N; i += ND) {
+            double* sp = sum + v * N + i;
+            hn::Store(hn::Add(hn::Load(dd, sp),
+                              hn::PromoteTo(dd, hn::LoadU(dfh, pt + i))),
+                      dd, sp);
+          }
+        }
+      }
+      for (std::size_t i = 0; i < bq; i += ND) {
+        hn::Store(hn::MulAdd(hn::Load(dd, sc.l + i), hn::Load(dd, sc.alpha + i),
+                             hn::Load(dd, sum + i)),
+                  dd, sc.l + i);
+      }
+    }
+
+    // 6. O = alpha O + P V.
+    const bool guard = any_masked && !AllFinite(vbase, vstride, kb, dv);
+    std::size_t c = 0;
+    VF acc[CT][NV];
+    for (; c + CT <= dv; c += CT) {
+      if (guard) {
+        ValueTile<NV, CT, true>(sc.p, sc.s, bq, vbase + c, vstride, kb, acc);
+      } else {
+        ValueTile<NV, CT, false>(sc.p, sc.s, bq, vbase + c, vstride, kb, acc);
+      }
+      for (std::size_t cc = 0; cc < CT; ++cc) {
+        FlushColumn<NV>(acc[cc], sc.alpha, sc.od + (c + cc) * bq);
+      }
+    }
+    for (; c < dv; ++c) {
+      VF acc1[1][NV];
+      if (guard) {
+        ValueTile<NV, 1, true>(sc.p, sc.s, bq, vbase + c, vstride, kb, acc1);
+      } else {
+        ValueTile<NV, 1, false>(sc.p, sc.s, bq, vbase + c, vstride, kb, acc1);
+      }
+      FlushColumn<NV>(acc1[0], sc.alpha, sc.od + c * bq);
+    }
+  }
+
+  // The state of each row; a NaN seen makes l NaN.
+  for (std::size_t r = 0; r < rows; ++r) {
+    const bool is_nan = sc.nan[r] != 0.0f;
+    a.out_m[r] = sc.m[r];
+    a.out_l[r] = is_nan ? std::numeric_limits<double>::quiet_NaN() : sc.l[r];
+    double* o = a.out_o + r * dv;
+    for (std::size_t cc = 0; cc < dv; ++cc) o[cc] = sc.od[cc * bq + r];
+  }
+}
+
+}  // namespace attn
+}  // namespace HWY_NAMESPACE
+}  // namespace softdot
+HWY_AFTER_NAMESPACE();
+
+#endif  // SOFTDOT_KERNELS_ATTENTION_PREFILL_INL_H_
