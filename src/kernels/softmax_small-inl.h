@@ -1,0 +1,99 @@
+// softdot kernels: the softmax of a float row of at most one block (16
+// elements) in registers, with the same bits as the passes.
+
+#if defined(SOFTDOT_KERNELS_SOFTMAX_SMALL_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SOFTDOT_KERNELS_SOFTMAX_SMALL_INL_H_
+#undef SOFTDOT_KERNELS_SOFTMAX_SMALL_INL_H_
+#else
+#define SOFTDOT_KERNELS_SOFTMAX_SMALL_INL_H_
+#endif
+
+#include "kernels/softmax_passes-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace softdot {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// softmax of a float row of at most one block (16 elements), in registers:
+// the partial block is loaded once and the exponentials are kept, where
+// passes A, B and C each reload the block (and the faithful C recomputes
+// exp). Every value is computed as in those passes (one element per lane,
+// so each lane sum is its one exponential, added by the same PlainTree), so
+// the weights have the same bits. Returns false, having written nothing,
+// for rows whose max is NaN-tainted or +-inf (RowImpl handles them) and for
+// scaled scores beyond 2^32.
+template <bool kMasked, bool kScaled>
+HWY_INLINE bool SingleBlockSoftmaxF32(
+    const Scores<float, kMasked, kScaled>& scores, const float* x,
+    const std::uint8_t* mask, std::size_t n, bool faithful, float* y) {
+  using B = Block<float>;
+  using V = typename B::V;
+  const typename B::D d;
+  constexpr std::size_t kLanes = B::kLanes;
+  alignas(64) float xb[kLanes];
+  alignas(64) float yb[kLanes];
+  alignas(64) std::uint8_t mb[kLanes];
+  LoadPartialBlock(x, n, -std::numeric_limits<float>::infinity(), xb);
+  if (kMasked) LoadPartialMask(mask, n, kLanes, mb);
+  V p[B::kVecs], lo[B::kVecs];
+  V mx = hn::Set(d, -std::numeric_limits<float>::infinity());
+  V bad = hn::Zero(d);
+  for (std::size_t v = 0; v < B::kVecs; ++v) {
+    scores.Load(xb, kMasked ? mb : nullptr, v, p[v], lo[v]);
+    mx = hn::Max(mx, p[v]);
+    bad = hn::Or(bad, hn::VecFromMask(d, hn::IsNaN(p[v])));
+  }
+  const float m = hn::GetLane(hn::MaxOfLanes(d, mx));
+  if (!hn::AllFalse(d, hn::MaskFromVec(bad)) ||
+      m == -std::numeric_limits<float>::infinity() ||
+      m == std::numeric_limits<float>::infinity()) {
+    return false;
+  }
+  if (faithful) {
+    if (kScaled && std::fabs(m) >= 0x1p32f) return false;
+    using WS = WideScores<kMasked, kScaled>;
+    using DW = typename WS::DW;
+    const DW dw;
+    const hn::Rebind<float, DW> df;
+    const WS ws{static_cast<double>(scores.scale)};
+    const auto cv = hn::Set(dw, static_cast<double>(m));
+    hn::Vec<DW> e[WS::kVecs];
+    alignas(64) double lanes[kLanes];
+    for (std::size_t v = 0; v < WS::kVecs; ++v) {
+      e[v] =
+          ExpForFloat(dw, hn::Sub(ws.Load(xb, kMasked ? mb : nullptr, v), cv));
+      hn::Store(e[v], dw, lanes + v * WS::kVecLanes);
+    }
+    const auto iv = hn::Set(dw, 1.0 / PlainTree(lanes, kLanes));
+    for (std::size_t v = 0; v < WS::kVecs; ++v) {
+      hn::StoreU(hn::DemoteTo(df, hn::Mul(e[v], iv)), df,
+                 yb + v * WS::kVecLanes);
+    }
+  } else {
+    const V mv = hn::Set(d, m), one = hn::Set(d, 1.0f);
+    V e[B::kVecs], s[B::kVecs], c[B::kVecs];
+    for (std::size_t v = 0; v < B::kVecs; ++v) {
+      e[v] = ShiftedExp(p[v], lo[v], mv);
+      // SumExpPass's lane: s = 1 + e with its Fast2Sum error.
+      s[v] = hn::Add(one, e[v]);
+      c[v] = hn::Sub(e[v], hn::Sub(s[v], one));
+    }
+    double sum_hi, sum_lo;
+    SumLanes<float, false>(s, c, sum_hi, sum_lo, 1.0);
+    float h, l;
+    Reciprocal<float>(sum_hi, sum_lo, h, l);
+    const V hv = hn::Set(d, h), lv = hn::Set(d, l);
+    for (std::size_t v = 0; v < B::kVecs; ++v) {
+      hn::Store(TimesReciprocal(e[v], hv, lv), d, yb + v * B::kVecLanes);
+    }
+  }
+  StorePartialBlock(yb, n, y);
+  return true;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace softdot
+HWY_AFTER_NAMESPACE();
+
+#endif  // SOFTDOT_KERNELS_SOFTMAX_SMALL_INL_H_
