@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "commands.h"
@@ -93,47 +94,6 @@ Input read_input(const std::string& option, const std::string& path,
                    axes_4d);
   }
   return input;
-}
-
-// Little-endian bytes to values (the .npy data is little-endian).
-std::uint32_t le_bits(const std::string& data, std::size_t offset,
-                      std::size_t size) {
-  std::uint32_t v = 0;
-  for (std::size_t i = 0; i < size; ++i)
-    v |=
-        static_cast<std::uint32_t>(static_cast<unsigned char>(data[offset + i]))
-        << (8 * i);
-  return v;
-}
-
-// At least one element, so that data() is never null (n_kv may be 0).
-std::vector<float> floats_of(const NpyArray& a) {
-  std::vector<float> v(std::max<std::size_t>(a.size(), 1), 0.0f);
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a.dtype == NpyDtype::kFloat16) {
-      Float16 h;
-      h.bits = static_cast<std::uint16_t>(le_bits(a.data, 2 * i, 2));
-      v[i] = to_float(h);
-    } else {
-      v[i] = std::bit_cast<float>(le_bits(a.data, 4 * i, 4));
-    }
-  }
-  return v;
-}
-
-std::vector<Float16> halves_of(const NpyArray& a) {
-  std::vector<Float16> v(std::max<std::size_t>(a.size(), 1));
-  for (std::size_t i = 0; i < a.size(); ++i)
-    v[i].bits = static_cast<std::uint16_t>(le_bits(a.data, 2 * i, 2));
-  return v;
-}
-
-// A contiguous bool array (std::vector<bool> has none).
-std::unique_ptr<bool[]> bools_of(const NpyArray& a) {
-  const std::size_t n = std::max<std::size_t>(a.size(), 1);
-  auto flags = std::make_unique<bool[]>(n);
-  for (std::size_t i = 0; i < a.size(); ++i) flags[i] = a.data[i] != 0;
-  return flags;
 }
 
 bool ends_with_npy(const std::string& s) {
@@ -384,24 +344,6 @@ std::string describe(const AttentionArgs& args, const Input& q, const Input& k,
   return out;
 }
 
-// Writes the outputs: -o, then --lse; if --lse fails, a new -o file is
-// removed again.
-void write_outputs(const AttentionArgs& args, const std::string& out_bytes,
-                   const std::string& lse_bytes) {
-  struct stat st;
-  const bool out_existed =
-      args.output && ::stat(args.output->c_str(), &st) == 0;
-  if (args.output) write_file_atomically(*args.output, out_bytes);
-  if (args.lse) {
-    try {
-      write_file_atomically(*args.lse, lse_bytes);
-    } catch (const CliError&) {
-      if (args.output && !out_existed) ::unlink(args.output->c_str());
-      throw;
-    }
-  }
-}
-
 template <class KV>
 int compute(const AttentionArgs& args, const Input& q, const Input& k,
             const Input& v, const Input& mask, const Input& bias,
@@ -503,7 +445,11 @@ int compute(const AttentionArgs& args, const Input& q, const Input& k,
                           explained, kExplainDigits);
   }
 
-  write_outputs(args, out_bytes, lse_bytes);
+  // -o, then --lse; if --lse fails, a new -o file is removed again.
+  std::vector<std::pair<std::string, std::string>> files;
+  if (args.output) files.emplace_back(*args.output, out_bytes);
+  if (args.lse) files.emplace_back(*args.lse, lse_bytes);
+  write_files_all_or_none(files);
   if (args.explain) print(explanation);
   return 0;
 }

@@ -440,4 +440,48 @@ std::string encode_npy(std::span<const float> values,
 std::string encode_npy(const Matrix<float>& matrix) { return encode(matrix); }
 std::string encode_npy(const Matrix<double>& matrix) { return encode(matrix); }
 
+// Little-endian bytes to values (the .npy data is little-endian).
+namespace {
+
+std::uint32_t le_bits(const std::string& data, std::size_t offset,
+                      std::size_t size) {
+  std::uint32_t v = 0;
+  for (std::size_t i = 0; i < size; ++i)
+    v |=
+        static_cast<std::uint32_t>(static_cast<unsigned char>(data[offset + i]))
+        << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+std::vector<float> floats_of(const NpyArray& a) {
+  std::vector<float> v(std::max<std::size_t>(a.size(), 1), 0.0f);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a.dtype == NpyDtype::kFloat16) {
+      Float16 h;
+      h.bits = static_cast<std::uint16_t>(le_bits(a.data, 2 * i, 2));
+      v[i] = to_float(h);
+    } else {
+      v[i] = std::bit_cast<float>(le_bits(a.data, 4 * i, 4));
+    }
+  }
+  return v;
+}
+
+std::vector<Float16> halves_of(const NpyArray& a) {
+  std::vector<Float16> v(std::max<std::size_t>(a.size(), 1));
+  for (std::size_t i = 0; i < a.size(); ++i)
+    v[i].bits = static_cast<std::uint16_t>(le_bits(a.data, 2 * i, 2));
+  return v;
+}
+
+// A contiguous bool array (std::vector<bool> has none).
+std::unique_ptr<bool[]> bools_of(const NpyArray& a) {
+  const std::size_t n = std::max<std::size_t>(a.size(), 1);
+  auto flags = std::make_unique<bool[]>(n);
+  for (std::size_t i = 0; i < a.size(); ++i) flags[i] = a.data[i] != 0;
+  return flags;
+}
+
 }  // namespace softdot::cli

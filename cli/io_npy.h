@@ -5,12 +5,14 @@
 #define SOFTDOT_CLI_IO_NPY_H_
 
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "matrix_data.h"
+#include "softdot/float16.h"
 
 namespace softdot::cli {
 
@@ -58,6 +60,14 @@ NpyArray read_npy_array(std::string_view bytes, std::string_view name,
 // format 1.0 .npy file, '<f4', C order, header padded as encode_npy's.
 std::string encode_npy(std::span<const float> values,
                        std::span<const std::size_t> shape);
+
+// The values of an array read by read_npy_array, decoded from its
+// little-endian bytes; each vector has at least one element, so that data()
+// is never null (an array may have no element). floats_of takes float32 or
+// float16 (widened exactly), halves_of float16 bits, bools_of bool.
+std::vector<float> floats_of(const NpyArray& a);
+std::vector<Float16> halves_of(const NpyArray& a);
+std::unique_ptr<bool[]> bools_of(const NpyArray& a);
 
 }  // namespace softdot::cli
 

@@ -86,4 +86,20 @@ std::string read_file(const std::string& path) {
   return content;
 }
 
+void write_files_all_or_none(
+    const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<std::string> created;
+  try {
+    for (const auto& [path, content] : files) {
+      struct stat st;
+      const bool existed = ::stat(path.c_str(), &st) == 0;
+      write_file_atomically(path, content);
+      if (!existed) created.push_back(path);
+    }
+  } catch (const CliError&) {
+    for (const std::string& path : created) ::unlink(path.c_str());
+    throw;
+  }
+}
+
 }  // namespace softdot::cli

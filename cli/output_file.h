@@ -4,6 +4,8 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace softdot::cli {
 
@@ -13,6 +15,12 @@ namespace softdot::cli {
 // was (absent, or its old content), and CliError names the path and the
 // reason. The new file gets mode 0666 minus the umask, like a plain open().
 void write_file_atomically(const std::string& path, std::string_view content);
+
+// Writes each (path, content) in order with write_file_atomically; when one
+// fails, the files this call created are removed again (files that existed
+// before keep their new content) and the CliError is rethrown.
+void write_files_all_or_none(
+    const std::vector<std::pair<std::string, std::string>>& files);
 
 // Reads a whole file, or standard input for "-"; CliError "path: reason" when
 // it cannot be read.
