@@ -5,6 +5,7 @@
 
 #include "check.h"
 #include "kernels.h"
+#include "kernels/small_dot.h"
 
 namespace softdot {
 namespace {
@@ -59,31 +60,16 @@ void dots_checked(std::span<const T> query, MatrixView<const T> keys,
   }
 }
 
-// A dot of fewer than 8 elements without the dispatch: the kernel's lanes
-// would hold x_j * y_j + 0 (the + 0 turns a -0 product into +0) for j < n
-// and +0 after, added in the fixed tree j + 8, j + 4, j + 2, j + 1. Adding
-// +0 to a lane that is not -0 changes nothing, so for n <= 8 the tree is
-// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) with the missing
-// lanes left out: the same bits as the kernel on every target (a product
-// rounds the same with or without FMA). Saves ~3 of the ~8 ns of a
-// 3-element dot.
-template <class T>
-T tiny_dot(const T* x, const T* y, std::size_t n) {
-  T l[8];
-  for (std::size_t j = 0; j < 8; ++j) l[j] = j < n ? x[j] * y[j] + T(0) : T(0);
-  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-}
-
 }  // namespace
 
 float dot(std::span<const float> x, std::span<const float> y) {
   check_sizes("dot", x, y);
-  if (x.size() <= 8) return tiny_dot(x.data(), y.data(), x.size());
+  if (x.size() <= 8) return detail::small_dot(x.data(), y.data(), x.size());
   return detail::dot_kernel(x.data(), y.data(), x.size());
 }
 double dot(std::span<const double> x, std::span<const double> y) {
   check_sizes("dot", x, y);
-  if (x.size() <= 8) return tiny_dot(x.data(), y.data(), x.size());
+  if (x.size() <= 8) return detail::small_dot(x.data(), y.data(), x.size());
   return detail::dot_kernel(x.data(), y.data(), x.size());
 }
 float dot_accurate(std::span<const float> x, std::span<const float> y) {
