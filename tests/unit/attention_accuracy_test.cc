@@ -6,12 +6,23 @@
 //   [ attn-err ] <case>  err/(uW) max ...  err/bound max ...  lse err/u max ...
 // with err = |O - O*| and W = sum_j w_j |V_jc| (u = 2^-24): the measured
 // figure that docs/accuracy.md quotes.
+#include "attention_plan.h"  // kDecodeChunk (src/)
 #include "attention_test_util.h"
+#include "kernels/attention_args.h"  // kKeyBlock, kDecodeMaxRows, kMaxKernelRows
 
 namespace softdot_test {
 namespace {
 
 // ---- accuracy over shapes --------------------------------------------------
+
+// Sizes at the kernels' edges, from their constants, so that changing a
+// constant moves the sweep with it: query rows around the decode form's
+// limit (rows per KV head) and a prefill block of rows, keys around a key
+// block and a decode chunk.
+using softdot::detail::kDecodeMaxRows;
+using softdot::detail::kKeyBlock;
+using softdot::detail::kMaxKernelRows;
+using softdot::detail::attn::kDecodeChunk;
 
 const std::pair<std::size_t, std::size_t> kDims[] = {
     {64, 64}, {7, 7},  {1, 1},    {65, 65}, {128, 128},
@@ -36,7 +47,12 @@ void shape_sweep(const std::vector<std::size_t>& nqs,
 }
 
 TEST(AttentionAccuracy, F32Shapes) {
-  shape_sweep<float>({1, 7, 63, 65}, {1, 7, 63, 65}, 0);
+  shape_sweep<float>({1, 7, kDecodeMaxRows, kDecodeMaxRows + 1,
+                      kMaxKernelRows - 1, kMaxKernelRows + 1},
+                     {1, 7, kKeyBlock - 1, kKeyBlock + 1}, 0);
+  // The decode form's chunk edge (one query, so the decode form).
+  shape_sweep<float>({1}, {kDecodeChunk - 1, kDecodeChunk, kDecodeChunk + 1},
+                     4);
   // Long rows and many rows (not every pair at 1000).
   const std::size_t big[][4] = {{1, 1000, 128, 128}, {7, 1000, 64, 65},
                                 {1000, 1, 64, 64},   {1000, 65, 7, 64},
@@ -55,11 +71,12 @@ TEST(AttentionAccuracy, F32Shapes) {
 }
 
 TEST(AttentionAccuracy, F16Shapes) {
-  shape_sweep<Float16>({1, 7, 65}, {7, 63, 1000}, 3);
+  shape_sweep<Float16>({1, 7, kMaxKernelRows + 1}, {7, kKeyBlock - 1, 1000}, 3);
 }
 
 TEST(AttentionAccuracy, BF16Shapes) {
-  shape_sweep<BFloat16>({1, 7, 65}, {7, 63, 1000}, 6);
+  shape_sweep<BFloat16>({1, 7, kMaxKernelRows + 1}, {7, kKeyBlock - 1, 1000},
+                        6);
 }
 
 // Batch and heads with padding between rows, heads and batches (and a
