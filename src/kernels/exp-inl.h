@@ -17,7 +17,8 @@
 // product rounds. Error: about 0.6 ulp (float) measured against MPFR.
 // Cost (float, one vector): 1 compare, 3 selects, 1 mul + 1 round,
 // 3 FMA/add for the reduction, 7 FMA, 1 convert, 6 integer ops, 2 mul:
-// about 22 operations per vector, 11 cycles on 2 ports per 16 lanes. On
+// 1 + 3 + 2 + 3 + 7 + 1 + 6 + 2 = 25 operations per vector, about 12.5
+// cycles on 2 ports per 16 lanes. On
 // AVX-512, vscalefps applies 2^k (with the same single rounding) and lets
 // dead lanes underflow to +0 by themselves: 1 compare, 2 selects, 2 for k,
 // 3 reduction, 7 FMA, 1 scalef = 16 operations, 8 cycles per 16 lanes.

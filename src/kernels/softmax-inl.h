@@ -11,12 +11,13 @@
 //      rounding (fma(e, hi, e * lo)); log_softmax: y_i = (p_i - m) - log S
 //      with both subtractions carried in double length; apply: recompute e_i
 //      against the given state.
-// Error (float, measured against MPFR, see docs/accuracy.md): exp ~0.6 ulp,
-// sum ~2^-45 relative, normalisation 0.5 ulp. The faithful precision
-// (softmax_faithful-inl.h) replaces B and C with double-lane passes. Every lane
-// sum is reduced in a fixed order, so results do not depend on the SIMD width
-// (FMA targets). No allocation: the partial last block uses a 64-byte stack
-// buffer.
+// Error of the fast precision (float): exp ~0.6 ulp (exp-inl.h), the sum
+// compensated per lane and added in double, the normalisation one rounding
+// of e * (1/S) with a double-length 1/S; measured 1.55 ulp in all
+// (docs/accuracy.md). The faithful precision (softmax_faithful-inl.h)
+// replaces B and C with double-lane passes. Every lane sum is reduced in a
+// fixed order, so results do not depend on the SIMD width (FMA targets). No
+// allocation: the partial last block uses a 64-byte stack buffer.
 //
 // The parts: softmax_common-inl.h (scores, pass A, lane trees, special
 // rows), softmax_passes-inl.h (passes B and C in the element type),

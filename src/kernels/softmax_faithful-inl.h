@@ -22,11 +22,14 @@ namespace hn = hwy::HWY_NAMESPACE;
 //
 // float: every step after the max runs in double lanes. A score is the
 // exact product x * scale (24 x 24 bits fit in 53), d = score - c is exact
-// or within 2^-53 relative, exp(d) has a relative error below 2^-40
-// (ExpForFloat), the sum is plain double (relative error below n 2^-53 /16
-// per lane), and y = fl_float(exp(d) * (1/S)) is rounded twice, to double
-// and then float: within 0.5 ulp + about 2^-13 ulp.
-// double: exp(t + c) as a pair 2^k (hi + lo) (ExpPair, 2^-56), summed with
+// or within 2^-53 relative, exp(d) has a relative error below 2^-31
+// (ExpForFloat: a degree-8 polynomial, truncation 2^-32, exp_wide-inl.h),
+// the sum is plain double (relative error below n 2^-53 / 16 per lane), and
+// y = fl_float(exp(d) * (1/S)) is rounded twice, to double and then float:
+// within 0.5 ulp + about 2^-7 ulp (2^-31 relative is 2^-7 of a float ulp;
+// measured 0.503 ulp, docs/accuracy.md).
+// double: exp(t + c) as a pair 2^k (hi + lo) (ExpPair: below about 2^-58,
+// measured 2^-59, exp_wide-inl.h), summed with
 // TwoSum compensation, then y = 2^k ((hi + lo)(h + l)) with 1/S = h + l
 // in double length and one rounding of a value in [0.35, 1.42] (a second
 // one, exact unless the weight is subnormal, applies 2^k): within 0.5 ulp +
