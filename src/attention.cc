@@ -177,7 +177,7 @@ void run_attention(const TensorView<const float>& q,
     for (std::size_t s0 = 0; s0 < nr; s0 += step) {
       const std::size_t cnt = std::min(step, nr - s0);
       const float* q_rows[detail::kMaxKernelRows];
-      std::int32_t lo[detail::kMaxKernelRows], hi[detail::kMaxKernelRows];
+      std::int32_t first[detail::kMaxKernelRows], last[detail::kMaxKernelRows];
       const std::uint8_t* mrows[detail::kMaxKernelRows] = {};
       const float* brows[detail::kMaxKernelRows] = {};
       float sinks[detail::kMaxKernelRows] = {};
@@ -186,7 +186,7 @@ void run_attention(const TensorView<const float>& q,
         const std::size_t h = kh * p.g + row / p.n_q;
         const std::size_t i = row % p.n_q;
         q_rows[r] = q.row(b, h, i);
-        limits(p, i, lo[r], hi[r]);
+        visible_keys(p, i, first[r], last[r]);
         if (!o.mask.empty()) {
           const std::size_t mb = o.mask.batch == 1 ? 0 : b;
           const std::size_t mh = o.mask.heads == 1 ? 0 : h;
@@ -215,8 +215,8 @@ void run_attention(const TensorView<const float>& q,
       a.rows = cnt;
       a.decode = split;
       a.q_rows = q_rows;
-      a.lo = lo;
-      a.hi = hi;
+      a.first_key = first;
+      a.last_key = last;
       a.mask_rows = o.mask.empty() ? nullptr : mrows;
       a.bias_rows = o.bias.empty() ? nullptr : brows;
       // With a split, the sinks go into the first chunk only.

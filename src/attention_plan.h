@@ -71,10 +71,10 @@ Plan check_and_plan(const char* fn, const TensorView<const float>& q,
                     const char* out_name, std::size_t out_cols,
                     const AttentionOptions& o);
 
-inline  // Visible keys of query i: [lo, hi] (inclusive), clamped to the key
-        // range.
-    void
-    limits(const Plan& p, std::size_t i, std::int32_t& lo, std::int32_t& hi) {
+// Visible keys of query i: [first, last] (inclusive), clamped to the key
+// range (first > last when none is visible).
+inline void visible_keys(const Plan& p, std::size_t i, std::int32_t& first,
+                         std::int32_t& last) {
   const auto pos = static_cast<std::int64_t>(i) +
                    static_cast<std::int64_t>(p.n_kv) -
                    static_cast<std::int64_t>(p.n_q);
@@ -84,8 +84,8 @@ inline  // Visible keys of query i: [lo, hi] (inclusive), clamped to the key
   if (p.wr >= 0) b = std::min(b, pos + p.wr);
   a = std::min<std::int64_t>(a, static_cast<std::int64_t>(p.n_kv));
   b = std::max<std::int64_t>(b, -1);
-  lo = static_cast<std::int32_t>(a);
-  hi = static_cast<std::int32_t>(b);
+  first = static_cast<std::int32_t>(a);
+  last = static_cast<std::int32_t>(b);
 }
 
 }  // namespace softdot::detail::attn

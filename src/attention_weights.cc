@@ -49,8 +49,8 @@ void run_weights(const TensorView<const float>& q,
       }
       for (std::size_t i = 0; i < p.n_q; ++i) {
         const float* qr = q.row(b, h, i);
-        std::int32_t lo, hi;
-        limits(p, i, lo, hi);
+        std::int32_t first, last;
+        visible_keys(p, i, first, last);
         for (std::size_t j = 0; j < p.n_kv; ++j) {
           s[j] = detail::attention_score(qr, krow_f.data() + j * p.d, p.d,
                                          decode, score_scratch.data()) *
@@ -60,7 +60,7 @@ void run_weights(const TensorView<const float>& q,
           detail::attention_softcap(s.data(), p.n_kv, p.softcap);
         for (std::size_t j = 0; j < p.n_kv; ++j) {
           const auto jj = static_cast<std::int32_t>(j);
-          bool keep = jj >= lo && jj <= hi;
+          bool keep = jj >= first && jj <= last;
           if (!o.bias.empty()) {
             const float bv = o.bias.row(o.bias.batch == 1 ? 0 : b,
                                         o.bias.heads == 1 ? 0 : h, i)[j];

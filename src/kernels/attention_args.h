@@ -37,8 +37,8 @@ struct AttnArgs {
   std::size_t rows = 0;  // <= AttentionMaxRows(), or kDecodeMaxRows
   bool decode = false;   // the decode form (scores by the dot kernel)
   const float* const* q_rows = nullptr;            // [rows], d floats each
-  const std::int32_t* lo = nullptr;                // [rows] first visible key
-  const std::int32_t* hi = nullptr;                // [rows] last visible key
+  const std::int32_t* first_key = nullptr;         // [rows] first visible key
+  const std::int32_t* last_key = nullptr;          // [rows] last visible key
   const std::uint8_t* const* mask_rows = nullptr;  // null, or [rows] (entries
                                                    // may be null), by key j
   const float* const* bias_rows = nullptr;         // the same for the bias

@@ -199,19 +199,19 @@ HWY_INLINE bool AllFinite(const float* v, std::size_t stride, std::size_t kb,
 
 // Everything the block loop needs, laid out in the scratch buffer.
 struct Scratch {
-  float* qt;         // [d][bq]
-  float* s;          // [kKeyBlock][bq] scores (then kept for the guard)
-  float* p;          // [kKeyBlock][bq] exp(s - m)
-  float* kc;         // [kKeyBlock][d] widened keys
-  float* vc;         // [kKeyBlock][dv] widened values
-  float* add;        // [bq] bias / mask of one key
-  double* od;        // [dv][bq] output accumulators
-  double* l;         // [bq] sums
-  double* alpha;     // [bq]
-  float* m;          // [bq] running max
-  float* nan;        // [bq] 1 where a NaN was seen
-  std::int32_t* lo;  // [bq]
-  std::int32_t* hi;  // [bq]
+  float* qt;                // [d][bq]
+  float* s;                 // [kKeyBlock][bq] scores (then kept for the guard)
+  float* p;                 // [kKeyBlock][bq] exp(s - m)
+  float* kc;                // [kKeyBlock][d] widened keys
+  float* vc;                // [kKeyBlock][dv] widened values
+  float* add;               // [bq] bias / mask of one key
+  double* od;               // [dv][bq] output accumulators
+  double* l;                // [bq] sums
+  double* alpha;            // [bq]
+  float* m;                 // [bq] running max
+  float* nan;               // [bq] 1 where a NaN was seen
+  std::int32_t* first_key;  // [bq] first visible key of each row
+  std::int32_t* last_key;   // [bq] last visible key of each row
 };
 
 HWY_INLINE float* AlignUp(float* p) {

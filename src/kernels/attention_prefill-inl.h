@@ -146,8 +146,8 @@ void RunBlock(const AttnArgs& a) {
   sc.alpha = reinterpret_cast<double*>(take(2 * bq));
   sc.m = take(bq);
   sc.nan = take(bq);
-  sc.lo = reinterpret_cast<std::int32_t*>(take(bq));
-  sc.hi = reinterpret_cast<std::int32_t*>(take(bq));
+  sc.first_key = reinterpret_cast<std::int32_t*>(take(bq));
+  sc.last_key = reinterpret_cast<std::int32_t*>(take(bq));
 
   // Pack Q transposed; padding lanes hold zeros and see every key.
   for (std::size_t k = 0; k < d; ++k) {
@@ -155,18 +155,19 @@ void RunBlock(const AttnArgs& a) {
     for (std::size_t r = 0; r < rows; ++r) dst[r] = a.q_rows[r][k];
     for (std::size_t r = rows; r < bq; ++r) dst[r] = 0.0f;
   }
-  std::int32_t lo_min = std::numeric_limits<std::int32_t>::max();
-  std::int32_t lo_max = std::numeric_limits<std::int32_t>::min();
-  std::int32_t hi_min = lo_min, hi_max = lo_max;
+  std::int32_t first_min = std::numeric_limits<std::int32_t>::max();
+  std::int32_t first_max = std::numeric_limits<std::int32_t>::min();
+  std::int32_t last_min = first_min, last_max = first_max;
   for (std::size_t r = 0; r < bq; ++r) {
     const bool live = r < rows;
-    sc.lo[r] = live ? a.lo[r] : 0;
-    sc.hi[r] = live ? a.hi[r] : std::numeric_limits<std::int32_t>::max();
+    sc.first_key[r] = live ? a.first_key[r] : 0;
+    sc.last_key[r] =
+        live ? a.last_key[r] : std::numeric_limits<std::int32_t>::max();
     if (live) {
-      lo_min = std::min(lo_min, a.lo[r]);
-      lo_max = std::max(lo_max, a.lo[r]);
-      hi_min = std::min(hi_min, a.hi[r]);
-      hi_max = std::max(hi_max, a.hi[r]);
+      first_min = std::min(first_min, a.first_key[r]);
+      first_max = std::max(first_max, a.first_key[r]);
+      last_min = std::min(last_min, a.last_key[r]);
+      last_max = std::max(last_max, a.last_key[r]);
     }
     float m0;
     double l0;
@@ -189,8 +190,9 @@ void RunBlock(const AttnArgs& a) {
     const std::size_t kb = std::min(kKeyBlock, a.j_end - j0);
     const auto first = static_cast<std::int64_t>(j0);
     const auto last = static_cast<std::int64_t>(j0 + kb - 1);
-    if (last < lo_min || first > hi_max) continue;  // hidden from every row
-    const bool straddles = first < lo_max || last > hi_min;
+    if (last < first_min || first > last_max)
+      continue;  // hidden from every row
+    const bool straddles = first < first_max || last > last_min;
 
     // Keys and values of the block, as float rows.
     const BlockRows kv = LoadBlock(a, j0, kb, sc.kc, sc.vc);
@@ -248,8 +250,9 @@ void RunBlock(const AttnArgs& a) {
           s = hn::IfThenElse(hn::Eq(add, neg_inf), neg_inf, hn::Add(s, add));
         }
         if (straddles) {
-          const auto out = hn::Or(hn::Lt(jv, hn::Load(di, sc.lo + v * N)),
-                                  hn::Gt(jv, hn::Load(di, sc.hi + v * N)));
+          const auto out =
+              hn::Or(hn::Lt(jv, hn::Load(di, sc.first_key + v * N)),
+                     hn::Gt(jv, hn::Load(di, sc.last_key + v * N)));
           s = hn::IfThenElse(hn::RebindMask(df, out), neg_inf, s);
         }
         if (softcap || extra || straddles) hn::Store(s, df, sp);
