@@ -17,7 +17,7 @@ HWY_EXPORT(DotF32);
 HWY_EXPORT(DotF64);
 HWY_EXPORT(DotsF32);
 HWY_EXPORT(DotsF64);
-HWY_EXPORT(DotWideF32);
+HWY_EXPORT(DotInDoubleF32);
 HWY_EXPORT(DotAccurateF64);
 HWY_EXPORT(SoftmaxRowF32);
 HWY_EXPORT(SoftmaxRowF64);
@@ -59,11 +59,11 @@ void dots_kernel(const double* query, const double* keys, std::size_t stride,
 
 float dot_accurate_kernel(const float* x, const float* y,
                           std::size_t n) noexcept {
-  return static_cast<float>(HWY_DYNAMIC_DISPATCH(DotWideF32)(x, y, n));
+  return static_cast<float>(HWY_DYNAMIC_DISPATCH(DotInDoubleF32)(x, y, n));
 }
-double dot_accurate_wide_kernel(const float* x, const float* y,
-                                std::size_t n) noexcept {
-  return HWY_DYNAMIC_DISPATCH(DotWideF32)(x, y, n);
+double dot_in_double_kernel(const float* x, const float* y,
+                            std::size_t n) noexcept {
+  return HWY_DYNAMIC_DISPATCH(DotInDoubleF32)(x, y, n);
 }
 double dot_accurate_kernel(const double* x, const double* y,
                            std::size_t n) noexcept {

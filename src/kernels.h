@@ -29,8 +29,8 @@ float dot_accurate_kernel(const float* x, const float* y,
 double dot_accurate_kernel(const double* x, const double* y,
                            std::size_t n) noexcept;
 // The float dot product before its final rounding to float.
-double dot_accurate_wide_kernel(const float* x, const float* y,
-                                std::size_t n) noexcept;
+double dot_in_double_kernel(const float* x, const float* y,
+                            std::size_t n) noexcept;
 
 // One softmax-family row of n elements (n may be 0 only for RowOp::kState).
 // mask: null, or n bytes (0 = masked). scale: multiplies x (1 = unscaled).

@@ -34,8 +34,7 @@ void softmax_backward(std::span<const float> y, std::span<const float> dy,
   check_backward(y, dy, dx);
   // <dy, y> from exact float products summed in double; then each dx_i in
   // double (the product and the difference round at 2^-53) and rounded once.
-  const double g =
-      detail::dot_accurate_wide_kernel(dy.data(), y.data(), y.size());
+  const double g = detail::dot_in_double_kernel(dy.data(), y.data(), y.size());
   for (std::size_t i = 0; i < y.size(); ++i) {
     const double yi = y[i], dyi = dy[i];
     dx[i] = static_cast<float>(yi * (dyi - g));

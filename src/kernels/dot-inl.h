@@ -169,7 +169,7 @@ struct PlainDot {
 // for every n, at 2 conversions per 8 products. The same bits on every
 // target, FMA or not (the product is exact either way). Only the loads
 // differ from PlainDot<double>.
-struct WideDot : PlainDot<double> {
+struct DoubleSumDot : PlainDot<double> {
   template <bool kPartial>
   static HWY_INLINE void Add(const float* x, const float* y, State& s,
                              std::size_t count) {
@@ -303,9 +303,9 @@ HWY_NOINLINE double DotF64(const double* HWY_RESTRICT x,
                            const double* HWY_RESTRICT y, std::size_t n) {
   return PlainDotDispatch(x, y, n);
 }
-HWY_NOINLINE double DotWideF32(const float* HWY_RESTRICT x,
-                               const float* HWY_RESTRICT y, std::size_t n) {
-  return DotLoop<WideDot>(x, y, n);
+HWY_NOINLINE double DotInDoubleF32(const float* HWY_RESTRICT x,
+                                   const float* HWY_RESTRICT y, std::size_t n) {
+  return DotLoop<DoubleSumDot>(x, y, n);
 }
 HWY_NOINLINE double DotAccurateF64(const double* HWY_RESTRICT x,
                                    const double* HWY_RESTRICT y,

@@ -19,7 +19,7 @@
 #include "kernels/block-inl.h"
 #include "kernels/eft-inl.h"
 #include "kernels/exp-inl.h"
-#include "kernels/exp_wide-inl.h"
+#include "kernels/exp_faithful-inl.h"
 #include "kernels/row_op.h"
 
 HWY_BEFORE_NAMESPACE();

@@ -23,13 +23,13 @@ namespace hn = hwy::HWY_NAMESPACE;
 // float: every step after the max runs in double lanes. A score is the
 // exact product x * scale (24 x 24 bits fit in 53), d = score - c is exact
 // or within 2^-53 relative, exp(d) has a relative error below 2^-31
-// (ExpForFloat: a degree-8 polynomial, truncation 2^-32, exp_wide-inl.h),
+// (ExpForFloat: a degree-8 polynomial, truncation 2^-32, exp_faithful-inl.h),
 // the sum is plain double (relative error below n 2^-53 / 16 per lane), and
 // y = fl_float(exp(d) * (1/S)) is rounded twice, to double and then float:
 // within 0.5 ulp + about 2^-7 ulp (2^-31 relative is 2^-7 of a float ulp;
 // measured 0.503 ulp, docs/accuracy.md).
 // double: exp(t + c) as a pair 2^k (hi + lo) (ExpPair: below about 2^-58,
-// measured 2^-59, exp_wide-inl.h), summed with
+// measured 2^-59, exp_faithful-inl.h), summed with
 // TwoSum compensation, then y = 2^k ((hi + lo)(h + l)) with 1/S = h + l
 // in double length and one rounding of a value in [0.35, 1.42] (a second
 // one, exact unless the weight is subnormal, applies 2^k): within 0.5 ulp +
@@ -40,7 +40,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // float scores in double lanes; a float block (16 elements) is kVecs
 // double vectors.
 template <bool kMasked, bool kScaled>
-struct WideScores {
+struct DoubleLaneScores {
   using DW = Block<double>::D;
   using V = hn::Vec<DW>;
   static constexpr std::size_t kVecLanes = Block<double>::kVecLanes;
@@ -69,9 +69,9 @@ struct WideScores {
 // terms is within n 2^-53 / 16 per lane). It costs 6 of about 30 operations
 // per vector.
 template <bool kCompensated, class WS>
-HWY_INLINE void WideSumPass(const WS& ws, const float* x,
-                            const std::uint8_t* mask, std::size_t n, double c,
-                            double& sum_hi, double& sum_lo) {
+HWY_INLINE void DoubleLaneSumPass(const WS& ws, const float* x,
+                                  const std::uint8_t* mask, std::size_t n,
+                                  double c, double& sum_hi, double& sum_lo) {
   using V = typename WS::V;
   const typename WS::DW d;
   const V cv = hn::Set(d, c);
@@ -106,9 +106,9 @@ HWY_INLINE void WideSumPass(const WS& ws, const float* x,
 
 // y_i = fl_float(exp(p_i - c) * inv).
 template <class WS>
-HWY_INLINE void WideApplyPass(const WS& ws, const float* x,
-                              const std::uint8_t* mask, std::size_t n, double c,
-                              double inv, float* y) {
+HWY_INLINE void DoubleLaneApplyPass(const WS& ws, const float* x,
+                                    const std::uint8_t* mask, std::size_t n,
+                                    double c, double inv, float* y) {
   using V = typename WS::V;
   const typename WS::DW d;
   const hn::Rebind<float, typename WS::DW> df;
@@ -232,7 +232,8 @@ HWY_INLINE void FaithfulRow(const Scores<T, kMasked, kScaled>& scores,
                             detail::RowState* state) {
   using detail::RowOp;
   if constexpr (sizeof(T) == 4) {
-    const WideScores<kMasked, kScaled> ws{static_cast<double>(scores.scale)};
+    const DoubleLaneScores<kMasked, kScaled> ws{
+        static_cast<double>(scores.scale)};
     double c = m, inv;
     if (op == RowOp::kApply) {
       inv = 1.0 / (state->sum + state->sum_lo);
@@ -242,14 +243,14 @@ HWY_INLINE void FaithfulRow(const Scores<T, kMasked, kScaled>& scores,
       }
       double sum_hi, sum_lo;
       if (op == RowOp::kState) {
-        WideSumPass<true>(ws, x, mask, n, c, sum_hi, sum_lo);
+        DoubleLaneSumPass<true>(ws, x, mask, n, c, sum_hi, sum_lo);
         *state = {c, sum_hi, sum_lo};
         return;
       }
-      WideSumPass<false>(ws, x, mask, n, c, sum_hi, sum_lo);
+      DoubleLaneSumPass<false>(ws, x, mask, n, c, sum_hi, sum_lo);
       inv = 1.0 / (sum_hi + sum_lo);
     }
-    WideApplyPass(ws, x, mask, n, c, inv, y);
+    DoubleLaneApplyPass(ws, x, mask, n, c, inv, y);
   } else {
     double s_hi, s_lo;
     if (op == RowOp::kApply) {
@@ -295,7 +296,8 @@ template <bool kMasked, bool kScaled>
 HWY_INLINE bool ChunkedSoftmaxF32(const Scores<float, kMasked, kScaled>& scores,
                                   const float* x, const std::uint8_t* mask,
                                   std::size_t n, float* y) {
-  const WideScores<kMasked, kScaled> ws{static_cast<double>(scores.scale)};
+  const DoubleLaneScores<kMasked, kScaled> ws{
+      static_cast<double>(scores.scale)};
   double big_m = -std::numeric_limits<double>::infinity();
   double s_hi = 0.0, s_lo = 0.0;
   for (std::size_t i = 0; i < n; i += kChunk) {
@@ -312,7 +314,7 @@ HWY_INLINE bool ChunkedSoftmaxF32(const Scores<float, kMasked, kScaled>& scores,
     if (m == std::numeric_limits<float>::infinity()) return false;
     if (kScaled && std::fabs(m) >= 0x1p32f) return false;
     double c_hi, c_lo;
-    WideSumPass<false>(ws, xc, mc, len, m, c_hi, c_lo);
+    DoubleLaneSumPass<false>(ws, xc, mc, len, m, c_hi, c_lo);
     const double md = m;
     if (md > big_m) {
       const double f = std::exp(big_m - md);  // 0 for the first chunk
@@ -330,7 +332,7 @@ HWY_INLINE bool ChunkedSoftmaxF32(const Scores<float, kMasked, kScaled>& scores,
   if (big_m == -std::numeric_limits<double>::infinity()) {
     Fill(y, n, 0.0f);
   } else {
-    WideApplyPass(ws, x, mask, n, big_m, 1.0 / (s_hi + s_lo), y);
+    DoubleLaneApplyPass(ws, x, mask, n, big_m, 1.0 / (s_hi + s_lo), y);
   }
   return true;
 }

@@ -52,7 +52,7 @@ HWY_INLINE bool SingleBlockSoftmaxF32(
   }
   if (faithful) {
     if (kScaled && std::fabs(m) >= 0x1p32f) return false;
-    using WS = WideScores<kMasked, kScaled>;
+    using WS = DoubleLaneScores<kMasked, kScaled>;
     using DW = typename WS::DW;
     const DW dw;
     const hn::Rebind<float, DW> df;

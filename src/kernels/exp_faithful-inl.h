@@ -27,11 +27,11 @@
 // worst-case analysis of that form reached 1 ulp. Cost: about 42 operations per
 // vector.
 
-#if defined(SOFTDOT_KERNELS_EXP_WIDE_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef SOFTDOT_KERNELS_EXP_WIDE_INL_H_
-#undef SOFTDOT_KERNELS_EXP_WIDE_INL_H_
+#if defined(SOFTDOT_KERNELS_EXP_FAITHFUL_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SOFTDOT_KERNELS_EXP_FAITHFUL_INL_H_
+#undef SOFTDOT_KERNELS_EXP_FAITHFUL_INL_H_
 #else
-#define SOFTDOT_KERNELS_EXP_WIDE_INL_H_
+#define SOFTDOT_KERNELS_EXP_FAITHFUL_INL_H_
 #endif
 
 #include <cstdint>
@@ -143,4 +143,4 @@ HWY_INLINE V ScaleByPow2(D d, V x, V kf) {
 }  // namespace softdot
 HWY_AFTER_NAMESPACE();
 
-#endif  // SOFTDOT_KERNELS_EXP_WIDE_INL_H_
+#endif  // SOFTDOT_KERNELS_EXP_FAITHFUL_INL_H_
