@@ -21,7 +21,7 @@ HWY_EXPORT(DotInDoubleF32);
 HWY_EXPORT(DotAccurateF64);
 HWY_EXPORT(SoftmaxRowF32);
 HWY_EXPORT(SoftmaxRowF64);
-HWY_EXPORT(AttentionBlock);
+HWY_EXPORT(AttentionRows);
 HWY_EXPORT(AttentionMaxRows);
 HWY_EXPORT(AttentionSoftcap);
 HWY_EXPORT(AttentionScore);
@@ -32,7 +32,7 @@ float attention_score(const float* q, const float* k, std::size_t d,
 }
 
 void attention_kernel(const AttnArgs& args) noexcept {
-  HWY_DYNAMIC_DISPATCH(AttentionBlock)(args);
+  HWY_DYNAMIC_DISPATCH(AttentionRows)(args);
 }
 std::size_t attention_max_rows() noexcept {
   return HWY_DYNAMIC_DISPATCH(AttentionMaxRows)();

@@ -1,5 +1,5 @@
 // softdot kernels: fused attention for one block of query rows against a
-// range of keys (online softmax over blocks of kKeyBlock keys).
+// range of keys (online softmax over blocks of kKeyTile keys).
 //
 // Layout: query rows live in vector lanes. A block of up to kMaxRows rows is
 // packed transposed, Qt[k][r] = Q[r][k], so that for one key j and one
@@ -33,7 +33,7 @@
 
 //
 // The parts: attention_common-inl.h (shared by both forms),
-// attention_prefill-inl.h (RunBlock), attention_decode-inl.h (RunDecode);
+// attention_prefill-inl.h (RunPrefill), attention_decode-inl.h (RunDecode);
 // this file holds the entry points the dispatch table exports.
 
 #if defined(SOFTDOT_KERNELS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -53,21 +53,21 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 using detail::AttnArgs;
-using detail::kKeyBlock;
+using detail::kKeyTile;
 using detail::kKvBF16;
 using detail::kKvF32;
 using ::softdot::Float16;
 
-void AttentionBlock(const AttnArgs& a) {
+void AttentionRows(const AttnArgs& a) {
   const std::size_t N = attn::Lanes();
   if (a.decode) {
     attn::RunDecode(a);
   } else if (a.rows <= N) {
-    attn::RunBlock<1>(a);
+    attn::RunPrefill<1>(a);
   } else if (a.rows <= 2 * N) {
-    attn::RunBlock<2>(a);
+    attn::RunPrefill<2>(a);
   } else {
-    attn::RunBlock<4>(a);
+    attn::RunPrefill<4>(a);
   }
 }
 

@@ -8,9 +8,11 @@
 
 namespace softdot::detail {
 
-// Keys per block of the online softmax. Fixed for every target: it decides
-// where the output sums are rounded, so it is part of the result's bits.
-inline constexpr std::size_t kKeyBlock = 64;
+// Keys per step of the online softmax (a key tile; the docs' "64-key
+// block"). Fixed for every target: it decides where the output sums are
+// rounded, so it is part of the result's bits. ("Block" in the kernels means
+// Block<T>, the 64-byte lane group of block-inl.h.)
+inline constexpr std::size_t kKeyTile = 64;
 // Rows per kernel call are at most this many on any target.
 inline constexpr std::size_t kMaxKernelRows = 64;
 
@@ -31,7 +33,7 @@ struct AttnArgs {
   std::size_t d = 0;
   std::size_t dv = 0;
   std::size_t j_begin = 0;  // keys j_begin <= j < j_end, in blocks of
-  std::size_t j_end = 0;    // kKeyBlock from j_begin
+  std::size_t j_end = 0;    // kKeyTile from j_begin
   float scale = 1.0f;
   float softcap = 0.0f;  // 0: off
   std::size_t rows = 0;  // <= AttentionMaxRows(), or kDecodeMaxRows
@@ -55,7 +57,7 @@ struct AttnArgs {
 inline constexpr std::size_t attention_scratch_floats(std::size_t d,
                                                       std::size_t dv) {
   const std::size_t bq = kMaxKernelRows;
-  return (d + 16) * bq + 2 * kKeyBlock * bq + kKeyBlock * (d + dv) + bq +
+  return (d + 16) * bq + 2 * kKeyTile * bq + kKeyTile * (d + dv) + bq +
          2 * dv * bq + 4 * bq + 4 * bq + 16 * 16;
 }
 

@@ -33,7 +33,7 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 using detail::AttnArgs;
-using detail::kKeyBlock;
+using detail::kKeyTile;
 using detail::kKvBF16;
 using detail::kKvF32;
 using ::softdot::Float16;
@@ -200,10 +200,10 @@ HWY_INLINE bool AllFinite(const float* v, std::size_t stride, std::size_t kb,
 // Everything the block loop needs, laid out in the scratch buffer.
 struct Scratch {
   float* qt;                // [d][bq]
-  float* s;                 // [kKeyBlock][bq] scores (then kept for the guard)
-  float* p;                 // [kKeyBlock][bq] exp(s - m)
-  float* kc;                // [kKeyBlock][d] widened keys
-  float* vc;                // [kKeyBlock][dv] widened values
+  float* s;                 // [kKeyTile][bq] scores (then kept for the guard)
+  float* p;                 // [kKeyTile][bq] exp(s - m)
+  float* kc;                // [kKeyTile][d] widened keys
+  float* vc;                // [kKeyTile][dv] widened values
   float* add;               // [bq] bias / mask of one key
   double* od;               // [dv][bq] output accumulators
   double* l;                // [bq] sums

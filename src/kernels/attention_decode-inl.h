@@ -18,7 +18,7 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 using detail::AttnArgs;
-using detail::kKeyBlock;
+using detail::kKeyTile;
 using detail::kKvBF16;
 using detail::kKvF32;
 using ::softdot::Float16;
@@ -179,7 +179,7 @@ void RunDecode(const AttnArgs& a) {
   const std::size_t N = hn::Lanes(df);
   const std::size_t d = a.d, dv = a.dv, rows = a.rows;
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  constexpr std::size_t B = kKeyBlock;
+  constexpr std::size_t B = kKeyTile;
 
   float* f = AlignUp(a.scratch);
   auto take = [&f](std::size_t n) {

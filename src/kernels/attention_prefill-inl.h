@@ -1,6 +1,6 @@
 // softdot kernels: the prefill form of attention (query rows in vector
 // lanes; src/kernels/attention-inl.h has the overview): the score and value
-// tiles and RunBlock.
+// tiles and RunPrefill.
 
 #if defined(SOFTDOT_KERNELS_ATTENTION_PREFILL_INL_H_) == \
     defined(HWY_TARGET_TOGGLE)
@@ -18,7 +18,7 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 using detail::AttnArgs;
-using detail::kKeyBlock;
+using detail::kKeyTile;
 using detail::kKvBF16;
 using detail::kKvF32;
 using ::softdot::Float16;
@@ -116,7 +116,7 @@ HWY_INLINE void ValueTile(const float* HWY_RESTRICT p,
 }
 
 template <std::size_t NV>
-void RunBlock(const AttnArgs& a) {
+void RunPrefill(const AttnArgs& a) {
   const DF df;
   const DD dd;
   const DI di;
@@ -136,10 +136,10 @@ void RunBlock(const AttnArgs& a) {
     return r;
   };
   sc.qt = take(d * bq);
-  sc.s = take(kKeyBlock * bq);
-  sc.p = take(kKeyBlock * bq);
-  sc.kc = a.kv_type == kKvF32 ? nullptr : take(kKeyBlock * d);
-  sc.vc = a.kv_type == kKvF32 ? nullptr : take(kKeyBlock * dv);
+  sc.s = take(kKeyTile * bq);
+  sc.p = take(kKeyTile * bq);
+  sc.kc = a.kv_type == kKvF32 ? nullptr : take(kKeyTile * d);
+  sc.vc = a.kv_type == kKvF32 ? nullptr : take(kKeyTile * dv);
   sc.add = take(bq);
   sc.od = reinterpret_cast<double*>(take(2 * dv * bq));
   sc.l = reinterpret_cast<double*>(take(2 * bq));
@@ -186,8 +186,8 @@ void RunBlock(const AttnArgs& a) {
   const bool softcap = a.softcap > 0.0f;
   const VF cap = hn::Set(df, a.softcap);
 
-  for (std::size_t j0 = a.j_begin; j0 < a.j_end; j0 += kKeyBlock) {
-    const std::size_t kb = std::min(kKeyBlock, a.j_end - j0);
+  for (std::size_t j0 = a.j_begin; j0 < a.j_end; j0 += kKeyTile) {
+    const std::size_t kb = std::min(kKeyTile, a.j_end - j0);
     const auto first = static_cast<std::int64_t>(j0);
     const auto last = static_cast<std::int64_t>(j0 + kb - 1);
     if (last < first_min || first > last_max)

@@ -8,7 +8,7 @@
 // figure that docs/accuracy.md quotes.
 #include "attention_plan.h"  // kDecodeChunk (src/)
 #include "attention_test_util.h"
-#include "kernels/attention_args.h"  // kKeyBlock, kDecodeMaxRows, kMaxKernelRows
+#include "kernels/attention_args.h"  // kKeyTile, kDecodeMaxRows, kMaxKernelRows
 
 namespace softdot_test {
 namespace {
@@ -20,7 +20,7 @@ namespace {
 // limit (rows per KV head) and a prefill block of rows, keys around a key
 // block and a decode chunk.
 using softdot::detail::kDecodeMaxRows;
-using softdot::detail::kKeyBlock;
+using softdot::detail::kKeyTile;
 using softdot::detail::kMaxKernelRows;
 using softdot::detail::attn::kDecodeChunk;
 
@@ -49,7 +49,7 @@ void shape_sweep(const std::vector<std::size_t>& nqs,
 TEST(AttentionAccuracy, F32Shapes) {
   shape_sweep<float>({1, 7, kDecodeMaxRows, kDecodeMaxRows + 1,
                       kMaxKernelRows - 1, kMaxKernelRows + 1},
-                     {1, 7, kKeyBlock - 1, kKeyBlock + 1}, 0);
+                     {1, 7, kKeyTile - 1, kKeyTile + 1}, 0);
   // The decode form's chunk edge (one query, so the decode form).
   shape_sweep<float>({1}, {kDecodeChunk - 1, kDecodeChunk, kDecodeChunk + 1},
                      4);
@@ -71,12 +71,11 @@ TEST(AttentionAccuracy, F32Shapes) {
 }
 
 TEST(AttentionAccuracy, F16Shapes) {
-  shape_sweep<Float16>({1, 7, kMaxKernelRows + 1}, {7, kKeyBlock - 1, 1000}, 3);
+  shape_sweep<Float16>({1, 7, kMaxKernelRows + 1}, {7, kKeyTile - 1, 1000}, 3);
 }
 
 TEST(AttentionAccuracy, BF16Shapes) {
-  shape_sweep<BFloat16>({1, 7, kMaxKernelRows + 1}, {7, kKeyBlock - 1, 1000},
-                        6);
+  shape_sweep<BFloat16>({1, 7, kMaxKernelRows + 1}, {7, kKeyTile - 1, 1000}, 6);
 }
 
 // Batch and heads with padding between rows, heads and batches (and a
