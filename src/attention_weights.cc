@@ -13,6 +13,7 @@
 
 #include "attention_plan.h"
 #include "kernels.h"
+#include "kernels/weights_row.h"
 #include "softdot/attention.h"
 
 namespace softdot {
@@ -73,43 +74,9 @@ void run_weights(const TensorView<const float>& q,
           }
           vis[j] = keep;
         }
-        float* out = w.row(b, h, i);
         const bool has_sink = !o.sinks.empty();
-        const float sink = has_sink ? o.sinks[h] : -kInf;
-        bool nan = std::isnan(sink);
-        float m = sink;
-        std::size_t n_inf = sink == kInf ? 1 : 0;
-        for (std::size_t j = 0; j < p.n_kv; ++j) {
-          if (!vis[j]) continue;
-          if (std::isnan(s[j])) nan = true;
-          m = std::max(m, s[j]);
-          if (s[j] == kInf) ++n_inf;
-        }
-        if (nan) {
-          std::fill(out, out + p.n_kv, std::numeric_limits<float>::quiet_NaN());
-          continue;
-        }
-        if (m == -kInf) {
-          std::fill(out, out + p.n_kv, 0.0f);
-          continue;
-        }
-        if (m == kInf) {
-          for (std::size_t j = 0; j < p.n_kv; ++j) {
-            out[j] = vis[j] && s[j] == kInf
-                         ? static_cast<float>(1.0 / static_cast<double>(n_inf))
-                         : 0.0f;
-          }
-          continue;
-        }
-        double sum = has_sink ? std::exp(static_cast<double>(sink) - m) : 0.0;
-        for (std::size_t j = 0; j < p.n_kv; ++j) {
-          if (vis[j]) sum += std::exp(static_cast<double>(s[j]) - m);
-        }
-        for (std::size_t j = 0; j < p.n_kv; ++j) {
-          out[j] = vis[j] ? static_cast<float>(
-                                std::exp(static_cast<double>(s[j]) - m) / sum)
-                          : 0.0f;
-        }
+        detail::weights_row(s.data(), vis.data(), p.n_kv,
+                            has_sink ? o.sinks[h] : -kInf, w.row(b, h, i));
       }
     }
   }
