@@ -132,6 +132,17 @@ def contiguous_rows(a: np.ndarray) -> np.ndarray:
     return a if row_contiguous(a) else np.ascontiguousarray(a)
 
 
+def write_through(o: np.ndarray, call) -> None:
+    """call(target) writes a result of o's shape and dtype: into o itself when
+    its rows (last axis) are contiguous, else into a temporary copied to o."""
+    if row_contiguous(o):
+        call(o)
+    else:
+        tmp = np.empty(o.shape, o.dtype)
+        call(tmp)
+        np.copyto(o, tmp)
+
+
 def torch_dtype(d: np.dtype):
     torch = torch_module()
     return torch.float64 if d == F64 else torch.float32

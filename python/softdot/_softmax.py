@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -89,12 +89,7 @@ def _row_op(fn: str, x, axis, where, temperature, out, log: bool, fast: bool):
     xm = A.contiguous_rows(xm)
     if wm is not None:
         wm = A.contiguous_rows(wm)
-    if A.row_contiguous(om):
-        _core.softmax_rows(xm, om, wm, log, t, fast)
-    else:
-        tmp = np.empty(xm.shape, xm.dtype)
-        _core.softmax_rows(xm, tmp, wm, log, t, fast)
-        np.copyto(om, tmp)
+    A.write_through(om, lambda target: _core.softmax_rows(xm, target, wm, log, t, fast))
     return user
 
 
@@ -351,12 +346,7 @@ def softmax_backward(y: Any, dy: Any, /, *, axis: int = -1, out: Any = None) -> 
     else:
         ym, dm, om = ya, da, o
     ym, dm = A.contiguous_rows(ym), A.contiguous_rows(dm)
-    if A.row_contiguous(om):
-        _core.softmax_backward_rows(ym, dm, om)
-    else:
-        tmp = np.empty(ym.shape, ym.dtype)
-        _core.softmax_backward_rows(ym, dm, tmp)
-        np.copyto(om, tmp)
+    A.write_through(om, lambda target: _core.softmax_backward_rows(ym, dm, target))
     return user
 
 
@@ -475,12 +465,7 @@ def softmax_apply(
     user, o = A.output(fn, out, c.shape, c.dtype, kind)
     if out is not None:
         A.check_overlap(fn, o, "chunk", c, True)
-    if A.row_contiguous(o):
-        _core.apply(c, total._tuple(), o, w, t)
-    else:
-        tmp = np.empty(c.shape, c.dtype)
-        _core.apply(c, total._tuple(), tmp, w, t)
-        np.copyto(o, tmp)
+    A.write_through(o, lambda target: _core.apply(c, total._tuple(), target, w, t))
     return user
 
 
@@ -557,10 +542,5 @@ def dots(query: Any, keys: Any, /, *, out: Any = None) -> Any:
     if out is not None:
         A.check_overlap(fn, o, "query", q, False)
         A.check_overlap(fn, o, "keys", k, False)
-    if A.row_contiguous(o):
-        _core.dots(q, k, o)
-    else:
-        tmp = np.empty((n,), q.dtype)
-        _core.dots(q, k, tmp)
-        np.copyto(o, tmp)
+    A.write_through(o, lambda target: _core.dots(q, k, target))
     return user

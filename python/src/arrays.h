@@ -40,54 +40,6 @@ std::string shape_of(const A& a) {
   return s + ")";
 }
 
-// [lowest, highest) byte addresses an array can touch (empty for size 0).
-struct Extent {
-  std::uintptr_t lo = 0, hi = 0;
-};
-template <class A>
-Extent extent_of(const A& a) {
-  const std::intptr_t item = static_cast<std::intptr_t>(a.itemsize());
-  std::intptr_t lo = 0, hi = 0;
-  for (std::size_t i = 0; i < a.ndim(); ++i) {
-    if (a.shape(i) == 0) return {};
-    const std::intptr_t step = static_cast<std::intptr_t>(a.stride(i)) * item *
-                               static_cast<std::intptr_t>(a.shape(i) - 1);
-    (step < 0 ? lo : hi) += step;
-  }
-  const auto base = reinterpret_cast<std::uintptr_t>(a.data());
-  return {base + static_cast<std::uintptr_t>(lo),
-          base + static_cast<std::uintptr_t>(hi + item)};
-}
-
-// True when the two arrays are the same memory in the same layout (in place).
-template <class A, class B>
-bool same_layout(const A& a, const B& b) {
-  if (a.data() != b.data() || a.ndim() != b.ndim() ||
-      a.itemsize() != b.itemsize())
-    return false;
-  for (std::size_t i = 0; i < a.ndim(); ++i)
-    if (a.shape(i) != b.shape(i) ||
-        (a.shape(i) > 1 && a.stride(i) != b.stride(i)))
-      return false;
-  return true;
-}
-
-// out must not share memory with `in` unless `in_place_ok` and the two are
-// the same array (same data, shape and strides). Checks address ranges, so a
-// false alarm is possible for interleaved arrays (e.g. x[::2] and x[1::2]);
-// it errs on the side of refusing.
-template <class A, class B>
-void check_no_overlap(const char* out_name, const A& out, const char* in_name,
-                      const B& in, bool in_place_ok) {
-  const Extent o = extent_of(out), i = extent_of(in);
-  if (o.lo == o.hi || i.lo == i.hi || o.hi <= i.lo || i.hi <= o.lo) return;
-  if (in_place_ok && same_layout(out, in)) return;
-  fail(std::string(out_name) + " overlaps " + in_name +
-       (in_place_ok ? " without being the same array (in place needs " +
-                          std::string(out_name) + " to be " + in_name + ")"
-                    : " (no overlap is allowed)"));
-}
-
 // One operand of a row walk: its base pointer (bytes) and the strides of the
 // outer axes in elements. The row axis (the last one) is contiguous, or has
 // no extent for per-row outputs such as logsumexp's.

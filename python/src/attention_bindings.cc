@@ -4,6 +4,8 @@
 // masks broadcast with stride-0 views, K and V of 16 bits as float16,
 // bfloat16 or their uint16 bits with `kv_format` saying which); here they
 // become TensorViews with the arrays' own strides, so nothing is copied.
+// The Python layer has also checked, exactly (np.shares_memory on the
+// caller's arrays), that `out` shares no memory with an input.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -13,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "arrays.h"
@@ -56,6 +59,33 @@ void check_dtype(const char* name, const A& a, nb::dlpack::dtype want,
 
 bool is_16bit(const In& a) { return a.itemsize() == 2; }
 
+// Calls f(k, v) with K (and V, when v is not null; else an empty view) as
+// TensorViews of the element type kv_format names: float32, or the 16-bit
+// bits of float16 or bfloat16.
+template <class F>
+void with_kv(int kv_format, const In& k, const In* v, F&& f) {
+  auto run = [&](auto tag, const char* want) {
+    using KV = decltype(tag);
+    if constexpr (std::is_same_v<KV, float>) {
+      check_dtype("key", k, nb::dtype<float>(), want);
+      if (v) check_dtype("value", *v, nb::dtype<float>(), want);
+    } else if (!is_16bit(k) || (v && !is_16bit(*v))) {
+      throw nb::type_error("key and value must be 16-bit");
+    }
+    const auto kv = view4<const KV>("key", k);
+    const auto vv = v ? view4<const KV>("value", *v) : TensorView<const KV>();
+    f(kv, vv);
+  };
+  if (kv_format == kF32)
+    run(float{}, "float32");
+  else if (kv_format == kF16)
+    run(Float16{}, "float16");
+  else if (kv_format == kBF16)
+    run(BFloat16{}, "bfloat16");
+  else
+    fail("kv_format must be 0 (float32), 1 (float16) or 2 (bfloat16)");
+}
+
 AttentionOptions make_options(const std::optional<In>& mask,
                               const std::optional<In>& bias,
                               const std::optional<In>& sinks, double scale,
@@ -88,24 +118,27 @@ AttentionOptions make_options(const std::optional<In>& mask,
   return o;
 }
 
-float* lse_pointer(const std::optional<Out>& lse,
-                   const TensorView<const float>& q) {
-  if (!lse) return nullptr;
-  check_dtype("lse", *lse, nb::dtype<float>(), "float32");
+// The float data of a C-contiguous array of exactly batch x heads x rows
+// values, one per row of q in (b, h, i) order (an lse array).
+template <class A>
+float* lse_data(const char* name, const A& a,
+                const TensorView<const float>& q) {
+  check_dtype(name, a, nb::dtype<float>(), "float32");
   const std::size_t want = q.batch * q.heads * q.rows;
-  std::size_t size = 1;
-  for (std::size_t i = 0; i < lse->ndim(); ++i) size *= lse->shape(i);
-  // Dense in (b, h, i) order: C-contiguous.
   std::int64_t expect = 1;
-  for (std::size_t i = lse->ndim(); i-- > 0;) {
-    if (lse->shape(i) > 1 && lse->stride(i) != expect)
-      fail("lse must be C-contiguous");
-    expect *= static_cast<std::int64_t>(lse->shape(i));
+  std::size_t size = 1;
+  for (std::size_t i = a.ndim(); i-- > 0;) {
+    if (a.shape(i) > 1 && a.stride(i) != expect)
+      fail(std::string(name) + " must be C-contiguous");
+    expect *= static_cast<std::int64_t>(a.shape(i));
+    size *= a.shape(i);
   }
   if (size != want)
-    fail("lse holds " + std::to_string(size) + " values; expected " +
-         std::to_string(want) + " (batch x heads x query rows)");
-  return static_cast<float*>(lse->data());
+    fail(std::string(name) + " holds " + std::to_string(size) +
+         " values; expected " + std::to_string(want) +
+         " (batch x heads x query rows)");
+  return static_cast<float*>(
+      const_cast<void*>(static_cast<const void*>(a.data())));
 }
 
 void attention_py(const In& q, const In& k, const In& v, const Out& out,
@@ -118,39 +151,14 @@ void attention_py(const In& q, const In& k, const In& v, const Out& out,
   check_dtype("out", out, nb::dtype<float>(), "float32");
   const auto qv = view4<const float>("query", q);
   const auto ov = view4<float>("out", out);
-  for (const auto* in : {&q, &k, &v})
-    check_no_overlap("out", out, "an input", *in, false);
-  if (mask) check_no_overlap("out", out, "attn_mask", *mask, false);
-  if (bias) check_no_overlap("out", out, "bias", *bias, false);
   AttentionOptions o =
       make_options(mask, bias, sinks, scale, causal, window_left, window_right,
                    softcap, kv_begin, kv_end);
-  float* l = lse_pointer(lse, qv);
-  if (lse) check_no_overlap("lse", *lse, "out", out, false);
-  if (kv_format == kF32) {
-    check_dtype("key", k, nb::dtype<float>(), "float32");
-    check_dtype("value", v, nb::dtype<float>(), "float32");
-    const auto kv = view4<const float>("key", k);
-    const auto vv = view4<const float>("value", v);
+  float* l = lse ? lse_data("lse", *lse, qv) : nullptr;
+  with_kv(kv_format, k, &v, [&](const auto& kv, const auto& vv) {
     nb::gil_scoped_release release;
     attention(qv, kv, vv, ov, o, l);
-  } else if (kv_format == kF16 || kv_format == kBF16) {
-    if (!is_16bit(k) || !is_16bit(v))
-      throw nb::type_error("key and value must be 16-bit");
-    if (kv_format == kF16) {
-      const auto kv = view4<const Float16>("key", k);
-      const auto vv = view4<const Float16>("value", v);
-      nb::gil_scoped_release release;
-      attention(qv, kv, vv, ov, o, l);
-    } else {
-      const auto kv = view4<const BFloat16>("key", k);
-      const auto vv = view4<const BFloat16>("value", v);
-      nb::gil_scoped_release release;
-      attention(qv, kv, vv, ov, o, l);
-    }
-  } else {
-    fail("kv_format must be 0 (float32), 1 (float16) or 2 (bfloat16)");
-  }
+  });
 }
 
 void weights_py(const In& q, const In& k, const Out& w, int kv_format,
@@ -162,61 +170,26 @@ void weights_py(const In& q, const In& k, const Out& w, int kv_format,
   check_dtype("out", w, nb::dtype<float>(), "float32");
   const auto qv = view4<const float>("query", q);
   const auto wv = view4<float>("out", w);
-  check_no_overlap("out", w, "query", q, false);
-  check_no_overlap("out", w, "key", k, false);
   AttentionOptions o =
       make_options(mask, bias, sinks, scale, causal, window_left, window_right,
                    softcap, kv_begin, kv_end);
-  if (kv_format == kF32) {
-    check_dtype("key", k, nb::dtype<float>(), "float32");
-    const auto kv = view4<const float>("key", k);
+  with_kv(kv_format, k, nullptr, [&](const auto& kv, const auto&) {
     nb::gil_scoped_release release;
     attention_weights(qv, kv, wv, o);
-  } else if (kv_format == kF16) {
-    const auto kv = view4<const Float16>("key", k);
-    nb::gil_scoped_release release;
-    attention_weights(qv, kv, wv, o);
-  } else if (kv_format == kBF16) {
-    const auto kv = view4<const BFloat16>("key", k);
-    nb::gil_scoped_release release;
-    attention_weights(qv, kv, wv, o);
-  } else {
-    fail("kv_format must be 0 (float32), 1 (float16) or 2 (bfloat16)");
-  }
+  });
 }
 
 void merge_py(const In& oa, const In& la, const In& ob, const In& lb,
               const Out& out, const Out& lse) {
-  for (const auto* a : {&oa, &la, &ob, &lb})
-    check_dtype("attention_merge's inputs", *a, nb::dtype<float>(), "float32");
+  check_dtype("out_a", oa, nb::dtype<float>(), "float32");
+  check_dtype("out_b", ob, nb::dtype<float>(), "float32");
   check_dtype("out", out, nb::dtype<float>(), "float32");
-  check_dtype("lse", lse, nb::dtype<float>(), "float32");
   const auto av = view4<const float>("out_a", oa);
   const auto bv = view4<const float>("out_b", ob);
   const auto ov = view4<float>("out", out);
-  // out may be out_a or out_b (in place), never a partial overlap.
-  check_no_overlap("out", out, "out_a", oa, true);
-  check_no_overlap("out", out, "out_b", ob, true);
-  check_no_overlap("lse", lse, "lse_a", la, true);
-  check_no_overlap("lse", lse, "lse_b", lb, true);
-  float* l = lse_pointer(lse, av);
-  auto dense = [&](const char* name, const In& a) {
-    std::int64_t expect = 1;
-    std::size_t size = 1;
-    for (std::size_t i = a.ndim(); i-- > 0;) {
-      if (a.shape(i) > 1 && a.stride(i) != expect)
-        fail(std::string(name) + " must be C-contiguous");
-      expect *= static_cast<std::int64_t>(a.shape(i));
-      size *= a.shape(i);
-    }
-    if (size != av.batch * av.heads * av.rows)
-      fail(std::string(name) + " holds " + std::to_string(size) +
-           " values; expected " +
-           std::to_string(av.batch * av.heads * av.rows));
-    return static_cast<const float*>(a.data());
-  };
-  const float* pa = dense("lse_a", la);
-  const float* pb = dense("lse_b", lb);
+  float* l = lse_data("lse", lse, av);
+  const float* pa = lse_data("lse_a", la, av);
+  const float* pb = lse_data("lse_b", lb, av);
   nb::gil_scoped_release release;
   attention_merge(av, pa, bv, pb, ov, l);
 }

@@ -82,6 +82,22 @@ SoftmaxOptions options_of(double temperature, bool fast) {
   return o;
 }
 
+// The walk over the rows of x (its outer axes) with `ops` (x first), and
+// `where` appended after checking it has x's shape, bool dtype and a
+// contiguous last axis.
+Walk row_walk(const In& x, std::vector<Operand> ops,
+              const std::optional<In>& where) {
+  const std::size_t nd = x.ndim();
+  if (where) {
+    check_array<bool>("where", *where, nd);
+    check_same_shape("x", x, "where", *where, nd);
+    ops.push_back(operand_of(*where, nd - 1));
+  }
+  std::vector<std::int64_t> outer(nd - 1);
+  for (std::size_t i = 0; i + 1 < nd; ++i) outer[i] = x.shape(i);
+  return Walk(std::move(outer), std::move(ops));
+}
+
 // ---- softmax, log_softmax --------------------------------------------------
 
 template <class T>
@@ -91,15 +107,8 @@ void softmax_rows_t(const In& x, const Out& y, const std::optional<In>& where,
   check_array<T>("out", y, nd);
   check_same_shape("x", x, "out", y, nd);
   check_array<T>("x", x, nd);
-  std::vector<Operand> ops = {operand_of(x, nd - 1), operand_of(y, nd - 1)};
-  if (where) {
-    check_array<bool>("where", *where, nd);
-    check_same_shape("x", x, "where", *where, nd);
-    ops.push_back(operand_of(*where, nd - 1));
-  }
-  std::vector<std::int64_t> outer(nd - 1);
-  for (std::size_t i = 0; i + 1 < nd; ++i) outer[i] = x.shape(i);
-  const Walk walk(std::move(outer), std::move(ops));
+  const Walk walk =
+      row_walk(x, {operand_of(x, nd - 1), operand_of(y, nd - 1)}, where);
 
   nb::gil_scoped_release release;
   const auto n64 = static_cast<std::int64_t>(n);
@@ -175,15 +184,8 @@ void logsumexp_t(const In& x, const Out& out, const std::optional<In>& where,
   if (!has_dtype<T>(out) || out.ndim() != nd - 1)
     fail("out must have x's dtype and " + std::to_string(nd - 1) + " axes");
   check_same_shape("x", x, "out", out, nd - 1);
-  std::vector<Operand> ops = {operand_of(x, nd - 1), operand_of(out, nd - 1)};
-  if (where) {
-    check_array<bool>("where", *where, nd);
-    check_same_shape("x", x, "where", *where, nd);
-    ops.push_back(operand_of(*where, nd - 1));
-  }
-  std::vector<std::int64_t> outer(nd - 1);
-  for (std::size_t i = 0; i + 1 < nd; ++i) outer[i] = x.shape(i);
-  const Walk walk(std::move(outer), std::move(ops));
+  const Walk walk =
+      row_walk(x, {operand_of(x, nd - 1), operand_of(out, nd - 1)}, where);
   const SoftmaxOptions opt = options_of(temperature, false);
 
   nb::gil_scoped_release release;
@@ -220,11 +222,10 @@ void backward_t(const In& y, const In& dy, const Out& dx) {
   check_array<T>("out", dx, nd);
   check_same_shape("y", y, "dy", dy, nd);
   check_same_shape("y", y, "out", dx, nd);
-  std::vector<std::int64_t> outer(nd - 1);
-  for (std::size_t i = 0; i + 1 < nd; ++i) outer[i] = y.shape(i);
-  const Walk walk(
-      std::move(outer),
-      {operand_of(y, nd - 1), operand_of(dy, nd - 1), operand_of(dx, nd - 1)});
+  const Walk walk = row_walk(
+      y,
+      {operand_of(y, nd - 1), operand_of(dy, nd - 1), operand_of(dx, nd - 1)},
+      std::nullopt);
   nb::gil_scoped_release release;
   walk.for_each_run([&](const std::vector<char*>& p, std::int64_t run,
                         const std::vector<std::int64_t>& step) {

@@ -357,3 +357,18 @@ def test_interleaved_out_is_not_an_overlap():
     want = softdot.log_softmax(xr.copy())
     softdot.log_softmax(xr, out=outr)
     np.testing.assert_array_equal(outr, want)
+
+
+def test_attention_out_interleaved_with_query_is_allowed():
+    """Attention's out may interleave with an input it shares no element with
+    (rows of one buffer taken alternately): np.shares_memory decides, so this
+    runs and equals the result on separate arrays."""
+    rng = np.random.default_rng(5)
+    buf = np.zeros((6, 2, 8), np.float32)
+    q, out = buf[:, 0, :], buf[:, 1, :]
+    q[...] = rng.standard_normal((6, 8), dtype=np.float32)
+    k = rng.standard_normal((5, 8), dtype=np.float32)
+    v = rng.standard_normal((5, 8), dtype=np.float32)
+    want = softdot.scaled_dot_product_attention(q.copy(), k, v)
+    assert softdot.scaled_dot_product_attention(q, k, v, out=out) is out
+    np.testing.assert_array_equal(out, want)
