@@ -3,7 +3,8 @@ value is computed by the C++ core.
 
 Inside the package every array is a numpy array. A CPU torch tensor enters as
 ``tensor.numpy()``, a view of the same memory (no copy; about 0.5 us, where
-passing the tensor through DLPack cost 6 us per array here), and results for
+passing the tensor through DLPack cost 6 us per array: timeit loops at the
+Python prompt, not a command of the project), and results for
 torch callers are allocated with torch and written through their numpy view,
 so torch in gives torch out, sharing memory.
 
