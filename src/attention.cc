@@ -1,5 +1,5 @@
-// softdot: attention(), attention_merge(), attention_weights(): argument
-// checks, the split into kernel calls, threads, and the final normalisation.
+// softdot: attention() and attention_partial(): the split into kernel
+// calls, threads, the merge of decode chunks and the final normalisation.
 //
 // Work split. For every batch b and KV head kh, the query rows of the g
 // query heads that share kh are numbered r = (h - kh g) n_q + i and cut into
@@ -29,6 +29,7 @@
 #include "attention_plan.h"
 #include "kernels.h"
 #include "kernels/attention_args.h"
+#include "kernels/state_merge.h"
 
 namespace softdot {
 
@@ -59,53 +60,25 @@ T* thread_buffer(int slot, std::size_t n) {
   return reinterpret_cast<T*>(b.p.get());
 }
 
-// One row's state -> its output and lse.
-void finalize(float m, double l, const double* o, std::size_t dv, float* out,
-              float* lse) {
-  if (std::isnan(l)) {
-    std::fill(out, out + dv, std::numeric_limits<float>::quiet_NaN());
-    if (lse) *lse = std::numeric_limits<float>::quiet_NaN();
-  } else if (l == 0.0) {
-    std::fill(out, out + dv, 0.0f);
-    if (lse) *lse = -std::numeric_limits<float>::infinity();
-  } else {
-    for (std::size_t c = 0; c < dv; ++c) {
-      out[c] = static_cast<float>(o[c] / l);
-    }
-    if (lse) *lse = static_cast<float>(static_cast<double>(m) + std::log(l));
-  }
-}
-
-// a = merge(a, b) for row states (double arithmetic).
-void merge_state(float& ma, double& la, double* oa, float mb, double lb,
-                 const double* ob, std::size_t dv) {
-  if (std::isnan(la)) return;
-  if (std::isnan(lb)) {
-    la = lb;
-    return;
-  }
-  if (lb == 0.0) return;
-  if (la == 0.0) {
-    ma = mb;
-    la = lb;
-    std::copy(ob, ob + dv, oa);
-    return;
-  }
-  const float m = std::max(ma, mb);
-  const double wa = ma == m ? 1.0 : std::exp(static_cast<double>(ma) - m);
-  const double wb = mb == m ? 1.0 : std::exp(static_cast<double>(mb) - m);
-  for (std::size_t c = 0; c < dv; ++c) oa[c] = oa[c] * wa + ob[c] * wb;
-  la = la * wa + lb * wb;
-  ma = m;
-}
-
+// attention() (partial null: the rows are finalised into out and lse) or
+// attention_partial() (out unused: the rows' states go into *partial).
 template <class KT>
-void run_attention(const TensorView<const float>& q,
+void run_attention(const char* fn, const TensorView<const float>& q,
                    const TensorView<const KT>& k, const TensorView<const KT>& v,
                    const TensorView<float>& out, const AttentionOptions& o,
-                   float* lse) {
-  const char* fn = "attention";
-  const Plan p = check_and_plan(fn, q, k, &v, out, "out", 0, o);
+                   float* lse, AttentionPartial* partial) {
+  const Plan p = partial ? check_and_plan(fn, q, k, &v, out, nullptr, 0, o)
+                         : check_and_plan(fn, q, k, &v, out, "out", 0, o);
+  if (partial) {
+    partial->batch = p.B;
+    partial->heads = p.H;
+    partial->rows = p.n_q;
+    partial->dv = p.dv;
+    const std::size_t n = p.B * p.H * p.n_q;
+    partial->max.resize(n);
+    partial->sum.resize(n);
+    partial->out.resize(n * p.dv);
+  }
   const std::size_t rows_per_kvh = p.g * p.n_q;
   const std::size_t max_rows = detail::attention_max_rows();
   const bool split = rows_per_kvh <= kDecodeRows;
@@ -118,6 +91,19 @@ void run_attention(const TensorView<const float>& q,
           : 1;
   const std::size_t tasks = p.B * p.Hkv * row_blocks * chunks;
   const std::size_t dv = p.dv;
+  // A finished row (b, h, i): finalised, or kept as a partial result.
+  auto emit = [&](std::size_t b, std::size_t h, std::size_t i, float m,
+                  double l, const double* acc) {
+    const std::size_t r = (b * p.H + h) * p.n_q + i;
+    if (partial) {
+      partial->max[r] = m;
+      partial->sum[r] = l;
+      std::copy(acc, acc + dv, partial->out.data() + r * dv);
+    } else {
+      detail::finalize_row_state(m, l, acc, dv, out.row(b, h, i),
+                                 lse ? lse + r : nullptr);
+    }
+  };
 
   // Per-thread scratch and row tables; states of the split chunks.
   const int threads = omp_get_max_threads();
@@ -233,8 +219,7 @@ void run_attention(const TensorView<const float>& q,
       for (std::size_t r = 0; r < nr; ++r) {
         const std::size_t h = kh * p.g + (r0 + r) / p.n_q;
         const std::size_t i = (r0 + r) % p.n_q;
-        float* lp = lse ? lse + (b * p.H + h) * p.n_q + i : nullptr;
-        finalize(out_m[r], out_l[r], out_o + r * dv, dv, out.row(b, h, i), lp);
+        emit(b, h, i, out_m[r], out_l[r], out_o + r * dv);
       }
     }
   };
@@ -261,12 +246,11 @@ void run_attention(const TensorView<const float>& q,
       double* acc = st_o + (base * state_rows + r) * dv;
       for (std::size_t c = 1; c < chunks; ++c) {
         const std::size_t s = (base + c) * state_rows + r;
-        merge_state(m, l, acc, st_m[s], st_l[s], st_o + s * dv, dv);
+        detail::merge_row_state(m, l, acc, st_m[s], st_l[s], st_o + s * dv, dv);
       }
       const std::size_t h = kh * p.g + r / p.n_q;
       const std::size_t i = r % p.n_q;
-      float* lp = lse ? lse + (b * p.H + h) * p.n_q + i : nullptr;
-      finalize(m, l, acc, dv, out.row(b, h, i), lp);
+      emit(b, h, i, m, l, acc);
     }
   };
   if (parallel && groups > 1) {
@@ -282,17 +266,35 @@ void run_attention(const TensorView<const float>& q,
 void attention(TensorView<const float> q, TensorView<const float> k,
                TensorView<const float> v, TensorView<float> out,
                const AttentionOptions& options, float* lse) {
-  run_attention(q, k, v, out, options, lse);
+  run_attention("attention", q, k, v, out, options, lse, nullptr);
+}
+void attention_partial(TensorView<const float> q, TensorView<const float> k,
+                       TensorView<const float> v, AttentionPartial& partial,
+                       const AttentionOptions& options) {
+  run_attention("attention_partial", q, k, v, TensorView<float>{}, options,
+                nullptr, &partial);
 }
 void attention(TensorView<const float> q, TensorView<const Float16> k,
                TensorView<const Float16> v, TensorView<float> out,
                const AttentionOptions& options, float* lse) {
-  run_attention(q, k, v, out, options, lse);
+  run_attention("attention", q, k, v, out, options, lse, nullptr);
+}
+void attention_partial(TensorView<const float> q, TensorView<const Float16> k,
+                       TensorView<const Float16> v, AttentionPartial& partial,
+                       const AttentionOptions& options) {
+  run_attention("attention_partial", q, k, v, TensorView<float>{}, options,
+                nullptr, &partial);
 }
 void attention(TensorView<const float> q, TensorView<const BFloat16> k,
                TensorView<const BFloat16> v, TensorView<float> out,
                const AttentionOptions& options, float* lse) {
-  run_attention(q, k, v, out, options, lse);
+  run_attention("attention", q, k, v, out, options, lse, nullptr);
+}
+void attention_partial(TensorView<const float> q, TensorView<const BFloat16> k,
+                       TensorView<const BFloat16> v, AttentionPartial& partial,
+                       const AttentionOptions& options) {
+  run_attention("attention_partial", q, k, v, TensorView<float>{}, options,
+                nullptr, &partial);
 }
 
 }  // namespace softdot

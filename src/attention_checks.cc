@@ -18,7 +18,7 @@ Plan check_and_plan(const char* fn, const TensorView<const float>& q,
   check_tensor(fn, "q", q);
   check_tensor(fn, "k", k);
   if (v != nullptr) check_tensor(fn, "v", *v);
-  check_tensor(fn, out_name, out);
+  if (out_name != nullptr) check_tensor(fn, out_name, out);
   if (q.rows == 0 || q.cols == 0) fail(fn, shape("q", q) + " is empty");
   if (k.batch != q.batch) {
     fail(fn, shape("k", k) + " has batch " + count(k.batch) + " but " +
@@ -42,8 +42,8 @@ Plan check_and_plan(const char* fn, const TensorView<const float>& q,
     if (v->cols == 0) fail(fn, shape("v", *v) + " has d_v = 0");
     dv = v->cols;
   }
-  if (out.batch != q.batch || out.heads != q.heads || out.rows != q.rows ||
-      out.cols != dv) {
+  if (out_name != nullptr && (out.batch != q.batch || out.heads != q.heads ||
+                              out.rows != q.rows || out.cols != dv)) {
     fail(fn, shape(out_name, out) + " must be " +
                  shape(out_name, q.batch, q.heads, q.rows, dv) + " for " +
                  shape("q", q) + " and " + shape(v ? "v" : "k", v ? *v : k));

@@ -1,5 +1,7 @@
-// softdot: attention_merge(), two partial results over disjoint key ranges
-// into one, in double.
+// softdot: attention_merge() of two partial results over disjoint key
+// ranges (the float (out, lse) form and AttentionPartial), and
+// attention_finalize(). The arithmetic is the merge rule of
+// kernels/state_merge.h.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "attention_plan.h"
+#include "kernels/state_merge.h"
 #include "softdot/attention.h"
 
 namespace softdot {
@@ -36,37 +39,90 @@ void attention_merge(TensorView<const float> o_a, const float* lse_a,
   if (lse_a == nullptr || lse_b == nullptr || lse == nullptr) {
     fail(fn, "lse_a, lse_b and lse must not be null");
   }
-  constexpr float kInf = std::numeric_limits<float>::infinity();
   const std::size_t dv = o_a.cols;
   for (std::size_t b = 0; b < o_a.batch; ++b) {
     for (std::size_t h = 0; h < o_a.heads; ++h) {
       for (std::size_t i = 0; i < o_a.rows; ++i) {
-        const std::size_t li = (b * o_a.heads + h) * o_a.rows + i;
-        const float la = lse_a[li], lb = lse_b[li];
-        const float* xa = o_a.row(b, h, i);
-        const float* xb = o_b.row(b, h, i);
-        float* y = out.row(b, h, i);
-        if (std::isnan(la) || std::isnan(lb)) {
-          std::fill(y, y + dv, std::numeric_limits<float>::quiet_NaN());
-          lse[li] = std::numeric_limits<float>::quiet_NaN();
-          continue;
-        }
-        if (la == -kInf && lb == -kInf) {
-          std::fill(y, y + dv, 0.0f);
-          lse[li] = -kInf;
-          continue;
-        }
-        const float m = std::max(la, lb);
-        const double wa = la == m ? 1.0 : std::exp(static_cast<double>(la) - m);
-        const double wb = lb == m ? 1.0 : std::exp(static_cast<double>(lb) - m);
-        const double inv = 1.0 / (wa + wb);
-        for (std::size_t c = 0; c < dv; ++c) {
-          const double ya = wa == 0.0 ? 0.0 : wa * xa[c];
-          const double yb = wb == 0.0 ? 0.0 : wb * xb[c];
-          y[c] = static_cast<float>((ya + yb) * inv);
-        }
-        lse[li] =
-            static_cast<float>(static_cast<double>(m) + std::log(wa + wb));
+        const std::size_t r = (b * o_a.heads + h) * o_a.rows + i;
+        detail::merge_normalized(lse_a[r], o_a.row(b, h, i), lse_b[r],
+                                 o_b.row(b, h, i), dv, out.row(b, h, i),
+                                 lse + r);
+      }
+    }
+  }
+}
+
+namespace {
+
+std::string partial_shape(const char* name, const AttentionPartial& p) {
+  return std::string(name) + " [" + count(p.batch) + ", " + count(p.heads) +
+         ", " + count(p.rows) + "] with d_v " + count(p.dv);
+}
+
+// The vectors hold what batch, heads, rows and dv say.
+void check_partial(const char* fn, const char* name,
+                   const AttentionPartial& p) {
+  const std::size_t n = p.row_count();
+  if (p.max.size() != n || p.sum.size() != n || p.out.size() != n * p.dv) {
+    fail(fn, partial_shape(name, p) + " holds " + count(p.max.size()) +
+                 " maxima, " + count(p.sum.size()) + " sums and " +
+                 count(p.out.size()) + " outputs; expected " + count(n) + ", " +
+                 count(n) + " and " + count(n * p.dv));
+  }
+}
+
+}  // namespace
+
+AttentionPartial AttentionPartial::empty(std::size_t batch, std::size_t heads,
+                                         std::size_t rows, std::size_t dv) {
+  AttentionPartial p;
+  p.batch = batch;
+  p.heads = heads;
+  p.rows = rows;
+  p.dv = dv;
+  const std::size_t n = batch * heads * rows;
+  p.max.assign(n, -std::numeric_limits<float>::infinity());
+  p.sum.assign(n, 0.0);
+  p.out.assign(n * dv, 0.0);
+  return p;
+}
+
+void attention_merge(AttentionPartial& a, const AttentionPartial& b) {
+  const char* fn = "attention_merge";
+  check_partial(fn, "a", a);
+  check_partial(fn, "b", b);
+  if (a.batch != b.batch || a.heads != b.heads || a.rows != b.rows ||
+      a.dv != b.dv) {
+    fail(fn, partial_shape("a", a) + " and " + partial_shape("b", b) +
+                 " must have the same shape");
+  }
+  const std::size_t dv = a.dv;
+  for (std::size_t r = 0; r < a.row_count(); ++r) {
+    detail::merge_row_state(a.max[r], a.sum[r], a.out.data() + r * dv, b.max[r],
+                            b.sum[r], b.out.data() + r * dv, dv);
+  }
+}
+
+void attention_finalize(const AttentionPartial& partial, TensorView<float> out,
+                        float* lse) {
+  const char* fn = "attention_finalize";
+  check_partial(fn, "partial", partial);
+  check_tensor(fn, "out", out);
+  if (out.batch != partial.batch || out.heads != partial.heads ||
+      out.rows != partial.rows || out.cols != partial.dv) {
+    fail(fn, shape("out", out) + " must be " +
+                 shape("out", partial.batch, partial.heads, partial.rows,
+                       partial.dv) +
+                 " for " + partial_shape("partial", partial));
+  }
+  const std::size_t dv = partial.dv;
+  for (std::size_t b = 0; b < partial.batch; ++b) {
+    for (std::size_t h = 0; h < partial.heads; ++h) {
+      for (std::size_t i = 0; i < partial.rows; ++i) {
+        const std::size_t r = (b * partial.heads + h) * partial.rows + i;
+        detail::finalize_row_state(partial.max[r], partial.sum[r],
+                                   partial.out.data() + r * dv, dv,
+                                   out.row(b, h, i), lse ? lse + r : nullptr);
       }
     }
   }

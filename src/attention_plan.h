@@ -62,7 +62,8 @@ struct Plan {
 };
 
 // Checks every argument of attention() (v non-null) or attention_weights()
-// (v null; out is the weights) and returns the plan; std::invalid_argument
+// (v null; out is the weights) and returns the plan (out_name null: there
+// is no out to check, as in attention_partial()); std::invalid_argument
 // naming the argument and the shapes otherwise.
 template <class KT>
 Plan check_and_plan(const char* fn, const TensorView<const float>& q,

@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "kernels.h"
+#include "kernels/state_merge.h"
 
 namespace softdot {
 namespace {
@@ -93,22 +94,6 @@ RowState state_of(const char* function, std::span<const T> x,
   return state;
 }
 
-// max + log(sum + sum_lo), rounded once to T.
-template <class T>
-T lse_of(const RowState& s) {
-  if (std::isnan(s.max) || std::isnan(s.sum)) {
-    return std::numeric_limits<T>::quiet_NaN();
-  }
-  if (std::isinf(s.max)) return static_cast<T>(s.max);
-  // sum >= 1 for a row state (see Log in softmax-inl.h); a merged or
-  // hand-made state may hold less, where plain log is as good.
-  const long double log_sum =
-      s.sum >= 1.0
-          ? std::log1p(static_cast<long double>(s.sum - 1.0) + s.sum_lo)
-          : std::log(static_cast<long double>(s.sum) + s.sum_lo);
-  return static_cast<T>(static_cast<long double>(s.max) + log_sum);
-}
-
 // The next wider type, for the cancelling case of logsumexp.
 template <class T>
 using Wider = std::conditional_t<sizeof(T) == 4, double, long double>;
@@ -137,7 +122,7 @@ template <class T>
 T lse_checked(std::span<const T> x, const SoftmaxOptions& options) {
   if (x.empty()) fail("logsumexp", "x is empty (logsumexp needs n >= 1)");
   const RowState state = state_of<T>("logsumexp", x, options);
-  const T lse = lse_of<T>(state);
+  const T lse = detail::logsumexp_of_state<T>(state);
   // Cancellation: log(sum) ~ -m, so its rounding error (~u |m|) is large
   // against the result. Redo the sum in the wider type.
   if (std::isfinite(lse) && state.max < 0 && std::fabs(lse) < -state.max) {
@@ -198,59 +183,6 @@ void rows_checked(const char* function, RowOp op, MatrixView<const T> x,
   } else {
     for (std::ptrdiff_t r = 0; r < rows; ++r) row(r);
   }
-}
-
-// Double-double arithmetic for merging states (Dekker / Knuth).
-struct DD {
-  double hi, lo;
-};
-
-DD two_sum(double a, double b) {
-  const double s = a + b;
-  const double bb = s - a;
-  return {s, (a - (s - bb)) + (b - bb)};
-}
-
-DD fast_two_sum(double a, double b) {  // |a| >= |b| or a == 0
-  const double s = a + b;
-  return {s, b - (s - a)};
-}
-
-// a + b; symmetric in a and b, bit for bit.
-DD dd_add(DD a, DD b) {
-  const DD s = two_sum(a.hi, b.hi);
-  return fast_two_sum(s.hi, s.lo + (a.lo + b.lo));
-}
-
-// a * f with f in long double (64-bit mantissa on x86, split in two doubles).
-DD dd_scale(DD a, long double f) {
-  const double f_hi = static_cast<double>(f);
-  const double f_lo = static_cast<double>(f - f_hi);
-  const double p = a.hi * f_hi;
-  const double e = std::fma(a.hi, f_hi, -p);
-  return fast_two_sum(p, e + (a.hi * f_lo + a.lo * f_hi));
-}
-
-template <class T>
-BasicSoftmaxState<T> merge_impl(const BasicSoftmaxState<T>& a,
-                                const BasicSoftmaxState<T>& b) noexcept {
-  if (std::isnan(a.max) || std::isnan(b.max) || std::isnan(a.sum) ||
-      std::isnan(b.sum)) {
-    return {std::numeric_limits<T>::quiet_NaN(),
-            std::numeric_limits<double>::quiet_NaN(), 0.0};
-  }
-  const T m = std::max(a.max, b.max);
-  // A term whose max is the new max keeps its sum as it is: no exp(inf - inf)
-  // and no rounding for the larger side.
-  const auto term = [m](const BasicSoftmaxState<T>& s) -> DD {
-    if (s.max == m) return {s.sum, s.sum_lo};
-    if (s.max == -std::numeric_limits<T>::infinity()) return {0.0, 0.0};
-    const long double shift =
-        static_cast<long double>(s.max) - static_cast<long double>(m);
-    return dd_scale({s.sum, s.sum_lo}, std::exp(shift));
-  };
-  const DD sum = dd_add(term(a), term(b));
-  return {m, sum.hi, sum.lo};
 }
 
 template <class T>
@@ -327,11 +259,20 @@ SoftmaxStateD softmax_state(std::span<const double> chunk,
   return {s.max, s.sum, s.sum_lo};
 }
 
+namespace {
+template <class T>
+BasicSoftmaxState<T> merge_states(BasicSoftmaxState<T> a,
+                                  const BasicSoftmaxState<T>& b) noexcept {
+  detail::merge_softmax_state(a.max, a.sum, a.sum_lo, b.max, b.sum, b.sum_lo);
+  return a;
+}
+}  // namespace
+
 SoftmaxState merge(const SoftmaxState& a, const SoftmaxState& b) noexcept {
-  return merge_impl(a, b);
+  return merge_states(a, b);
 }
 SoftmaxStateD merge(const SoftmaxStateD& a, const SoftmaxStateD& b) noexcept {
-  return merge_impl(a, b);
+  return merge_states(a, b);
 }
 
 void softmax_apply(std::span<const float> chunk, const SoftmaxState& total,
@@ -344,11 +285,12 @@ void softmax_apply(std::span<const double> chunk, const SoftmaxStateD& total,
 }
 
 float logsumexp(const SoftmaxState& state) noexcept {
-  return lse_of<float>(
+  return detail::logsumexp_of_state<float>(
       {static_cast<double>(state.max), state.sum, state.sum_lo});
 }
 double logsumexp(const SoftmaxStateD& state) noexcept {
-  return lse_of<double>({state.max, state.sum, state.sum_lo});
+  return detail::logsumexp_of_state<double>(
+      {state.max, state.sum, state.sum_lo});
 }
 
 }  // namespace softdot

@@ -8,6 +8,7 @@
 #include <limits>
 #include <span>
 #include <type_traits>
+#include <vector>
 
 #include "softdot/float16.h"
 #include "softdot/matrix.h"
@@ -209,6 +210,71 @@ void attention(TensorView<const float> q, TensorView<const BFloat16> k,
 void attention_merge(TensorView<const float> o_a, const float* lse_a,
                      TensorView<const float> o_b, const float* lse_b,
                      TensorView<float> out, float* lse);
+
+// The unrounded partial result of attention() over part of the keys, for
+// merging many parts (split-KV decoding over P ranges, ring attention across
+// processes) without rounding to float at every merge. For each query row,
+// numbered r = (b * heads + h) * rows + i:
+//   max[r]           the largest visible score (or the sink, if larger); -inf
+//                    when no key is visible,
+//   sum[r]           sum_j exp(s_rj - max[r]) over the visible keys, plus the
+//                    sink's exp(sink - max[r]) (double),
+//   out[r * dv + c]  sum_j exp(s_rj - max[r]) V_jc (double, not divided by
+//                    sum[r]).
+// A NaN anywhere in a row's visible inputs makes sum[r] NaN. The arrays are
+// plain vectors so that they can be sent as they are (MPI, files).
+struct AttentionPartial {
+  std::size_t batch = 0;
+  std::size_t heads = 0;  // query heads
+  std::size_t rows = 0;   // query rows n_q
+  std::size_t dv = 0;
+  std::vector<float> max;
+  std::vector<double> sum;
+  std::vector<double> out;
+
+  // The identity of attention_merge: every row empty (max -inf, sum 0,
+  // out 0), the partial result of an empty key range.
+  static AttentionPartial empty(std::size_t batch, std::size_t heads,
+                                std::size_t rows, std::size_t dv);
+  std::size_t row_count() const noexcept { return batch * heads * rows; }
+};
+
+// attention() over options.kv_begin <= j < options.kv_end, stopped before
+// the division by the sum: attention_finalize(partial) equals attention()
+// with the same arguments bit for bit (out and lse), on every target and
+// for any number of threads. Arguments, checks and threads as attention();
+// partial is resized to q's batch, heads, rows and v's d_v (its vectors only
+// grow, so a reused partial does not allocate). Sinks: pass them to one part
+// only. Nothing is written when an argument is invalid.
+void attention_partial(TensorView<const float> q, TensorView<const float> k,
+                       TensorView<const float> v, AttentionPartial& partial,
+                       const AttentionOptions& options = {});
+void attention_partial(TensorView<const float> q, TensorView<const Float16> k,
+                       TensorView<const Float16> v, AttentionPartial& partial,
+                       const AttentionOptions& options = {});
+void attention_partial(TensorView<const float> q, TensorView<const BFloat16> k,
+                       TensorView<const BFloat16> v, AttentionPartial& partial,
+                       const AttentionOptions& options = {});
+
+// a = merge(a, b) for partial results over disjoint key ranges, row by row,
+// in double: m = max(m_a, m_b), w_x = exp(m_x - m) (exactly 1 for the side
+// holding m), sum = w_a sum_a + w_b sum_b, out = w_a out_a + w_b out_b. An
+// empty row (sum 0) is the identity, bit for bit; a NaN row gives NaN.
+// Commutative bit for bit. Each merge adds at most 2 roundings of 2^-53
+// relative to sum and out (and the weights' 2^-53), so a chain of P merges
+// is within about 3P 2^-53 of the exact merge of its parts: far below the
+// float rounding of the result (tested with P = 64). Same batch, heads,
+// rows and dv, else std::invalid_argument naming both. Does not allocate;
+// single-threaded. b may be a.
+void attention_merge(AttentionPartial& a, const AttentionPartial& b);
+
+// The output and lse of a partial result: out[b, h, i, :] = out_r / sum_r
+// (each element rounded once to float), lse = max_r + log(sum_r) (in
+// double, rounded once); an empty row gives +0 and lse -inf, a NaN row NaN,
+// as attention() does. out [batch, heads, rows, dv] as the partial's, else
+// std::invalid_argument; lse null or batch * heads * rows floats.
+void attention_finalize(const AttentionPartial& partial, TensorView<float> out,
+                        float* lse = nullptr);
 
 // The explicit weights w_ij of attention() with the same q, k and options,
 // into weights [B, H, n_q, n_kv] (for small inputs: debugging, teaching).

@@ -304,6 +304,54 @@ std::uint64_t hash_attention() {
   return h.h;
 }
 
+// AttentionPartial (added after the recording at 6e27f53, with the
+// functions): prefill (n_q = 70) and decode (n_q = 1) partials over three
+// key ranges (the first with sinks), merged in a chain; the raw states and
+// the finalised output and lse are hashed.
+template <class KV>
+std::uint64_t hash_attention_partial() {
+  Hash h;
+  Gen g(50 + sizeof(KV));
+  const std::size_t B = 2, H = 4, Hkv = 2, d = 40, dv = 24, n_kv = 1200;
+  const auto kf = g.vec<float>(B * Hkv * n_kv * d, 2);
+  const auto vf = g.vec<float>(B * Hkv * n_kv * dv, 3);
+  std::vector<KV> k(kf.size()), v(vf.size());
+  for (std::size_t i = 0; i < kf.size(); ++i) k[i] = to_kv<KV>(kf[i]);
+  for (std::size_t i = 0; i < vf.size(); ++i) v[i] = to_kv<KV>(vf[i]);
+  const TensorView<const KV> kv(k.data(), B, Hkv, n_kv, d),
+      vv(v.data(), B, Hkv, n_kv, dv);
+  const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+  for (std::size_t n_q : {std::size_t(70), std::size_t(1)}) {
+    const auto q = g.vec<float>(B * H * n_q * d, 2);
+    const TensorView<const float> qv(q.data(), B, H, n_q, d);
+    softdot::AttentionPartial chain =
+        softdot::AttentionPartial::empty(B, H, n_q, dv);
+    softdot::AttentionPartial part;
+    const std::size_t cuts[] = {0, 100, 777, n_kv};
+    for (int c = 0; c < 3; ++c) {
+      AttentionOptions o;
+      o.causal = true;
+      o.kv_begin = cuts[c];
+      o.kv_end = cuts[c + 1];
+      if (c == 0) o.sinks = sinks;
+      softdot::attention_partial(qv, kv, vv, part, o);
+      h.add(part.max);
+      h.add(part.sum);
+      h.add(part.out);
+      softdot::attention_merge(chain, part);
+    }
+    h.add(chain.max);
+    h.add(chain.sum);
+    h.add(chain.out);
+    std::vector<float> out(B * H * n_q * dv), lse(B * H * n_q);
+    softdot::attention_finalize(
+        chain, TensorView<float>(out.data(), B, H, n_q, dv), lse.data());
+    h.add(out);
+    h.add(lse);
+  }
+  return h.h;
+}
+
 std::uint64_t hash_conversions() {
   Hash h;
   for (std::uint32_t b = 0; b < 65536; ++b) {
@@ -337,12 +385,17 @@ Table hashes_now() {
       {"attention f32", hash_attention<float>()},
       {"attention f16", hash_attention<Float16>()},
       {"attention bf16", hash_attention<BFloat16>()},
+      {"attention partial f32", hash_attention_partial<float>()},
+      {"attention partial f16", hash_attention_partial<Float16>()},
+      {"attention partial bf16", hash_attention_partial<BFloat16>()},
       {"conversions", hash_conversions()},
   };
 }
 
 // Recorded at commit 6e27f53 (before issue 12 moved any code) on an Intel
 // Sapphire Rapids (AVX3, AVX2, SSE4, SSSE3, SCALAR). "FMA" is AVX2 and AVX3.
+// The "attention partial" rows were added with AttentionPartial (same
+// machine), when the other rows still held.
 struct Golden {
   const char* target_class;
   const char* function;
@@ -352,6 +405,9 @@ const Golden kGolden[] = {
     {"FMA", "attention bf16", 0x678d6859646e4322ull},
     {"FMA", "attention f16", 0x26e359277f100641ull},
     {"FMA", "attention f32", 0xbab7c2d40fdd5687ull},
+    {"FMA", "attention partial bf16", 0xaeec60252c7e249full},
+    {"FMA", "attention partial f16", 0x89e60ea05a94b574ull},
+    {"FMA", "attention partial f32", 0x7d17fd520e4e08d1ull},
     {"FMA", "backward+states double", 0x709abcb05f92c31eull},
     {"FMA", "backward+states float", 0xfecc0e4cb128d86aull},
     {"FMA", "conversions", 0x52eea8b7facb10afull},
@@ -364,6 +420,9 @@ const Golden kGolden[] = {
     {"SSE4", "attention bf16", 0xfcd069685e985affull},
     {"SSE4", "attention f16", 0x9efb4d122be1c0dfull},
     {"SSE4", "attention f32", 0xbd8c1f44037d1cccull},
+    {"SSE4", "attention partial bf16", 0xd545c2fb6c945121ull},
+    {"SSE4", "attention partial f16", 0x209f4fdc340f0b23ull},
+    {"SSE4", "attention partial f32", 0x98173d6d8463f7c6ull},
     {"SSE4", "backward+states double", 0xae0aba73682a3e8aull},
     {"SSE4", "backward+states float", 0xbe7ddea2ebd21782ull},
     {"SSE4", "conversions", 0x52eea8b7facb10afull},
@@ -376,6 +435,9 @@ const Golden kGolden[] = {
     {"SSSE3", "attention bf16", 0xfcd069685e985affull},
     {"SSSE3", "attention f16", 0x9efb4d122be1c0dfull},
     {"SSSE3", "attention f32", 0xbd8c1f44037d1cccull},
+    {"SSSE3", "attention partial bf16", 0xd545c2fb6c945121ull},
+    {"SSSE3", "attention partial f16", 0x209f4fdc340f0b23ull},
+    {"SSSE3", "attention partial f32", 0x98173d6d8463f7c6ull},
     {"SSSE3", "backward+states double", 0xae0aba73682a3e8aull},
     {"SSSE3", "backward+states float", 0xbe7ddea2ebd21782ull},
     {"SSSE3", "conversions", 0x52eea8b7facb10afull},
@@ -388,6 +450,9 @@ const Golden kGolden[] = {
     {"SCALAR", "attention bf16", 0xfcd069685e985affull},
     {"SCALAR", "attention f16", 0x9efb4d122be1c0dfull},
     {"SCALAR", "attention f32", 0xbd8c1f44037d1cccull},
+    {"SCALAR", "attention partial bf16", 0xd545c2fb6c945121ull},
+    {"SCALAR", "attention partial f16", 0x209f4fdc340f0b23ull},
+    {"SCALAR", "attention partial f32", 0x98173d6d8463f7c6ull},
     {"SCALAR", "backward+states double", 0xae0aba73682a3e8aull},
     {"SCALAR", "backward+states float", 0xbe7ddea2ebd21782ull},
     {"SCALAR", "conversions", 0x52eea8b7facb10afull},
