@@ -5,6 +5,7 @@
 
 #include "check.h"
 #include "kernels.h"
+#include "kernels/backward_row.h"
 #include "softdot/softmax.h"
 
 namespace softdot {
@@ -32,26 +33,16 @@ void check_backward(std::span<const T> y, std::span<const T> dy,
 void softmax_backward(std::span<const float> y, std::span<const float> dy,
                       std::span<float> dx) {
   check_backward(y, dy, dx);
-  // <dy, y> from exact float products summed in double; then each dx_i in
-  // double (the product and the difference round at 2^-53) and rounded once.
+  // <dy, y> from exact float products summed in double.
   const double g = detail::dot_in_double_kernel(dy.data(), y.data(), y.size());
-  for (std::size_t i = 0; i < y.size(); ++i) {
-    const double yi = y[i], dyi = dy[i];
-    dx[i] = static_cast<float>(yi * (dyi - g));
-  }
+  detail::softmax_backward_row(y.data(), dy.data(), g, y.size(), dx.data());
 }
 
 void softmax_backward(std::span<const double> y, std::span<const double> dy,
                       std::span<double> dx) {
   check_backward(y, dy, dx);
   const double g = detail::dot_accurate_kernel(dy.data(), y.data(), y.size());
-  for (std::size_t i = 0; i < y.size(); ++i) {
-    // dy_i - g exactly as d + e (TwoSum), then y_i (d + e) with one FMA.
-    const double d = dy[i] - g;
-    const double bb = d - dy[i];
-    const double e = (dy[i] - (d - bb)) + (-g - bb);
-    dx[i] = std::fma(y[i], d, y[i] * e);
-  }
+  detail::softmax_backward_row(y.data(), dy.data(), g, y.size(), dx.data());
 }
 
 }  // namespace softdot
