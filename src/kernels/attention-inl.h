@@ -54,8 +54,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using detail::AttnArgs;
 using detail::kKeyTile;
-using detail::kKvBF16;
-using detail::kKvF32;
 using ::softdot::Float16;
 
 void AttentionRows(const AttnArgs& a) {

@@ -19,7 +19,7 @@ inline constexpr std::size_t kMaxKernelRows = 64;
 // The decode form (features in lanes) takes at most this many rows.
 inline constexpr std::size_t kDecodeMaxRows = 16;
 
-// Storage of K and V.
+// Storage of K and V (where it enters the kernels: attention_kv-inl.h).
 inline constexpr int kKvF32 = 0;
 inline constexpr int kKvF16 = 1;
 inline constexpr int kKvBF16 = 2;
@@ -37,7 +37,7 @@ struct AttnArgs {
   float scale = 1.0f;
   float softcap = 0.0f;  // 0: off
   std::size_t rows = 0;  // <= AttentionMaxRows(), or kDecodeMaxRows
-  bool decode = false;   // the decode form (scores by the dot kernel)
+  bool decode = false;   // the decode form (features in lanes)
   const float* const* q_rows = nullptr;            // [rows], d floats each
   const std::int32_t* first_key = nullptr;         // [rows] first visible key
   const std::int32_t* last_key = nullptr;          // [rows] last visible key

@@ -1,9 +1,8 @@
 // softdot kernels: what both attention forms share (src/kernels/
 // attention-inl.h has the overview): vector types, the soft-cap, a row's
-// initial state from its sink, widening 16-bit K and V, flushing float block
-// sums into double accumulators, loading a key block (the seam where K/V
-// storage enters the kernel), the finiteness check of a V block, and the
-// per-thread scratch layout.
+// initial state from its sink, flushing float block sums into double
+// accumulators, the finiteness check of a V block, and the per-thread
+// scratch layout. K and V enter through attention_kv-inl.h.
 
 #if defined(SOFTDOT_KERNELS_ATTENTION_COMMON_INL_H_) == \
     defined(HWY_TARGET_TOGGLE)
@@ -34,9 +33,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using detail::AttnArgs;
 using detail::kKeyTile;
-using detail::kKvBF16;
-using detail::kKvF32;
-using ::softdot::Float16;
 
 namespace attn {
 
@@ -84,42 +80,6 @@ HWY_INLINE void InitialState(const float* sinks, std::size_t r, float& m,
   }
 }
 
-// Widens n elements of K or V storage to float.
-HWY_INLINE void Widen(const float* src, float* dst, std::size_t n) {
-  std::memcpy(dst, src, n * sizeof(float));
-}
-HWY_INLINE void Widen(const std::uint16_t* src, float* dst, std::size_t n,
-                      bool bf16) {
-  const DF df;
-  const std::size_t N = hn::Lanes(df);
-  std::size_t i = 0;
-  if (bf16) {
-    const hn::RebindToUnsigned<DF> du;
-    const hn::Rebind<std::uint16_t, DF> d16;
-    for (; i + N <= n; i += N) {
-      const auto w = hn::PromoteTo(du, hn::LoadU(d16, src + i));
-      hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(w)), df, dst + i);
-    }
-    for (; i < n; ++i) {
-      const std::uint32_t w = static_cast<std::uint32_t>(src[i]) << 16;
-      std::memcpy(dst + i, &w, 4);
-    }
-  } else {
-#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || \
-    HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_NEON
-    // F16C / NEON conversions: exact, infinities and NaN included.
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    const auto* h = reinterpret_cast<const hwy::float16_t*>(src);
-    for (; i + N <= n; i += N) {
-      hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, h + i)), df, dst + i);
-    }
-#endif
-    // Elsewhere Highway 1.0.3 emulates the conversion and turns exponent 31
-    // (inf, NaN) into finite numbers, so the rest goes bit by bit.
-    for (; i < n; ++i) dst[i] = ::softdot::to_float(Float16{src[i]});
-  }
-}
-
 // o[i] = o[i] * alpha[i] + acc[i] in double for the N lanes of one vector
 // (o and alpha need no alignment).
 HWY_INLINE void FlushVector(const VF& acc, const double* alpha,
@@ -157,31 +117,6 @@ HWY_INLINE void FlushColumn(const VF (&acc)[NV], const double* alpha,
   for (std::size_t v = 0; v < NV; ++v) {
     FlushVector(acc[v], alpha + v * N, od + v * N);
   }
-}
-
-// The float rows of one block of keys and values: the caller's memory for
-// float32, else the block widened into scratch (kc [kb][d], vc [kb][dv]).
-struct BlockRows {
-  const float* k;
-  std::size_t k_stride;
-  const float* v;
-  std::size_t v_stride;
-};
-
-HWY_INLINE BlockRows LoadBlock(const AttnArgs& a, std::size_t j0,
-                               std::size_t kb, float* kc, float* vc) {
-  if (a.kv_type == kKvF32) {
-    return {static_cast<const float*>(a.k) + j0 * a.k_stride, a.k_stride,
-            static_cast<const float*>(a.v) + j0 * a.v_stride, a.v_stride};
-  }
-  const bool bf16 = a.kv_type == kKvBF16;
-  const auto* k16 = static_cast<const std::uint16_t*>(a.k);
-  const auto* v16 = static_cast<const std::uint16_t*>(a.v);
-  for (std::size_t j = 0; j < kb; ++j) {
-    Widen(k16 + (j0 + j) * a.k_stride, kc + j * a.d, a.d, bf16);
-    Widen(v16 + (j0 + j) * a.v_stride, vc + j * a.dv, a.dv, bf16);
-  }
-  return {kc, a.d, vc, a.dv};
 }
 
 // True when the kb rows of n values hold no inf or NaN. A block with a

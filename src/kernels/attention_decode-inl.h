@@ -11,6 +11,7 @@
 #endif
 
 #include "kernels/attention_common-inl.h"
+#include "kernels/attention_kv-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace softdot {
@@ -19,9 +20,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using detail::AttnArgs;
 using detail::kKeyTile;
-using detail::kKvBF16;
-using detail::kKvF32;
-using ::softdot::Float16;
 
 namespace attn {
 
@@ -195,8 +193,8 @@ void RunDecode(const AttnArgs& a) {
     std::memcpy(qp + r * dpad, a.q_rows[r], d * sizeof(float));
     std::memset(qp + r * dpad + d, 0, (dpad - d) * sizeof(float));
   }
-  float* kc = a.kv_type == kKvF32 ? nullptr : take(B * d);
-  float* vc = a.kv_type == kKvF32 ? nullptr : take(B * dv);
+  float* kc = KvWidened(a) ? take(B * d) : nullptr;
+  float* vc = KvWidened(a) ? take(B * dv) : nullptr;
   double* od = reinterpret_cast<double*>(take(2 * rows * dv));
   float* add = take(B);
   float m[detail::kDecodeMaxRows];
@@ -223,22 +221,8 @@ void RunDecode(const AttnArgs& a) {
     // this block is computed: without it the loop waited on memory (f32
     // from DRAM: 15.1 GB/s; with it 17.4 GB/s; prefetching the same lines
     // spread over the score loop instead: 16.0 GB/s).
-    if (j0 + B < a.j_end) {
-      const std::size_t nb = std::min(B, a.j_end - j0 - B);
-      const std::size_t esize = a.kv_type == kKvF32 ? 4 : 2;
-      const char* kn =
-          static_cast<const char*>(a.k) + (j0 + B) * a.k_stride * esize;
-      const char* vn =
-          static_cast<const char*>(a.v) + (j0 + B) * a.v_stride * esize;
-      for (std::size_t j = 0; j < nb; ++j) {
-        for (std::size_t off = 0; off < d * esize; off += 64) {
-          __builtin_prefetch(kn + j * a.k_stride * esize + off);
-        }
-        for (std::size_t off = 0; off < dv * esize; off += 64) {
-          __builtin_prefetch(vn + j * a.v_stride * esize + off);
-        }
-      }
-    }
+    if (j0 + B < a.j_end)
+      PrefetchBlock(a, j0 + B, std::min(B, a.j_end - j0 - B));
     const BlockRows kv = LoadBlock(a, j0, kb, kc, vc);
     const float* kbase = kv.k;
     const std::size_t kstride = kv.k_stride;

@@ -11,6 +11,7 @@
 #endif
 
 #include "kernels/attention_common-inl.h"
+#include "kernels/attention_kv-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace softdot {
@@ -19,9 +20,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using detail::AttnArgs;
 using detail::kKeyTile;
-using detail::kKvBF16;
-using detail::kKvF32;
-using ::softdot::Float16;
 
 namespace attn {
 
@@ -138,8 +136,8 @@ void RunPrefill(const AttnArgs& a) {
   sc.qt = take(d * bq);
   sc.s = take(kKeyTile * bq);
   sc.p = take(kKeyTile * bq);
-  sc.kc = a.kv_type == kKvF32 ? nullptr : take(kKeyTile * d);
-  sc.vc = a.kv_type == kKvF32 ? nullptr : take(kKeyTile * dv);
+  sc.kc = KvWidened(a) ? take(kKeyTile * d) : nullptr;
+  sc.vc = KvWidened(a) ? take(kKeyTile * dv) : nullptr;
   sc.add = take(bq);
   sc.od = reinterpret_cast<double*>(take(2 * dv * bq));
   sc.l = reinterpret_cast<double*>(take(2 * bq));

@@ -1,0 +1,126 @@
+// softdot kernels: where K and V storage enters the attention kernels, the
+// one seam for storage formats. Both forms (prefill and decode) see keys and
+// values only as float rows of one key tile, through LoadBlock; they ask
+// only whether a format needs widening scratch (KvWidened) and prefetch the
+// next tile through PrefetchBlock. A new format (int8 with per-row scales,
+// a paged cache) adds a kv_type in attention_args.h and its cases here: the
+// row address (a page table lookup), the widening (a dequantisation into
+// the same scratch), the prefetch. Nothing else in the kernels changes.
+// Today: float32 (read in place), float16 and bfloat16 (widened exactly).
+
+#if defined(SOFTDOT_KERNELS_ATTENTION_KV_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SOFTDOT_KERNELS_ATTENTION_KV_INL_H_
+#undef SOFTDOT_KERNELS_ATTENTION_KV_INL_H_
+#else
+#define SOFTDOT_KERNELS_ATTENTION_KV_INL_H_
+#endif
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "hwy/highway.h"
+#include "kernels/attention_args.h"
+#include "kernels/attention_common-inl.h"
+#include "softdot/float16.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace softdot {
+namespace HWY_NAMESPACE {
+namespace attn {
+
+using detail::kKvBF16;
+using detail::kKvF32;
+
+// Whether a tile of this storage is widened into scratch (kc, vc) rather
+// than read in place.
+HWY_INLINE bool KvWidened(const AttnArgs& a) { return a.kv_type != kKvF32; }
+
+// Bytes per stored element.
+HWY_INLINE std::size_t KvElementBytes(const AttnArgs& a) {
+  return a.kv_type == kKvF32 ? 4 : 2;
+}
+
+// Widens n elements of K or V storage to float.
+HWY_INLINE void Widen(const float* src, float* dst, std::size_t n) {
+  std::memcpy(dst, src, n * sizeof(float));
+}
+HWY_INLINE void Widen(const std::uint16_t* src, float* dst, std::size_t n,
+                      bool bf16) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  std::size_t i = 0;
+  if (bf16) {
+    const hn::RebindToUnsigned<DF> du;
+    const hn::Rebind<std::uint16_t, DF> d16;
+    for (; i + N <= n; i += N) {
+      const auto w = hn::PromoteTo(du, hn::LoadU(d16, src + i));
+      hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(w)), df, dst + i);
+    }
+    for (; i < n; ++i) {
+      const std::uint32_t w = static_cast<std::uint32_t>(src[i]) << 16;
+      std::memcpy(dst + i, &w, 4);
+    }
+  } else {
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || \
+    HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_NEON
+    // F16C / NEON conversions: exact, infinities and NaN included.
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    const auto* h = reinterpret_cast<const hwy::float16_t*>(src);
+    for (; i + N <= n; i += N) {
+      hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, h + i)), df, dst + i);
+    }
+#endif
+    // Elsewhere Highway 1.0.3 emulates the conversion and turns exponent 31
+    // (inf, NaN) into finite numbers, so the rest goes bit by bit.
+    for (; i < n; ++i) dst[i] = ::softdot::to_float(Float16{src[i]});
+  }
+}
+
+// The float rows of one block of keys and values: the caller's memory for
+// float32, else the block widened into scratch (kc [kb][d], vc [kb][dv]).
+struct BlockRows {
+  const float* k;
+  std::size_t k_stride;
+  const float* v;
+  std::size_t v_stride;
+};
+
+HWY_INLINE BlockRows LoadBlock(const AttnArgs& a, std::size_t j0,
+                               std::size_t kb, float* kc, float* vc) {
+  if (a.kv_type == kKvF32) {
+    return {static_cast<const float*>(a.k) + j0 * a.k_stride, a.k_stride,
+            static_cast<const float*>(a.v) + j0 * a.v_stride, a.v_stride};
+  }
+  const bool bf16 = a.kv_type == kKvBF16;
+  const auto* k16 = static_cast<const std::uint16_t*>(a.k);
+  const auto* v16 = static_cast<const std::uint16_t*>(a.v);
+  for (std::size_t j = 0; j < kb; ++j) {
+    Widen(k16 + (j0 + j) * a.k_stride, kc + j * a.d, a.d, bf16);
+    Widen(v16 + (j0 + j) * a.v_stride, vc + j * a.dv, a.dv, bf16);
+  }
+  return {kc, a.d, vc, a.dv};
+}
+
+// Prefetches the nb keys and values from key j0 on, a cache line at a time.
+HWY_INLINE void PrefetchBlock(const AttnArgs& a, std::size_t j0,
+                              std::size_t nb) {
+  const std::size_t esize = KvElementBytes(a);
+  const char* kn = static_cast<const char*>(a.k) + j0 * a.k_stride * esize;
+  const char* vn = static_cast<const char*>(a.v) + j0 * a.v_stride * esize;
+  for (std::size_t j = 0; j < nb; ++j) {
+    for (std::size_t off = 0; off < a.d * esize; off += 64) {
+      __builtin_prefetch(kn + j * a.k_stride * esize + off);
+    }
+    for (std::size_t off = 0; off < a.dv * esize; off += 64) {
+      __builtin_prefetch(vn + j * a.v_stride * esize + off);
+    }
+  }
+}
+
+}  // namespace attn
+}  // namespace HWY_NAMESPACE
+}  // namespace softdot
+HWY_AFTER_NAMESPACE();
+
+#endif  // SOFTDOT_KERNELS_ATTENTION_KV_INL_H_
