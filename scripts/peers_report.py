@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Prints Markdown tables from softdot_peers' JSON output and draws SVG charts.
 
+(Over 600 lines on purpose: the tables and the charts read the same parsed
+results and the same naming rules; the file has no dependency beyond the
+standard library, so that a bare Debian python3 runs it.)
+
 Usage: peers_report.py RESULT.json [MORE.json ...] [--svg PATH] [--no-png]
                        [--time real|cpu]
 

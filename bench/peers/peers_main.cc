@@ -3,7 +3,9 @@
 // one only when CMake found it), a naive scalar loop, and the copy and 2R+1W
 // bandwidth loops of bench/baseline_kernels.cc, in one process on the same
 // buffers. scripts/peers.sh runs it and scripts/peers_report.py prints the
-// tables.
+// tables. (Over 600 lines on purpose: one adapter per peer, each a few lines
+// of that library's API, registered side by side so that every peer runs on
+// the same buffers; the attention cases have their own file.)
 //
 // Benchmark names: <family>/<case>/<shape>/<implementation>[/threads:<t>]
 //   family  softmax (rows x n), dot (n), dots (n_keys x d), threads, and
