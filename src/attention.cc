@@ -38,11 +38,9 @@ namespace {
 using namespace detail::attn;
 
 // A per-thread buffer that only grows, so that repeated calls (decode
-// steps) do not allocate, zero and fault in about 200 KB every time (a
-// throwaway loop: a 64-key decode of 2 heads took 7.5 us with per-call
-// vectors and 6.1 us with these buffers, before the OpenMP change below
-// took off another 2 us). Slot 0: the calling thread's chunk states; slot
-// 1: kernel scratch. Uninitialised.
+// steps) do not allocate, zero and fault in the scratch every time
+// (attention_scratch_floats: 204 KB at d = d_v = 128, attention.h). Slot 0:
+// the calling thread's chunk states; slot 1: kernel scratch. Uninitialised.
 template <class T>
 T* thread_buffer(int slot, std::size_t n) {
   struct Buf {
@@ -223,9 +221,9 @@ void run_attention(const char* fn, const TensorView<const float>& q,
       }
     }
   };
-  // A parallel region costs about 2 us even with if(false) (a throwaway
-  // loop: a one-key call took 2.5 us with it), so small calls run the loop
-  // directly (BM_attention_one_key: 0.19 us).
+  // A parallel region forks and joins the team even with if(false), which
+  // takes longer than a small call's whole work, so small calls run the
+  // loop directly (BM_attention_one_key in bench/ measures one: 0.19 us).
   if (parallel) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (std::size_t t = 0; t < tasks; ++t) run_task(t);

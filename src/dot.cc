@@ -49,9 +49,9 @@ void dots_checked(std::span<const T> query, MatrixView<const T> keys,
     detail::dots_kernel(query.data(), keys.data + first * keys.stride,
                         keys.stride, query.size(), rows, scores.data() + first);
   };
-  // Without a region when serial: an OpenMP region with if(false) still
-  // cost about 1 us per call here (a throwaway loop: 4 x 16 took 1.18 us
-  // with it; BM_dots/4 now measures 0.03 us).
+  // Without a region when serial: an OpenMP region, even with if(false),
+  // forks and joins the team, which takes longer than a small call's whole
+  // work (BM_dots/4 in bench/ measures the serial call: 0.03 us).
   if (parallel) {
 #pragma omp parallel for schedule(static)
     for (std::ptrdiff_t c = 0; c < n_chunks; ++c) chunk(c);

@@ -174,9 +174,9 @@ void rows_checked(const char* function, RowOp op, MatrixView<const T> x,
         x.data + i * x.stride, mask_per_row ? mask + i * per_row : mask, scale,
         per_row, op, faithful(options), y.data + i * y.stride, nullptr);
   };
-  // Without a region when serial: an OpenMP region with if(false) still
-  // cost about 1 us per call here (a throwaway loop: 4 x 16 took 1.30 us
-  // with it; BM_softmax_rows/4/16 now measures 0.14 us).
+  // Without a region when serial: an OpenMP region, even with if(false),
+  // forks and joins the team, which takes longer than a small call's whole
+  // work (BM_softmax_rows/4/16 in bench/ measures the serial call: 0.14 us).
   if (parallel) {
 #pragma omp parallel for schedule(static)
     for (std::ptrdiff_t r = 0; r < rows; ++r) row(r);
