@@ -1,5 +1,7 @@
-// softdot: attention(), attention_merge(), attention_weights(): argument
-// checks, the split into kernel calls, threads, and the final normalisation.
+// softdot: attention(): the split into kernel calls, threads, and the final
+// normalisation (its argument checks are in attention_checks.cc;
+// attention_merge() and attention_scores()/attention_weights() have files of
+// their own).
 //
 // Work split. For every batch b and KV head kh, the query rows of the g
 // query heads that share kh are numbered r = (h - kh g) n_q + i and cut into
