@@ -1,11 +1,16 @@
-// softdot command: explanations (see explain.h).
+// softdot command: explanations (see explain.h). The attention one shows
+// what the library computed (attention_scores, attention_weights,
+// attention); nothing here recomputes a score or a key's visibility.
 #include "explain.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstddef>
 #include <limits>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "format.h"
@@ -307,6 +312,83 @@ std::string label(char letter, std::size_t index) {
   return out;
 }
 
+// What was computed: shapes, the scale, positions, causal, window, mask,
+// bias, soft-cap, and the formulas with the function behind each.
+std::string describe(const AttentionInputs& in, const AttentionOptions& o,
+                     float scale, bool scale_given) {
+  const Input &q = in.q, &k = in.k, &v = in.v, &mask = in.mask, &bias = in.bias;
+  const std::size_t n_q = q.rows(), n_kv = k.rows();
+  std::string out =
+      "attention: q " + q.text() + ", k " + k.text() + ", v " + v.text() +
+      ": n_q = " + std::to_string(n_q) + (n_q == 1 ? " query" : " queries") +
+      ", n_kv = " + std::to_string(n_kv) + (n_kv == 1 ? " key" : " keys") +
+      ", d = " + std::to_string(q.cols()) +
+      ", d_v = " + std::to_string(v.cols()) + "\n";
+  if (q.rank() == 4) {
+    out += "batch = " + std::to_string(q.batch()) +
+           ", heads = " + std::to_string(q.heads()) +
+           ", k/v heads = " + std::to_string(k.heads());
+    const std::size_t g = q.heads() / k.heads();
+    if (g > 1) {
+      out += " (grouped-query: query head h uses k/v head h / " +
+             std::to_string(g) + ")";
+    }
+    out += "\n";
+  }
+  if (k.array.dtype == NpyDtype::kFloat16 ||
+      v.array.dtype == NpyDtype::kFloat16) {
+    out += "float16 keys/values are widened exactly to float32\n";
+  }
+  out +=
+      "scale = " + format_number(scale, kShortest) +
+      (scale_given ? " (--scale)"
+                   : " = 1/sqrt(" + std::to_string(q.cols()) + ") in float32") +
+      "\n";
+  const std::ptrdiff_t shift =
+      static_cast<std::ptrdiff_t>(n_kv) - static_cast<std::ptrdiff_t>(n_q);
+  const auto position = [&](std::ptrdiff_t extra) {
+    const std::ptrdiff_t total = shift + extra;
+    if (total == 0) return std::string("i");
+    return "i " + std::string(total < 0 ? "- " : "+ ") +
+           std::to_string(total < 0 ? -total : total);
+  };
+  if (o.causal || o.window_left >= 0 || o.window_right >= 0) {
+    out += "positions: query i is at key position " + position(0) +
+           " (i + n_kv - n_q: the last query sees the last key)\n";
+  }
+  if (o.causal) {
+    out += "causal: query i sees key j only if j <= " + position(0) + "\n";
+  }
+  if (o.window_left >= 0 || o.window_right >= 0) {
+    out += "window: query i sees key j only if";
+    if (o.window_left >= 0) out += " j >= " + position(-o.window_left);
+    if (o.window_left >= 0 && o.window_right >= 0) out += " and";
+    if (o.window_right >= 0) out += " j <= " + position(o.window_right);
+    out += "\n";
+  }
+  if (mask.present()) {
+    out += "mask " + mask.text() + ": key j is masked where it is False\n";
+  }
+  if (bias.present()) {
+    out += "bias " + bias.text() + ": added to the scores (-inf masks)\n";
+  }
+  std::string s = "scale * (q_i · k_j)";
+  if (o.softcap > 0) {
+    const std::string c = format_number(o.softcap, kShortest);
+    out += "softcap C = " + c + ": each scaled score x becomes C tanh(x / C)\n";
+    s = c + " tanh(" + s + " / " + c + ")";
+  }
+  if (bias.present()) s += " + bias_ij";
+  out += "\ns_ij = " + s +
+         "   (softdot::attention_scores; -inf, shown as masked, where query i "
+         "does not see key j)\n";
+  out +=
+      "w_ij = exp(s_ij - m_i) / sum_j exp(s_ij - m_i), m_i = max_j s_ij "
+      "over the keys query i sees   (softdot::attention_weights)\n";
+  out += "o_i  = sum_j w_ij v_j   (softdot::attention)\n";
+  return out;
+}
+
 }  // namespace
 
 std::string attention_heat_cell(double weight) {
@@ -341,8 +423,10 @@ std::string explain_attention(std::string_view preamble,
       std::vector<std::string> row = {q_label(i)};
       for (std::size_t j = 0; j < n_kv; ++j) {
         const std::size_t ij = i * n_kv + j;
-        row.push_back(head.visible[ij] ? cell(head.scores[ij], digits)
-                                       : "masked");
+        const float s = head.scores[ij];
+        row.push_back(s == -std::numeric_limits<float>::infinity()
+                          ? "masked"
+                          : cell(s, digits));
       }
       scores.push_back(row);
     }
@@ -412,6 +496,42 @@ std::string explain_attention(std::string_view preamble,
     out += render(output);
   }
   return out;
+}
+
+std::string explain_attention_call(const AttentionInputs& in,
+                                   const AttentionOptions& options, float scale,
+                                   bool scale_given,
+                                   std::span<const float> scores,
+                                   std::span<const float> weights,
+                                   std::span<const float> out, int digits) {
+  const std::size_t batch = in.q.batch(), heads = in.q.heads();
+  const std::size_t n_q = in.q.rows(), n_kv = in.k.rows(), d_v = in.v.cols();
+  const auto slice = [](std::span<const float> all, std::size_t index,
+                        std::size_t size) {
+    const auto part = all.subspan(index * size, size);
+    return std::vector<float>(part.begin(), part.end());
+  };
+  std::vector<AttentionHeadExplain> explained;
+  for (std::size_t b = 0; b < batch; ++b) {
+    for (std::size_t h = 0; h < heads; ++h) {
+      AttentionHeadExplain head;
+      if (in.q.rank() == 4) {
+        head.title = "batch " + std::to_string(b) + ", head " +
+                     std::to_string(h) + " (k/v head " +
+                     std::to_string(h / (heads / in.k.heads())) + ")";
+      }
+      head.n_q = n_q;
+      head.n_kv = n_kv;
+      head.d_v = d_v;
+      const std::size_t bh = b * heads + h;
+      head.scores = slice(scores, bh, n_q * n_kv);
+      head.weights = slice(weights, bh, n_q * n_kv);
+      head.output = slice(out, bh, n_q * d_v);
+      explained.push_back(std::move(head));
+    }
+  }
+  return explain_attention(describe(in, options, scale, scale_given), explained,
+                           digits);
 }
 
 }  // namespace softdot::cli

@@ -1,5 +1,6 @@
-// softdot command: step-by-step explanations of a dot product and of a
-// softmax, in the manner of the seed text's worked examples.
+// softdot command: step-by-step explanations of a dot product, of a softmax
+// and of an attention call, in the manner of the seed text's worked
+// examples.
 #ifndef SOFTDOT_CLI_EXPLAIN_H_
 #define SOFTDOT_CLI_EXPLAIN_H_
 
@@ -8,6 +9,9 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "attention_inputs.h"
+#include "softdot/attention.h"
 
 namespace softdot::cli {
 
@@ -29,23 +33,39 @@ std::string explain_softmax(std::span<const double> scores,
 // The bar for a weight: round(weight * 40) '#' characters (none for NaN).
 std::string weight_bar(double weight);
 
-// One attention head for explain_attention: row-major matrices.
+// One attention head for explain_attention: row-major matrices, as the
+// library returned them.
 struct AttentionHeadExplain {
   std::string title;  // e.g. "batch 0, head 1 (k/v head 0)"; "" for none
   std::size_t n_q = 0, n_kv = 0, d_v = 0;
-  std::vector<double> scores;  // n_q x n_kv, the final scores s_ij
-  std::vector<bool> visible;   // n_q x n_kv, false: key hidden from query
+  std::vector<float> scores;   // n_q x n_kv, softdot::attention_scores: the
+                               // final s_ij, -inf where the key takes no part
   std::vector<float> weights;  // n_q x n_kv
   std::vector<float> output;   // n_q x d_v
 };
 
 // `preamble` (what was computed and how), then per head: a table of the
-// scores ("masked" where hidden), a table of the weights with each row's
-// sum, a heat map of the weights (attention_heat_cell), and the output rows.
-// Values are written with `digits` decimals.
+// scores ("masked" where a score is -inf), a table of the weights with each
+// row's sum, a heat map of the weights (attention_heat_cell), and the output
+// rows. Values are written with `digits` decimals.
 std::string explain_attention(std::string_view preamble,
                               std::span<const AttentionHeadExplain> heads,
                               int digits);
+
+// The --explain text of `softdot attention`: what was computed (shapes, the
+// scale, positions, causal, window, mask, bias, soft-cap, the formulas),
+// then explain_attention over the library's results, each dense in
+// (batch, head, row) order: `scores` [B, H, n_q, n_kv] from
+// softdot::attention_scores, `weights` [B, H, n_q, n_kv] from
+// softdot::attention_weights and `out` [B, H, n_q, d_v] from
+// softdot::attention, all with `options`. `scale` is the float scale the
+// library uses (--scale, given when `scale_given`, or 1/sqrt(d)).
+std::string explain_attention_call(const AttentionInputs& in,
+                                   const AttentionOptions& options, float scale,
+                                   bool scale_given,
+                                   std::span<const float> scores,
+                                   std::span<const float> weights,
+                                   std::span<const float> out, int digits);
 
 // One cell of the heat map, two characters wide: "··" for a weight of 0,
 // "░░" up to 0.25, "▒▒" up to 0.5, "▓▓" up to 0.75, "██" above, "??" for NaN.

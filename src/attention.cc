@@ -1,5 +1,8 @@
 // softdot: attention() and attention_partial(): the split into kernel
-// calls, threads, the merge of decode chunks and the final normalisation.
+// calls, threads, the merge of decode chunks and the final normalisation
+// (the argument checks are in attention_checks.cc; attention_merge(),
+// attention_finalize() and attention_scores()/attention_weights() have
+// files of their own).
 //
 // Work split. For every batch b and KV head kh, the query rows of the g
 // query heads that share kh are numbered r = (h - kh g) n_q + i and cut into

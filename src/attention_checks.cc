@@ -1,5 +1,5 @@
-// softdot: the argument checks of attention() and attention_weights(), and
-// the plan they produce (src/attention_plan.h).
+// softdot: the argument checks of attention(), attention_weights() and
+// attention_scores(), and the plan they produce (src/attention_plan.h).
 #include <cmath>
 #include <cstdint>
 #include <limits>

@@ -61,10 +61,11 @@ struct Plan {
   std::int64_t wl, wr;  // -1: unbounded
 };
 
-// Checks every argument of attention() (v non-null) or attention_weights()
-// (v null; out is the weights) and returns the plan (out_name null: there
-// is no out to check, as in attention_partial()); std::invalid_argument
-// naming the argument and the shapes otherwise.
+// Checks every argument of attention() (v non-null) or of
+// attention_weights() and attention_scores() (v null; out is the weights or
+// the scores, out_cols = n_kv) and returns the plan (out_name null: there is
+// no out to check, as in attention_partial()); std::invalid_argument naming
+// the function, the argument and the shapes otherwise.
 template <class KT>
 Plan check_and_plan(const char* fn, const TensorView<const float>& q,
                     const TensorView<const KT>& k,

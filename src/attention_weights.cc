@@ -1,5 +1,7 @@
-// softdot: attention_weights(), the explicit weights of attention() with the
-// scores of the form attention() takes for the same shapes.
+// softdot: attention_scores() and attention_weights(): the explicit scores
+// of attention() (the bits of the form it takes for the same shapes) and the
+// weights computed from them. One routine, for_each_score_row, produces the
+// scores of both, so the two functions cannot disagree.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -22,12 +24,16 @@ namespace {
 
 using namespace detail::attn;
 
-template <class KT>
-void run_weights(const TensorView<const float>& q,
-                 const TensorView<const KT>& k, const TensorView<float>& w,
-                 const AttentionOptions& o) {
-  const char* fn = "attention_weights";
-  const Plan p = check_and_plan<KT>(fn, q, k, nullptr, w, "weights", k.rows, o);
+// Calls row(b, h, i, s, vis) for every query row in (b, h, i) order, with
+// s[j] the final score cap(scale * q_i . k_j) + bias_ij of each of the n_kv
+// keys and vis[j] != 0 where key j is visible (range, causal, window, mask,
+// a bias that is not -inf). s holds a value for hidden keys too, which the
+// callers never use. The dot products are rounded as in the form attention()
+// takes for these shapes.
+template <class KT, class Row>
+void for_each_score_row(const Plan& p, const TensorView<const float>& q,
+                        const TensorView<const KT>& k,
+                        const AttentionOptions& o, Row row) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   std::vector<float> s(p.n_kv);
   std::vector<char> vis(p.n_kv);
@@ -74,12 +80,42 @@ void run_weights(const TensorView<const float>& q,
           }
           vis[j] = keep;
         }
-        const bool has_sink = !o.sinks.empty();
-        detail::weights_row(s.data(), vis.data(), p.n_kv,
-                            has_sink ? o.sinks[h] : -kInf, w.row(b, h, i));
+        row(b, h, i, static_cast<const float*>(s.data()),
+            static_cast<const char*>(vis.data()));
       }
     }
   }
+}
+
+template <class KT>
+void run_scores(const TensorView<const float>& q, const TensorView<const KT>& k,
+                const TensorView<float>& out, const AttentionOptions& o) {
+  const Plan p = check_and_plan<KT>("attention_scores", q, k, nullptr, out,
+                                    "scores", k.rows, o);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for_each_score_row(p, q, k, o,
+                     [&](std::size_t b, std::size_t h, std::size_t i,
+                         const float* s, const char* vis) {
+                       float* r = out.row(b, h, i);
+                       for (std::size_t j = 0; j < p.n_kv; ++j)
+                         r[j] = vis[j] ? s[j] : -kInf;
+                     });
+}
+
+template <class KT>
+void run_weights(const TensorView<const float>& q,
+                 const TensorView<const KT>& k, const TensorView<float>& w,
+                 const AttentionOptions& o) {
+  const Plan p = check_and_plan<KT>("attention_weights", q, k, nullptr, w,
+                                    "weights", k.rows, o);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for_each_score_row(p, q, k, o,
+                     [&](std::size_t b, std::size_t h, std::size_t i,
+                         const float* s, const char* vis) {
+                       const float sink = o.sinks.empty() ? -kInf : o.sinks[h];
+                       detail::weights_row(s, vis, p.n_kv, sink,
+                                           w.row(b, h, i));
+                     });
 }
 
 }  // namespace
@@ -98,6 +134,22 @@ void attention_weights(TensorView<const float> q, TensorView<const BFloat16> k,
                        TensorView<float> weights,
                        const AttentionOptions& options) {
   run_weights(q, k, weights, options);
+}
+
+void attention_scores(TensorView<const float> q, TensorView<const float> k,
+                      TensorView<float> scores,
+                      const AttentionOptions& options) {
+  run_scores(q, k, scores, options);
+}
+void attention_scores(TensorView<const float> q, TensorView<const Float16> k,
+                      TensorView<float> scores,
+                      const AttentionOptions& options) {
+  run_scores(q, k, scores, options);
+}
+void attention_scores(TensorView<const float> q, TensorView<const BFloat16> k,
+                      TensorView<float> scores,
+                      const AttentionOptions& options) {
+  run_scores(q, k, scores, options);
 }
 
 }  // namespace softdot

@@ -1,5 +1,5 @@
 // softdot: fused scaled dot-product attention, its partial results and their
-// merge, and the explicit weight matrix.
+// merge, and the explicit score and weight matrices.
 #ifndef SOFTDOT_ATTENTION_H_
 #define SOFTDOT_ATTENTION_H_
 
@@ -79,7 +79,7 @@ struct TensorView {
   }
 };
 
-// Options of attention() and attention_weights().
+// Options of attention(), attention_weights() and attention_scores().
 struct AttentionOptions {
   // Scores are (q . k) * scale, with scale rounded to float. NaN (the
   // default) means 1 / sqrt(d). Must be finite and > 0 otherwise, and stay
@@ -278,10 +278,10 @@ void attention_finalize(const AttentionPartial& partial, TensorView<float> out,
 
 // The explicit weights w_ij of attention() with the same q, k and options,
 // into weights [B, H, n_q, n_kv] (for small inputs: debugging, teaching).
-// Scores are computed as attention()'s prefill form computes them (the same
-// bits: a float FMA chain over d, times the scale, the same soft-cap); the
-// decode form's scores differ from them by rounding only. The weights are
-// rounded once from double arithmetic, so attention() equals weights . V
+// The scores are those of attention_scores() below (rounded as in the form
+// attention() takes for these shapes); one routine computes them for both.
+// Each row is then a softmax in double over its visible scores and the sink,
+// each weight rounded once to float, so attention() equals weights . V
 // within the bound above.
 // Keys outside [kv_begin, kv_end) and masked keys get weight +0.
 void attention_weights(TensorView<const float> q, TensorView<const float> k,
@@ -293,6 +293,50 @@ void attention_weights(TensorView<const float> q, TensorView<const Float16> k,
 void attention_weights(TensorView<const float> q, TensorView<const BFloat16> k,
                        TensorView<float> weights,
                        const AttentionOptions& options = {});
+
+// The final scores s_ij of attention() and attention_weights() with the same
+// q, k and options, into scores [B, H, n_q, n_kv] (for small inputs:
+// debugging, teaching; the softdot command's --explain):
+//   s_ij = cap(scale * Q_i . K_j) + bias_ij  for a key j visible to row i,
+//   s_ij = -inf                              for every other key,
+// where key j is visible to query row i when it lies in [kv_begin, kv_end)
+// and inside the causal and window limits, the mask (if any) is true there,
+// and the bias (if any) is not -inf there. Q_i . K_j is rounded as in the
+// form attention() takes for these shapes (prefill: a float FMA chain over
+// d in index order; decode: 16 chains added in the fixed tree), multiplied
+// by the float scale, soft-capped with the kernel's tanh, then the bias is
+// added in float. attention_weights() takes its scores from the same internal
+// routine, so its weights are, bit for bit, the softmax of each row of these
+// scores with the sink (sink = -inf when there is none):
+//   m = max(sink, max_j s_ij),
+//   w_ij = exp(s_ij - m) / (exp(sink - m) + sum_k exp(s_ik - m))
+// in double, each weight rounded once to float; a -inf score adds 0 and
+// gets weight +0. Accuracy: |s_ij - exact| <= D_i of attention()'s bound.
+//
+// Special values: -inf marks a key that takes no part in the softmax. A
+// visible key's score can also be -inf (Q_i . K_j overflowing to -inf with a
+// finite bias, say); its weight is +0 as well, so the softmax of the row
+// does not depend on which of the two a -inf is. A row with no visible key
+// is all -inf. A NaN in a query row gives NaN at that row's visible keys, a
+// NaN in a visible key's K row or bias gives NaN at that key; a hidden key's
+// score is -inf even when its K row or bias holds NaN or inf. The sink is
+// not a column of the scores.
+//
+// Shapes and errors as attention() (std::invalid_argument naming the
+// argument and both shapes): q [B, H, n_q, d], k [B, H_kv, n_kv, d],
+// scores [B, H, n_q, n_kv], and the same checks of every option (sinks
+// included, though they do not change the scores). scores must not overlap
+// any input. Threads: none (the calling thread). Allocation: temporaries of
+// about 4 n_kv (d + 2) bytes per call.
+void attention_scores(TensorView<const float> q, TensorView<const float> k,
+                      TensorView<float> scores,
+                      const AttentionOptions& options = {});
+void attention_scores(TensorView<const float> q, TensorView<const Float16> k,
+                      TensorView<float> scores,
+                      const AttentionOptions& options = {});
+void attention_scores(TensorView<const float> q, TensorView<const BFloat16> k,
+                      TensorView<float> scores,
+                      const AttentionOptions& options = {});
 
 }  // namespace softdot
 

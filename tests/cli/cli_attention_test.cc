@@ -572,6 +572,42 @@ TEST(CliAttention, ExplainFourDimensionalNamesEachHead) {
       << r.out;
 }
 
+TEST(CliAttention, ExplainShowsTheLibrarysScoresWithBiasAndSoftcap) {
+  // The score table is softdot::attention_scores': soft-capped, the bias
+  // added, and "masked" wherever the library's score is -inf, a -inf bias
+  // included (it hides the key as causal, the window or the mask do).
+  Files f;
+  const Array q{{3, 4}, {1, 0, 0, 0, 0, 1, 0, 0, 1, 1, 0, 0}};
+  const Array v{{3, 2}, {1, 2, 3, 4, 5, 6}};
+  const float inf = std::numeric_limits<float>::infinity();
+  const Array bias{{3, 3}, {0, -inf, 1, 2, 0, 0, 0, 0, 0.5f}};
+  f.put("q.npy", f32_npy(q));
+  f.put("k.npy", f32_npy(q));
+  f.put("v.npy", f32_npy(v));
+  const std::string b = f.put("b.npy", f32_npy(bias));
+  Options o;
+  o.softcap = 2;
+  o.bias = &bias;
+  const Reference want = reference(q, q, v, o);
+  const CommandResult r =
+      run_softdot({"attention", "--q", f.q, "--k", f.k, "--v", f.v, "--bias", b,
+                   "--softcap", "2", "--explain"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string& text = r.out;
+  EXPECT_NE(text.find("(softdot::attention_scores;"), std::string::npos)
+      << text;
+  // q . k * 0.5 in {0, 0.5, 1}: 2 tanh(0.25) = 0.490, 2 tanh(0.5) = 0.924,
+  // plus the bias.
+  EXPECT_NE(text.find("q0  0.490  masked  1.490\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("q1  2.000   0.490  0.490\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("q2  0.490   0.490  1.424\n"), std::string::npos) << text;
+  std::string w0 = "q0";
+  for (int j = 0; j < 3; ++j) w0 += "  " + fixed(want.weight[j], 3);
+  w0 += "  1.000\n";
+  EXPECT_EQ(w0, "q0  0.269  0.000  0.731  1.000\n");
+  EXPECT_NE(text.find(w0), std::string::npos) << w0 << "\n" << text;
+}
+
 TEST(CliAttention, HelpNamesTheOptionsAndTheCausalAlignment) {
   const CommandResult r = run_softdot({"attention", "--help"});
   EXPECT_EQ(r.status, 0);

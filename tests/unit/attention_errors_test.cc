@@ -164,6 +164,68 @@ TEST(AttentionErrors, Shapes) {
     softdot::attention_weights(CV(d, 1, 1, 4, 8), CV(d, 1, 1, 5, 8),
                                OV(o, 1, 1, 7, 5));
   });
+  // attention_scores: scores [B, H, n_q, n_kv], the messages naming the
+  // function and the argument.
+  std::vector<BFloat16> bbuf(1 << 10, softdot::to_bfloat16(0.5f));
+  expect_invalid("scores cols",
+                 [&] {
+                   softdot::attention_scores(CV(d, 1, 1, 4, 8),
+                                             CV(d, 1, 1, 83, 8),
+                                             OV(o, 1, 1, 4, 89));
+                 },
+                 {"softdot::attention_scores", "scores [1, 1, 4, 89]",
+                  "scores [1, 1, 4, 83]"});
+  expect_invalid("scores rows",
+                 [&] {
+                   softdot::attention_scores(
+                       CV(d, 1, 1, 4, 8), CV(d, 1, 1, 5, 8), OV(o, 1, 1, 7, 5));
+                 },
+                 {"softdot::attention_scores", "scores [1, 1, 7, 5]"});
+  expect_invalid("scores: q/k d differ (bf16)",
+                 [&] {
+                   softdot::attention_scores(
+                       CV(d, 1, 1, 4, 13),
+                       TensorView<const BFloat16>(bbuf.data(), 1, 1, 5, 17),
+                       OV(o, 1, 1, 4, 5));
+                 },
+                 {"softdot::attention_scores", "13", "17"});
+  expect_invalid("scores: H not a multiple of H_kv (f16)",
+                 [&] {
+                   softdot::attention_scores(
+                       CV(d, 1, 21, 2, 8),
+                       TensorView<const Float16>(hbuf.data(), 1, 10, 3, 8),
+                       OV(o, 1, 21, 2, 3));
+                 },
+                 {"softdot::attention_scores", "21", "10"});
+  expect_invalid("scores null data",
+                 [&] {
+                   softdot::attention_scores(CV(d, 1, 1, 4, 8),
+                                             CV(d, 1, 1, 5, 8),
+                                             OV(nullptr, 1, 1, 4, 5));
+                 },
+                 {"softdot::attention_scores", "scores", "null"});
+  {
+    std::unique_ptr<bool[]> mask(new bool[1 << 14]());
+    AttentionOptions mo;
+    mo.mask = TensorView<const bool>(mask.get(), 1, 1, 4, 59);
+    expect_invalid("scores: mask cols",
+                   [&] {
+                     softdot::attention_scores(CV(d, 1, 1, 4, 8),
+                                               CV(d, 1, 1, 61, 8),
+                                               OV(o, 1, 1, 4, 61), mo);
+                   },
+                   {"softdot::attention_scores", "mask", "59", "61"});
+    const std::vector<float> sinks(11, 0.0f);
+    AttentionOptions so;
+    so.sinks = sinks;
+    expect_invalid("scores: sinks size",
+                   [&] {
+                     softdot::attention_scores(CV(d, 1, 12, 2, 8),
+                                               CV(d, 1, 12, 3, 8),
+                                               OV(o, 1, 12, 2, 3), so);
+                   },
+                   {"softdot::attention_scores", "sinks", "11", "12"});
+  }
   // attention_merge: shapes of o_a, o_b, out equal.
   std::vector<float> la(64, 0.0f), lb(64, 0.0f), lo(64);
   expect_invalid("merge o_b cols",
@@ -190,6 +252,9 @@ TEST(AttentionErrors, Options) {
     expect_invalid(what, [&] { softdot::attention(q, k, k, o, opt); });
     expect_invalid(what + " (weights)",
                    [&] { softdot::attention_weights(q, k, w, opt); });
+    expect_invalid(what + " (scores)",
+                   [&] { softdot::attention_scores(q, k, w, opt); },
+                   {"softdot::attention_scores"});
   };
   const double inf = std::numeric_limits<double>::infinity();
   for (double scale : {0.0, -0.0, -1.0, inf, -inf, 1e-50, 1e39}) {
@@ -217,6 +282,7 @@ TEST(AttentionErrors, Options) {
   ok.window_right = 0;
   ok.softcap = 0;
   EXPECT_NO_THROW(softdot::attention(q, k, k, o, ok));
+  EXPECT_NO_THROW(softdot::attention_scores(q, k, w, ok));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <span>
 #include <string>
@@ -352,6 +353,62 @@ std::uint64_t hash_attention_partial() {
   return h.h;
 }
 
+// attention_scores on the shapes of hash_attention (inputs of their own):
+// prefill (n_q = 70) and decode (n_q = 3, 1) forms, every option that
+// changes a score or hides a key. Added after the hashes above were
+// recorded (the function is new), with a -inf bias to hide keys too.
+template <class KV>
+std::uint64_t hash_attention_scores() {
+  Hash h;
+  Gen g(50 + sizeof(KV));
+  const std::size_t B = 2, H = 4, Hkv = 2, d = 40, n_kv = 150;
+  const auto kf = g.vec<float>(B * Hkv * n_kv * d, 2);
+  std::vector<KV> k(kf.size());
+  for (std::size_t i = 0; i < kf.size(); ++i) k[i] = to_kv<KV>(kf[i]);
+  const TensorView<const KV> kv(k.data(), B, Hkv, n_kv, d);
+  const auto maskv = g.flags(n_kv * 70, 6);
+  const auto mask = as_bools(maskv);
+  auto bias = g.vec<float>(n_kv * 70, 2);
+  for (std::size_t i = 0; i < bias.size(); i += 13)
+    bias[i] = -std::numeric_limits<float>::infinity();
+  for (std::size_t n_q : {std::size_t(70), std::size_t(3), std::size_t(1)}) {
+    const auto q = g.vec<float>(B * H * n_q * d, 2);
+    const TensorView<const float> qv(q.data(), B, H, n_q, d);
+    for (int variant = 0; variant < 5; ++variant) {
+      AttentionOptions o;
+      switch (variant) {
+        case 1:
+          o.causal = true;
+          break;
+        case 2:
+          o.window_left = 20;
+          o.window_right = 5;
+          o.softcap = 3.0f;
+          break;
+        case 3:
+          o.mask =
+              TensorView<const bool>(mask.get(), 1, 1, n_q, n_kv, 0, 0, n_kv);
+          o.bias =
+              TensorView<const float>(bias.data(), 1, 1, n_q, n_kv, 0, 0, n_kv);
+          o.scale = 0.3;
+          break;
+        case 4:
+          o.kv_begin = 17;
+          o.kv_end = 130;
+          o.causal = true;
+          break;
+        default:
+          break;
+      }
+      std::vector<float> s(B * H * n_q * n_kv);
+      softdot::attention_scores(
+          qv, kv, TensorView<float>(s.data(), B, H, n_q, n_kv), o);
+      h.add(s);
+    }
+  }
+  return h.h;
+}
+
 std::uint64_t hash_conversions() {
   Hash h;
   for (std::uint32_t b = 0; b < 65536; ++b) {
@@ -388,14 +445,18 @@ Table hashes_now() {
       {"attention partial f32", hash_attention_partial<float>()},
       {"attention partial f16", hash_attention_partial<Float16>()},
       {"attention partial bf16", hash_attention_partial<BFloat16>()},
+      {"attention_scores f32", hash_attention_scores<float>()},
+      {"attention_scores f16", hash_attention_scores<Float16>()},
+      {"attention_scores bf16", hash_attention_scores<BFloat16>()},
       {"conversions", hash_conversions()},
   };
 }
 
 // Recorded at commit 6e27f53 (before issue 12 moved any code) on an Intel
 // Sapphire Rapids (AVX3, AVX2, SSE4, SSSE3, SCALAR). "FMA" is AVX2 and AVX3.
-// The "attention partial" rows were added with AttentionPartial (same
-// machine), when the other rows still held.
+// The "attention partial" and "attention_scores" rows were added with those
+// functions (issue 12, after the others were recorded), on the same machine
+// and targets; every other row is unchanged.
 struct Golden {
   const char* target_class;
   const char* function;
@@ -408,6 +469,9 @@ const Golden kGolden[] = {
     {"FMA", "attention partial bf16", 0xaeec60252c7e249full},
     {"FMA", "attention partial f16", 0x89e60ea05a94b574ull},
     {"FMA", "attention partial f32", 0x7d17fd520e4e08d1ull},
+    {"FMA", "attention_scores bf16", 0xf89c9fd77a35cdcdull},
+    {"FMA", "attention_scores f16", 0x5488c06dc1c9b615ull},
+    {"FMA", "attention_scores f32", 0xac9605402ebd5b60ull},
     {"FMA", "backward+states double", 0x709abcb05f92c31eull},
     {"FMA", "backward+states float", 0xfecc0e4cb128d86aull},
     {"FMA", "conversions", 0x52eea8b7facb10afull},
@@ -423,6 +487,9 @@ const Golden kGolden[] = {
     {"SSE4", "attention partial bf16", 0xd545c2fb6c945121ull},
     {"SSE4", "attention partial f16", 0x209f4fdc340f0b23ull},
     {"SSE4", "attention partial f32", 0x98173d6d8463f7c6ull},
+    {"SSE4", "attention_scores bf16", 0xaf7699adcb7b3bd4ull},
+    {"SSE4", "attention_scores f16", 0x391cf43b0a2a5bf3ull},
+    {"SSE4", "attention_scores f32", 0xab554802c765bda9ull},
     {"SSE4", "backward+states double", 0xae0aba73682a3e8aull},
     {"SSE4", "backward+states float", 0xbe7ddea2ebd21782ull},
     {"SSE4", "conversions", 0x52eea8b7facb10afull},
@@ -438,6 +505,9 @@ const Golden kGolden[] = {
     {"SSSE3", "attention partial bf16", 0xd545c2fb6c945121ull},
     {"SSSE3", "attention partial f16", 0x209f4fdc340f0b23ull},
     {"SSSE3", "attention partial f32", 0x98173d6d8463f7c6ull},
+    {"SSSE3", "attention_scores bf16", 0xaf7699adcb7b3bd4ull},
+    {"SSSE3", "attention_scores f16", 0x391cf43b0a2a5bf3ull},
+    {"SSSE3", "attention_scores f32", 0xab554802c765bda9ull},
     {"SSSE3", "backward+states double", 0xae0aba73682a3e8aull},
     {"SSSE3", "backward+states float", 0xbe7ddea2ebd21782ull},
     {"SSSE3", "conversions", 0x52eea8b7facb10afull},
@@ -453,6 +523,9 @@ const Golden kGolden[] = {
     {"SCALAR", "attention partial bf16", 0xd545c2fb6c945121ull},
     {"SCALAR", "attention partial f16", 0x209f4fdc340f0b23ull},
     {"SCALAR", "attention partial f32", 0x98173d6d8463f7c6ull},
+    {"SCALAR", "attention_scores bf16", 0xaf7699adcb7b3bd4ull},
+    {"SCALAR", "attention_scores f16", 0x391cf43b0a2a5bf3ull},
+    {"SCALAR", "attention_scores f32", 0xab554802c765bda9ull},
     {"SCALAR", "backward+states double", 0xae0aba73682a3e8aull},
     {"SCALAR", "backward+states float", 0xbe7ddea2ebd21782ull},
     {"SCALAR", "conversions", 0x52eea8b7facb10afull},

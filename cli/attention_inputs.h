@@ -1,0 +1,85 @@
+// softdot command: the inputs of `softdot attention`: reading the .npy
+// arrays, checking their shapes against each other, and assembling them
+// into the library's TensorViews.
+#ifndef SOFTDOT_CLI_ATTENTION_INPUTS_H_
+#define SOFTDOT_CLI_ATTENTION_INPUTS_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "io_npy.h"
+#include "softdot/attention.h"
+
+namespace softdot::cli {
+
+// "[3 x 4]": a shape in messages.
+std::string shape_text(const std::vector<std::size_t>& shape);
+
+// One input array and the option that named it.
+struct Input {
+  std::string option;  // "--q"; "" when the option was not given
+  NpyArray array;
+
+  bool present() const { return !option.empty(); }
+  // "q" for messages like "(q is [3 x 4], k is [7 x 5])".
+  std::string letter() const { return option.substr(2); }
+  std::string text() const { return shape_text(array.shape); }
+  std::size_t rank() const { return array.shape.size(); }
+  // [batch, heads, rows, cols]; a 2-D array is [1, 1, rows, cols].
+  std::size_t dim(int axis) const {
+    if (rank() == 4) return array.shape[static_cast<std::size_t>(axis)];
+    return axis < 2 ? 1 : array.shape[static_cast<std::size_t>(axis - 2)];
+  }
+  std::size_t batch() const { return dim(0); }
+  std::size_t heads() const { return dim(1); }
+  std::size_t rows() const { return dim(2); }
+  std::size_t cols() const { return dim(3); }
+};
+
+// "(q is [3 x 4], k is [7 x 5])".
+std::string both(const Input& a, const Input& b);
+
+// The arrays of one attention call, read and checked against each other:
+// q, k, v all 2-D or all 4-D with matching batch, heads (a multiple for
+// GQA), d and n_kv; mask and bias (when given) [n_q x n_kv] or
+// [batch x heads x n_q x n_kv] with 1 allowed for batch, heads and n_q.
+struct AttentionInputs {
+  Input q, k, v, mask, bias;
+};
+
+// Reads args' q, k, v (and mask, bias) and checks their dtypes and shapes;
+// CliError naming the option, the file and both shapes otherwise (or when
+// more than one of them is read from standard input).
+AttentionInputs read_attention_inputs(const AttentionArgs& args);
+
+// The library's views of the inputs, with the values they point into. KV is
+// float or Float16 (the keys and values as the library takes them). Not
+// copyable: the views point into the members.
+template <class KV>
+struct AttentionTensors {
+  std::vector<float> q_values;
+  std::vector<KV> k_values, v_values;
+  std::unique_ptr<bool[]> mask_flags;
+  std::vector<float> bias_values;
+  TensorView<const float> q;
+  TensorView<const KV> k, v;
+
+  AttentionTensors() = default;
+  AttentionTensors(const AttentionTensors&) = delete;
+  AttentionTensors& operator=(const AttentionTensors&) = delete;
+};
+
+// Fills `t` from `in` and points options->mask and options->bias at the
+// mask and bias (as [batch, heads, n_q, n_kv] views with stride 0 on the
+// broadcast dimensions). With KV = float, float16 keys or values are widened
+// exactly to float32.
+template <class KV>
+void assemble_tensors(const AttentionInputs& in, AttentionTensors<KV>* t,
+                      AttentionOptions* options);
+
+}  // namespace softdot::cli
+
+#endif  // SOFTDOT_CLI_ATTENTION_INPUTS_H_
