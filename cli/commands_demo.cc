@@ -124,8 +124,7 @@ int run_demo() {
       "\n";
   const std::vector<double> fives = softmax_of({5, 5});
   const std::vector<double> zeros = softmax_of({0, 0});
-  const bool identical =
-      std::memcmp(fives.data(), zeros.data(), sizeof(double) * 2) == 0;
+  const bool identical = bits_list(fives) == bits_list(zeros);
   out += "   softmax([5, 5]) = " + list(fives, kShortest) + "  bits " +
          bits_list(fives) + "\n";
   out += "   softmax([0, 0]) = " + list(zeros, kShortest) + "  bits " +

@@ -36,7 +36,7 @@ std::string cell(double value, int digits) {
 
 // A factor inside a product: negative numbers in parentheses.
 std::string factor(double value) {
-  const std::string s = format_number(value, kShortest);
+  std::string s = format_number(value, kShortest);
   if (!(value < 0 || std::signbit(value))) return s;
   std::string out = "(";
   out += s;

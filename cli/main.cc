@@ -29,9 +29,8 @@ void print_error(const std::string& message) {
   std::fprintf(stderr, "%s\n", line.c_str());
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Defines the command line, then parses it and runs the subcommand.
+int run(int argc, char** argv) {
   CLI::App app{
       "softdot: dot products, numerically stable softmax and attention.\n"
       "Numbers may be negative, inf, -inf or nan; lists are separated by "
@@ -200,6 +199,21 @@ int main(int argc, char** argv) {
   } catch (const CliError& e) {
     print_error(e.what());
     return kExitError;
+  } catch (const std::exception& e) {
+    print_error(e.what());
+    return kExitError;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // run() turns the errors of parsing and running into one line and status 2;
+  // this catches what defining the options may throw (CLI11's
+  // ConstructionError for a bad option definition, std::bad_alloc), which
+  // would otherwise end the program in std::terminate.
+  try {
+    return run(argc, argv);
   } catch (const std::exception& e) {
     print_error(e.what());
     return kExitError;

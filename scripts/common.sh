@@ -1,7 +1,7 @@
-# Shared by scripts/demo.sh, scripts/test.sh and scripts/bench.sh: source it,
-# do not run it. Installs the Debian 12 packages softdot needs (only when one
-# is missing, so a second run is fast and needs no network), and configures and
-# builds a tree with CMake + Ninja.
+# Shared by scripts/demo.sh, scripts/test.sh, scripts/tidy.sh and
+# scripts/bench.sh: source it, do not run it. Installs the Debian 12 packages
+# softdot needs (only when one is missing, so a second run is fast and needs no
+# network), and configures and builds a tree with CMake + Ninja.
 #
 # Settings (environment):
 #   SOFTDOT_JOBS      parallel build jobs (default 2; the dev machines have 2 cores)
@@ -21,6 +21,8 @@ SOFTDOT_PACKAGES=(
   libgtest-dev     # unit tests
   libbenchmark-dev # bench/ (optional for the build, installed for bench.sh)
   clang-format     # scripts/format.sh --check, run by scripts/test.sh
+  clang-tidy       # scripts/tidy.sh, run by scripts/test.sh
+  libomp-dev       # omp.h for clang-tidy (GCC's omp.h does not parse with clang)
 )
 
 log() { printf '==> %s\n' "$*" >&2; }

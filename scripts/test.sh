@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what softdot needs, checks the C++ formatting (scripts/format.sh),
 # then builds and runs the whole test suite:
-#   1. build/         Release, warnings are errors;
+#   1. build/         Release, warnings are errors; clang-tidy on its
+#                     compile_commands.json (scripts/tidy.sh), findings are errors;
 #   2. build/python/  the Python package: `pip wheel .`, the wheel in a fresh
 #                     venv, pytest on tests/python (scripts/python.sh);
 #   3. build-asan/    RelWithDebInfo with AddressSanitizer + UndefinedBehaviorSanitizer.
@@ -44,11 +45,15 @@ ensure_deps
 # 0. Every C++ file formatted with .clang-format.
 bash "$SOFTDOT_ROOT/scripts/format.sh" --check
 
-# 1. Release.
+# 1. Release, and clang-tidy with the tree's compile_commands.json.
 t0=$SECONDS
-configure_build "$release_dir" Release -DSOFTDOT_WERROR=ON -DSOFTDOT_BUILD_TESTS=ON
+configure_build "$release_dir" Release -DSOFTDOT_WERROR=ON -DSOFTDOT_BUILD_TESTS=ON \
+  -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+t1=$SECONDS
+bash "$SOFTDOT_ROOT/scripts/tidy.sh" "$release_dir"
+tidy_s=$((SECONDS - t1))
 run_suite "$release_dir" "Release"
-release_s=$((SECONDS - t0))
+release_s=$((SECONDS - t0 - tidy_s))
 
 # 2. The Python package.
 t0=$SECONDS
@@ -81,5 +86,5 @@ run_suite "$asan_dir" "ASan+UBSan"
 asan_s=$((SECONDS - t0))
 
 elapsed=$((SECONDS - start))
-log "Release ${release_s}s, Python ${python_s}s (${python_tests} tests), ASan+UBSan ${asan_s}s (detect_leaks=${detect_leaks}), consumer package OK in both; total $((elapsed / 60))m$((elapsed % 60))s"
+log "Release ${release_s}s, clang-tidy ${tidy_s}s, Python ${python_s}s (${python_tests} tests), ASan+UBSan ${asan_s}s (detect_leaks=${detect_leaks}), consumer package OK in both; total $((elapsed / 60))m$((elapsed % 60))s"
 echo "test.sh: ${total_tests} passed, 0 failed"

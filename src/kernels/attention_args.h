@@ -57,8 +57,10 @@ struct AttnArgs {
 inline constexpr std::size_t attention_scratch_floats(std::size_t d,
                                                       std::size_t dv) {
   const std::size_t bq = kMaxKernelRows;
+  // Room to align up to 16 pieces to 64 bytes (16 floats) each.
+  const std::size_t align_room = std::size_t{16} * 16;
   return (d + 16) * bq + 2 * kKeyTile * bq + kKeyTile * (d + dv) + bq +
-         2 * dv * bq + 4 * bq + 4 * bq + 16 * 16;
+         2 * dv * bq + 4 * bq + 4 * bq + align_room;
 }
 
 }  // namespace softdot::detail

@@ -19,7 +19,7 @@ struct ErrorCase {
   const char* name;
   std::vector<std::string> args;  // "$D" is replaced by the temp directory
   std::string expected;           // the whole stderr line, "$D" replaced
-  std::string input = "";         // standard input
+  std::string input{};            // standard input ({}: cases may leave it out)
   bool softmax = true;            // also run with -o (softmax only)
 };
 

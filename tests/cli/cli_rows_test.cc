@@ -2,13 +2,14 @@
 // output, compared bit for bit with the library's softmax_rows.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "npy_test_io.h"
@@ -48,9 +49,10 @@ std::vector<T> library_rows(const std::vector<T>& x, std::size_t rows,
 
 template <class T>
 void expect_same_bits(const std::vector<T>& got, const std::vector<T>& want) {
+  using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(std::memcmp(&got[i], &want[i], sizeof(T)), 0)
+    EXPECT_EQ(std::bit_cast<Bits>(got[i]), std::bit_cast<Bits>(want[i]))
         << "element " << i << ": got " << got[i] << ", want " << want[i];
   }
 }

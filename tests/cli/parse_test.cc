@@ -5,8 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <CLI/CLI.hpp>
+#include <bit>
 #include <cmath>
-#include <cstring>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <variant>
@@ -137,7 +138,12 @@ TEST(Npy, EncodeThenReadKeepsDtypeShapeAndBits) {
   const auto& f = std::get<Matrix<float>>(back);
   EXPECT_EQ(f.rows, 2u);
   EXPECT_EQ(f.cols, 3u);
-  EXPECT_EQ(std::memcmp(f.values.data(), m.values.data(), 24), 0);
+  ASSERT_EQ(f.values.size(), m.values.size());
+  for (std::size_t i = 0; i < f.values.size(); ++i) {
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(f.values[i]),
+              std::bit_cast<std::uint32_t>(m.values[i]))
+        << "element " << i;
+  }
 }
 
 TEST(Npy, AcceptsNumpyHeaderVariants) {

@@ -5,7 +5,7 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
-#include <unistd.h>
+#include <unistd.h>  // also declares environ (_GNU_SOURCE, set by g++)
 
 #include <algorithm>
 #include <cerrno>
@@ -14,8 +14,6 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
-
-extern char** environ;
 
 namespace softdot_test {
 

@@ -110,7 +110,7 @@ AttnRef attention_reference(const AttnTensor<float>& q,
         std::size_t n_inf = 0;
         for (std::size_t j = 0; j < n_kv; ++j) {
           if (!attention_position_visible(o, n_q, n_kv, i, j)) continue;
-          if (o.mask.data && !o.mask.at_bcast(b, h, i, j)) continue;
+          if (o.mask.data != nullptr && !o.mask.at_bcast(b, h, i, j)) continue;
           Sum dot;
           Sum abs;
           for (std::size_t c = 0; c < d; ++c) {

@@ -101,8 +101,8 @@ class Tensor {
     }
     return *this;
   }
-  Tensor(Tensor&&) = default;
-  Tensor& operator=(Tensor&&) = default;
+  Tensor(Tensor&&) noexcept = default;
+  Tensor& operator=(Tensor&&) noexcept = default;
 
   std::size_t index(std::size_t b, std::size_t h, std::size_t r,
                     std::size_t c) const {

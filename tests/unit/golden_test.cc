@@ -150,19 +150,22 @@ std::uint64_t hash_softmax(softdot::Precision precision) {
       }
     }
   }
-  // Rows: 9 x 33 with a row stride of 40 and a per-row mask.
-  const auto x = g.vec<T>(9 * 40, 10);
-  const auto keep = g.flags(9 * 33, 7);
+  // Rows: 9 x 33 with a row stride of 40 (35 in the output) and a per-row
+  // mask.
+  constexpr std::size_t kRows = 9, kCols = 33, kInStride = 40, kOutStride = 35;
+  const auto x = g.vec<T>(kRows * kInStride, 10);
+  const auto keep = g.flags(kRows * kCols, 7);
   const auto mask = as_bools(keep);
   SoftmaxOptions o;
   o.precision = precision;
-  o.mask = std::span<const bool>(mask.get(), 9 * 33);
-  std::vector<T> y(9 * 35);
-  softdot::softmax_rows(MatrixView<const T>(x.data(), 9, 33, 40),
-                        MatrixView<T>(y.data(), 9, 33, 35), o);
+  o.mask = std::span<const bool>(mask.get(), kRows * kCols);
+  std::vector<T> y(kRows * kOutStride);
+  softdot::softmax_rows(MatrixView<const T>(x.data(), kRows, kCols, kInStride),
+                        MatrixView<T>(y.data(), kRows, kCols, kOutStride), o);
   h.add(y);
-  softdot::log_softmax_rows(MatrixView<const T>(x.data(), 9, 33, 40),
-                            MatrixView<T>(y.data(), 9, 33, 35), o);
+  softdot::log_softmax_rows(
+      MatrixView<const T>(x.data(), kRows, kCols, kInStride),
+      MatrixView<T>(y.data(), kRows, kCols, kOutStride), o);
   h.add(y);
   return h.h;
 }

@@ -27,12 +27,12 @@ struct Case {
 };
 
 template <class T>
-Case<T> make_case(std::vector<T> x, std::size_t offset, std::string label,
-                  double temperature = 1.0) {
+Case<T> make_case(std::vector<T> x, std::size_t offset,
+                  const std::string& label, double temperature = 1.0) {
   Case<T> c;
   c.x = std::move(x);
   c.offset = offset;
-  c.label = std::move(label);
+  c.label = label;
   c.temperature = temperature;
   c.ref = softdot_ref::softmax_reference(std::span<const T>(c.x),
                                          {temperature, {}});

@@ -69,6 +69,16 @@ inline bool is_fma_target(const std::string& name) {
   return name.rfind("AVX2", 0) == 0 || name.rfind("AVX3", 0) == 0;
 }
 
+// The bits of a float (as std::uint32_t) or a double (as std::uint64_t).
+template <class T>
+auto bits(T v) {
+  if constexpr (sizeof(T) == 4) {
+    return std::bit_cast<std::uint32_t>(v);
+  } else {
+    return std::bit_cast<std::uint64_t>(v);
+  }
+}
+
 // ---- buffers ---------------------------------------------------------------
 
 // n elements starting `offset` elements after a 64-byte aligned block, with
@@ -99,9 +109,7 @@ class Guarded {
   bool guards_intact() const {
     for (std::size_t i = 0; i < total_; ++i) {
       if (i >= offset_ && i < offset_ + n_) continue;
-      if (std::memcmp(&data_[i], &kSentinelStorage, sizeof(T)) != 0) {
-        return false;
-      }
+      if (bits(data_[i]) != bits(kSentinelStorage)) return false;
     }
     return true;
   }
@@ -227,15 +235,6 @@ double log_softmax_score(T got, const softdot_ref::Ref<T>& ref) {
 }
 
 // ---- comparisons -----------------------------------------------------------
-
-template <class T>
-auto bits(T v) {
-  if constexpr (sizeof(T) == 4) {
-    return std::bit_cast<std::uint32_t>(v);
-  } else {
-    return std::bit_cast<std::uint64_t>(v);
-  }
-}
 
 // Bitwise equality, except that any NaN equals any NaN.
 template <class T>
