@@ -198,7 +198,7 @@ TEST(AttentionPartial, LongChainsStayWithinTheOneCallBound) {
            .H = 2,
            .Hkv = 1,
            .nq = 3,
-           .nkv = 37 * 40,
+           .nkv = std::size_t{37} * 40,
            .d = 64,
            .dv = 32,
            .seed = 311};

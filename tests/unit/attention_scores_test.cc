@@ -265,7 +265,7 @@ TEST_P(AttentionScores, EmptyRangesAndNoKeys) {
   const Tensor<float> sc = scores_of(p, o);
   for (float x : sc.dense()) EXPECT_EQ(bits(x), bits(-kInfF));
 
-  std::vector<float> q(2 * 5 * 8, 1.0f);
+  std::vector<float> q(std::size_t{2} * 5 * 8, 1.0f);
   std::vector<float> none(4, kOutSentinel);
   EXPECT_NO_THROW(
       softdot::attention_scores(TensorView<const float>(q.data(), 1, 2, 5, 8),
