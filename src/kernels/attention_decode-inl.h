@@ -11,6 +11,7 @@
 #endif
 
 #include "kernels/attention_common-inl.h"
+#include "kernels/reduce-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace softdot {
