@@ -22,7 +22,6 @@
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "kernels/attention_args.h"
-#include "kernels/dot-inl.h"
 #include "kernels/exp-inl.h"
 #include "softdot/attention.h"
 

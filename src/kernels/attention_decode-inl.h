@@ -12,6 +12,7 @@
 
 #include "kernels/attention_common-inl.h"
 #include "kernels/attention_kv-inl.h"
+#include "kernels/reduce-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace softdot {

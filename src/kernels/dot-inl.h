@@ -4,10 +4,10 @@
 // or 64 double logical lanes); element i is added by FMA into block
 // (i / kLanes) % 8, lane i % kLanes, in increasing i. Why 8: FMA latency 4
 // cycles x 2 ports = 8 independent chains keep both AVX-512 FMA units busy.
-// The blocks are added in a fixed pairwise tree, then the lanes of the last
-// block in a fixed pairwise tree, so the result depends only on n and the
-// data, not on the vector width, alignment or thread split (on targets with
-// FMA). Error: |result - x.y| <= gamma_n sum |x_i y_i|.
+// The 8 blocks' lanes are then added in the pairwise tree of reduce.h (the
+// blocks first, then the lanes of block 0), so the result depends only on n
+// and the data, not on the vector width, alignment or thread split (on
+// targets with FMA). Error: |result - x.y| <= gamma_n sum |x_i y_i|.
 
 #if defined(SOFTDOT_KERNELS_DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SOFTDOT_KERNELS_DOT_INL_H_
@@ -23,6 +23,7 @@
 #include "hwy/highway.h"
 #include "kernels/block-inl.h"
 #include "kernels/eft-inl.h"
+#include "kernels/reduce-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace softdot {
@@ -30,43 +31,6 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 inline constexpr std::size_t kDotAccumulators = 8;
-
-// The lanes of one vector in the fixed pairwise tree: lane j + lanes/2 is
-// added to lane j, then the same on the lower half, down to one lane. Half
-// vectors (UpperHalf/LowerHalf) do each level in one add, where storing the
-// lanes and adding them as scalars stalled on the store (~20 ns per dot).
-template <class D>
-HWY_INLINE hn::TFromD<D> TreeSumOfLanes(D d, hn::Vec<D> v) {
-#if HWY_TARGET == HWY_SCALAR
-  (void)d;
-  return hn::GetLane(v);
-#else
-  if constexpr (hn::MaxLanes(D()) == 1) {
-    (void)d;
-    return hn::GetLane(v);
-  } else {
-    const hn::Half<D> dh;
-    return TreeSumOfLanes(dh,
-                          hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
-  }
-#endif
-}
-
-// Sums the kLanes logical lanes of one block in a fixed pairwise tree: lane
-// j + kLanes/2 into lane j, and so on. The block's vectors hold lanes
-// [v * kVecLanes, (v + 1) * kVecLanes), so the first levels add whole
-// vectors; the rest is TreeSumOfLanes. Same bits on every vector width.
-template <class T>
-HWY_INLINE T ReduceBlockTree(const typename Block<T>::V* acc) {
-  using B = Block<T>;
-  const typename B::D d;
-  typename B::V v[B::kVecs];
-  for (std::size_t i = 0; i < B::kVecs; ++i) v[i] = acc[i];
-  for (std::size_t half = B::kVecs / 2; half >= 1; half /= 2) {
-    for (std::size_t j = 0; j < half; ++j) v[j] = hn::Add(v[j], v[j + half]);
-  }
-  return TreeSumOfLanes(d, v[0]);
-}
 
 // The loop shared by every dot product: blocks of Policy::kLanes input
 // elements go, in index order, to accumulator (block index) % 8; the last,
@@ -148,18 +112,29 @@ struct PlainDot {
       }
     }
   }
-  // The 8 accumulators in a fixed tree, (0+4, 1+5, 2+6, 3+7), (0+2, 1+3),
-  // 0+1, spelled out with constant indices (see DotLoopImpl).
+  // The 8 x kLanes logical lanes in one pairwise tree (reduce.h), lane j of
+  // accumulator b being leaf b * kLanes + j: its first 3 levels add whole
+  // accumulators (b + 4, then b + 2, then b + 1 into b), vector by vector,
+  // and the rest is the tree of accumulator 0's lanes. Every accumulator
+  // vector is named by constant indices (the kB and kW packs; see
+  // DotLoopImpl): indexed by a loop over the vectors, they went to the
+  // stack in DotsF32 on AVX2.
   static HWY_INLINE T Reduce(const State (&s)[kDotAccumulators]) {
-    V acc[B::kVecs];
-    for (std::size_t v = 0; v < B::kVecs; ++v) {
-      const V a04 = hn::Add(s[0].acc[v], s[4].acc[v]);
-      const V a15 = hn::Add(s[1].acc[v], s[5].acc[v]);
-      const V a26 = hn::Add(s[2].acc[v], s[6].acc[v]);
-      const V a37 = hn::Add(s[3].acc[v], s[7].acc[v]);
-      acc[v] = hn::Add(hn::Add(a04, a26), hn::Add(a15, a37));
-    }
+    return ReduceVecs(s, std::make_index_sequence<B::kVecs>());
+  }
+  template <std::size_t... kW>
+  static HWY_INLINE T ReduceVecs(const State (&s)[kDotAccumulators],
+                                 std::index_sequence<kW...>) {
+    V acc[] = {AddAccumulators<kW>(
+        s, std::make_index_sequence<kDotAccumulators>())...};
     return ReduceBlockTree<T>(acc);
+  }
+  // Vector kW of the 8 accumulators, added by the tree's first 3 levels.
+  template <std::size_t kW, std::size_t... kB>
+  static HWY_INLINE V AddAccumulators(const State (&s)[kDotAccumulators],
+                                      std::index_sequence<kB...>) {
+    V a[] = {s[kB].acc[kW]...};
+    return PairwiseAddVecs<kDotAccumulators>(a);
   }
 };
 

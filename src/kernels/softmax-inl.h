@@ -15,11 +15,12 @@
 // compensated per lane and added in double, the normalisation one rounding
 // of e * (1/S) with a double-length 1/S; measured 1.55 ulp in all
 // (docs/accuracy.md). The faithful precision (softmax_faithful-inl.h)
-// replaces B and C with double-lane passes. Every lane sum is reduced in a
-// fixed order, so results do not depend on the SIMD width (FMA targets). No
+// replaces B and C with double-lane passes. Every lane sum is reduced in
+// the pairwise tree of reduce.h, whose order is fixed by the lane index, so
+// results do not depend on the SIMD width (FMA targets). No
 // allocation: the partial last block uses a 64-byte stack buffer.
 //
-// The parts: softmax_common-inl.h (scores, pass A, lane trees, special
+// The parts: softmax_common-inl.h (scores, pass A, lane sums, special
 // rows), softmax_passes-inl.h (passes B and C in the element type),
 // softmax_faithful-inl.h (the faithful precision), softmax_small-inl.h (one
 // block in registers); this file chooses among them per row (RowImpl) and

@@ -1,7 +1,8 @@
 // softdot kernels: what every softmax path shares (src/kernels/softmax-inl.h
 // has the overview): the scores of a row (scaled, masked, with the exact low
-// part of the product), pass A (max and NaN), the shifted exp, the fixed
-// lane-sum trees, and the rows with +inf or NaN scores.
+// part of the product), pass A (max and NaN), the shifted exp, the lane sums
+// of a block (in the tree of reduce-inl.h), and the rows with +inf or NaN
+// scores.
 
 #if defined(SOFTDOT_KERNELS_SOFTMAX_COMMON_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SOFTDOT_KERNELS_SOFTMAX_COMMON_INL_H_
@@ -20,6 +21,7 @@
 #include "kernels/eft-inl.h"
 #include "kernels/exp-inl.h"
 #include "kernels/exp_faithful-inl.h"
+#include "kernels/reduce-inl.h"
 #include "kernels/row_op.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -126,67 +128,35 @@ HWY_INLINE V ShiftedExp(V p, V lo, V m) {
   return ExpNonPositive(d, t, c);
 }
 
-// Adds the kLanes lanes of s + c (per-lane sums and their compensations) in
-// a pairwise tree of double-double additions: the pairs of one level are
-// independent, so this costs 4 TwoSum latencies, where a running TwoSum over
-// the lanes cost 32 and dominated small rows (a 3-element softmax took
-// 124 ns).
-HWY_INLINE void SumTree(double* hi, double* lo, std::size_t lanes,
-                        double& sum_hi, double& sum_lo) {
-  for (std::size_t half = lanes / 2; half >= 1; half /= 2) {
-    for (std::size_t j = 0; j < half; ++j) {
-      const double t = hi[j] + hi[j + half];
-      const double bb = t - hi[j];
-      const double err = (hi[j] - (t - bb)) + (hi[j + half] - bb);
-      hi[j] = t;
-      lo[j] = lo[j] + lo[j + half] + err;
-    }
-  }
-  sum_hi = hi[0] + lo[0];
-  sum_lo = lo[0] - (sum_hi - hi[0]);
-}
-
-// The plain form of SumTree, for a softmax's sum. A float weight computed
-// in double with a relative error of 2^-40 (2^-16 of a float ulp) and then
-// rounded to float is within 0.5 + 2^-16 ulp: faithful. The plain tree's
-// 4 double additions over 16 lanes err by at most 4 2^-53 < 2^-50 relative
-// (positive terms), and its hi + lo are rounded to one double for 1/S
-// anyway. The same
-// pairs, plain double additions, 4 add latencies for 16 lanes instead of 4
-// TwoSum chains. The state, logsumexp and log_softmax keep SumTree: they
-// read the low part of S - 1.
-HWY_INLINE double PlainTree(double* v, std::size_t lanes) {
-  for (std::size_t half = lanes / 2; half >= 1; half /= 2) {
-    for (std::size_t j = 0; j < half; ++j) v[j] += v[j + half];
-  }
-  return v[0];
-}
-
+// The kLanes lane sums s (and their compensations c) of a block, in
+// double, as one double, or as hi + lo with kExact: the tree of reduce.h
+// over the lanes. Plain additions serve a softmax's sum: a float weight
+// computed in double with a relative error of 2^-40 (2^-16 of a float ulp)
+// and then rounded to float is within 0.5 + 2^-16 ulp, faithful, and the
+// plain tree's 4 double additions over 16 lanes err by at most 4 2^-53 <
+// 2^-50 relative (positive terms); its hi + lo are rounded to one double for
+// 1/S anyway. 4 add latencies for 16 lanes instead of 4 TwoSum chains. The
+// state, logsumexp and log_softmax take the double-double tree (kExact):
+// they read the low part of S - 1. bias is taken off each lane sum first
+// (without kExact only).
 template <class T, bool kExact, class V>
 HWY_INLINE void SumLanes(const V* s, const V* c, double& sum_hi, double& sum_lo,
                          double bias = 0.0) {
-  using B = Block<T>;
-  const typename B::D d;
-  alignas(64) T ls[B::kLanes];
-  alignas(64) T lc[B::kLanes];
-  for (std::size_t v = 0; v < B::kVecs; ++v) {
-    hn::Store(s[v], d, ls + v * B::kVecLanes);
-    hn::Store(c[v], d, lc + v * B::kVecLanes);
-  }
-  double hi[B::kLanes], lo[B::kLanes];
+  using BD = Block<double>;
+  const typename BD::D dd;
+  typename BD::V hi[kDoubleVecs<T>], lo[kDoubleVecs<T>];
+  PromoteBlock<T>(s, hi);
+  PromoteBlock<T>(c, lo);
   if constexpr (!kExact) {
-    for (std::size_t j = 0; j < B::kLanes; ++j) {
-      hi[j] = (static_cast<double>(ls[j]) - bias) + static_cast<double>(lc[j]);
+    const typename BD::V b = hn::Set(dd, bias);
+    for (std::size_t w = 0; w < kDoubleVecs<T>; ++w) {
+      hi[w] = hn::Add(hn::Sub(hi[w], b), lo[w]);
     }
-    sum_hi = PlainTree(hi, B::kLanes);
+    sum_hi = PairwiseSumOfVecs<kDoubleVecs<T>>(dd, hi);
     sum_lo = 0.0;
     return;
   }
-  for (std::size_t j = 0; j < B::kLanes; ++j) {
-    hi[j] = ls[j];
-    lo[j] = lc[j];
-  }
-  SumTree(hi, lo, B::kLanes, sum_hi, sum_lo);
+  PairwiseTwoSumOfVecs<kDoubleVecs<T>>(dd, hi, lo, sum_hi, sum_lo);
 }
 
 template <class T>

@@ -89,19 +89,12 @@ HWY_INLINE void DoubleLaneSumPass(const WS& ws, const float* x,
           acc[v] = t;
         }
       });
-  constexpr std::size_t kLanes = Block<float>::kLanes;
-  alignas(64) double hi[kLanes];
-  alignas(64) double lo[kLanes];
-  for (std::size_t v = 0; v < WS::kVecs; ++v) {
-    hn::Store(acc[v], d, hi + v * WS::kVecLanes);
-    hn::Store(comp[v], d, lo + v * WS::kVecLanes);
-  }
   if constexpr (!kCompensated) {
-    sum_hi = PlainTree(hi, kLanes);
+    sum_hi = PairwiseSumOfVecs<WS::kVecs>(d, acc);
     sum_lo = 0.0;
     return;
   }
-  SumTree(hi, lo, kLanes, sum_hi, sum_lo);
+  PairwiseTwoSumOfVecs<WS::kVecs>(d, acc, comp, sum_hi, sum_lo);
 }
 
 // y_i = fl_float(exp(p_i - c) * inv).
@@ -182,21 +175,16 @@ HWY_INLINE void PairSumPass(const S& scores, const double* x,
           sl[v] = sum_l;
         }
       });
-  alignas(64) double hs[B::kLanes], hc[B::kLanes], ls[B::kLanes], lc[B::kLanes];
+  // Per lane, the high and low sums as one double-double, (s + sl) + (c +
+  // cl): s + sl by TwoSum (its error added to +0, as the scalar form of
+  // this step did), then c + cl added to the error.
+  V hi[B::kVecs], lo[B::kVecs];
   for (std::size_t v = 0; v < B::kVecs; ++v) {
-    hn::Store(s[v], d, hs + v * B::kVecLanes);
-    hn::Store(c[v], d, hc + v * B::kVecLanes);
-    hn::Store(sl[v], d, ls + v * B::kVecLanes);
-    hn::Store(cl[v], d, lc + v * B::kVecLanes);
+    hi[v] = hn::Add(s[v], sl[v]);
+    lo[v] = hn::Add(hn::Zero(d), TwoSumErr(s[v], sl[v], hi[v]));
+    lo[v] = hn::Add(lo[v], hn::Add(c[v], cl[v]));
   }
-  double hi[B::kLanes], lo[B::kLanes];
-  for (std::size_t j = 0; j < B::kLanes; ++j) {
-    hi[j] = hs[j];
-    lo[j] = 0.0;
-    TwoSumScalar(hi[j], lo[j], ls[j]);
-    lo[j] += hc[j] + lc[j];
-  }
-  SumTree(hi, lo, B::kLanes, sum_hi, sum_lo);
+  PairwiseTwoSumOfVecs<B::kVecs>(d, hi, lo, sum_hi, sum_lo);
 }
 
 // Double: y_i = 2^k ((hi + lo) * (h + l)), the product rounded once.

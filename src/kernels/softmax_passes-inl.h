@@ -58,7 +58,7 @@ HWY_INLINE void SumExpPass(const S& scores, const T* x,
       s[v] = hn::Sub(s[v], hn::Set(d, kBias));  // exact: s in [1, 2^53]
     }
   }
-  // A float softmax (kStore) only needs S to 2^-40 (PlainTree in
+  // A float softmax (kStore) only needs S to 2^-40 (SumLanes in
   // softmax_common-inl.h says why); the others read S - 1, and a double
   // weight (ulp 2^-53) needs S to about 2^-60.
   // (A float lane's bias comes off in double there: s may pass 2^24.)

@@ -19,7 +19,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // the partial block is loaded once and the exponentials are kept, where
 // passes A, B and C each reload the block (and the faithful C recomputes
 // exp). Every value is computed as in those passes (one element per lane,
-// so each lane sum is its one exponential, added by the same PlainTree), so
+// so each lane sum is its one exponential, added by the same tree), so
 // the weights have the same bits. Returns false, having written nothing,
 // for rows whose max is NaN-tainted or +-inf (RowImpl handles them) and for
 // scaled scores beyond 2^32.
@@ -58,14 +58,13 @@ HWY_INLINE bool SingleBlockSoftmaxF32(
     const hn::Rebind<float, DW> df;
     const WS ws{static_cast<double>(scores.scale)};
     const auto cv = hn::Set(dw, static_cast<double>(m));
-    hn::Vec<DW> e[WS::kVecs];
-    alignas(64) double lanes[kLanes];
+    hn::Vec<DW> e[WS::kVecs], lanes[WS::kVecs];
     for (std::size_t v = 0; v < WS::kVecs; ++v) {
       e[v] =
           ExpForFloat(dw, hn::Sub(ws.Load(xb, kMasked ? mb : nullptr, v), cv));
-      hn::Store(e[v], dw, lanes + v * WS::kVecLanes);
+      lanes[v] = e[v];
     }
-    const auto iv = hn::Set(dw, 1.0 / PlainTree(lanes, kLanes));
+    const auto iv = hn::Set(dw, 1.0 / PairwiseSumOfVecs<WS::kVecs>(dw, lanes));
     for (std::size_t v = 0; v < WS::kVecs; ++v) {
       hn::StoreU(hn::DemoteTo(df, hn::Mul(e[v], iv)), df,
                  yb + v * WS::kVecLanes);
