@@ -8,11 +8,15 @@
 
 #include "peers.h"
 
+// foreach_target.h must come before the -inl.h it re-includes per target
+// (clang-format would sort it after).
+// clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "peers/hwydot_peer.cc"
-#include <hwy/contrib/dot/dot-inl.h>
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
+#include <hwy/contrib/dot/dot-inl.h>
+// clang-format on
 
 HWY_BEFORE_NAMESPACE();
 namespace softdot_peers {
