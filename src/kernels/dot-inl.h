@@ -115,26 +115,20 @@ struct PlainDot {
   // The 8 x kLanes logical lanes in one pairwise tree (reduce.h), lane j of
   // accumulator b being leaf b * kLanes + j: its first 3 levels add whole
   // accumulators (b + 4, then b + 2, then b + 1 into b), vector by vector,
-  // and the rest is the tree of accumulator 0's lanes. Every accumulator
-  // vector is named by constant indices (the kB and kW packs; see
-  // DotLoopImpl): indexed by a loop over the vectors, they went to the
-  // stack in DotsF32 on AVX2.
+  // and the rest is the tree of accumulator 0's lanes. The accumulators are
+  // named by the constants of the kB pack (see DotLoopImpl).
   static HWY_INLINE T Reduce(const State (&s)[kDotAccumulators]) {
-    return ReduceVecs(s, std::make_index_sequence<B::kVecs>());
+    return ReduceAccumulators(s, std::make_index_sequence<kDotAccumulators>());
   }
-  template <std::size_t... kW>
-  static HWY_INLINE T ReduceVecs(const State (&s)[kDotAccumulators],
-                                 std::index_sequence<kW...>) {
-    V acc[] = {AddAccumulators<kW>(
-        s, std::make_index_sequence<kDotAccumulators>())...};
+  template <std::size_t... kB>
+  static HWY_INLINE T ReduceAccumulators(const State (&s)[kDotAccumulators],
+                                         std::index_sequence<kB...>) {
+    V acc[B::kVecs];
+    for (std::size_t v = 0; v < B::kVecs; ++v) {
+      V a[] = {s[kB].acc[v]...};
+      acc[v] = PairwiseAddVecs<kDotAccumulators>(a);
+    }
     return ReduceBlockTree<T>(acc);
-  }
-  // Vector kW of the 8 accumulators, added by the tree's first 3 levels.
-  template <std::size_t kW, std::size_t... kB>
-  static HWY_INLINE V AddAccumulators(const State (&s)[kDotAccumulators],
-                                      std::index_sequence<kB...>) {
-    V a[] = {s[kB].acc[kW]...};
-    return PairwiseAddVecs<kDotAccumulators>(a);
   }
 };
 
