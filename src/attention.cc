@@ -63,13 +63,20 @@ T* thread_buffer(int slot, std::size_t n) {
 
 // attention() (partial null: the rows are finalised into out and lse) or
 // attention_partial() (out unused: the rows' states go into *partial).
+// int8 K and V come with their scales (k_scales, v_scales non-null).
 template <class KT>
 void run_attention(const char* fn, const TensorView<const float>& q,
                    const TensorView<const KT>& k, const TensorView<const KT>& v,
                    const TensorView<float>& out, const AttentionOptions& o,
-                   float* lse, AttentionPartial* partial) {
+                   float* lse, AttentionPartial* partial,
+                   const TensorView<const float>* k_scales = nullptr,
+                   const TensorView<const float>* v_scales = nullptr) {
   const Plan p = partial ? check_and_plan(fn, q, k, &v, out, nullptr, 0, o)
                          : check_and_plan(fn, q, k, &v, out, "out", 0, o);
+  if constexpr (std::is_same_v<KT, std::int8_t>) {
+    check_scales(fn, "k", k, *k_scales);
+    check_scales(fn, "v", v, *v_scales);
+  }
   if (partial) {
     partial->batch = p.B;
     partial->heads = p.H;
@@ -193,6 +200,12 @@ void run_attention(const char* fn, const TensorView<const float>& q,
       a.k_stride = k.row_stride;
       a.v = v.row(b, kh, 0);
       a.v_stride = v.row_stride;
+      if (k_scales) {
+        a.k_scale = k_scales->row(b, kh, 0);
+        a.k_scale_stride = k_scales->row_stride;
+        a.v_scale = v_scales->row(b, kh, 0);
+        a.v_scale_stride = v_scales->row_stride;
+      }
       a.d = p.d;
       a.dv = dv;
       a.j_begin = p.kv_begin + chunk * kDecodeChunk;
@@ -296,6 +309,19 @@ void attention_partial(TensorView<const float> q, TensorView<const BFloat16> k,
                        const AttentionOptions& options) {
   run_attention("attention_partial", q, k, v, TensorView<float>{}, options,
                 nullptr, &partial);
+}
+
+void attention(TensorView<const float> q, const Int8KV& k, const Int8KV& v,
+               TensorView<float> out, const AttentionOptions& options,
+               float* lse) {
+  run_attention("attention", q, k.values, v.values, out, options, lse, nullptr,
+                &k.scales, &v.scales);
+}
+void attention_partial(TensorView<const float> q, const Int8KV& k,
+                       const Int8KV& v, AttentionPartial& partial,
+                       const AttentionOptions& options) {
+  run_attention("attention_partial", q, k.values, v.values, TensorView<float>{},
+                options, nullptr, &partial, &k.scales, &v.scales);
 }
 
 }  // namespace softdot

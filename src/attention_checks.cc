@@ -130,4 +130,36 @@ template Plan check_and_plan<BFloat16>(const char*,
                                        const TensorView<float>&, const char*,
                                        std::size_t, const AttentionOptions&);
 
+template Plan check_and_plan<std::int8_t>(const char*,
+                                          const TensorView<const float>&,
+                                          const TensorView<const std::int8_t>&,
+                                          const TensorView<const std::int8_t>*,
+                                          const TensorView<float>&, const char*,
+                                          std::size_t, const AttentionOptions&);
+
+void check_scales(const char* fn, const char* name,
+                  const TensorView<const std::int8_t>& values,
+                  const TensorView<const float>& scales) {
+  const std::string sname = std::string(name) + " scales";
+  check_tensor(fn, sname.c_str(), scales);
+  if (scales.batch != values.batch || scales.heads != values.heads ||
+      scales.rows != values.rows || scales.cols != 1) {
+    fail(fn,
+         shape(sname.c_str(), scales) + " must be " +
+             shape(sname.c_str(), values.batch, values.heads, values.rows, 1) +
+             " for " + shape(name, values));
+  }
+  for (std::size_t b = 0; b < scales.batch; ++b) {
+    for (std::size_t h = 0; h < scales.heads; ++h) {
+      for (std::size_t j = 0; j < scales.rows; ++j) {
+        const float s = *scales.row(b, h, j);
+        if (!(std::isfinite(s) && s >= 0.0f)) {
+          fail(fn, sname + "[" + count(b) + ", " + count(h) + ", " + count(j) +
+                       "] = " + number(s) + " is not finite and >= 0");
+        }
+      }
+    }
+  }
+}
+
 }  // namespace softdot::detail::attn

@@ -50,6 +50,7 @@ template <class KT>
 constexpr int kv_type() {
   if constexpr (std::is_same_v<KT, Float16>) return detail::kKvF16;
   if constexpr (std::is_same_v<KT, BFloat16>) return detail::kKvBF16;
+  if constexpr (std::is_same_v<KT, std::int8_t>) return detail::kKvI8;
   return detail::kKvF32;
 }
 
@@ -72,6 +73,14 @@ Plan check_and_plan(const char* fn, const TensorView<const float>& q,
                     const TensorView<const KT>* v, const TensorView<float>& out,
                     const char* out_name, std::size_t out_cols,
                     const AttentionOptions& o);
+
+// The scales of int8 keys or values (name "k" or "v"): [batch, heads, rows,
+// 1] as the values' first three dimensions, non-null when not empty, and
+// every scale finite and >= 0 (a NaN or negative scale is a caller's bug
+// that would otherwise pass silently into every score).
+void check_scales(const char* fn, const char* name,
+                  const TensorView<const std::int8_t>& values,
+                  const TensorView<const float>& scales);
 
 // Visible keys of query i: [first, last] (inclusive), clamped to the key
 // range (first > last when none is visible).

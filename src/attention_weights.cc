@@ -15,6 +15,7 @@
 
 #include "attention_plan.h"
 #include "kernels.h"
+#include "kernels/dequantize.h"
 #include "kernels/weights_row.h"
 #include "softdot/attention.h"
 
@@ -33,7 +34,8 @@ using namespace detail::attn;
 template <class KT, class Row>
 void for_each_score_row(const Plan& p, const TensorView<const float>& q,
                         const TensorView<const KT>& k,
-                        const AttentionOptions& o, Row row) {
+                        const AttentionOptions& o, Row row,
+                        const TensorView<const float>* k_scales = nullptr) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   std::vector<float> s(p.n_kv);
   std::vector<char> vis(p.n_kv);
@@ -49,6 +51,9 @@ void for_each_score_row(const Plan& p, const TensorView<const float>& q,
         for (std::size_t c = 0; c < p.d; ++c) {
           if constexpr (std::is_same_v<KT, float>) {
             krow_f[j * p.d + c] = kr[c];
+          } else if constexpr (std::is_same_v<KT, std::int8_t>) {
+            krow_f[j * p.d + c] =
+                detail::dequantize_int8(kr[c], *k_scales->row(b, kh, j));
           } else {
             krow_f[j * p.d + c] = to_float(kr[c]);
           }
@@ -89,33 +94,43 @@ void for_each_score_row(const Plan& p, const TensorView<const float>& q,
 
 template <class KT>
 void run_scores(const TensorView<const float>& q, const TensorView<const KT>& k,
-                const TensorView<float>& out, const AttentionOptions& o) {
+                const TensorView<float>& out, const AttentionOptions& o,
+                const TensorView<const float>* k_scales = nullptr) {
   const Plan p = check_and_plan<KT>("attention_scores", q, k, nullptr, out,
                                     "scores", k.rows, o);
+  if constexpr (std::is_same_v<KT, std::int8_t>) {
+    check_scales("attention_scores", "k", k, *k_scales);
+  }
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  for_each_score_row(p, q, k, o,
-                     [&](std::size_t b, std::size_t h, std::size_t i,
-                         const float* s, const char* vis) {
-                       float* r = out.row(b, h, i);
-                       for (std::size_t j = 0; j < p.n_kv; ++j)
-                         r[j] = vis[j] ? s[j] : -kInf;
-                     });
+  for_each_score_row(
+      p, q, k, o,
+      [&](std::size_t b, std::size_t h, std::size_t i, const float* s,
+          const char* vis) {
+        float* r = out.row(b, h, i);
+        for (std::size_t j = 0; j < p.n_kv; ++j) r[j] = vis[j] ? s[j] : -kInf;
+      },
+      k_scales);
 }
 
 template <class KT>
 void run_weights(const TensorView<const float>& q,
                  const TensorView<const KT>& k, const TensorView<float>& w,
-                 const AttentionOptions& o) {
+                 const AttentionOptions& o,
+                 const TensorView<const float>* k_scales = nullptr) {
   const Plan p = check_and_plan<KT>("attention_weights", q, k, nullptr, w,
                                     "weights", k.rows, o);
+  if constexpr (std::is_same_v<KT, std::int8_t>) {
+    check_scales("attention_weights", "k", k, *k_scales);
+  }
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  for_each_score_row(p, q, k, o,
-                     [&](std::size_t b, std::size_t h, std::size_t i,
-                         const float* s, const char* vis) {
-                       const float sink = o.sinks.empty() ? -kInf : o.sinks[h];
-                       detail::weights_row(s, vis, p.n_kv, sink,
-                                           w.row(b, h, i));
-                     });
+  for_each_score_row(
+      p, q, k, o,
+      [&](std::size_t b, std::size_t h, std::size_t i, const float* s,
+          const char* vis) {
+        const float sink = o.sinks.empty() ? -kInf : o.sinks[h];
+        detail::weights_row(s, vis, p.n_kv, sink, w.row(b, h, i));
+      },
+      k_scales);
 }
 
 }  // namespace
@@ -150,6 +165,17 @@ void attention_scores(TensorView<const float> q, TensorView<const BFloat16> k,
                       TensorView<float> scores,
                       const AttentionOptions& options) {
   run_scores(q, k, scores, options);
+}
+
+void attention_weights(TensorView<const float> q, const Int8KV& k,
+                       TensorView<float> weights,
+                       const AttentionOptions& options) {
+  run_weights(q, k.values, weights, options, &k.scales);
+}
+void attention_scores(TensorView<const float> q, const Int8KV& k,
+                      TensorView<float> scores,
+                      const AttentionOptions& options) {
+  run_scores(q, k.values, scores, options, &k.scales);
 }
 
 }  // namespace softdot

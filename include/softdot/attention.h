@@ -131,6 +131,31 @@ struct AttentionOptions {
   std::size_t kv_end = std::numeric_limits<std::size_t>::max();
 };
 
+// int8 keys or values, quantised symmetrically with one float scale per
+// (batch, KV head, token), as quantize_kv produces them: element
+// (b, h, j, c) stands for the float scale * values(b, h, j, c) (the product
+// rounded once to float: the "dequantised" value). Every function that
+// takes Int8KV computes exactly what it computes for float K and V holding
+// the dequantised values, bit for bit, so every bound below holds for them;
+// the quantisation error itself is quantize_kv's (at most (0.5 + 2^-15)
+// scale per element). Scales must be finite and >= 0 (std::invalid_argument
+// naming the first bad one otherwise).
+struct Int8KV {
+  TensorView<const std::int8_t> values;  // [B, H_kv, n_kv, d or d_v]
+  TensorView<const float> scales;        // [B, H_kv, n_kv, 1]
+};
+
+// Quantises float rows for Int8KV: for each row (b, h, j),
+//   scale = max_c |x_c| / 127 (rounded to float),
+//   values_c = round(x_c / scale) (to nearest, ties away from zero),
+// so |values_c| <= 127 and |scale values_c - x_c| <= (0.5 + 2^-15) scale; a
+// row of zeros gets scale 0 and values 0. values has x's shape, scales
+// [batch, heads, rows, 1] (strided views allowed); std::invalid_argument
+// naming the shapes otherwise, or naming the first row that holds inf or
+// NaN (nothing is written then). Single-threaded; does not allocate.
+void quantize_kv(TensorView<const float> x, TensorView<std::int8_t> values,
+                 TensorView<float> scales);
+
 // Scaled dot-product attention, fused:
 //   O[b, h, i, :] = sum_j w_ij V[b, h / g, j, :],
 //   w_ij = softmax_j(s_ij) with s_ij = mask(bias + cap(scale * Q_i . K_j))
@@ -197,6 +222,9 @@ void attention(TensorView<const float> q, TensorView<const Float16> k,
 void attention(TensorView<const float> q, TensorView<const BFloat16> k,
                TensorView<const BFloat16> v, TensorView<float> out,
                const AttentionOptions& options = {}, float* lse = nullptr);
+void attention(TensorView<const float> q, const Int8KV& k, const Int8KV& v,
+               TensorView<float> out, const AttentionOptions& options = {},
+               float* lse = nullptr);
 
 // Merges two partial results over disjoint key ranges (split-KV decoding,
 // ring attention): with m = max(lse_a, lse_b), w_a = exp(lse_a - m),
@@ -255,6 +283,9 @@ void attention_partial(TensorView<const float> q, TensorView<const Float16> k,
 void attention_partial(TensorView<const float> q, TensorView<const BFloat16> k,
                        TensorView<const BFloat16> v, AttentionPartial& partial,
                        const AttentionOptions& options = {});
+void attention_partial(TensorView<const float> q, const Int8KV& k,
+                       const Int8KV& v, AttentionPartial& partial,
+                       const AttentionOptions& options = {});
 
 // a = merge(a, b) for partial results over disjoint key ranges, row by row,
 // in double: m = max(m_a, m_b), w_x = exp(m_x - m) (exactly 1 for the side
@@ -291,6 +322,9 @@ void attention_weights(TensorView<const float> q, TensorView<const Float16> k,
                        TensorView<float> weights,
                        const AttentionOptions& options = {});
 void attention_weights(TensorView<const float> q, TensorView<const BFloat16> k,
+                       TensorView<float> weights,
+                       const AttentionOptions& options = {});
+void attention_weights(TensorView<const float> q, const Int8KV& k,
                        TensorView<float> weights,
                        const AttentionOptions& options = {});
 
@@ -335,6 +369,9 @@ void attention_scores(TensorView<const float> q, TensorView<const Float16> k,
                       TensorView<float> scores,
                       const AttentionOptions& options = {});
 void attention_scores(TensorView<const float> q, TensorView<const BFloat16> k,
+                      TensorView<float> scores,
+                      const AttentionOptions& options = {});
+void attention_scores(TensorView<const float> q, const Int8KV& k,
                       TensorView<float> scores,
                       const AttentionOptions& options = {});
 

@@ -23,6 +23,7 @@ inline constexpr std::size_t kDecodeMaxRows = 16;
 inline constexpr int kKvF32 = 0;
 inline constexpr int kKvF16 = 1;
 inline constexpr int kKvBF16 = 2;
+inline constexpr int kKvI8 = 3;  // int8 with one float scale per row
 
 struct AttnArgs {
   int kv_type = kKvF32;
@@ -30,6 +31,11 @@ struct AttnArgs {
   std::size_t k_stride = 0;
   const void* v = nullptr;  // value j at v + j * v_stride
   std::size_t v_stride = 0;
+  // kKvI8: the scale of key j at k_scale[j * k_scale_stride] (values: v_).
+  const float* k_scale = nullptr;
+  std::size_t k_scale_stride = 0;
+  const float* v_scale = nullptr;
+  std::size_t v_scale_stride = 0;
   std::size_t d = 0;
   std::size_t dv = 0;
   std::size_t j_begin = 0;  // keys j_begin <= j < j_end, in blocks of

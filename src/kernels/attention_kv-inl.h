@@ -6,7 +6,9 @@
 // a paged cache) adds a kv_type in attention_args.h and its cases here: the
 // row address (a page table lookup), the widening (a dequantisation into
 // the same scratch), the prefetch. Nothing else in the kernels changes.
-// Today: float32 (read in place), float16 and bfloat16 (widened exactly).
+// Today: float32 (read in place), float16 and bfloat16 (widened exactly),
+// int8 with one float scale per row (widened to scale * q, one rounding:
+// dequantize_int8 in dequantize.h is the scalar form, the same bits).
 
 #if defined(SOFTDOT_KERNELS_ATTENTION_KV_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SOFTDOT_KERNELS_ATTENTION_KV_INL_H_
@@ -22,6 +24,7 @@
 #include "hwy/highway.h"
 #include "kernels/attention_args.h"
 #include "kernels/attention_common-inl.h"
+#include "kernels/dequantize.h"
 #include "softdot/float16.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -31,6 +34,7 @@ namespace attn {
 
 using detail::kKvBF16;
 using detail::kKvF32;
+using detail::kKvI8;
 
 // Whether a tile of this storage is widened into scratch (kc, vc) rather
 // than read in place.
@@ -38,7 +42,7 @@ HWY_INLINE bool KvWidened(const AttnArgs& a) { return a.kv_type != kKvF32; }
 
 // Bytes per stored element.
 HWY_INLINE std::size_t KvElementBytes(const AttnArgs& a) {
-  return a.kv_type == kKvF32 ? 4 : 2;
+  return a.kv_type == kKvF32 ? 4 : a.kv_type == kKvI8 ? 1 : 2;
 }
 
 // Widens n elements of K or V storage to float.
@@ -77,6 +81,23 @@ HWY_INLINE void Widen(const std::uint16_t* src, float* dst, std::size_t n,
   }
 }
 
+// dst[c] = scale * float(src[c]) for n int8 elements, rounded once to float
+// (float(src[c]) is exact), as dequantize_int8 does.
+HWY_INLINE void WidenInt8(const std::int8_t* src, float scale, float* dst,
+                          std::size_t n) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<std::int8_t, DF> d8;
+  const VF s = hn::Set(df, scale);
+  std::size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const VF x = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, src + i)));
+    hn::StoreU(hn::Mul(x, s), df, dst + i);
+  }
+  for (; i < n; ++i) dst[i] = detail::dequantize_int8(src[i], scale);
+}
+
 // The float rows of one block of keys and values: the caller's memory for
 // float32, else the block widened into scratch (kc [kb][d], vc [kb][dv]).
 struct BlockRows {
@@ -91,6 +112,18 @@ HWY_INLINE BlockRows LoadBlock(const AttnArgs& a, std::size_t j0,
   if (a.kv_type == kKvF32) {
     return {static_cast<const float*>(a.k) + j0 * a.k_stride, a.k_stride,
             static_cast<const float*>(a.v) + j0 * a.v_stride, a.v_stride};
+  }
+  if (a.kv_type == kKvI8) {
+    const auto* k8 = static_cast<const std::int8_t*>(a.k);
+    const auto* v8 = static_cast<const std::int8_t*>(a.v);
+    for (std::size_t j = 0; j < kb; ++j) {
+      const std::size_t jj = j0 + j;
+      WidenInt8(k8 + jj * a.k_stride, a.k_scale[jj * a.k_scale_stride],
+                kc + j * a.d, a.d);
+      WidenInt8(v8 + jj * a.v_stride, a.v_scale[jj * a.v_scale_stride],
+                vc + j * a.dv, a.dv);
+    }
+    return {kc, a.d, vc, a.dv};
   }
   const bool bf16 = a.kv_type == kKvBF16;
   const auto* k16 = static_cast<const std::uint16_t*>(a.k);

@@ -1,0 +1,53 @@
+// softdot kernels: int8 K/V storage, symmetric, one float scale per row:
+// the scalar dequantisation (the vector kernels' WidenInt8 computes the same
+// bits) and the quantisation of quantize_kv.
+#ifndef SOFTDOT_KERNELS_DEQUANTIZE_H_
+#define SOFTDOT_KERNELS_DEQUANTIZE_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+namespace softdot::detail {
+
+// scale * q, rounded once to float (the int8 value is exact in float).
+inline float dequantize_int8(std::int8_t q, float scale) {
+  return static_cast<float>(q) * scale;
+}
+
+// One row of n finite floats -> int8 values and the row's scale:
+// scale = max_c |x_c| / 127 (rounded to float), q_c = round(x_c / scale)
+// (to nearest, ties away from zero, |q_c| <= 127); a row of zeros gets
+// scale 0 and q = 0. Error of each element, with u = 2^-24: x_c / scale is
+// t (1 + d), |d| <= u, |t| <= 127 (1 + u) (scale was rounded), so rounding
+// and the clamp give |q_c - x_c / scale| <= 0.5 + 254 u; the product
+// scale q_c rounds by another 127 u scale. In all |scale q_c - x_c| <=
+// (0.5 + 381 u) scale < (0.5 + 2^-15) scale (tested). Returns false
+// (writing nothing) when the row holds inf or NaN.
+inline bool quantize_int8_row(const float* x, std::size_t n, std::int8_t* q,
+                              float* scale) {
+  float amax = 0.0f;
+  for (std::size_t c = 0; c < n; ++c) {
+    if (!std::isfinite(x[c])) return false;
+    amax = std::max(amax, std::fabs(x[c]));
+  }
+  if (amax == 0.0f) {
+    std::fill(q, q + n, std::int8_t{0});
+    *scale = 0.0f;
+    return true;
+  }
+  const float s = amax / 127.0f;
+  // s can be subnormal (amax < 127 * 2^-126); 1 / s can then overflow, so
+  // divide element by element.
+  for (std::size_t c = 0; c < n; ++c) {
+    const float r = std::round(x[c] / s);
+    q[c] = static_cast<std::int8_t>(std::clamp(r, -127.0f, 127.0f));
+  }
+  *scale = s;
+  return true;
+}
+
+}  // namespace softdot::detail
+
+#endif  // SOFTDOT_KERNELS_DEQUANTIZE_H_
