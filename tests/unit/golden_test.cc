@@ -412,6 +412,46 @@ std::uint64_t hash_attention_scores() {
   return h.h;
 }
 
+// quantize_kv and attention on its int8 K/V (added with Int8KV, issue 13):
+// prefill (n_q = 70) and decode (n_q = 1), causal.
+std::uint64_t hash_int8() {
+  Hash h;
+  Gen g(60);
+  const std::size_t B = 2, H = 4, Hkv = 2, d = 40, dv = 24, n_kv = 700;
+  const auto kf = g.vec<float>(B * Hkv * n_kv * d, 2);
+  const auto vf = g.vec<float>(B * Hkv * n_kv * dv, 3);
+  std::vector<std::int8_t> k8(kf.size()), v8(vf.size());
+  std::vector<float> ks(B * Hkv * n_kv), vs(B * Hkv * n_kv);
+  softdot::quantize_kv(TensorView<const float>(kf.data(), B, Hkv, n_kv, d),
+                       TensorView<std::int8_t>(k8.data(), B, Hkv, n_kv, d),
+                       TensorView<float>(ks.data(), B, Hkv, n_kv, 1));
+  softdot::quantize_kv(TensorView<const float>(vf.data(), B, Hkv, n_kv, dv),
+                       TensorView<std::int8_t>(v8.data(), B, Hkv, n_kv, dv),
+                       TensorView<float>(vs.data(), B, Hkv, n_kv, 1));
+  h.add(k8);
+  h.add(ks);
+  h.add(v8);
+  h.add(vs);
+  const softdot::Int8KV k{
+      TensorView<const std::int8_t>(k8.data(), B, Hkv, n_kv, d),
+      TensorView<const float>(ks.data(), B, Hkv, n_kv, 1)};
+  const softdot::Int8KV v{
+      TensorView<const std::int8_t>(v8.data(), B, Hkv, n_kv, dv),
+      TensorView<const float>(vs.data(), B, Hkv, n_kv, 1)};
+  for (std::size_t n_q : {std::size_t(70), std::size_t(1)}) {
+    const auto q = g.vec<float>(B * H * n_q * d, 2);
+    AttentionOptions o;
+    o.causal = true;
+    std::vector<float> out(B * H * n_q * dv), lse(B * H * n_q);
+    softdot::attention(TensorView<const float>(q.data(), B, H, n_q, d), k, v,
+                       TensorView<float>(out.data(), B, H, n_q, dv), o,
+                       lse.data());
+    h.add(out);
+    h.add(lse);
+  }
+  return h.h;
+}
+
 std::uint64_t hash_conversions() {
   Hash h;
   for (std::uint32_t b = 0; b < 65536; ++b) {
@@ -452,14 +492,16 @@ Table hashes_now() {
       {"attention_scores f16", hash_attention_scores<Float16>()},
       {"attention_scores bf16", hash_attention_scores<BFloat16>()},
       {"conversions", hash_conversions()},
+      {"int8", hash_int8()},
   };
 }
 
 // Recorded at commit 6e27f53 (before issue 12 moved any code) on an Intel
 // Sapphire Rapids (AVX3, AVX2, SSE4, SSSE3, SCALAR). "FMA" is AVX2 and AVX3.
 // The "attention partial" and "attention_scores" rows were added with those
-// functions (issue 12, after the others were recorded), on the same machine
-// and targets; every other row is unchanged.
+// functions (issue 12, after the others were recorded), and the "int8" rows
+// with Int8KV (issue 13), on the same machine and targets; every other row
+// is unchanged.
 struct Golden {
   const char* target_class;
   const char* function;
@@ -484,6 +526,7 @@ const Golden kGolden[] = {
     {"FMA", "softmax faithful float", 0xeb2509798807bbf4ull},
     {"FMA", "softmax fast double", 0x8e4692090f7cb422ull},
     {"FMA", "softmax fast float", 0x00b9d767599ea627ull},
+    {"FMA", "int8", 0xd61f7faa5b22642cull},
     {"SSE4", "attention bf16", 0xfcd069685e985affull},
     {"SSE4", "attention f16", 0x9efb4d122be1c0dfull},
     {"SSE4", "attention f32", 0xbd8c1f44037d1cccull},
@@ -502,6 +545,7 @@ const Golden kGolden[] = {
     {"SSE4", "softmax faithful float", 0xd5aca32cd3689ba7ull},
     {"SSE4", "softmax fast double", 0x81020729e4eb232aull},
     {"SSE4", "softmax fast float", 0xf701576761d7aa26ull},
+    {"SSE4", "int8", 0xc71773428b6f35d8ull},
     {"SSSE3", "attention bf16", 0xfcd069685e985affull},
     {"SSSE3", "attention f16", 0x9efb4d122be1c0dfull},
     {"SSSE3", "attention f32", 0xbd8c1f44037d1cccull},
@@ -520,6 +564,7 @@ const Golden kGolden[] = {
     {"SSSE3", "softmax faithful float", 0xd5aca32cd3689ba7ull},
     {"SSSE3", "softmax fast double", 0x81020729e4eb232aull},
     {"SSSE3", "softmax fast float", 0xf701576761d7aa26ull},
+    {"SSSE3", "int8", 0xc71773428b6f35d8ull},
     {"SCALAR", "attention bf16", 0xfcd069685e985affull},
     {"SCALAR", "attention f16", 0x9efb4d122be1c0dfull},
     {"SCALAR", "attention f32", 0xbd8c1f44037d1cccull},
@@ -538,6 +583,7 @@ const Golden kGolden[] = {
     {"SCALAR", "softmax faithful float", 0xd5aca32cd3689ba7ull},
     {"SCALAR", "softmax fast double", 0x81020729e4eb232aull},
     {"SCALAR", "softmax fast float", 0xf701576761d7aa26ull},
+    {"SCALAR", "int8", 0xc71773428b6f35d8ull},
 };
 
 std::string target_class(const std::string& target) {
