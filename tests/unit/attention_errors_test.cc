@@ -7,26 +7,6 @@ namespace {
 
 // ---- errors ----------------------------------------------------------------
 
-// Runs f, which must throw std::invalid_argument whose message contains
-// every string of `needles`.
-template <class F>
-void expect_invalid(const std::string& what, F f,
-                    const std::vector<std::string>& needles = {}) {
-  try {
-    f();
-    ADD_FAILURE() << what << ": did not throw";
-  } catch (const std::invalid_argument& e) {
-    const std::string msg = e.what();
-    EXPECT_FALSE(msg.empty()) << what;
-    for (const auto& n : needles) {
-      EXPECT_NE(msg.find(n), std::string::npos)
-          << what << ": the message \"" << msg << "\" does not name " << n;
-    }
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << what << ": threw something else: " << e.what();
-  }
-}
-
 TEST(AttentionErrors, Shapes) {
   std::vector<float> buf(1 << 16, 0.5f);
   std::vector<float> out(1 << 16);

@@ -258,6 +258,26 @@ AttnRef reference(const Problem<KV>& p, const AttentionOptions& o,
                                           to_ref(o), weights);
 }
 
+// Runs f, which must throw std::invalid_argument whose message contains
+// every string of `needles`.
+template <class F>
+inline void expect_invalid(const std::string& what, F f,
+                           const std::vector<std::string>& needles = {}) {
+  try {
+    f();
+    ADD_FAILURE() << what << ": did not throw";
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    EXPECT_FALSE(msg.empty()) << what;
+    for (const auto& n : needles) {
+      EXPECT_NE(msg.find(n), std::string::npos)
+          << what << ": the message \"" << msg << "\" does not name " << n;
+    }
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << what << ": threw something else: " << e.what();
+  }
+}
+
 // ---- running ---------------------------------------------------------------
 
 constexpr float kOutSentinel = -777.25f;
