@@ -1,8 +1,9 @@
 // softdot kernels: the pairwise tree, the one order in which softdot adds a
 // fixed set of partial sums (the logical lanes of a block, the 8 dot
-// accumulators, the per-lane sums of a softmax row). Plain C++ (no SIMD, no
-// Highway), so the scalar pieces that must match a kernel bit for bit
-// (small_dot.h) use the same order; reduce-inl.h has its SIMD forms.
+// accumulators, the per-lane sums of a softmax row, the 16 chains of a
+// decode score). Plain C++ (no SIMD, no Highway), so the scalar pieces that
+// must match a kernel bit for bit (small_dot.h) use the same order;
+// reduce-inl.h has its SIMD forms.
 //
 // The tree over n leaves (n a power of 2): at level half = n/2, n/4, ..., 1,
 // leaf j + half is added into leaf j for every j < half; leaf 0 then holds
