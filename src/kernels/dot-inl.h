@@ -115,18 +115,13 @@ struct PlainDot {
   // The 8 x kLanes logical lanes in one pairwise tree (reduce.h), lane j of
   // accumulator b being leaf b * kLanes + j: its first 3 levels add whole
   // accumulators (b + 4, then b + 2, then b + 1 into b), vector by vector,
-  // and the rest is the tree of accumulator 0's lanes. The accumulators are
-  // named by the constants of the kB pack (see DotLoopImpl).
+  // and the rest is the tree of accumulator 0's lanes. Accumulator b is
+  // named by a constant (the LeafIndex b; see DotLoopImpl).
   static HWY_INLINE T Reduce(const State (&s)[kDotAccumulators]) {
-    return ReduceAccumulators(s, std::make_index_sequence<kDotAccumulators>());
-  }
-  template <std::size_t... kB>
-  static HWY_INLINE T ReduceAccumulators(const State (&s)[kDotAccumulators],
-                                         std::index_sequence<kB...>) {
     V acc[B::kVecs];
     for (std::size_t v = 0; v < B::kVecs; ++v) {
-      V a[] = {s[kB].acc[v]...};
-      acc[v] = PairwiseAddVecs<kDotAccumulators>(a);
+      acc[v] = PairwiseReduce<kDotAccumulators>(
+          [&s, v](auto b) HWY_ATTR { return s[b].acc[v]; }, AddVecs());
     }
     return ReduceBlockTree<T>(acc);
   }

@@ -2,10 +2,9 @@
 // depend on the target, its error) on SIMD registers. Lane types: float,
 // double. Leaves held in vectors v[0..kVecs) are leaf i in lane i % L of
 // vector i / L (L lanes per vector), as a block's lanes are.
-//   PairwiseTree<n>(step)              the order, for any step(to, from)
-//   PairwiseAddVecs<kVecs>(v)          the levels that add whole vectors
+//   PairwiseReduce<n>(leaf, add)       the order, over any leaves and add
 //   TreeSumOfLanes(d, v)               the levels inside one vector
-//   PairwiseSumOfVecs<kVecs>(d, v)     both: the sum of the leaves
+//   PairwiseSumOfVecs<kVecs>(d, v)     the sum of the leaves in v
 //   ReduceBlockTree<T>(acc)            the sum of one Block<T>'s lanes
 //   PairwiseTwoSumOfVecs<kVecs>(d, hi, lo, sum_hi, sum_lo)
 //                                      the same tree over double-double
@@ -23,6 +22,7 @@
 
 #include <array>
 #include <cstddef>
+#include <type_traits>
 #include <utility>
 
 #include "hwy/highway.h"
@@ -35,54 +35,77 @@ namespace softdot {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-template <std::size_t kLeaves, class Step, std::size_t... kAt>
-HWY_INLINE void PairwiseTreeSteps(const Step& step,
-                                  std::index_sequence<kAt...>) {
-  constexpr std::array<detail::TreeStep, kLeaves - 1> kOrder =
-      detail::PairwiseOrder<kLeaves>();
-  (step(kOrder[kAt].to, kOrder[kAt].from), ...);
+template <std::size_t kJ>
+using LeafIndex = std::integral_constant<std::size_t, kJ>;
+
+template <std::size_t kLeaves, class Leaf, class Add, std::size_t... kJ,
+          std::size_t... kAt>
+HWY_INLINE auto PairwiseReduceSteps(const Leaf& leaf, const Add& add,
+                                    std::index_sequence<kJ...>,
+                                    std::index_sequence<kAt...>) {
+  constexpr std::size_t kHalf = kLeaves / 2;
+  using T = decltype(leaf(LeafIndex<0>()));
+  T part[] = {add(leaf(LeafIndex<kJ>()), leaf(LeafIndex<kJ + kHalf>()))...};
+  constexpr std::array<detail::TreeStep, kHalf - 1> kOrder =
+      detail::PairwiseOrder<kHalf, /*kDescending=*/true>();
+  ((part[kOrder[kAt].to] = add(part[kOrder[kAt].to], part[kOrder[kAt].from])),
+   ...);
+  return part[0];
 }
 
-// Runs the tree over kLeaves leaves: step(to, from) adds leaf `from` into
-// leaf `to`, for each step of detail::PairwiseOrder in turn, as a fold with
-// constant indices (see detail::PairwiseSum: a loop can leave the leaves in
-// memory). Compiled for this target, so that a step that is target code
-// (AddStep, TwoSumStep) is always inlined: GCC does not inline target code
-// into a function compiled without the target.
-template <std::size_t kLeaves, class Step>
-HWY_INLINE void PairwiseTree(const Step& step) {
-  PairwiseTreeSteps<kLeaves>(step, std::make_index_sequence<kLeaves - 1>());
+// The sum of the kLeaves leaves leaf(j) (j a LeafIndex) by the tree, each
+// addition add(a, b): the first level reads the leaves as it adds them
+// (leaf j + kLeaves/2 into leaf j, j up from 0), the later levels add the
+// partial sums, j down from half - 1 within a level. That is the order
+// GCC 12 gave the spelled-out reduction of the dot's 8 accumulators this
+// replaces (a04, a15, a26, a37, then (a04 + a26) + (a15 + a37), the right
+// operand first), and the order decides its register allocation: with the
+// later levels going up, DotsF32 on AVX2 kept one more accumulator on the
+// stack (BM_dots/4: 41.7 -> 43.1 ns); with every level going down, the AVX3
+// code changed too. Folds over constant indices, not loops: a loop can
+// leave the leaves in memory (see detail::PairwiseSum). Compiled for this
+// target, so that an add that is target code is inlined (GCC does not
+// inline target code into a function compiled without the target, as
+// reduce.h's are).
+template <std::size_t kLeaves, class Leaf, class Add>
+HWY_INLINE auto PairwiseReduce(const Leaf& leaf, const Add& add) {
+  static_assert(kLeaves != 0 && (kLeaves & (kLeaves - 1)) == 0,
+                "the pairwise tree takes a power of 2 of leaves");
+  if constexpr (kLeaves == 1) {
+    (void)add;
+    return leaf(LeafIndex<0>());
+  } else {
+    return PairwiseReduceSteps<kLeaves>(
+        leaf, add, std::make_index_sequence<kLeaves / 2>(),
+        std::make_index_sequence<kLeaves / 2 - 1>());
+  }
 }
 
-// A step of the plain tree over the vectors v: lane by lane, v[from] is
-// added into v[to].
-template <class V>
-struct AddStep {
-  V* v;
-  HWY_INLINE void operator()(std::size_t to, std::size_t from) const {
-    v[to] = hn::Add(v[to], v[from]);
+// The plain addition of two vectors of leaves, lane by lane.
+struct AddVecs {
+  template <class V>
+  HWY_INLINE V operator()(V a, V b) const {
+    return hn::Add(a, b);
   }
 };
 
-// One addition of double-double leaves, hi + lo (a lane sum and its
-// compensation) += h + l: the low parts added plainly, the high parts with
-// TwoSum, whose exact error goes into the low part. The order of these
-// operations is part of the result's bits (tests/unit/golden_test.cc).
+// Double-double leaves: a lane sum and its compensation.
 template <class V>
-HWY_INLINE void AddTwoSum(V& hi, V& lo, V h, V l) {
-  lo = hn::Add(lo, l);
-  const V t = hn::Add(hi, h);
-  lo = hn::Add(lo, TwoSumErr(hi, h, t));
-  hi = t;
-}
+struct TwoSumLeaf {
+  V hi;
+  V lo;
+};
 
-// A step of the double-double tree over the vectors hi[j] + lo[j].
-template <class V>
-struct TwoSumStep {
-  V* hi;
-  V* lo;
-  HWY_INLINE void operator()(std::size_t to, std::size_t from) const {
-    AddTwoSum(hi[to], lo[to], hi[from], lo[from]);
+// The addition of double-double leaves a + b: the low parts added plainly,
+// the high parts with TwoSum, whose exact error goes into the low part.
+// The order of these operations is part of the result's bits
+// (tests/unit/golden_test.cc).
+struct AddTwoSum {
+  template <class V>
+  HWY_INLINE TwoSumLeaf<V> operator()(TwoSumLeaf<V> a, TwoSumLeaf<V> b) const {
+    const V lo = hn::Add(a.lo, b.lo);
+    const V hi = hn::Add(a.hi, b.hi);
+    return {hi, hn::Add(lo, TwoSumErr(a.hi, b.hi, hi))};
   }
 };
 
@@ -110,42 +133,38 @@ HWY_INLINE hn::TFromD<D> TreeSumOfLanes(D d, hn::Vec<D> v) {
 // TreeSumOfLanes for double-double leaves (the same pairs, each added by
 // AddTwoSum): lane 0 of hi and lo at the end.
 template <class D>
-HWY_INLINE void TwoSumOfLanes(D d, hn::Vec<D> hi, hn::Vec<D> lo,
-                              hn::TFromD<D>& hi0, hn::TFromD<D>& lo0) {
+HWY_INLINE void TwoSumOfLanes(D d, TwoSumLeaf<hn::Vec<D>> v, hn::TFromD<D>& hi0,
+                              hn::TFromD<D>& lo0) {
 #if HWY_TARGET == HWY_SCALAR
   (void)d;
-  hi0 = hn::GetLane(hi);
-  lo0 = hn::GetLane(lo);
+  hi0 = hn::GetLane(v.hi);
+  lo0 = hn::GetLane(v.lo);
 #else
   if constexpr (hn::MaxLanes(D()) == 1) {
     (void)d;
-    hi0 = hn::GetLane(hi);
-    lo0 = hn::GetLane(lo);
+    hi0 = hn::GetLane(v.hi);
+    lo0 = hn::GetLane(v.lo);
   } else {
     const hn::Half<D> dh;
-    hn::Vec<decltype(dh)> h = hn::LowerHalf(dh, hi), l = hn::LowerHalf(dh, lo);
-    AddTwoSum(h, l, hn::UpperHalf(dh, hi), hn::UpperHalf(dh, lo));
-    TwoSumOfLanes(dh, h, l, hi0, lo0);
+    using VH = hn::Vec<decltype(dh)>;
+    const TwoSumLeaf<VH> lower{hn::LowerHalf(dh, v.hi),
+                               hn::LowerHalf(dh, v.lo)};
+    const TwoSumLeaf<VH> upper{hn::UpperHalf(dh, v.hi),
+                               hn::UpperHalf(dh, v.lo)};
+    TwoSumOfLanes(dh, AddTwoSum()(lower, upper), hi0, lo0);
   }
 #endif
 }
 
-// The levels of the tree that add whole vectors: the kVecs vectors v, each
-// a set of leaves, summed lane by lane by the tree into the vector returned
-// (v[0]). Overwrites v.
-template <std::size_t kVecs, class V>
-HWY_INLINE V PairwiseAddVecs(V* v) {
-  PairwiseTree<kVecs>(AddStep<V>{v});
-  return v[0];
-}
-
 // The sum of the kVecs * L leaves held in v[0..kVecs) (leaf i in lane i % L
 // of vector i / L, L = MaxLanes(d)) by the tree: the levels half >= L add
-// whole vectors, the rest is TreeSumOfLanes on vector 0 (reduce.h derives
-// why that is the same tree for every L). Overwrites v.
+// whole vectors, the rest is TreeSumOfLanes on the vector they leave
+// (reduce.h derives why that is the same tree for every L).
 template <std::size_t kVecs, class D>
-HWY_INLINE hn::TFromD<D> PairwiseSumOfVecs(D d, hn::Vec<D>* v) {
-  return TreeSumOfLanes(d, PairwiseAddVecs<kVecs>(v));
+HWY_INLINE hn::TFromD<D> PairwiseSumOfVecs(D d, const hn::Vec<D>* v) {
+  return TreeSumOfLanes(
+      d,
+      PairwiseReduce<kVecs>([v](auto j) HWY_ATTR { return v[j]; }, AddVecs()));
 }
 
 // The kLanes logical lanes of one block (its kVecs vectors), by the tree:
@@ -153,9 +172,7 @@ HWY_INLINE hn::TFromD<D> PairwiseSumOfVecs(D d, hn::Vec<D>* v) {
 template <class T>
 HWY_INLINE T ReduceBlockTree(const typename Block<T>::V* acc) {
   using B = Block<T>;
-  typename B::V v[B::kVecs];
-  for (std::size_t i = 0; i < B::kVecs; ++i) v[i] = acc[i];
-  return PairwiseSumOfVecs<B::kVecs>(typename B::D(), v);
+  return PairwiseSumOfVecs<B::kVecs>(typename B::D(), acc);
 }
 
 // The double-double leaves hi + lo held in kVecs vectors each (laid out as
@@ -163,14 +180,19 @@ HWY_INLINE T ReduceBlockTree(const typename Block<T>::V* acc) {
 // addition, and the total renormalised (Fast2Sum) into sum_hi + sum_lo.
 // The additions of one level are independent, so the 16 lanes of a float
 // block cost 4 TwoSum latencies, where a running TwoSum over the lanes cost
-// 32 and dominated small rows (a 3-element softmax took 124 ns). Overwrites
-// hi and lo.
+// 32 and dominated small rows (a 3-element softmax took 124 ns).
 template <std::size_t kVecs, class D>
-HWY_INLINE void PairwiseTwoSumOfVecs(D d, hn::Vec<D>* hi, hn::Vec<D>* lo,
-                                     double& sum_hi, double& sum_lo) {
-  PairwiseTree<kVecs>(TwoSumStep<hn::Vec<D>>{hi, lo});
+HWY_INLINE void PairwiseTwoSumOfVecs(D d, const hn::Vec<D>* hi,
+                                     const hn::Vec<D>* lo, double& sum_hi,
+                                     double& sum_lo) {
+  using V = hn::Vec<D>;
+  const TwoSumLeaf<V> total = PairwiseReduce<kVecs>(
+      [hi, lo](auto j) HWY_ATTR {
+        return TwoSumLeaf<V>{hi[j], lo[j]};
+      },
+      AddTwoSum());
   double hi0, lo0;
-  TwoSumOfLanes(d, hi[0], lo[0], hi0, lo0);
+  TwoSumOfLanes(d, total, hi0, lo0);
   sum_hi = hi0 + lo0;
   sum_lo = lo0 - (sum_hi - hi0);
 }

@@ -1,8 +1,9 @@
 // softdot kernels: the pairwise tree, the one order in which softdot adds a
 // fixed set of partial sums (the logical lanes of a block, the 8 dot
-// accumulators, the per-lane sums of a softmax row). Plain C++ (no SIMD, no
-// Highway), so the scalar pieces that must match a kernel bit for bit
-// (small_dot.h) use the same order; reduce-inl.h has its SIMD forms.
+// accumulators, the per-lane sums of a softmax row, the 16 chains of a
+// decode score). Plain C++ (no SIMD, no Highway), so the scalar pieces that
+// must match a kernel bit for bit (small_dot.h) use the same order;
+// reduce-inl.h has its SIMD forms.
 //
 // The tree over n leaves (n a power of 2): at level half = n/2, n/4, ..., 1,
 // leaf j + half is added into leaf j for every j < half; leaf 0 then holds
@@ -36,16 +37,21 @@ struct TreeStep {
   std::size_t from;
 };
 
-// The tree's kLeaves - 1 additions in the order they are made: for half =
-// kLeaves/2, ..., 1 and j = 0..half-1, leaf j + half into leaf j.
-template <std::size_t kLeaves>
+// The tree's kLeaves - 1 additions, level by level (half = kLeaves/2, ...,
+// 1), leaf j + half into leaf j. The additions of one level touch disjoint
+// leaves, so their order within the level changes no bit: j runs up from 0,
+// or down from half - 1 with kDescending.
+template <std::size_t kLeaves, bool kDescending = false>
 constexpr std::array<TreeStep, kLeaves - 1> PairwiseOrder() {
   static_assert(kLeaves != 0 && (kLeaves & (kLeaves - 1)) == 0,
                 "the pairwise tree takes a power of 2 of leaves");
   std::array<TreeStep, kLeaves - 1> steps{};
   std::size_t at = 0;
   for (std::size_t half = kLeaves / 2; half >= 1; half /= 2) {
-    for (std::size_t j = 0; j < half; ++j) steps[at++] = {j, j + half};
+    for (std::size_t k = 0; k < half; ++k) {
+      const std::size_t j = kDescending ? half - 1 - k : k;
+      steps[at++] = {j, j + half};
+    }
   }
   return steps;
 }
@@ -63,7 +69,7 @@ template <std::size_t kLeaves, class T, std::size_t... kAt>
 // constant indices, not a loop: a loop left small_dot's 8 leaves in memory
 // (stored as scalars, reloaded as a vector: BM_dot/3 went from 4.3 to 17 ns
 // in softdot_bench), leaves GCC keeps in registers when every index is a
-// constant. reduce-inl.h runs the same order on vectors (PairwiseTree).
+// constant. reduce-inl.h runs the same order on vectors (PairwiseReduce).
 template <std::size_t kLeaves, class T>
 [[gnu::always_inline]] inline T PairwiseSum(T* v) {
   return PairwiseSumSteps<kLeaves>(v, std::make_index_sequence<kLeaves - 1>());

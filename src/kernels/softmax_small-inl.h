@@ -58,13 +58,12 @@ HWY_INLINE bool SingleBlockSoftmaxF32(
     const hn::Rebind<float, DW> df;
     const WS ws{static_cast<double>(scores.scale)};
     const auto cv = hn::Set(dw, static_cast<double>(m));
-    hn::Vec<DW> e[WS::kVecs], lanes[WS::kVecs];
+    hn::Vec<DW> e[WS::kVecs];
     for (std::size_t v = 0; v < WS::kVecs; ++v) {
       e[v] =
           ExpForFloat(dw, hn::Sub(ws.Load(xb, kMasked ? mb : nullptr, v), cv));
-      lanes[v] = e[v];
     }
-    const auto iv = hn::Set(dw, 1.0 / PairwiseSumOfVecs<WS::kVecs>(dw, lanes));
+    const auto iv = hn::Set(dw, 1.0 / PairwiseSumOfVecs<WS::kVecs>(dw, e));
     for (std::size_t v = 0; v < WS::kVecs; ++v) {
       hn::StoreU(hn::DemoteTo(df, hn::Mul(e[v], iv)), df,
                  yb + v * WS::kVecLanes);
