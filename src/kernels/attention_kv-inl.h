@@ -45,6 +45,22 @@ HWY_INLINE std::size_t KvElementBytes(const AttnArgs& a) {
   return a.kv_type == kKvF32 ? 4 : a.kv_type == kKvI8 ? 1 : 2;
 }
 
+// The address of key j's stored row (in kv_type's elements) and of value
+// j's, and their int8 scales: the one place a key index becomes an address
+// (a paged cache maps j through its page table here).
+HWY_INLINE const void* KeyRow(const AttnArgs& a, std::size_t j) {
+  return static_cast<const char*>(a.k) + j * a.k_stride * KvElementBytes(a);
+}
+HWY_INLINE const void* ValueRow(const AttnArgs& a, std::size_t j) {
+  return static_cast<const char*>(a.v) + j * a.v_stride * KvElementBytes(a);
+}
+HWY_INLINE float KeyScale(const AttnArgs& a, std::size_t j) {
+  return a.k_scale[j * a.k_scale_stride];
+}
+HWY_INLINE float ValueScale(const AttnArgs& a, std::size_t j) {
+  return a.v_scale[j * a.v_scale_stride];
+}
+
 // Widens n elements of K or V storage to float.
 HWY_INLINE void Widen(const float* src, float* dst, std::size_t n) {
   std::memcpy(dst, src, n * sizeof(float));
@@ -110,27 +126,25 @@ struct BlockRows {
 HWY_INLINE BlockRows LoadBlock(const AttnArgs& a, std::size_t j0,
                                std::size_t kb, float* kc, float* vc) {
   if (a.kv_type == kKvF32) {
-    return {static_cast<const float*>(a.k) + j0 * a.k_stride, a.k_stride,
-            static_cast<const float*>(a.v) + j0 * a.v_stride, a.v_stride};
+    return {static_cast<const float*>(KeyRow(a, j0)), a.k_stride,
+            static_cast<const float*>(ValueRow(a, j0)), a.v_stride};
   }
   if (a.kv_type == kKvI8) {
-    const auto* k8 = static_cast<const std::int8_t*>(a.k);
-    const auto* v8 = static_cast<const std::int8_t*>(a.v);
     for (std::size_t j = 0; j < kb; ++j) {
       const std::size_t jj = j0 + j;
-      WidenInt8(k8 + jj * a.k_stride, a.k_scale[jj * a.k_scale_stride],
-                kc + j * a.d, a.d);
-      WidenInt8(v8 + jj * a.v_stride, a.v_scale[jj * a.v_scale_stride],
-                vc + j * a.dv, a.dv);
+      WidenInt8(static_cast<const std::int8_t*>(KeyRow(a, jj)),
+                KeyScale(a, jj), kc + j * a.d, a.d);
+      WidenInt8(static_cast<const std::int8_t*>(ValueRow(a, jj)),
+                ValueScale(a, jj), vc + j * a.dv, a.dv);
     }
     return {kc, a.d, vc, a.dv};
   }
   const bool bf16 = a.kv_type == kKvBF16;
-  const auto* k16 = static_cast<const std::uint16_t*>(a.k);
-  const auto* v16 = static_cast<const std::uint16_t*>(a.v);
   for (std::size_t j = 0; j < kb; ++j) {
-    Widen(k16 + (j0 + j) * a.k_stride, kc + j * a.d, a.d, bf16);
-    Widen(v16 + (j0 + j) * a.v_stride, vc + j * a.dv, a.dv, bf16);
+    Widen(static_cast<const std::uint16_t*>(KeyRow(a, j0 + j)), kc + j * a.d,
+          a.d, bf16);
+    Widen(static_cast<const std::uint16_t*>(ValueRow(a, j0 + j)),
+          vc + j * a.dv, a.dv, bf16);
   }
   return {kc, a.d, vc, a.dv};
 }
@@ -139,14 +153,14 @@ HWY_INLINE BlockRows LoadBlock(const AttnArgs& a, std::size_t j0,
 HWY_INLINE void PrefetchBlock(const AttnArgs& a, std::size_t j0,
                               std::size_t nb) {
   const std::size_t esize = KvElementBytes(a);
-  const char* kn = static_cast<const char*>(a.k) + j0 * a.k_stride * esize;
-  const char* vn = static_cast<const char*>(a.v) + j0 * a.v_stride * esize;
   for (std::size_t j = 0; j < nb; ++j) {
+    const char* kn = static_cast<const char*>(KeyRow(a, j0 + j));
+    const char* vn = static_cast<const char*>(ValueRow(a, j0 + j));
     for (std::size_t off = 0; off < a.d * esize; off += 64) {
-      __builtin_prefetch(kn + j * a.k_stride * esize + off);
+      __builtin_prefetch(kn + off);
     }
     for (std::size_t off = 0; off < a.dv * esize; off += 64) {
-      __builtin_prefetch(vn + j * a.v_stride * esize + off);
+      __builtin_prefetch(vn + off);
     }
   }
 }
