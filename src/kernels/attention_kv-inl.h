@@ -132,8 +132,8 @@ HWY_INLINE BlockRows LoadBlock(const AttnArgs& a, std::size_t j0,
   if (a.kv_type == kKvI8) {
     for (std::size_t j = 0; j < kb; ++j) {
       const std::size_t jj = j0 + j;
-      WidenInt8(static_cast<const std::int8_t*>(KeyRow(a, jj)),
-                KeyScale(a, jj), kc + j * a.d, a.d);
+      WidenInt8(static_cast<const std::int8_t*>(KeyRow(a, jj)), KeyScale(a, jj),
+                kc + j * a.d, a.d);
       WidenInt8(static_cast<const std::int8_t*>(ValueRow(a, jj)),
                 ValueScale(a, jj), vc + j * a.dv, a.dv);
     }
@@ -143,8 +143,8 @@ HWY_INLINE BlockRows LoadBlock(const AttnArgs& a, std::size_t j0,
   for (std::size_t j = 0; j < kb; ++j) {
     Widen(static_cast<const std::uint16_t*>(KeyRow(a, j0 + j)), kc + j * a.d,
           a.d, bf16);
-    Widen(static_cast<const std::uint16_t*>(ValueRow(a, j0 + j)),
-          vc + j * a.dv, a.dv, bf16);
+    Widen(static_cast<const std::uint16_t*>(ValueRow(a, j0 + j)), vc + j * a.dv,
+          a.dv, bf16);
   }
   return {kc, a.d, vc, a.dv};
 }
@@ -161,6 +161,23 @@ HWY_INLINE void PrefetchBlock(const AttnArgs& a, std::size_t j0,
     }
     for (std::size_t off = 0; off < a.dv * esize; off += 64) {
       __builtin_prefetch(vn + off);
+    }
+  }
+}
+
+// The same into L2 (the tiled decode spreads these over its score loop:
+// issued all at once into L1, they filled the line buffers and stalled it).
+HWY_INLINE void PrefetchBlockL2(const AttnArgs& a, std::size_t j0,
+                                std::size_t nb) {
+  const std::size_t esize = KvElementBytes(a);
+  for (std::size_t j = 0; j < nb; ++j) {
+    const char* kn = static_cast<const char*>(KeyRow(a, j0 + j));
+    const char* vn = static_cast<const char*>(ValueRow(a, j0 + j));
+    for (std::size_t off = 0; off < a.d * esize; off += 64) {
+      __builtin_prefetch(kn + off, 0, 2);
+    }
+    for (std::size_t off = 0; off < a.dv * esize; off += 64) {
+      __builtin_prefetch(vn + off, 0, 2);
     }
   }
 }

@@ -452,6 +452,55 @@ std::uint64_t hash_int8() {
   return h.h;
 }
 
+// The decode form at head sizes that are whole 16-lane blocks (d = 64, 128:
+// the AVX2 and AVX-512 kernels reduce the scores of a tile together there),
+// for 1 to 16 rows per KV head, n_kv = 300 (a last block of 44 keys); none,
+// causal with a mask row, and a window. Added in issue 13, recorded with the
+// kernels from before that change (one tree per score), so the tiled
+// reduction is checked against them.
+template <class KV>
+std::uint64_t hash_attention_decode() {
+  Hash h;
+  Gen g(70 + sizeof(KV));
+  const std::size_t n_kv = 300;
+  struct S {
+    std::size_t H, Hkv, n_q;
+  };
+  const auto maskv = g.flags(n_kv, 5);
+  const auto mask = as_bools(maskv);
+  for (std::size_t d : {std::size_t(64), std::size_t(128)}) {
+    for (const S s : {S{2, 2, 1}, S{4, 2, 1}, S{6, 2, 1}, S{8, 2, 1},
+                      S{10, 2, 1}, S{6, 1, 2}, S{8, 2, 4}}) {
+      const auto kf = g.vec<float>(s.Hkv * n_kv * d, 2);
+      const auto vf = g.vec<float>(s.Hkv * n_kv * d, 3);
+      std::vector<KV> k(kf.size()), v(vf.size());
+      for (std::size_t i = 0; i < kf.size(); ++i) k[i] = to_kv<KV>(kf[i]);
+      for (std::size_t i = 0; i < vf.size(); ++i) v[i] = to_kv<KV>(vf[i]);
+      const auto q = g.vec<float>(s.H * s.n_q * d, 2);
+      for (int variant = 0; variant < 3; ++variant) {
+        AttentionOptions o;
+        if (variant == 1) {
+          o.causal = true;
+          o.mask =
+              TensorView<const bool>(mask.get(), 1, 1, s.n_q, n_kv, 0, 0, 0);
+        } else if (variant == 2) {
+          o.window_left = 100;
+          o.causal = true;
+        }
+        std::vector<float> out(s.H * s.n_q * d), lse(s.H * s.n_q);
+        softdot::attention(TensorView<const float>(q.data(), 1, s.H, s.n_q, d),
+                           TensorView<const KV>(k.data(), 1, s.Hkv, n_kv, d),
+                           TensorView<const KV>(v.data(), 1, s.Hkv, n_kv, d),
+                           TensorView<float>(out.data(), 1, s.H, s.n_q, d), o,
+                           lse.data());
+        h.add(out);
+        h.add(lse);
+      }
+    }
+  }
+  return h.h;
+}
+
 std::uint64_t hash_conversions() {
   Hash h;
   for (std::uint32_t b = 0; b < 65536; ++b) {
@@ -493,6 +542,8 @@ Table hashes_now() {
       {"attention_scores bf16", hash_attention_scores<BFloat16>()},
       {"conversions", hash_conversions()},
       {"int8", hash_int8()},
+      {"attention decode f32", hash_attention_decode<float>()},
+      {"attention decode bf16", hash_attention_decode<BFloat16>()},
   };
 }
 
@@ -500,8 +551,9 @@ Table hashes_now() {
 // Sapphire Rapids (AVX3, AVX2, SSE4, SSSE3, SCALAR). "FMA" is AVX2 and AVX3.
 // The "attention partial" and "attention_scores" rows were added with those
 // functions (issue 12, after the others were recorded), and the "int8" rows
-// with Int8KV (issue 13), on the same machine and targets; every other row
-// is unchanged.
+// with Int8KV (issue 13), on the same machine and targets, and the
+// "attention decode" rows (issue 13) with the decode kernel from before its
+// scores were reduced by tiles; every other row is unchanged.
 struct Golden {
   const char* target_class;
   const char* function;
@@ -527,6 +579,8 @@ const Golden kGolden[] = {
     {"FMA", "softmax fast double", 0x8e4692090f7cb422ull},
     {"FMA", "softmax fast float", 0x00b9d767599ea627ull},
     {"FMA", "int8", 0xd61f7faa5b22642cull},
+    {"FMA", "attention decode f32", 0xa48dae7be01ac860ull},
+    {"FMA", "attention decode bf16", 0x8cadc63ca4eb69c8ull},
     {"SSE4", "attention bf16", 0xfcd069685e985affull},
     {"SSE4", "attention f16", 0x9efb4d122be1c0dfull},
     {"SSE4", "attention f32", 0xbd8c1f44037d1cccull},
@@ -546,6 +600,8 @@ const Golden kGolden[] = {
     {"SSE4", "softmax fast double", 0x81020729e4eb232aull},
     {"SSE4", "softmax fast float", 0xf701576761d7aa26ull},
     {"SSE4", "int8", 0xc71773428b6f35d8ull},
+    {"SSE4", "attention decode f32", 0x55e26baa4b7db08dull},
+    {"SSE4", "attention decode bf16", 0x01dd889889dec56bull},
     {"SSSE3", "attention bf16", 0xfcd069685e985affull},
     {"SSSE3", "attention f16", 0x9efb4d122be1c0dfull},
     {"SSSE3", "attention f32", 0xbd8c1f44037d1cccull},
@@ -565,6 +621,8 @@ const Golden kGolden[] = {
     {"SSSE3", "softmax fast double", 0x81020729e4eb232aull},
     {"SSSE3", "softmax fast float", 0xf701576761d7aa26ull},
     {"SSSE3", "int8", 0xc71773428b6f35d8ull},
+    {"SSSE3", "attention decode f32", 0x55e26baa4b7db08dull},
+    {"SSSE3", "attention decode bf16", 0x01dd889889dec56bull},
     {"SCALAR", "attention bf16", 0xfcd069685e985affull},
     {"SCALAR", "attention f16", 0x9efb4d122be1c0dfull},
     {"SCALAR", "attention f32", 0xbd8c1f44037d1cccull},
@@ -584,6 +642,8 @@ const Golden kGolden[] = {
     {"SCALAR", "softmax fast double", 0x81020729e4eb232aull},
     {"SCALAR", "softmax fast float", 0xf701576761d7aa26ull},
     {"SCALAR", "int8", 0xc71773428b6f35d8ull},
+    {"SCALAR", "attention decode f32", 0x55e26baa4b7db08dull},
+    {"SCALAR", "attention decode bf16", 0x01dd889889dec56bull},
 };
 
 std::string target_class(const std::string& target) {
