@@ -164,8 +164,8 @@ def _prepare(fn, query, key, value, attn_mask, bias, scale, causal, window, soft
     p.raw = [("query", q), ("key", k)] + ([] if v is None else [("value", v)])
     p.scales = [(n, a) for n, a in (("key", ks), ("value", vsc)) if a is not None]
     p.raw += [(f"{n} scales", a) for n, a in p.scales]
-    p.ks = None if ks is None else _ready(_to4(ks))
-    p.vs = None if vsc is None else _ready(_to4(vsc))
+    p.ks = None if ks is None else _int8.ready_scales(_ready(_to4(ks)))
+    p.vs = None if vsc is None else _int8.ready_scales(_ready(_to4(vsc)))
     p.lead, p.L, p.S = qb, L, S
     p.Ev = v.shape[-1] if v is not None else 0
     p.q, p.k = _ready(_to4(q)), _ready(_to4(k))
@@ -300,9 +300,13 @@ def scaled_dot_product_attention(
     query : array [..., Hq, L, E], float32
         torch's layout (B, H, L, E); 2-d and 3-d inputs get leading ones.
     key : array [..., Hkv, S, E]; float32, float16 or bfloat16
-        (torch.bfloat16, or numpy arrays of ml_dtypes.bfloat16). Hq must be a
-        multiple of Hkv (grouped-query attention; Hkv = 1 is multi-query).
-    value : array [..., Hkv, S, Ev], the same dtype as key.
+        (torch.bfloat16, or numpy arrays of ml_dtypes.bfloat16), or an int8
+        pair ``(values, scales)``: int8 [..., Hkv, S, E] and float32
+        [..., Hkv, S, 1], as :func:`quantize_kv` returns it, standing for
+        ``scales * values`` rounded to float32 (the result equals the float32
+        call on those values bit for bit). Hq must be a multiple of Hkv
+        (grouped-query attention; Hkv = 1 is multi-query).
+    value : array [..., Hkv, S, Ev] of key's dtype, or an int8 pair when key is one.
     attn_mask : array broadcastable to [..., Hq, L, S], optional
         bool: True = attend (torch's rule); float: added to the scores.
     bias : float array broadcastable to [..., Hq, L, S], optional
@@ -382,6 +386,8 @@ def attention_weights(
     """The explicit weights [..., Hq, L, S] that :func:`scaled_dot_product_attention`
     applies to V, with the same options (for small inputs: inspection, teaching).
 
+    key may be an int8 ``(values, scales)`` pair, as for
+    :func:`scaled_dot_product_attention`.
     Scores are computed as the fused prefill form computes them (the same
     bits); the weights are rounded once from double arithmetic, so
     ``weights @ V`` equals the fused output within its bound. Keys outside

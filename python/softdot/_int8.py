@@ -71,6 +71,15 @@ def int8_kv(fn: str, name: str, obj: Any, kind: str) -> Optional[Tuple[np.ndarra
     return values, scales
 
 
+def ready_scales(s4: np.ndarray) -> np.ndarray:
+    """4-d scales as the core reads them: one scale per row, so a broadcast
+    row axis (stride 0, e.g. one scale per head) becomes a copy (1/E of the
+    values' size); any other layout is read in place."""
+    if s4.shape[2] > 1 and s4.strides[2] == 0:
+        return np.ascontiguousarray(s4)
+    return s4
+
+
 def first_bad_scale(scales: np.ndarray) -> Optional[Tuple[Tuple[int, ...], float]]:
     """(index, value) of the first scale (C order) that is not finite and
     >= 0, or None. For error messages only: it scans every scale."""

@@ -54,8 +54,9 @@ def quantize_kv(x: Any, *, out: Any = None) -> Tuple[Any, Any]:
     ``scale = max|r| / 127`` (rounded to float32),
     ``values = round(r / scale)`` (r / scale rounded to float32, then to
     the nearest integer, ties away from zero), so ``|values| <= 127`` and
-    ``|scale * values - r| <= (0.5 + 2^-15) scale``; a row of zeros gets
-    scale 0 and values 0. The arithmetic is the C++ library's
+    ``|scale * values - r| <= (0.5 + 2^-15) scale`` while the scale is a
+    normal float (max|r| >= 127 * 2^-126: the bound takes the scale's
+    rounding as relative); a row of zeros gets scale 0 and values 0. The arithmetic is the C++ library's
     (``softdot::quantize_kv``).
 
     Parameters
