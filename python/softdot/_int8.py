@@ -55,6 +55,8 @@ def int8_kv(fn: str, name: str, obj: Any, kind: str) -> Optional[Tuple[np.ndarra
         A.check_device(fn, sname, scales)
     if not is_dtype(values, kind, I8, "int8"):
         raise A.accepted(fn, vname, values, "int8 (an int8 key or value is a (values, scales) pair)")
+    if kind == "numpy" and scales.dtype == A.F32.newbyteorder(">"):
+        scales = scales.astype(A.F32)  # big-endian float32 (a .npy from elsewhere)
     if not is_dtype(scales, kind, A.F32, "float32"):
         raise A.accepted(fn, sname, scales, "float32")
     if kind == "torch":

@@ -85,6 +85,8 @@ def quantize_kv(x: Any, *, out: Any = None) -> Tuple[Any, Any]:
         xa = A.tensor_view(fn, "x", x)
     else:
         xa = x if type(x) is np.ndarray else np.asarray(x)
+        if xa.dtype == A.F32.newbyteorder(">"):
+            xa = xa.astype(A.F32)  # big-endian float32 (a .npy from elsewhere)
         if xa.dtype != A.F32:
             raise A.accepted(fn, "x", xa, "float32")
     if xa.ndim < 2:

@@ -198,6 +198,18 @@ def test_quantize_out(rng):
     np.testing.assert_array_equal(vt.numpy(), rv)
 
 
+def test_big_endian_float32_is_float32(rng):
+    """A big-endian float32 x or scales array (a .npy written elsewhere) is
+    float32: the same values, the same result."""
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    v, s = softdot.quantize_kv(x)
+    vb, sb = softdot.quantize_kv(x.astype(">f4"))
+    np.testing.assert_array_equal(vb, v)
+    np.testing.assert_array_equal(bits(sb), bits(s))
+    q = rng.standard_normal((2, 6)).astype(np.float32)
+    assert_same_bits(sdpa(q, (v, s.astype(">f4")), (v, s)), sdpa(q, (v, s), (v, s)))
+
+
 def test_quantize_empty():
     v, s = softdot.quantize_kv(np.ones((0, 4), np.float32))
     assert v.shape == (0, 4) and s.shape == (0, 1)
