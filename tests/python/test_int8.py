@@ -504,3 +504,18 @@ def test_a_tuple_of_numbers_is_still_an_array():
     kf = np.array(k, np.float32)
     rows = (kf[0], kf[1], kf[0])
     assert_same_bits(sdpa(q, rows, np.stack(rows)), sdpa(q, np.stack(rows), np.stack(rows)))
+
+
+def test_int8_calls_release_the_gil(rng):
+    """quantize_kv and attention on int8 pairs release the GIL while the core
+    computes (test_gil.py's observation, without timing)."""
+    from test_gil import assert_progress
+
+    q = rng.standard_normal((1, 8, 512, 64)).astype(np.float32)
+    k = rng.standard_normal((1, 8, 512, 64)).astype(np.float32)
+    kp = softdot.quantize_kv(k)
+    out = np.empty_like(q)
+    assert_progress(lambda: softdot.scaled_dot_product_attention(q, kp, kp, out=out))
+    x = rng.standard_normal((8, 8, 4096, 64)).astype(np.float32)  # 64 MiB
+    o = (np.empty(x.shape, np.int8), np.empty(x.shape[:-1] + (1,), np.float32))
+    assert_progress(lambda: softdot.quantize_kv(x, out=o))
