@@ -9,9 +9,11 @@ rounded once to float32 (the "dequantised" value), and attention on the pair
 equals attention on float32 K and V holding the dequantised values, bit for
 bit (include/softdot/attention.h, ``Int8KV``).
 
-:func:`int8_kv` is the one place a pair is recognised and checked; any
-function taking int8 K/V (attention, attention_weights, paged attention)
-calls it.
+:func:`int8_kv` is the one place a pair is recognised and checked:
+scaled_dot_product_attention and attention_weights call it, and so should
+any other function taking int8 K/V (a paged cache's pages, say), with
+:func:`ready_scales` for the core's view and :func:`check_scales_on_error`
+around the core call.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def is_dtype(a: Any, kind: str, np_dtype: np.dtype, torch_name: str) -> bool:
 
 def int8_kv(fn: str, name: str, obj: Any, kind: str) -> Optional[Tuple[np.ndarray, np.ndarray]]:
     """None when obj is not a (values, scales) pair (see is_int8_kv); else the
-    numpy views (no copy) of its int8 values [..., S, E] and float32 scales
+    numpy views (no copy; big-endian scales are converted) of its int8 values [..., S, E] and float32 scales
     [..., S, 1], of the query's library (`kind`) and on the CPU. TypeError
     for another library or dtype, ValueError for the shapes, each naming
     `fn` and "<name> values" or "<name> scales"."""
