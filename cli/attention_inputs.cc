@@ -1,14 +1,20 @@
 // softdot command: the inputs of `softdot attention` (see attention_inputs.h).
 #include "attention_inputs.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "error.h"
+#include "format.h"
 #include "output_file.h"
+#include "parse.h"
 
 namespace softdot::cli {
 
@@ -37,6 +43,7 @@ Input read_input(const std::string& option, const std::string& path,
   Input input;
   input.option = option;
   const std::string name = path == "-" ? "<stdin>" : path;
+  input.file = name;
   try {
     input.array = read_npy_array(read_file(path), name, allowed);
   } catch (const CliError& e) {
@@ -113,6 +120,123 @@ void check_scores_shaped(const Input& m, const Input& q, const Input& k) {
                  "with 1 allowed for batch, heads and n_q");
 }
 
+// "[3, 0]": the index of element `flat` of an array of `shape` (C order).
+std::string index_text(std::size_t flat,
+                       const std::vector<std::size_t>& shape) {
+  std::vector<std::size_t> index(shape.size());
+  for (std::size_t a = shape.size(); a-- > 0;) {
+    index[a] = flat % shape[a];
+    flat /= shape[a];
+  }
+  std::string s = "[";
+  for (std::size_t a = 0; a < index.size(); ++a) {
+    if (a != 0) s += ", ";
+    s += std::to_string(index[a]);
+  }
+  return s + "]";
+}
+
+std::string dtype_of(const Input& x) {
+  return std::string(npy_dtype_name(x.array.dtype));
+}
+
+// The scales of int8 keys or values: [n_kv x 1] or
+// [batch x kv_heads x n_kv x 1] as kv's rows, each finite and >= 0.
+void check_scales(const Input& s, const Input& kv) {
+  if (s.rank() != kv.rank() || s.batch() != kv.batch() ||
+      s.heads() != kv.heads() || s.rows() != kv.rows() || s.cols() != 1) {
+    std::vector<std::size_t> want = {kv.rows(), 1};
+    if (kv.rank() == 4) want = {kv.batch(), kv.heads(), kv.rows(), 1};
+    throw CliError(s.option + " is " + s.text() + " but " + kv.option + " is " +
+                   kv.text() + "; " + s.option + " must be " +
+                   shape_text(want) + ", one scale per row of " + kv.option);
+  }
+  const std::vector<float> values = floats_of(s.array);
+  for (std::size_t i = 0; i < s.array.size(); ++i) {
+    if (!(std::isfinite(values[i]) && values[i] >= 0)) {
+      throw CliError(s.option + ": " + s.file + ": the scale at " +
+                     index_text(i, s.array.shape) + " is " +
+                     format_number(values[i], kShortest) +
+                     "; scales must be finite and >= 0");
+    }
+  }
+}
+
+// int8 --k and --v: both or neither, each with its scales; the scales only
+// with int8 ones, --kv int8 only with float ones.
+void read_int8_scales(const AttentionArgs& args, AttentionInputs* in) {
+  const Input &k = in->k, &v = in->v;
+  if (k.is_int8() != v.is_int8()) {
+    const Input& i8 = k.is_int8() ? k : v;
+    const Input& other = k.is_int8() ? v : k;
+    throw CliError(i8.option + " " + i8.file + " is int8 but " + other.option +
+                   " " + other.file + " is " + dtype_of(other) +
+                   "; int8 keys and values go together, each with its "
+                   "scales (--k-scales, --v-scales)");
+  }
+  if (k.is_int8() && in->quantize) {
+    throw CliError(
+        "--kv int8 quantises float32 or float16 keys and values, "
+        "but --k " +
+        k.file +
+        " is int8 already (give its scales with --k-scales and "
+        "--v-scales instead)");
+  }
+  static constexpr NpyDtype kF32[] = {NpyDtype::kFloat32};
+  const struct {
+    const Input* kv;
+    const std::optional<std::string>* path;
+    const char* option;
+    Input* scales;
+  } items[] = {{&k, &args.k_scales, "--k-scales", &in->k_scales},
+               {&v, &args.v_scales, "--v-scales", &in->v_scales}};
+  for (const auto& it : items) {
+    if (!k.is_int8()) {
+      if (*it.path) {
+        throw CliError(std::string(it.option) + " is for int8 " +
+                       (it.kv == &k ? "keys" : "values") + ", but " +
+                       it.kv->option + " " + it.kv->file + " is " +
+                       dtype_of(*it.kv));
+      }
+      continue;
+    }
+    if (!*it.path) {
+      throw CliError(it.kv->option + " " + it.kv->file +
+                     " is int8 and needs its scales: " + it.option +
+                     " FILE.npy, float32 [n_kv x 1] or "
+                     "[batch x kv_heads x n_kv x 1]");
+    }
+    *it.scales = read_input(it.option, **it.path, kF32, "[n_kv x 1]",
+                            "[batch x kv_heads x n_kv x 1]");
+    check_scales(*it.scales, *it.kv);
+  }
+}
+
+// --kv int8: x (float32 or float16, widened exactly) quantised by
+// softdot::quantize_kv into values and one scale per row.
+void quantize_input(const Input& x, std::vector<std::int8_t>* values,
+                    std::vector<float>* scales) {
+  const std::vector<float> f = floats_of(x.array);
+  for (std::size_t i = 0; i < x.array.size(); ++i) {
+    if (!std::isfinite(f[i])) {
+      throw CliError(x.option + ": " + x.file + ": the value at " +
+                     index_text(i, x.array.shape) + " is " +
+                     format_number(f[i], kShortest) +
+                     "; --kv int8 quantises finite values only");
+    }
+  }
+  const std::size_t B = x.batch(), H = x.heads(), n = x.rows(), d = x.cols();
+  values->assign(std::max<std::size_t>(B * H * n * d, 1), 0);
+  scales->assign(std::max<std::size_t>(B * H * n, 1), 0.0f);
+  try {
+    quantize_kv(TensorView<const float>(f.data(), B, H, n, d),
+                TensorView<std::int8_t>(values->data(), B, H, n, d),
+                TensorView<float>(scales->data(), B, H, n, 1));
+  } catch (const std::invalid_argument& e) {
+    throw CliError(x.option + ": " + x.file + ": " + e.what());
+  }
+}
+
 // A mask or bias as a TensorView over the full [B, H, n_q, n_kv], stride 0
 // for the broadcast dimensions.
 template <class T>
@@ -128,20 +252,31 @@ TensorView<const T> scores_view(const T* data, const Input& m, const Input& q) {
 
 }  // namespace
 
+bool quantize_kv_option(const AttentionArgs& args) {
+  if (!args.kv) return false;
+  if (*args.kv == "int8") return true;
+  throw CliError("--kv: " + quote(*args.kv) +
+                 " is not a key/value format; the one there is: int8 "
+                 "(leave out --kv to use the files' own dtypes)");
+}
+
 AttentionInputs read_attention_inputs(const AttentionArgs& args) {
   int from_stdin = 0;
   for (const std::optional<std::string>& path :
        {std::optional<std::string>(args.q), std::optional<std::string>(args.k),
-        std::optional<std::string>(args.v), args.mask, args.bias})
+        std::optional<std::string>(args.v), args.mask, args.bias, args.k_scales,
+        args.v_scales})
     from_stdin += path && *path == "-";
   if (from_stdin > 1) {
     throw CliError("only one input can be read from standard input ('-')");
   }
 
   static constexpr NpyDtype kF32[] = {NpyDtype::kFloat32};
-  static constexpr NpyDtype kKV[] = {NpyDtype::kFloat32, NpyDtype::kFloat16};
+  static constexpr NpyDtype kKV[] = {NpyDtype::kFloat32, NpyDtype::kFloat16,
+                                     NpyDtype::kInt8};
   static constexpr NpyDtype kBool[] = {NpyDtype::kBool};
   AttentionInputs in;
+  in.quantize = quantize_kv_option(args);
   in.q =
       read_input("--q", args.q, kF32, "[n_q x d]", "[batch x heads x n_q x d]");
   in.k = read_input("--k", args.k, kKV, "[n_kv x d]",
@@ -149,6 +284,7 @@ AttentionInputs read_attention_inputs(const AttentionArgs& args) {
   in.v = read_input("--v", args.v, kKV, "[n_kv x d_v]",
                     "[batch x kv_heads x n_kv x d_v]");
   check_qkv(in.q, in.k, in.v);
+  read_int8_scales(args, &in);
   if (args.mask) {
     in.mask = read_input("--mask", *args.mask, kBool, "[n_q x n_kv]",
                          "[batch x heads x n_q x n_kv]");
@@ -170,6 +306,20 @@ void assemble_tensors(const AttentionInputs& in, AttentionTensors<KV>* t,
   if constexpr (std::is_same_v<KV, float>) {
     t->k_values = floats_of(k.array);
     t->v_values = floats_of(v.array);
+  } else if constexpr (std::is_same_v<KV, std::int8_t>) {
+    if (in.quantize) {
+      quantize_input(k, &t->k_values, &t->k_scale_values);
+      quantize_input(v, &t->v_values, &t->v_scale_values);
+    } else {
+      t->k_values = int8s_of(k.array);
+      t->v_values = int8s_of(v.array);
+      t->k_scale_values = floats_of(in.k_scales.array);
+      t->v_scale_values = floats_of(in.v_scales.array);
+    }
+    t->k_scales = TensorView<const float>(t->k_scale_values.data(), k.batch(),
+                                          k.heads(), k.rows(), 1);
+    t->v_scales = TensorView<const float>(t->v_scale_values.data(), v.batch(),
+                                          v.heads(), v.rows(), 1);
   } else {
     t->k_values = halves_of(k.array);
     t->v_values = halves_of(v.array);
@@ -196,5 +346,8 @@ template void assemble_tensors<float>(const AttentionInputs&,
 template void assemble_tensors<Float16>(const AttentionInputs&,
                                         AttentionTensors<Float16>*,
                                         AttentionOptions*);
+template void assemble_tensors<std::int8_t>(const AttentionInputs&,
+                                            AttentionTensors<std::int8_t>*,
+                                            AttentionOptions*);
 
 }  // namespace softdot::cli

@@ -5,8 +5,10 @@
 #define SOFTDOT_CLI_ATTENTION_INPUTS_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "commands.h"
@@ -21,11 +23,13 @@ std::string shape_text(const std::vector<std::size_t>& shape);
 // One input array and the option that named it.
 struct Input {
   std::string option;  // "--q"; "" when the option was not given
+  std::string file;    // the path, or "<stdin>"
   NpyArray array;
 
   bool present() const { return !option.empty(); }
   // "q" for messages like "(q is [3 x 4], k is [7 x 5])".
   std::string letter() const { return option.substr(2); }
+  bool is_int8() const { return array.dtype == NpyDtype::kInt8; }
   std::string text() const { return shape_text(array.shape); }
   std::size_t rank() const { return array.shape.size(); }
   // [batch, heads, rows, cols]; a 2-D array is [1, 1, rows, cols].
@@ -46,26 +50,36 @@ std::string both(const Input& a, const Input& b);
 // q, k, v all 2-D or all 4-D with matching batch, heads (a multiple for
 // GQA), d and n_kv; mask and bias (when given) [n_q x n_kv] or
 // [batch x heads x n_q x n_kv] with 1 allowed for batch, heads and n_q.
+// int8 k and v come with their scales, [n_kv x 1] or
+// [batch x kv_heads x n_kv x 1] float32, each finite and >= 0.
 struct AttentionInputs {
-  Input q, k, v, mask, bias;
+  Input q, k, v, mask, bias, k_scales, v_scales;
+  bool quantize = false;  // --kv int8: float k and v quantised to int8
 };
 
-// Reads args' q, k, v (and mask, bias) and checks their dtypes and shapes;
-// CliError naming the option, the file and both shapes otherwise (or when
-// more than one of them is read from standard input).
+// True for --kv int8, false without --kv; CliError for any other value.
+bool quantize_kv_option(const AttentionArgs& args);
+
+// Reads args' q, k, v (and mask, bias, k_scales, v_scales) and checks their
+// dtypes, shapes and scales; CliError naming the option, the file and both
+// shapes otherwise (or when more than one of them is read from standard
+// input).
 AttentionInputs read_attention_inputs(const AttentionArgs& args);
 
 // The library's views of the inputs, with the values they point into. KV is
-// float or Float16 (the keys and values as the library takes them). Not
-// copyable: the views point into the members.
+// float, Float16 or std::int8_t (the keys and values as the library takes
+// them; int8 with its scales). Not copyable: the views point into the
+// members.
 template <class KV>
 struct AttentionTensors {
   std::vector<float> q_values;
   std::vector<KV> k_values, v_values;
+  std::vector<float> k_scale_values, v_scale_values;  // int8 only
   std::unique_ptr<bool[]> mask_flags;
   std::vector<float> bias_values;
   TensorView<const float> q;
   TensorView<const KV> k, v;
+  TensorView<const float> k_scales, v_scales;  // int8 only
 
   AttentionTensors() = default;
   AttentionTensors(const AttentionTensors&) = delete;
@@ -75,10 +89,32 @@ struct AttentionTensors {
 // Fills `t` from `in` and points options->mask and options->bias at the
 // mask and bias (as [batch, heads, n_q, n_kv] views with stride 0 on the
 // broadcast dimensions). With KV = float, float16 keys or values are widened
-// exactly to float32.
+// exactly to float32. With KV = std::int8_t, int8 keys and values are taken
+// with their scales, or (in.quantize) float32/float16 ones are quantised
+// by softdot::quantize_kv (CliError naming the option and the file for inf
+// or NaN).
 template <class KV>
 void assemble_tensors(const AttentionInputs& in, AttentionTensors<KV>* t,
                       AttentionOptions* options);
+
+// The keys and values as the library's attention functions take them: the
+// views, or for int8 the views with their scales.
+template <class KV>
+auto key_arg(const AttentionTensors<KV>& t) {
+  if constexpr (std::is_same_v<KV, std::int8_t>) {
+    return Int8KV{t.k, t.k_scales};
+  } else {
+    return t.k;
+  }
+}
+template <class KV>
+auto value_arg(const AttentionTensors<KV>& t) {
+  if constexpr (std::is_same_v<KV, std::int8_t>) {
+    return Int8KV{t.v, t.v_scales};
+  } else {
+    return t.v;
+  }
+}
 
 }  // namespace softdot::cli
 

@@ -32,6 +32,9 @@ struct AttentionArgs {
   std::string q, k, v;  // required .npy files
   std::optional<std::string> mask;
   std::optional<std::string> bias;
+  std::optional<std::string> k_scales;  // float32 scales of int8 --k
+  std::optional<std::string> v_scales;  // float32 scales of int8 --v
+  std::optional<std::string> kv;        // "int8": quantise float K and V
   std::optional<std::string> scale;
   std::optional<std::string> window_left;
   std::optional<std::string> window_right;

@@ -1,5 +1,6 @@
 // softdot command: `softdot attention --q Q.npy --k K.npy --v V.npy [...]
-// -o OUT.npy`, scaled dot-product attention of .npy arrays with
+// -o OUT.npy`, scaled dot-product attention of .npy arrays (float32,
+// float16 or int8 keys and values) with
 // softdot::attention (and softdot::attention_scores and
 // softdot::attention_weights for --explain): the options, the library calls
 // and the output files. The inputs are read and assembled in
@@ -11,6 +12,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
@@ -109,7 +111,7 @@ int compute(const AttentionArgs& args, const AttentionInputs& in,
   std::vector<float> lse(batch * heads * n_q);
   std::vector<float> scores, weights;
   try {
-    softdot::attention(t.q, t.k, t.v,
+    softdot::attention(t.q, key_arg(t), value_arg(t),
                        TensorView<float>(out.data(), batch, heads, n_q, d_v),
                        options, args.lse ? lse.data() : nullptr);
     if (args.explain) {
@@ -119,11 +121,11 @@ int compute(const AttentionArgs& args, const AttentionInputs& in,
       scores.resize(std::max<std::size_t>(batch * heads * n_q * n_kv, 1));
       weights.resize(scores.size());
       softdot::attention_scores(
-          t.q, t.k, TensorView<float>(scores.data(), batch, heads, n_q, n_kv),
-          options);
+          t.q, key_arg(t),
+          TensorView<float>(scores.data(), batch, heads, n_q, n_kv), options);
       softdot::attention_weights(
-          t.q, t.k, TensorView<float>(weights.data(), batch, heads, n_q, n_kv),
-          options);
+          t.q, key_arg(t),
+          TensorView<float>(weights.data(), batch, heads, n_q, n_kv), options);
     }
   } catch (const std::invalid_argument& e) {
     throw CliError(e.what());
@@ -176,6 +178,7 @@ int run_attention(const AttentionArgs& args) {
   options.causal = args.causal;
   options.window_left = parse_window(args.window_left, "--window-left");
   options.window_right = parse_window(args.window_right, "--window-right");
+  quantize_kv_option(args);
   if (!args.output && !args.explain) {
     throw CliError(
         "--output is required: -o FILE.npy for the result (only "
@@ -214,9 +217,12 @@ int run_attention(const AttentionArgs& args) {
     }
   }
 
-  // Float16 keys and values go to the library as they are; with one of k
-  // and v float16 and the other float32, the float16 one is widened
-  // (exactly) to float32.
+  // int8 keys and values (read with their scales, or quantised for --kv
+  // int8) and float16 ones go to the library as they are; with one of k and
+  // v float16 and the other float32, the float16 one is widened (exactly)
+  // to float32.
+  if (k.is_int8() || in.quantize)
+    return compute<std::int8_t>(args, in, options);
   if (k.array.dtype == NpyDtype::kFloat16 &&
       v.array.dtype == NpyDtype::kFloat16) {
     return compute<Float16>(args, in, options);

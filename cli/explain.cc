@@ -339,6 +339,15 @@ std::string describe(const AttentionInputs& in, const AttentionOptions& o,
       v.array.dtype == NpyDtype::kFloat16) {
     out += "float16 keys/values are widened exactly to float32\n";
   }
+  if (in.quantize) {
+    out +=
+        "--kv int8: each key/value row is quantised to int8 values and one "
+        "scale (max |x| / 127); the attention reads scale * value\n";
+  } else if (k.is_int8()) {
+    out +=
+        "int8 keys/values: each row is its scale (--k-scales, --v-scales) "
+        "times its int8 values, rounded to float32\n";
+  }
   out +=
       "scale = " + format_number(scale, kShortest) +
       (scale_given ? " (--scale)"

@@ -373,6 +373,8 @@ std::string_view npy_dtype_name(NpyDtype dtype) {
       return "float32 '<f4'";
     case NpyDtype::kFloat64:
       return "float64 '<f8'";
+    case NpyDtype::kInt8:
+      return "int8 '|i1'";
   }
   return "unknown";
 }
@@ -394,10 +396,11 @@ NpyArray read_npy_array(std::string_view bytes, std::string_view name,
   if (descr.size() == 3) {
     const char order = descr[0];
     const std::string_view code = std::string_view(descr).substr(1);
-    // One-byte types have no byte order: numpy writes '|b1'.
-    if (code == "b1" &&
-        (order == '|' || order == '<' || order == '=' || order == '>'))
-      dtype = NpyDtype::kBool;
+    // One-byte types have no byte order: numpy writes '|b1' and '|i1'.
+    const bool any_order =
+        order == '|' || order == '<' || order == '=' || order == '>';
+    if (code == "b1" && any_order) dtype = NpyDtype::kBool;
+    if (code == "i1" && any_order) dtype = NpyDtype::kInt8;
     if (order == '<' || order == '=') {
       if (code == "f2") dtype = NpyDtype::kFloat16;
       if (code == "f4") dtype = NpyDtype::kFloat32;
@@ -473,6 +476,13 @@ std::vector<Float16> halves_of(const NpyArray& a) {
   std::vector<Float16> v(std::max<std::size_t>(a.size(), 1));
   for (std::size_t i = 0; i < a.size(); ++i)
     v[i].bits = static_cast<std::uint16_t>(le_bits(a.data, 2 * i, 2));
+  return v;
+}
+
+std::vector<std::int8_t> int8s_of(const NpyArray& a) {
+  std::vector<std::int8_t> v(std::max<std::size_t>(a.size(), 1), 0);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    v[i] = static_cast<std::int8_t>(static_cast<unsigned char>(a.data[i]));
   return v;
 }
 

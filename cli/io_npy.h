@@ -1,10 +1,12 @@
 // softdot command: reading and writing NumPy .npy files (C order,
 // little-endian; format versions 1.0, 2.0 and 3.0): 2-D float32 or float64
-// matrices, and arrays of any rank of bool, float16, float32 or float64.
+// matrices, and arrays of any rank of bool, int8, float16, float32 or
+// float64.
 #ifndef SOFTDOT_CLI_IO_NPY_H_
 #define SOFTDOT_CLI_IO_NPY_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -33,9 +35,9 @@ AnyMatrix read_npy(std::string_view bytes, std::string_view name);
 std::string encode_npy(const Matrix<float>& matrix);
 std::string encode_npy(const Matrix<double>& matrix);
 
-// The dtypes read_npy_array knows: '|b1', '<f2', '<f4', '<f8' (and '='
-// for '<'; any byte order for bool).
-enum class NpyDtype { kBool, kFloat16, kFloat32, kFloat64 };
+// The dtypes read_npy_array knows: '|b1', '|i1', '<f2', '<f4', '<f8' (and
+// '=' for '<'; any byte order for the one-byte bool and int8).
+enum class NpyDtype { kBool, kFloat16, kFloat32, kFloat64, kInt8 };
 
 // "float32 '<f4'" and so on, for messages.
 std::string_view npy_dtype_name(NpyDtype dtype);
@@ -64,10 +66,12 @@ std::string encode_npy(std::span<const float> values,
 // The values of an array read by read_npy_array, decoded from its
 // little-endian bytes; each vector has at least one element, so that data()
 // is never null (an array may have no element). floats_of takes float32 or
-// float16 (widened exactly), halves_of float16 bits, bools_of bool.
+// float16 (widened exactly), halves_of float16 bits, bools_of bool,
+// int8s_of int8.
 std::vector<float> floats_of(const NpyArray& a);
 std::vector<Float16> halves_of(const NpyArray& a);
 std::unique_ptr<bool[]> bools_of(const NpyArray& a);
+std::vector<std::int8_t> int8s_of(const NpyArray& a);
 
 }  // namespace softdot::cli
 

@@ -112,16 +112,34 @@ int run(int argc, char** argv) {
       ->required();
   attn_cmd
       ->add_option("--k", attn.k,
-                   "Keys, float32 or float16 .npy [n_kv, d] or [batch, "
-                   "kv_heads, n_kv, d]; heads must divide q's heads (GQA)")
+                   "Keys, float32, float16 or int8 (with --k-scales) .npy "
+                   "[n_kv, d] or [batch, kv_heads, n_kv, d]; heads must "
+                   "divide q's heads (GQA)")
       ->type_name("FILE")
       ->required();
   attn_cmd
       ->add_option("--v", attn.v,
-                   "Values, float32 or float16 .npy [n_kv, d_v] or "
-                   "[batch, kv_heads, n_kv, d_v]")
+                   "Values, float32, float16 or int8 (with --v-scales) .npy "
+                   "[n_kv, d_v] or [batch, kv_heads, n_kv, d_v]")
       ->type_name("FILE")
       ->required();
+  attn_cmd
+      ->add_option("--k-scales", attn.k_scales,
+                   "The scales of int8 keys, float32 .npy [n_kv, 1] or "
+                   "[batch, kv_heads, n_kv, 1], one per row: key row j is "
+                   "scale_j * k_j (softdot::Int8KV, as quantize_kv makes "
+                   "them)")
+      ->type_name("FILE");
+  attn_cmd
+      ->add_option("--v-scales", attn.v_scales,
+                   "The scales of int8 values, as --k-scales")
+      ->type_name("FILE");
+  attn_cmd
+      ->add_option("--kv", attn.kv,
+                   "int8: quantise float32/float16 keys and values to int8 "
+                   "with one scale per row (softdot::quantize_kv) before "
+                   "the attention")
+      ->type_name("FORMAT");
   attn_cmd
       ->add_option("-o,--output", attn.output,
                    "Write the output to FILE.npy: float32 [n_q, d_v] or "

@@ -9,10 +9,17 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from . import _arrays as A
+from . import _int8
 from . import _softdot as _core
 
 _KV_F32, _KV_F16, _KV_BF16 = 0, 1, 2
+_KV_I8 = 3  # an int8 (values, scales) pair (_int8.py); its own core functions
+_KV_NAMES = {_KV_F32: "float32", _KV_F16: "float16", _KV_BF16: "bfloat16",
+             _KV_I8: "int8 (a (values, scales) pair)"}
 _SIZE_MAX = 2**64 - 1
+_KV_ACCEPTED = "float32, float16, bfloat16, or a pair (int8 values, float32 scales)"
+_KV_ACCEPTED_NP = ("float32, float16, bfloat16 (ml_dtypes.bfloat16), or a pair (int8 values, "
+                   "float32 scales)")
 
 
 def _kv_format(fn: str, name: str, a: Any, kind: str) -> Tuple[np.ndarray, int]:
@@ -24,7 +31,7 @@ def _kv_format(fn: str, name: str, a: Any, kind: str) -> Tuple[np.ndarray, int]:
             a.dtype
         )
         if fmt is None:
-            raise A.accepted(fn, name, a, "float32, float16, bfloat16")
+            raise A.accepted(fn, name, a, _KV_ACCEPTED)
         v = A.tensor_view(fn, name, a)
         return (v.view(A.U16) if fmt == _KV_F16 else v), fmt
     d = a.dtype
@@ -34,7 +41,7 @@ def _kv_format(fn: str, name: str, a: Any, kind: str) -> Tuple[np.ndarray, int]:
         return a.view(A.U16), _KV_F16
     if d.name == "bfloat16":  # ml_dtypes.bfloat16: the bits, as uint16
         return a.view(A.U16), _KV_BF16
-    raise A.accepted(fn, name, a, "float32, float16, bfloat16 (ml_dtypes.bfloat16)")
+    raise A.accepted(fn, name, a, _KV_ACCEPTED_NP)
 
 
 def _array(fn: str, name: str, a: Any, kind: str) -> Any:
@@ -90,8 +97,8 @@ def _is_float(a: Any, kind: str) -> bool:
 
 
 class _Prepared:
-    __slots__ = ("raw", "kind", "q", "k", "v", "fmt", "mask", "bias", "sinks", "lead", "L", "S",
-                 "Ev", "scale", "wl", "wr", "softcap", "kv_begin", "kv_end", "causal")
+    __slots__ = ("raw", "kind", "q", "k", "v", "fmt", "ks", "vs", "scales", "mask", "bias",
+                 "sinks", "lead", "L", "S", "Ev", "scale", "wl", "wr", "softcap", "kv_begin", "kv_end", "causal")
 
 
 def _prepare(fn, query, key, value, attn_mask, bias, scale, causal, window, softcap, sinks,
@@ -108,14 +115,22 @@ def _prepare(fn, query, key, value, attn_mask, bias, scale, causal, window, soft
     elif q.dtype != A.F32:
         raise A.accepted(fn, "query", q, "float32")
     q = _np(fn, "query", q, kind)
-    k, fk = _kv_format(fn, "key", _array(fn, "key", key, kind), kind)
-    v = None
+
+    def kv(name, a):
+        """(array, format, scales): an int8 (values, scales) pair or one array."""
+        pair = _int8.int8_kv(fn, name, a, kind)
+        if pair is not None:
+            return pair[0], _KV_I8, pair[1]
+        return _kv_format(fn, name, _array(fn, name, a, kind), kind) + (None,)
+
+    k, fk, ks = kv("key", key)
+    v = vsc = None
     if value is not None:
-        v, fv = _kv_format(fn, "value", _array(fn, "value", value, kind), kind)
+        v, fv, vsc = kv("value", value)
         if fk != fv:
             raise TypeError(
-                f"{fn}: key has dtype {A.dtype_str(key)} but value has dtype "
-                f"{A.dtype_str(value)}; they must be the same"
+                f"{fn}: key has dtype {_KV_NAMES[fk]} but value has dtype "
+                f"{_KV_NAMES[fv]}; they must be the same"
             )
     vs = "" if v is None else f", value {v.shape}"
     if q.ndim < 2 or k.ndim != q.ndim or (v is not None and v.ndim != q.ndim):
@@ -147,6 +162,10 @@ def _prepare(fn, query, key, value, attn_mask, bias, scale, causal, window, soft
             f"and query's heads be a multiple of key's (grouped-query attention)"
         )
     p.raw = [("query", q), ("key", k)] + ([] if v is None else [("value", v)])
+    p.scales = [(n, a) for n, a in (("key", ks), ("value", vsc)) if a is not None]
+    p.raw += [(f"{n} scales", a) for n, a in p.scales]
+    p.ks = None if ks is None else _int8.ready_scales(_ready(_to4(ks)))
+    p.vs = None if vsc is None else _int8.ready_scales(_ready(_to4(vsc)))
     p.lead, p.L, p.S = qb, L, S
     p.Ev = v.shape[-1] if v is not None else 0
     p.q, p.k = _ready(_to4(q)), _ready(_to4(k))
@@ -246,7 +265,7 @@ def _target(o: np.ndarray) -> Tuple[np.ndarray, bool]:
     o4 = _to4(o)
     direct = (A.row_contiguous(o4) and all(s >= 0 for s in o4.strides)
               and (o.ndim <= 4 or np.shares_memory(o4, o)))
-    return (o4, True) if direct else (np.empty(o4.shape, A.F32), False)
+    return (o4, True) if direct else (np.empty(o4.shape, o.dtype), False)
 
 
 _CAUSAL_DOC = """
@@ -281,9 +300,13 @@ def scaled_dot_product_attention(
     query : array [..., Hq, L, E], float32
         torch's layout (B, H, L, E); 2-d and 3-d inputs get leading ones.
     key : array [..., Hkv, S, E]; float32, float16 or bfloat16
-        (torch.bfloat16, or numpy arrays of ml_dtypes.bfloat16). Hq must be a
-        multiple of Hkv (grouped-query attention; Hkv = 1 is multi-query).
-    value : array [..., Hkv, S, Ev], the same dtype as key.
+        (torch.bfloat16, or numpy arrays of ml_dtypes.bfloat16), or an int8
+        pair ``(values, scales)``: int8 [..., Hkv, S, E] and float32
+        [..., Hkv, S, 1], as :func:`quantize_kv` returns it, standing for
+        ``scales * values`` rounded to float32 (the result equals the float32
+        call on those values bit for bit). Hq must be a multiple of Hkv
+        (grouped-query attention; Hkv = 1 is multi-query).
+    value : array [..., Hkv, S, Ev] of key's dtype, or an int8 pair when key is one.
     attn_mask : array broadcastable to [..., Hq, L, S], optional
         bool: True = attend (torch's rule); float: added to the scores.
     bias : float array broadcastable to [..., Hq, L, S], optional
@@ -331,8 +354,13 @@ def scaled_dot_product_attention(
         _check_out_overlap(fn, o, p)
     target, direct = _target(o)
     lse_user, lse = A.new_output(p.lead + (p.L,), A.F32, p.kind) if return_lse else (None, None)
-    _core.attention(p.q, p.k, p.v, target, p.fmt, p.mask, p.bias, p.sinks, lse, p.scale,
-                    p.causal, p.wl, p.wr, p.softcap, p.kv_begin, p.kv_end)
+    if p.fmt == _KV_I8:
+        _int8.check_scales_on_error(fn, p.scales, lambda: _core.attention_int8(
+            p.q, p.k, p.ks, p.v, p.vs, target, p.mask, p.bias, p.sinks, lse, p.scale, p.causal,
+            p.wl, p.wr, p.softcap, p.kv_begin, p.kv_end))
+    else:
+        _core.attention(p.q, p.k, p.v, target, p.fmt, p.mask, p.bias, p.sinks, lse, p.scale,
+                        p.causal, p.wl, p.wr, p.softcap, p.kv_begin, p.kv_end)
     if not direct:
         np.copyto(o, target.reshape(shape))
     return (user, lse_user) if return_lse else user
@@ -358,6 +386,8 @@ def attention_weights(
     """The explicit weights [..., Hq, L, S] that :func:`scaled_dot_product_attention`
     applies to V, with the same options (for small inputs: inspection, teaching).
 
+    key may be an int8 ``(values, scales)`` pair, as for
+    :func:`scaled_dot_product_attention`.
     Scores are computed as the fused prefill form computes them (the same
     bits); the weights are rounded once from double arithmetic, so
     ``weights @ V`` equals the fused output within its bound. Keys outside
@@ -371,8 +401,13 @@ def attention_weights(
     if out is not None:
         _check_out_overlap(fn, o, p)
     target, direct = _target(o)
-    _core.attention_weights(p.q, p.k, target, p.fmt, p.mask, p.bias, p.sinks, p.scale, p.causal,
-                            p.wl, p.wr, p.softcap, p.kv_begin, p.kv_end)
+    if p.fmt == _KV_I8:
+        _int8.check_scales_on_error(fn, p.scales, lambda: _core.attention_weights_int8(
+            p.q, p.k, p.ks, target, p.mask, p.bias, p.sinks, p.scale, p.causal, p.wl, p.wr,
+            p.softcap, p.kv_begin, p.kv_end))
+    else:
+        _core.attention_weights(p.q, p.k, target, p.fmt, p.mask, p.bias, p.sinks, p.scale,
+                                p.causal, p.wl, p.wr, p.softcap, p.kv_begin, p.kv_end)
     if not direct:
         np.copyto(o, target.reshape(shape))
     return user

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "arrays.h"
+#include "attention_views.h"
 #include "bindings.h"
 #include "softdot/attention.h"
 
@@ -26,36 +27,6 @@ namespace softdot::python {
 namespace {
 
 enum KvFormat : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
-
-// A TensorView of a 4-d array of element type T (checked by the caller)
-// with its strides; negative strides and a strided last axis are refused.
-template <class T, class A>
-TensorView<T> view4(const char* name, const A& a) {
-  if (a.ndim() != 4)
-    fail(std::string(name) + " has " + std::to_string(a.ndim()) +
-         " axes; expected 4");
-  for (std::size_t i = 0; i < 4; ++i)
-    if (a.stride(i) < 0)
-      fail(std::string(name) + " has a negative stride on axis " +
-           std::to_string(i));
-  if (a.shape(3) > 1 && a.stride(3) != 1)
-    fail(std::string(name) + "'s last axis is not contiguous");
-  using U = std::remove_const_t<T>;
-  auto* p = reinterpret_cast<T*>(const_cast<U*>(
-      static_cast<const U*>(static_cast<const void*>(a.data()))));
-  auto st = [&](std::size_t i) {
-    return static_cast<std::size_t>(a.stride(i));
-  };
-  return TensorView<T>(p, a.shape(0), a.shape(1), a.shape(2), a.shape(3), st(0),
-                       st(1), st(2));
-}
-
-template <class A>
-void check_dtype(const char* name, const A& a, nb::dlpack::dtype want,
-                 const char* want_name) {
-  if (a.dtype() != want)
-    throw nb::type_error((std::string(name) + " must be " + want_name).c_str());
-}
 
 bool is_16bit(const In& a) { return a.itemsize() == 2; }
 
@@ -84,61 +55,6 @@ void with_kv(int kv_format, const In& k, const In* v, F&& f) {
     run(BFloat16{}, "bfloat16");
   else
     fail("kv_format must be 0 (float32), 1 (float16) or 2 (bfloat16)");
-}
-
-AttentionOptions make_options(const std::optional<In>& mask,
-                              const std::optional<In>& bias,
-                              const std::optional<In>& sinks, double scale,
-                              bool causal, std::ptrdiff_t window_left,
-                              std::ptrdiff_t window_right, double softcap,
-                              std::size_t kv_begin, std::size_t kv_end) {
-  AttentionOptions o;
-  o.scale = scale;
-  o.causal = causal;
-  o.window_left = window_left;
-  o.window_right = window_right;
-  o.softcap = static_cast<float>(softcap);
-  o.kv_begin = kv_begin;
-  o.kv_end = kv_end;
-  if (mask) {
-    check_dtype("attn_mask", *mask, nb::dtype<bool>(), "bool");
-    o.mask = view4<const bool>("attn_mask", *mask);
-  }
-  if (bias) {
-    check_dtype("bias", *bias, nb::dtype<float>(), "float32");
-    o.bias = view4<const float>("bias", *bias);
-  }
-  if (sinks) {
-    check_dtype("sinks", *sinks, nb::dtype<float>(), "float32");
-    if (sinks->ndim() != 1 || (sinks->shape(0) > 1 && sinks->stride(0) != 1))
-      fail("sinks must be a contiguous 1-d array, one logit per query head");
-    o.sinks = std::span<const float>(static_cast<const float*>(sinks->data()),
-                                     sinks->shape(0));
-  }
-  return o;
-}
-
-// The float data of a C-contiguous array of exactly batch x heads x rows
-// values, one per row of q in (b, h, i) order (an lse array).
-template <class A>
-float* lse_data(const char* name, const A& a,
-                const TensorView<const float>& q) {
-  check_dtype(name, a, nb::dtype<float>(), "float32");
-  const std::size_t want = q.batch * q.heads * q.rows;
-  std::int64_t expect = 1;
-  std::size_t size = 1;
-  for (std::size_t i = a.ndim(); i-- > 0;) {
-    if (a.shape(i) > 1 && a.stride(i) != expect)
-      fail(std::string(name) + " must be C-contiguous");
-    expect *= static_cast<std::int64_t>(a.shape(i));
-    size *= a.shape(i);
-  }
-  if (size != want)
-    fail(std::string(name) + " holds " + std::to_string(size) +
-         " values; expected " + std::to_string(want) +
-         " (batch x heads x query rows)");
-  return static_cast<float*>(
-      const_cast<void*>(static_cast<const void*>(a.data())));
 }
 
 void attention_py(const In& q, const In& k, const In& v, const Out& out,

@@ -138,7 +138,7 @@ std::vector<ErrorCase> error_cases() {
        {"attention", "--q", "$D/q.npy", "--k", "$D/kint.npy", "--v",
         "$D/v.npy"},
        "--k: $D/kint.npy: dtype '<i4' (int32) is not supported; need float32 "
-       "'<f4' or float16 '<f2'"},
+       "'<f4', float16 '<f2' or int8 '|i1'"},
       {"mask_not_bool", with({"--mask", "$D/maskf.npy"}),
        "--mask: $D/maskf.npy: dtype '<f4' (float32) is not supported; need "
        "bool '|b1'"},
