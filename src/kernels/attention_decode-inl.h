@@ -32,10 +32,10 @@ namespace attn {
 // order, the same FMA chain over the block's keys for each output element, the
 // same double flush. So only the scores' rounding differs from the prefill
 // form.
-template <std::size_t CV>
+template <std::size_t CV, class T>
 HWY_INLINE void DecodeValues(const float* HWY_RESTRICT p,
                              const float* HWY_RESTRICT s, bool guard,
-                             const float* HWY_RESTRICT vb, std::size_t vstride,
+                             const T* const* vrows, const float* vscales,
                              std::size_t kb, std::size_t c0, VF (&acc)[CV]) {
   const DF df;
   const std::size_t N = hn::Lanes(df);
@@ -45,10 +45,10 @@ HWY_INLINE void DecodeValues(const float* HWY_RESTRICT p,
   for (std::size_t j = 0; j < kb; ++j) {
     if (guard && s[j] == kNegInf) continue;
     const VF pj = hn::Set(df, p[j]);
-    const float* vr = vb + j * vstride + c0;
+    const T* vr = vrows[j] + c0;
 #pragma GCC unroll 8
     for (std::size_t i = 0; i < CV; ++i) {
-      acc[i] = hn::MulAdd(hn::LoadU(df, vr + i * N), pj, acc[i]);
+      acc[i] = hn::MulAdd(LoadRow(df, vr + i * N, vscales[j]), pj, acc[i]);
     }
   }
 }
@@ -141,10 +141,10 @@ inline constexpr std::size_t kTileScores = 0;  // one tree per score
 
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || \
     HWY_TARGET == HWY_AVX2
-template <std::size_t RC, std::size_t KC>
+template <std::size_t RC, std::size_t KC, class T>
 HWY_INLINE void DecodeScoreTile(const float* HWY_RESTRICT qp, std::size_t dpad,
-                                const float* HWY_RESTRICT kr0,
-                                std::size_t kstride, std::size_t d, float* out,
+                                const T* const* krows, const float* kscales,
+                                std::size_t d, float* out,
                                 std::size_t out_stride) {
   static_assert(RC * KC == kTileScores, "one tile is kTileScores scores");
   using BL = Block<float>;
@@ -163,7 +163,7 @@ HWY_INLINE void DecodeScoreTile(const float* HWY_RESTRICT qp, std::size_t dpad,
     for (std::size_t k = 0; k < KC; ++k) {
 #pragma GCC unroll 2
       for (std::size_t w = 0; w < W; ++w) {
-        kv[k][w] = hn::LoadU(db, kr0 + k * kstride + c + w * VL);
+        kv[k][w] = LoadRow(db, krows[k] + c + w * VL, kscales[k]);
       }
     }
 #pragma GCC unroll 4
@@ -239,33 +239,41 @@ HWY_INLINE void DecodeScoreTile(const float* HWY_RESTRICT qp, std::size_t dpad,
 #endif
 
 // Scores of rows r0 .. r0 + RC - 1 against the kb keys of a block: tiles
-// of RC x KC, then the keys left one at a time.
-template <std::size_t RC, std::size_t KC, class OnKeys>
+// of RC x KC, then the keys left one at a time (widened into kw first).
+template <std::size_t RC, std::size_t KC, class T, class OnKeys>
 HWY_INLINE void DecodeScoreRowGroup(const float* HWY_RESTRICT qp,
-                                    std::size_t dpad, const float* kbase,
-                                    std::size_t kstride, std::size_t d,
-                                    std::size_t kb, float* S, std::size_t B,
+                                    std::size_t dpad, const DecodeRows<T>& kv,
+                                    std::size_t d, std::size_t kb, float* S,
+                                    std::size_t B, float* kw,
                                     const OnKeys& on_keys) {
   std::size_t j = 0;
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || \
     HWY_TARGET == HWY_AVX2
   for (; j + KC <= kb; j += KC) {
     on_keys(j, KC);
-    DecodeScoreTile<RC, KC>(qp, dpad, kbase + j * kstride, kstride, d, S + j,
-                            B);
+    DecodeScoreTile<RC, KC>(qp, dpad, kv.k + j, kv.ks + j, d, S + j, B);
   }
 #endif
   for (; j < kb; ++j) {
+    const float* kr;
+    if constexpr (std::is_same_v<T, float>) {
+      kr = kv.k[j];
+    } else {
+      for (std::size_t c = 0; c < d; ++c) {
+        kw[c] = RowElement(kv.k[j], c, kv.ks[j]);
+      }
+      kr = kw;
+    }
     for (std::size_t r = 0; r < RC; ++r) {
-      DecodeScoreRows<1, 1>(qp + r * dpad, dpad, kbase + j * kstride, kstride,
-                            d, S + r * B + j, B);
+      DecodeScoreRows<1, 1>(qp + r * dpad, dpad, kr, 0, d, S + r * B + j, B);
     }
   }
 }
 
 // Four rows at once: acc[r][i] = sum_j P[r][j] V[j][c0 + i N + lane].
+template <class T>
 HWY_INLINE void DecodeValues4(const float* HWY_RESTRICT p, std::size_t pstride,
-                              const float* HWY_RESTRICT vb, std::size_t vstride,
+                              const T* const* vrows, const float* vscales,
                               std::size_t kb, std::size_t c0, VF (&acc)[4][4]) {
   const DF df;
   const std::size_t N = hn::Lanes(df);
@@ -275,10 +283,12 @@ HWY_INLINE void DecodeValues4(const float* HWY_RESTRICT p, std::size_t pstride,
     for (std::size_t i = 0; i < 4; ++i) acc[r][i] = hn::Zero(df);
   }
   for (std::size_t j = 0; j < kb; ++j) {
-    const float* vr = vb + j * vstride + c0;
+    const T* vr = vrows[j] + c0;
     VF vv[4];
 #pragma GCC unroll 4
-    for (std::size_t i = 0; i < 4; ++i) vv[i] = hn::LoadU(df, vr + i * N);
+    for (std::size_t i = 0; i < 4; ++i) {
+      vv[i] = LoadRow(df, vr + i * N, vscales[j]);
+    }
 #pragma GCC unroll 4
     for (std::size_t r = 0; r < 4; ++r) {
       const VF pj = hn::Set(df, p[r * pstride + j]);
@@ -292,29 +302,48 @@ HWY_INLINE void DecodeValues4(const float* HWY_RESTRICT p, std::size_t pstride,
 
 // Columns c0..dv of one row: whole vectors, then a scalar FMA chain (the
 // same per-element arithmetic).
-template <class Flush>
+template <class T, class Flush>
 HWY_INLINE void DecodeRowTail(const float* pr, const float* sr, bool guard,
-                              const float* vbase, std::size_t vstride,
+                              const T* const* vrows, const float* vscales,
                               std::size_t kb, std::size_t c, std::size_t dv,
                               double* o, double alpha, const Flush& flush) {
   const std::size_t N = hn::Lanes(DF());
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (; c + N <= dv; c += N) {
     VF a1[1];
-    DecodeValues<1>(pr, sr, guard, vbase, vstride, kb, c, a1);
+    DecodeValues<1>(pr, sr, guard, vrows, vscales, kb, c, a1);
     flush(a1[0], o + c);
   }
   for (; c < dv; ++c) {
     float acc1 = 0.0f;
     for (std::size_t j = 0; j < kb; ++j) {
       if (guard && sr[j] == kNegInf) continue;
-      acc1 = std::fma(vbase[j * vstride + c], pr[j], acc1);
+      acc1 = std::fma(RowElement(vrows[j], c, vscales[j]), pr[j], acc1);
     }
     o[c] = std::fma(o[c], alpha, static_cast<double>(acc1));
   }
 }
 
-void RunDecode(const AttnArgs& a) {
+// True when the kb value rows of dv elements hold no inf or NaN (AllFinite
+// for rows given by pointers).
+HWY_INLINE bool AllFiniteRows(const float* const* v, std::size_t kb,
+                              std::size_t dv) {
+  for (std::size_t j = 0; j < kb; ++j) {
+    for (std::size_t c = 0; c < dv; ++c) {
+      if (!std::isfinite(v[j][c])) return false;
+    }
+  }
+  return true;
+}
+
+// The decode form over K and V stored as T. kTiled (AVX2 and AVX-512, d and
+// d_v multiples of 16): scores by DecodeScoreTile, rows read in place and
+// widened in the loops (LoadRow). Otherwise (T = float): blocks widened by
+// LoadBlock, one tree per score.
+template <class T, bool kTiled>
+void RunDecodeT(const AttnArgs& a) {
+  static_assert(kTiled || std::is_same_v<T, float>,
+                "untiled decode reads the float rows of LoadBlock");
   const DF df;
   const std::size_t N = hn::Lanes(df);
   const std::size_t d = a.d, dv = a.dv, rows = a.rows;
@@ -335,8 +364,17 @@ void RunDecode(const AttnArgs& a) {
     std::memcpy(qp + r * dpad, a.q_rows[r], d * sizeof(float));
     std::memset(qp + r * dpad + d, 0, (dpad - d) * sizeof(float));
   }
-  float* kc = KvWidened(a) ? take(B * d) : nullptr;
-  float* vc = KvWidened(a) ? take(B * dv) : nullptr;
+  // Widening scratch: LoadBlock's blocks (untiled), or a key left over by
+  // the tiles and the values of a block that needs the guard (tiled).
+  constexpr bool kStored = !std::is_same_v<T, float>;
+  const bool widen = kTiled ? kStored : KvWidened(a);
+  float* kc = widen ? take(B * d) : nullptr;
+  float* vc = widen ? take(B * dv) : nullptr;
+  DecodeRows<T> kvr;
+  if constexpr (!std::is_same_v<T, std::int8_t>) {
+    std::fill(kvr.ks, kvr.ks + B, 0.0f);
+    std::fill(kvr.vs, kvr.vs + B, 0.0f);
+  }
   double* od = reinterpret_cast<double*>(take(2 * rows * dv));
   float* add = take(B);
   float m[detail::kDecodeMaxRows];
@@ -359,25 +397,25 @@ void RunDecode(const AttnArgs& a) {
     const auto first = static_cast<std::int64_t>(j0);
     const auto last = static_cast<std::int64_t>(j0 + kb - 1);
     if (last < first_min || first > last_max) continue;
-    // The next block's keys and values, a cache line at a time, before
-    // this block is computed: without it the loop waited on memory (f32
-    // from DRAM: 15.1 GB/s; with it 17.4 GB/s; prefetching the same lines
-    // spread over the score loop instead: 16.0 GB/s).
     // The next block's keys and values, a cache line at a time. The tiled
     // path spreads these prefetches over its score loop (into L2, one tile
     // of keys at a time); the other path issues them all here, before this
     // block is computed (without any prefetch the loop waited on memory: f32
     // from DRAM 15.1 GB/s, with this 17.4 GB/s).
-    const bool tiled = kTileScores != 0 && d % 16 == 0;
     const std::size_t nb_next =
         j0 + B < a.j_end ? std::min(B, a.j_end - j0 - B) : 0;
-    if (!tiled && nb_next != 0) PrefetchBlock(a, j0 + B, nb_next);
-    const BlockRows kv = LoadBlock(a, j0, kb, kc, vc);
-    const float* kbase = kv.k;
-    const std::size_t kstride = kv.k_stride;
-    const float* vbase = kv.v;
-    const std::size_t vstride = kv.v_stride;
-    if (tiled) {
+    BlockRows kv{};
+    if constexpr (kTiled) {
+      FillDecodeRows(a, j0, kb, kvr);
+    } else {
+      if (nb_next != 0) PrefetchBlock(a, j0 + B, nb_next);
+      kv = LoadBlock(a, j0, kb, kc, vc);
+      for (std::size_t j = 0; j < kb; ++j) {
+        kvr.k[j] = kv.k + j * kv.k_stride;
+        kvr.v[j] = kv.v + j * kv.v_stride;
+      }
+    }
+    if constexpr (kTiled) {
       // Transposed trees (DecodeScoreTile): AVX-512 tiles of 4 rows x 4
       // keys, 2 x 8 or 1 x 16; AVX2 tiles of 2 x 2 or 1 x 4.
       std::size_t r = 0;
@@ -389,34 +427,36 @@ void RunDecode(const AttnArgs& a) {
       };
       if constexpr (kTileScores == 16) {
         for (; r + 4 <= rows; r += 4) {
-          DecodeScoreRowGroup<4, 4>(qp + r * dpad, dpad, kbase, kstride, d, kb,
-                                    S + r * B, B, on_keys);
+          DecodeScoreRowGroup<4, 4>(qp + r * dpad, dpad, kvr, d, kb, S + r * B,
+                                    B, kc, on_keys);
           first_group = false;
         }
         for (; r + 2 <= rows; r += 2) {
-          DecodeScoreRowGroup<2, 8>(qp + r * dpad, dpad, kbase, kstride, d, kb,
-                                    S + r * B, B, on_keys);
+          DecodeScoreRowGroup<2, 8>(qp + r * dpad, dpad, kvr, d, kb, S + r * B,
+                                    B, kc, on_keys);
           first_group = false;
         }
         for (; r < rows; ++r) {
-          DecodeScoreRowGroup<1, 16>(qp + r * dpad, dpad, kbase, kstride, d, kb,
-                                     S + r * B, B, on_keys);
+          DecodeScoreRowGroup<1, 16>(qp + r * dpad, dpad, kvr, d, kb, S + r * B,
+                                     B, kc, on_keys);
           first_group = false;
         }
       } else if constexpr (kTileScores == 4) {
         for (; r + 2 <= rows; r += 2) {
-          DecodeScoreRowGroup<2, 2>(qp + r * dpad, dpad, kbase, kstride, d, kb,
-                                    S + r * B, B, on_keys);
+          DecodeScoreRowGroup<2, 2>(qp + r * dpad, dpad, kvr, d, kb, S + r * B,
+                                    B, kc, on_keys);
           first_group = false;
         }
         for (; r < rows; ++r) {
-          DecodeScoreRowGroup<1, 4>(qp + r * dpad, dpad, kbase, kstride, d, kb,
-                                    S + r * B, B, on_keys);
+          DecodeScoreRowGroup<1, 4>(qp + r * dpad, dpad, kvr, d, kb, S + r * B,
+                                    B, kc, on_keys);
           first_group = false;
         }
       }
     } else {
       // Tiles of 4 rows x 2 keys, or 1 row x 4 keys.
+      const float* kbase = kv.k;
+      const std::size_t kstride = kv.k_stride;
       std::size_t j = 0;
       for (; j + 4 <= kb; j += 4) {
         const float* kr = kbase + j * kstride;
@@ -542,50 +582,69 @@ void RunDecode(const AttnArgs& a) {
       }
     }
 
-    const bool guard = any_masked && !AllFinite(vbase, vstride, kb, dv);
-    // O = alpha O + P V: tiles of 4 rows x 4 vectors of columns (V loaded
-    // once for 4 rows), then single rows; with the guard, row by row.
-    // Each row's alpha in every lane, for FlushVector.
-    HWY_ALIGN double alpha_lanes[detail::kDecodeMaxRows][hn::MaxLanes(DF())];
-    for (std::size_t r = 0; r < rows; ++r) {
-      for (std::size_t i = 0; i < N; ++i) alpha_lanes[r][i] = alpha[r];
-    }
-    auto flush = [&](const VF& acc, double* o, std::size_t row) {
-      FlushVector(acc, alpha_lanes[row], o);
-    };
-    std::size_t r = 0;
-    if (!guard) {
-      for (; r + 4 <= rows; r += 4) {
-        std::size_t c = 0;
-        for (; c + 4 * N <= dv; c += 4 * N) {
-          VF acc[4][4];
-          DecodeValues4(P + r * B, B, vbase, vstride, kb, c, acc);
-          for (std::size_t rr = 0; rr < 4; ++rr) {
-            for (std::size_t i = 0; i < 4; ++i) {
-              flush(acc[rr][i], od + (r + rr) * dv + c + i * N, r + rr);
+    // O = alpha O + P V. A block with a masked score whose values hold inf
+    // or NaN takes the guard (values read as float, widened first).
+    auto values = [&](const auto& vr, bool guard) {
+      // O = alpha O + P V: tiles of 4 rows x 4 vectors of columns (V loaded
+      // once for 4 rows), then single rows; with the guard, row by row.
+      // Each row's alpha in every lane, for FlushVector.
+      HWY_ALIGN double alpha_lanes[detail::kDecodeMaxRows][hn::MaxLanes(DF())];
+      for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t i = 0; i < N; ++i) alpha_lanes[r][i] = alpha[r];
+      }
+      auto flush = [&](const VF& acc, double* o, std::size_t row) {
+        FlushVector(acc, alpha_lanes[row], o);
+      };
+      std::size_t r = 0;
+      if (!guard) {
+        for (; r + 4 <= rows; r += 4) {
+          std::size_t c = 0;
+          for (; c + 4 * N <= dv; c += 4 * N) {
+            VF acc[4][4];
+            DecodeValues4(P + r * B, B, vr.v, vr.vs, kb, c, acc);
+            for (std::size_t rr = 0; rr < 4; ++rr) {
+              for (std::size_t i = 0; i < 4; ++i) {
+                flush(acc[rr][i], od + (r + rr) * dv + c + i * N, r + rr);
+              }
             }
           }
-        }
-        for (std::size_t rr = 0; rr < 4; ++rr) {
-          DecodeRowTail(
-              P + (r + rr) * B, S + (r + rr) * B, false, vbase, vstride, kb, c,
-              dv, od + (r + rr) * dv, alpha[r + rr],
-              [&](const VF& acc, double* o) { flush(acc, o, r + rr); });
+          for (std::size_t rr = 0; rr < 4; ++rr) {
+            DecodeRowTail(
+                P + (r + rr) * B, S + (r + rr) * B, false, vr.v, vr.vs, kb, c,
+                dv, od + (r + rr) * dv, alpha[r + rr],
+                [&](const VF& acc, double* o) { flush(acc, o, r + rr); });
+          }
         }
       }
-    }
-    for (; r < rows; ++r) {
-      const float* pr = P + r * B;
-      const float* sr = S + r * B;
-      double* o = od + r * dv;
-      std::size_t c = 0;
-      for (; c + 4 * N <= dv; c += 4 * N) {
-        VF acc[4];
-        DecodeValues<4>(pr, sr, guard, vbase, vstride, kb, c, acc);
-        for (std::size_t i = 0; i < 4; ++i) flush(acc[i], o + c + i * N, r);
+      for (; r < rows; ++r) {
+        const float* pr = P + r * B;
+        const float* sr = S + r * B;
+        double* o = od + r * dv;
+        std::size_t c = 0;
+        for (; c + 4 * N <= dv; c += 4 * N) {
+          VF acc[4];
+          DecodeValues<4>(pr, sr, guard, vr.v, vr.vs, kb, c, acc);
+          for (std::size_t i = 0; i < 4; ++i) flush(acc[i], o + c + i * N, r);
+        }
+        DecodeRowTail(pr, sr, guard, vr.v, vr.vs, kb, c, dv, o, alpha[r],
+                      [&](const VF& acc, double* o2) { flush(acc, o2, r); });
       }
-      DecodeRowTail(pr, sr, guard, vbase, vstride, kb, c, dv, o, alpha[r],
-                    [&](const VF& acc, double* o2) { flush(acc, o2, r); });
+    };
+    if (!any_masked) {
+      values(kvr, false);
+    } else if constexpr (kTiled && kStored) {
+      DecodeRows<float> vf;
+      for (std::size_t j = 0; j < kb; ++j) {
+        float* dst = vc + j * dv;
+        for (std::size_t c = 0; c < dv; c += N) {
+          hn::StoreU(LoadRow(df, kvr.v[j] + c, kvr.vs[j]), df, dst + c);
+        }
+        vf.v[j] = dst;
+        vf.vs[j] = 0.0f;
+      }
+      values(vf, !AllFiniteRows(vf.v, kb, dv));
+    } else {
+      values(kvr, !AllFiniteRows(kvr.v, kb, dv));
     }
   }
   for (std::size_t r = 0; r < rows; ++r) {
@@ -593,6 +652,25 @@ void RunDecode(const AttnArgs& a) {
     a.out_l[r] = nan[r] ? std::numeric_limits<double>::quiet_NaN() : l[r];
     std::memcpy(a.out_o + r * dv, od + r * dv, dv * sizeof(double));
   }
+}
+
+void RunDecode(const AttnArgs& a) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || \
+    HWY_TARGET == HWY_AVX2
+  if (a.d % 16 == 0 && a.dv % 16 == 0) {
+    switch (a.kv_type) {
+      case detail::kKvF16:
+        return RunDecodeT<hwy::float16_t, true>(a);
+      case detail::kKvBF16:
+        return RunDecodeT<hwy::bfloat16_t, true>(a);
+      case detail::kKvI8:
+        return RunDecodeT<std::int8_t, true>(a);
+      default:
+        return RunDecodeT<float, true>(a);
+    }
+  }
+#endif
+  RunDecodeT<float, false>(a);
 }
 
 }  // namespace attn

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "kernels/attention_args.h"
@@ -112,6 +113,88 @@ HWY_INLINE void WidenInt8(const std::int8_t* src, float scale, float* dst,
     hn::StoreU(hn::Mul(x, s), df, dst + i);
   }
   for (; i < n; ++i) dst[i] = detail::dequantize_int8(src[i], scale);
+}
+
+// The rows of one block of keys and values as the decode form reads them
+// on AVX2 and AVX-512: a pointer per key in its storage format T (float,
+// hwy::bfloat16_t, hwy::float16_t or std::int8_t) and, for int8, the row's
+// scale; LoadRow widens a vector of a row inside the compute loops with the
+// same bits as LoadBlock's widening pass (so there is no pass, and no
+// scratch written and read back).
+template <class T>
+struct DecodeRows {
+  const T* k[detail::kKeyTile];
+  const T* v[detail::kKeyTile];
+  float ks[detail::kKeyTile];
+  float vs[detail::kKeyTile];
+};
+
+template <class T>
+HWY_INLINE void FillDecodeRows(const AttnArgs& a, std::size_t j0,
+                               std::size_t kb, DecodeRows<T>& r) {
+  for (std::size_t j = 0; j < kb; ++j) {
+    r.k[j] = static_cast<const T*>(KeyRow(a, j0 + j));
+    r.v[j] = static_cast<const T*>(ValueRow(a, j0 + j));
+  }
+  if constexpr (std::is_same_v<T, std::int8_t>) {
+    for (std::size_t j = 0; j < kb; ++j) {
+      r.ks[j] = KeyScale(a, j0 + j);
+      r.vs[j] = ValueScale(a, j0 + j);
+    }
+  }
+}
+
+template <class D>
+HWY_INLINE hn::Vec<D> LoadRow(D d, const float* HWY_RESTRICT p, float) {
+  return hn::LoadU(d, p);
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadRow(D d, const hwy::bfloat16_t* HWY_RESTRICT p,
+                              float) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::Rebind<std::uint16_t, D> d16;
+  const auto w = hn::PromoteTo(
+      du, hn::LoadU(d16, reinterpret_cast<const std::uint16_t*>(p)));
+  return hn::BitCast(d, hn::ShiftLeft<16>(w));
+}
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || \
+    HWY_TARGET == HWY_AVX3_DL
+// F16C: exact, infinities and NaN included (see Widen).
+template <class D>
+HWY_INLINE hn::Vec<D> LoadRow(D d, const hwy::float16_t* HWY_RESTRICT p,
+                              float) {
+  const hn::Rebind<hwy::float16_t, D> dh;
+  return hn::PromoteTo(d, hn::LoadU(dh, p));
+}
+#endif
+template <class D>
+HWY_INLINE hn::Vec<D> LoadRow(D d, const std::int8_t* HWY_RESTRICT p,
+                              float scale) {
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<std::int8_t, D> d8;
+  return hn::Mul(hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, p))),
+                 hn::Set(d, scale));
+}
+
+// Element c of a row, widened as LoadRow does (the scalar tails).
+HWY_INLINE float RowElement(const float* p, std::size_t c, float) {
+  return p[c];
+}
+HWY_INLINE float RowElement(const hwy::bfloat16_t* p, std::size_t c, float) {
+  std::uint16_t b;
+  std::memcpy(&b, p + c, 2);
+  const std::uint32_t w = static_cast<std::uint32_t>(b) << 16;
+  float x;
+  std::memcpy(&x, &w, 4);
+  return x;
+}
+HWY_INLINE float RowElement(const hwy::float16_t* p, std::size_t c, float) {
+  std::uint16_t b;
+  std::memcpy(&b, p + c, 2);
+  return ::softdot::to_float(Float16{b});
+}
+HWY_INLINE float RowElement(const std::int8_t* p, std::size_t c, float scale) {
+  return detail::dequantize_int8(p[c], scale);
 }
 
 // The float rows of one block of keys and values: the caller's memory for

@@ -501,6 +501,45 @@ std::uint64_t hash_attention_decode() {
   return h.h;
 }
 
+// int8 K/V in the decode form at d = 128 (widened inside the AVX2 and
+// AVX-512 loops since issue 13; recorded with the widening pass before it):
+// 4 and 16 rows per KV head, causal with a window.
+std::uint64_t hash_attention_decode_int8() {
+  Hash h;
+  Gen g(80);
+  const std::size_t Hkv = 2, d = 128, n_kv = 300;
+  const auto kf = g.vec<float>(Hkv * n_kv * d, 2);
+  const auto vf = g.vec<float>(Hkv * n_kv * d, 3);
+  std::vector<std::int8_t> k8(kf.size()), v8(vf.size());
+  std::vector<float> ks(Hkv * n_kv), vs(Hkv * n_kv);
+  softdot::quantize_kv(TensorView<const float>(kf.data(), 1, Hkv, n_kv, d),
+                       TensorView<std::int8_t>(k8.data(), 1, Hkv, n_kv, d),
+                       TensorView<float>(ks.data(), 1, Hkv, n_kv, 1));
+  softdot::quantize_kv(TensorView<const float>(vf.data(), 1, Hkv, n_kv, d),
+                       TensorView<std::int8_t>(v8.data(), 1, Hkv, n_kv, d),
+                       TensorView<float>(vs.data(), 1, Hkv, n_kv, 1));
+  const softdot::Int8KV k{
+      TensorView<const std::int8_t>(k8.data(), 1, Hkv, n_kv, d),
+      TensorView<const float>(ks.data(), 1, Hkv, n_kv, 1)};
+  const softdot::Int8KV v{
+      TensorView<const std::int8_t>(v8.data(), 1, Hkv, n_kv, d),
+      TensorView<const float>(vs.data(), 1, Hkv, n_kv, 1)};
+  for (std::size_t n_q : {std::size_t(1), std::size_t(4)}) {
+    const std::size_t H = 8;
+    const auto q = g.vec<float>(H * n_q * d, 2);
+    AttentionOptions o;
+    o.causal = true;
+    o.window_left = 200;
+    std::vector<float> out(H * n_q * d), lse(H * n_q);
+    softdot::attention(TensorView<const float>(q.data(), 1, H, n_q, d), k, v,
+                       TensorView<float>(out.data(), 1, H, n_q, d), o,
+                       lse.data());
+    h.add(out);
+    h.add(lse);
+  }
+  return h.h;
+}
+
 std::uint64_t hash_conversions() {
   Hash h;
   for (std::uint32_t b = 0; b < 65536; ++b) {
@@ -544,6 +583,8 @@ Table hashes_now() {
       {"int8", hash_int8()},
       {"attention decode f32", hash_attention_decode<float>()},
       {"attention decode bf16", hash_attention_decode<BFloat16>()},
+      {"attention decode f16", hash_attention_decode<Float16>()},
+      {"attention decode int8", hash_attention_decode_int8()},
   };
 }
 
@@ -581,6 +622,8 @@ const Golden kGolden[] = {
     {"FMA", "int8", 0xd61f7faa5b22642cull},
     {"FMA", "attention decode f32", 0xa48dae7be01ac860ull},
     {"FMA", "attention decode bf16", 0x8cadc63ca4eb69c8ull},
+    {"FMA", "attention decode f16", 0x1e23c1eee138c275ull},
+    {"FMA", "attention decode int8", 0xb66b4384efb4092dull},
     {"SSE4", "attention bf16", 0xfcd069685e985affull},
     {"SSE4", "attention f16", 0x9efb4d122be1c0dfull},
     {"SSE4", "attention f32", 0xbd8c1f44037d1cccull},
@@ -602,6 +645,8 @@ const Golden kGolden[] = {
     {"SSE4", "int8", 0xc71773428b6f35d8ull},
     {"SSE4", "attention decode f32", 0x55e26baa4b7db08dull},
     {"SSE4", "attention decode bf16", 0x01dd889889dec56bull},
+    {"SSE4", "attention decode f16", 0x5f4b9eda4005d338ull},
+    {"SSE4", "attention decode int8", 0x3ba7af7a8d0b8d0aull},
     {"SSSE3", "attention bf16", 0xfcd069685e985affull},
     {"SSSE3", "attention f16", 0x9efb4d122be1c0dfull},
     {"SSSE3", "attention f32", 0xbd8c1f44037d1cccull},
@@ -623,6 +668,8 @@ const Golden kGolden[] = {
     {"SSSE3", "int8", 0xc71773428b6f35d8ull},
     {"SSSE3", "attention decode f32", 0x55e26baa4b7db08dull},
     {"SSSE3", "attention decode bf16", 0x01dd889889dec56bull},
+    {"SSSE3", "attention decode f16", 0x5f4b9eda4005d338ull},
+    {"SSSE3", "attention decode int8", 0x3ba7af7a8d0b8d0aull},
     {"SCALAR", "attention bf16", 0xfcd069685e985affull},
     {"SCALAR", "attention f16", 0x9efb4d122be1c0dfull},
     {"SCALAR", "attention f32", 0xbd8c1f44037d1cccull},
@@ -644,6 +691,8 @@ const Golden kGolden[] = {
     {"SCALAR", "int8", 0xc71773428b6f35d8ull},
     {"SCALAR", "attention decode f32", 0x55e26baa4b7db08dull},
     {"SCALAR", "attention decode bf16", 0x01dd889889dec56bull},
+    {"SCALAR", "attention decode f16", 0x5f4b9eda4005d338ull},
+    {"SCALAR", "attention decode int8", 0x3ba7af7a8d0b8d0aull},
 };
 
 std::string target_class(const std::string& target) {
