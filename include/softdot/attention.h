@@ -146,7 +146,8 @@ struct Int8KV {
 };
 
 // Quantises float rows for Int8KV: for each row (b, h, j),
-//   scale = max_c |x_c| / 127 (rounded to float),
+//   scale = max_c |x_c| / 127 (rounded to float; when that is below
+//           2^-126, the smallest float with 127 scale >= max_c |x_c|),
 //   values_c = round(x_c / scale) (to nearest, ties away from zero),
 // so |values_c| <= 127 and |scale values_c - x_c| <= (0.5 + 2^-15) scale; a
 // row of zeros gets scale 0 and values 0. values has x's shape, scales

@@ -1,6 +1,8 @@
 // Attention tests: int8 K/V (Int8KV) and quantize_kv: the quantisation
 // bound, and every attention function on int8 equal, bit for bit, to the same
 // function on float K/V holding the dequantised values, on every target.
+#include <limits>
+
 #include "attention_plan.h"
 #include "attention_test_util.h"
 
@@ -37,7 +39,7 @@ Quantized quantize(const Tensor<float>& x, std::size_t pad) {
 // +-127, zero rows get scale 0.
 TEST(AttentionInt8, QuantizeKvBound) {
   std::mt19937_64 rng(77);
-  for (double range : {1.0, 1e-3, 1e6, 1e-38}) {
+  for (double range : {1.0, 1e-3, 1e6, 1e-38, 1e-41, 1e-43}) {
     std::uniform_real_distribution<double> u(-range, range);
     Tensor<float> x(2, 3, 40, 67, 1, kNaNF);
     x.for_each([&](float& v) { v = float(u(rng)); });
@@ -55,13 +57,23 @@ TEST(AttentionInt8, QuantizeKvBound) {
             amax = std::max(amax, std::fabs(x.at(b, h, j, c)));
             qmax = std::max(qmax, std::abs(int(qz.q.at(b, h, j, c))));
           }
-          ASSERT_EQ(s, amax / 127.0f) << b << h << j;
+          const float nearest = amax / 127.0f;
           if (amax == 0) {
+            ASSERT_EQ(s, 0.0f);
             for (std::size_t c = 0; c < 67; ++c)
               ASSERT_EQ(qz.q.at(b, h, j, c), 0);
             continue;
           }
-          ASSERT_EQ(qmax, 127) << "the largest |x| maps to 127";
+          if (nearest >= std::numeric_limits<float>::min()) {
+            ASSERT_EQ(s, nearest) << b << h << j;
+            ASSERT_EQ(qmax, 127) << "the largest |x| maps to 127";
+          } else {
+            // Subnormal: the smallest float with 127 s >= amax.
+            ASSERT_GE(double(s) * 127.0, double(amax)) << b << h << j;
+            ASSERT_LT(double(std::nextafter(s, 0.0f)) * 127.0, double(amax))
+                << b << h << j;
+            ASSERT_LE(qmax, 127);
+          }
           for (std::size_t c = 0; c < 67; ++c) {
             const double err = std::fabs(double(qz.deq.at(b, h, j, c)) -
                                          double(x.at(b, h, j, c)));
@@ -76,6 +88,36 @@ TEST(AttentionInt8, QuantizeKvBound) {
     // The scales' padding (NaN) is untouched.
     EXPECT_TRUE(padding_intact(qz.scales, kNaNF));
   }
+}
+
+// Rows whose scale is subnormal or would round to 0 (found by the Python
+// tests): [3, 1] 2^-149 gave scale 0 and values [127, 127]; a row of
+// maximum 10334 2^-149 gave an error of 0.58 scale.
+TEST(AttentionInt8, QuantizeKvTinyRows) {
+  const float t = 0x1p-149f;
+  const float rows[3][2] = {{3 * t, t}, {10334 * t, -5000 * t}, {-t, 0.0f}};
+  for (const auto& row : rows) {
+    std::int8_t q[2] = {99, 99};
+    float s = -1.0f;
+    softdot::quantize_kv(TensorView<const float>(row, 1, 1, 1, 2),
+                         TensorView<std::int8_t>(q, 1, 1, 1, 2),
+                         TensorView<float>(&s, 1, 1, 1, 1));
+    EXPECT_GT(s, 0.0f);
+    for (int c = 0; c < 2; ++c) {
+      const double err = std::fabs(double(float(q[c]) * s) - double(row[c]));
+      EXPECT_LE(err, (0.5 + 0x1p-15) * double(s))
+          << row[c] << " -> " << int(q[c]) << " x " << s;
+    }
+  }
+  // The first: scale 2^-149 (3/127 rounds up to it), values exact.
+  std::int8_t q[2];
+  float s;
+  softdot::quantize_kv(TensorView<const float>(rows[0], 1, 1, 1, 2),
+                       TensorView<std::int8_t>(q, 1, 1, 1, 2),
+                       TensorView<float>(&s, 1, 1, 1, 1));
+  EXPECT_EQ(s, t);
+  EXPECT_EQ(q[0], 3);
+  EXPECT_EQ(q[1], 1);
 }
 
 TEST(AttentionInt8, QuantizeKvErrorsWriteNothing) {
