@@ -18,16 +18,31 @@
 //                         against attention in double, max_c |O - exact| / W
 //                         (attention_util.h); above 1e-4 the benchmark fails.
 //
-// Decode, n_q = 1, 8 query heads on 2 KV heads (grouped-query), d = d_v =
-// 128, Q float, K and V float32, bfloat16 or float16, n_kv in {4096, 65536}:
-//   BM_attention_decode_{f32,bf16,f16}_{1thread,2threads}/<n_kv>
-// Each call reads the next copy of K and V in an arena of 512 MiB (KvArena),
-// so K and V come from DRAM, not cache. Counters:
-//   GB/s           bytes of K and V per second (2 * 2 * n_kv * 128 * size);
+// Decode, d = d_v = 128, Q float32, K and V float32, float16, bfloat16 or
+// int8 (Int8KV from softdot::quantize_kv of uniform float data), causal
+// (bottom-right: no mask at n_q = 1):
+//   BM_attention_decode_{f32,bf16,f16,int8}_{1thread,2threads}/<n_kv>
+//     n_q = 1, 8 query heads on 2 KV heads, batch 1, n_kv in {4096, 65536}
+//     (the default run);
+//   BM_decode_sweep/<f32|f16|bf16|int8>/H<heads>_<kv_heads>/nq<n_q>/B<batch>/
+//     nkv<n_kv>/<1thread|2threads>
+//     the decode issue's shapes, run only when a filter names them
+//     (scripts/decode_table.sh): heads 32/8 and 8/2, n_q 1 and 4, batch 1
+//     and 8, n_kv 4096, 32768 and 131072.
+// Each call reads the next copy of K and V in an arena (DecodeArena) that
+// spans at least max(512 MiB, 2 x L3), so K and V come from DRAM, not cache;
+// memory is capped at SOFTDOT_BENCH_MAX_GIB (default 5) GiB and a case whose
+// two copies exceed it is skipped with a message (float32, float16 and
+// bfloat16 at 8 KV heads, batch 8, n_kv 131072). Counters:
+//   GB/s           bytes of K and V per second (float: 2 B H_kv n_kv 128 size;
+//                  int8: 2 B H_kv n_kv (128 + 4), the values and the scales);
 //   roofline_GB/s  a read-only vectorized pass (ReadSum) walking through the
 //                  same arena, the same bytes per call, on as many threads;
 //   of_roofline    GB/s / roofline_GB/s;
-//   rel_err        every head of copy 0 against double (K and V widened).
+//   rel_err        rows of batches 0 and B - 1, query heads 0, H/2 + 1 and
+//                  H - 1, every query row, of copy 0 against double (K and V
+//                  widened; int8: the dequantised values, which attention
+//                  computes with exactly); above 1e-4 the benchmark fails.
 //
 // A 2-thread benchmark whose affinity mask (taskset) has one CPU is skipped
 // with an error: its threads would only take turns (scripts/bench.sh pins
