@@ -349,7 +349,9 @@ class DecodeArena {
         const std::size_t c = unit / (2 * blocks), kv = unit / blocks % 2,
                           b = unit % blocks;
         const std::size_t r0 = b * kBlock, nr = std::min(kBlock, rows - r0);
-        FillUniform(x.data(), nr * kHeadDim, 1000 + unit);
+        // FillUniform's streams for seeds s and s + 1 are one element
+        // apart: seeds 2^24 apart give disjoint streams of 2^24 elements.
+        FillUniform(x.data(), nr * kHeadDim, (unit + 1) << 24);
         char* copy = base + c * stride_;
         auto* values =
             reinterpret_cast<std::int8_t*>(copy) + (kv * rows + r0) * kHeadDim;
