@@ -34,7 +34,10 @@ do; it reads about 3.9x as many bytes); OpenVINO takes the int8 values and the
 scales as inputs and dequantises them (Convert, Multiply) in front of its
 SDPA: its CPU plugin's own u8 KV cache (KV_CACHE_PRECISION) is the internal
 state of a stateful model, which a model taking K and V as inputs cannot
-use; torch matmul and ONNX Runtime are not run on int8.
+use; torch matmul is not run on int8, nor ONNX Runtime: its GroupQueryAttention
+takes an int8 cache (k_quant_type) only with one scale per tensor or per
+channel, another format than quantize_kv's one scale per token. The torch row
+is named "torch SDPA (dequantised f32)" in the table.
 Decode is causal bottom-right (the n_q new tokens are the last positions; for
 n_q = 1 that is no mask). K and V come from memory: each call reads the next
 of several copies of K and V filling an arena of at least 2 x the last-level
@@ -364,8 +367,9 @@ def run_ort(c, q, kv, env):
     B, Hq, Hkv, L, S, E = (c[x] for x in ("B", "Hq", "Hkv", "L", "S", "E"))
     dt = c["dtype"]
     if dt == "int8":
-        raise Skip("int8 K/V: not tried (no int8 K/V attention of ORT's CPU contrib ops "
-                   "set up here)")
+        raise Skip("int8 K/V: GroupQueryAttention's int8 cache (k_quant_type, v_quant_type) "
+                   "has one scale per tensor or per channel, not one per token as "
+                   "quantize_kv's: another format, not run")
     tp = {"f32": TP.FLOAT, "f16": TP.FLOAT16, "bf16": TP.BFLOAT16}[dt]
     npd = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}[dt]
     vi = helper.make_tensor_value_info
@@ -610,6 +614,8 @@ def child(args) -> dict:
         ref = None
         for name in IMPLS:
             r = {"case": c, "impl": name, "copies": len(kv)}
+            if name == "torch SDPA" and c["dtype"] == "int8":
+                r["impl"] = "torch SDPA (dequantised f32)"  # a reference, not a peer
             try:
                 f, get, r["note"] = RUNNERS[name](c, q, kv, env)
                 f(0)
