@@ -7,7 +7,8 @@ OpenVINO, side by side in one process per thread count.
 
 Implementations (all on the same arrays, one after another for each case):
   softdot        softdot.scaled_dot_product_attention (Q float32; K, V float32,
-                 float16 or bfloat16; output float32);
+                 float16, bfloat16, or int8 as (values, scales) pairs from
+                 softdot.quantize_kv; output float32);
   torch SDPA     torch.nn.functional.scaled_dot_product_attention, enable_gqa=True
                  when the heads differ (torch needs one dtype: Q, K, V and the
                  output are all 16-bit in the 16-bit cases);
@@ -24,6 +25,19 @@ Implementations (all on the same arrays, one after another for each case):
                  a Convert to f32), compiled for CPU with INFERENCE_NUM_THREADS
                  and INFERENCE_PRECISION_HINT=f32 (no silent bf16); GQA as for
                  torch matmul.
+int8 decode (K, V quantised by softdot.quantize_kv: int8 values and one float32
+scale per row; the bytes counted are the values plus the scales): no peer here
+reads int8 K and V inside its attention kernel from Python. torch SDPA runs on
+the dequantised float32 K and V (scale * value), a reference point labelled as
+such (its K+V GB/s divides the int8 bytes by its time, so it compares as times
+do; it reads about 3.9x as many bytes); OpenVINO takes the int8 values and the
+scales as inputs and dequantises them (Convert, Multiply) in front of its
+SDPA: its CPU plugin's own u8 KV cache (KV_CACHE_PRECISION) is the internal
+state of a stateful model, which a model taking K and V as inputs cannot
+use; torch matmul is not run on int8, nor ONNX Runtime: its GroupQueryAttention
+takes an int8 cache (k_quant_type) only with one scale per tensor or per
+channel, another format than quantize_kv's one scale per token. The torch row
+is named "torch SDPA (dequantised f32)" in the table.
 Decode is causal bottom-right (the n_q new tokens are the last positions; for
 n_q = 1 that is no mask). K and V come from memory: each call reads the next
 of several copies of K and V filling an arena of at least 2 x the last-level
@@ -64,7 +78,13 @@ AVX2_ENV = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
             "NPY_DISABLE_CPU_FEATURES": "AVX512F AVX512CD AVX512_SKX AVX512_CLX AVX512_CNL "
                                         "AVX512_ICL AVX512_SPR"}
 IMPLS = ["softdot", "torch SDPA", "torch matmul", "ONNX Runtime", "OpenVINO"]
-ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2}
+ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "int8": 1}
+
+
+def kv_bytes(c) -> int:
+    """Bytes of K and V of case c (int8: the values and the float32 scales)."""
+    rows = c["B"] * c["Hkv"] * c["S"]
+    return 2 * rows * (c["E"] * ITEMSIZE[c["dtype"]] + (4 if c["dtype"] == "int8" else 0))
 
 
 class Skip(Exception):
@@ -100,7 +120,7 @@ def l3_bytes() -> int:
 
 def cases(quick: bool) -> list:
     out = []
-    for dt in ("f32", "bf16", "f16"):
+    for dt in ("f32", "bf16", "f16", "int8"):
         for hq, hkv in ((32, 8), (8, 2)):
             for b in (1, 8):
                 for nq in (1, 4):
@@ -165,6 +185,8 @@ class Arenas:
 
     def get(self, dt):
         import numpy as np
+        if dt == "int8":
+            return self.get_int8()
         if dt not in self.data:
             store = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}[dt]
             a = np.empty(self.nbytes // ITEMSIZE[dt], store)
@@ -179,11 +201,37 @@ class Arenas:
             self.data[dt] = a
         return self.data[dt]
 
+    def get_int8(self, e: int = 128):
+        """(values, scales): int8 [rows, e] and float32 [rows, 1] from
+        softdot.quantize_kv of N(0, 1) rows, rows = nbytes // (e + 4)."""
+        import numpy as np
+        import softdot
+        if "int8" not in self.data:
+            rows = self.nbytes // (e + 4)
+            values = np.empty((rows, e), np.int8)
+            scales = np.empty((rows, 1), np.float32)
+            rng = np.random.default_rng(self.seed)
+            step = (1 << 24) // e
+            for r in range(0, rows, step):
+                x = rng.standard_normal((min(step, rows - r), e), dtype=np.float32)
+                softdot.quantize_kv(x, out=(values[r:r + x.shape[0]], scales[r:r + x.shape[0]]))
+            self.data["int8"] = (values, scales)
+        return self.data["int8"]
+
     def kv(self, c):
-        """[(K, V)] copies for case c, as many as fit (at least 2)."""
+        """[(K, V)] copies for case c, as many as fit (at least 2); int8: K
+        and V are (values, scales) pairs."""
+        shape = (c["B"], c["Hkv"], c["S"], c["E"])
+        if c["dtype"] == "int8":
+            values, scales = self.get_int8(c["E"])
+            n = c["B"] * c["Hkv"] * c["S"]
+            copies = max(1, values.shape[0] // (2 * n))
+            pair = [(values[j * n:(j + 1) * n].reshape(shape),
+                     scales[j * n:(j + 1) * n].reshape(shape[:3] + (1,)))
+                    for j in range(2 * copies)]
+            return [(pair[2 * j], pair[2 * j + 1]) for j in range(copies)]
         a = self.get(c["dtype"])
         n = c["B"] * c["Hkv"] * c["S"] * c["E"]
-        shape = (c["B"], c["Hkv"], c["S"], c["E"])
         copies = max(1, a.size // (2 * n))
         return [(a[2 * j * n:(2 * j + 1) * n].reshape(shape),
                  a[(2 * j + 1) * n:(2 * j + 2) * n].reshape(shape)) for j in range(copies)]
@@ -219,10 +267,29 @@ def run_softdot(c, q, kv, env):
     return f, lambda: out, ""
 
 
+def dequantised(c, kv, env):
+    """int8 copies as float32 (scale * value): as many as span twice the
+    last-level cache (at least 2, or 1 when one copy alone is larger),
+    Skip past --max-dequant-gib."""
+    import numpy as np
+    one = 2 * c["B"] * c["Hkv"] * c["S"] * c["E"] * 4
+    want = max(1 if one >= 2 * env["l3"] else 2, math.ceil(2 * env["l3"] / one))
+    copies = min(len(kv), want)
+    if copies * one > env["max_dequant"]:
+        raise Skip(f"the dequantised float32 K, V would take {copies * one / 2**30:.1f} GiB "
+                   f"(--max-dequant-gib)")
+    return [tuple(vs[0].astype(np.float32) * vs[1] for vs in pair) for pair in kv[:copies]]
+
+
 def run_torch_sdpa(c, q, kv, env):
     import torch
     import torch.nn.functional as F
     dt = c["dtype"]
+    note = "Q, K, V, out all 16-bit" if dt in ("f16", "bf16") else ""
+    if dt == "int8":
+        kv, dt = dequantised(c, kv, env), "f32"
+        note = (f"int8: on the dequantised float32 K, V ({len(kv)} copies), a reference "
+                "point, not an int8 kernel")
     tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dt]
     tq = torch.from_numpy(q).to(tdt)
     tkv = [(as_torch(k, dt), as_torch(v, dt)) for k, v in kv]
@@ -238,13 +305,15 @@ def run_torch_sdpa(c, q, kv, env):
         k, v = tkv[i % len(tkv)]
         res[0] = F.scaled_dot_product_attention(tq, k, v, attn_mask=mask, is_causal=is_causal,
                                                 **gqa)
-    return f, lambda: res[0].float().numpy(), ("Q, K, V, out all 16-bit" if dt != "f32" else "")
+    return f, lambda: res[0].float().numpy(), note
 
 
 def run_torch_matmul(c, q, kv, env):
     import torch
     B, Hq, Hkv, L, S, E = (c[x] for x in ("B", "Hq", "Hkv", "L", "S", "E"))
     G = Hq // Hkv
+    if c["dtype"] == "int8":
+        raise Skip("int8: not run (torch SDPA gives the dequantised float32 reference)")
     if B * Hq * L * S * 4 > env["max_scores"]:
         raise Skip(f"the scores would take {B * Hq * L * S * 4 / 2**30:.0f} GiB "
                    f"(--max-scores-gib)")
@@ -297,6 +366,10 @@ def run_ort(c, q, kv, env):
     from onnx import helper
     B, Hq, Hkv, L, S, E = (c[x] for x in ("B", "Hq", "Hkv", "L", "S", "E"))
     dt = c["dtype"]
+    if dt == "int8":
+        raise Skip("int8 K/V: GroupQueryAttention's int8 cache (k_quant_type, v_quant_type) "
+                   "has one scale per tensor or per channel, not one per token as "
+                   "quantize_kv's: another format, not run")
     tp = {"f32": TP.FLOAT, "f16": TP.FLOAT16, "bf16": TP.BFLOAT16}[dt]
     npd = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}[dt]
     vi = helper.make_tensor_value_info
@@ -419,10 +492,19 @@ def run_openvino(c, q, kv, env):
     B, Hq, Hkv, L, S, E = (c[x] for x in ("B", "Hq", "Hkv", "L", "S", "E"))
     G = Hq // Hkv
     dt = c["dtype"]
-    t = {"f32": ov.Type.f32, "f16": ov.Type.f16, "bf16": ov.Type.bf16}[dt]
+    t = {"f32": ov.Type.f32, "f16": ov.Type.f16, "bf16": ov.Type.bf16, "int8": ov.Type.i8}[dt]
     pq = ops.parameter([B, Hkv, G * L, E], ov.Type.f32, name="q")
     pk, pv = (ops.parameter([B, Hkv, S, E], t, name=n) for n in "kv")
-    k, v = (pk, pv) if dt == "f32" else (ops.convert(pk, ov.Type.f32), ops.convert(pv, ov.Type.f32))
+    params = [pq, pk, pv]
+    if dt == "int8":  # scale * value, rounded once to f32: softdot's dequantised value
+        pks, pvs = (ops.parameter([B, Hkv, S, 1], ov.Type.f32, name=n) for n in ("ks", "vs"))
+        params += [pks, pvs]
+        k = ops.multiply(ops.convert(pk, ov.Type.f32), pks)
+        v = ops.multiply(ops.convert(pv, ov.Type.f32), pvs)
+    elif dt == "f32":
+        k, v = pk, pv
+    else:
+        k, v = ops.convert(pk, ov.Type.f32), ops.convert(pv, ov.Type.f32)
     if c["kind"] == "prefill":
         o = ops.scaled_dot_product_attention(pq, k, v, causal=c["causal"])
     elif c["causal"] and L > 1:
@@ -431,7 +513,7 @@ def run_openvino(c, q, kv, env):
         o = ops.scaled_dot_product_attention(pq, k, v)
     cfg = {"INFERENCE_NUM_THREADS": env["threads"], "INFERENCE_PRECISION_HINT": "f32",
            "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
-    compiled = ov.Core().compile_model(ov.Model([o], [pq, pk, pv], "sdpa"), "CPU", cfg)
+    compiled = ov.Core().compile_model(ov.Model([o], params, "sdpa"), "CPU", cfg)
     assert str(compiled.get_property("INFERENCE_PRECISION_HINT")) in ("<Type: 'float32'>", "f32")
     req = compiled.create_infer_request()
 
@@ -439,7 +521,11 @@ def run_openvino(c, q, kv, env):
         return (ov.Tensor(a, list(a.shape), ov.Type.bf16) if dt == "bf16"
                 else ov.Tensor(a, shared_memory=True))
     tq = ov.Tensor(np.ascontiguousarray(q.reshape(B, Hkv, G * L, E)), shared_memory=True)
-    feeds = [{"q": tq, "k": tensor(k_), "v": tensor(v_)} for k_, v_ in kv]
+    if dt == "int8":
+        feeds = [{"q": tq, "k": tensor(k_[0]), "v": tensor(v_[0]), "ks": tensor(k_[1]),
+                  "vs": tensor(v_[1])} for k_, v_ in kv]
+    else:
+        feeds = [{"q": tq, "k": tensor(k_), "v": tensor(v_)} for k_, v_ in kv]
 
     def f(i):
         req.infer(feeds[i % len(feeds)], share_inputs=True)
@@ -451,7 +537,8 @@ def run_openvino(c, q, kv, env):
             layers.add(kind + ("" if prim.startswith("unknown") else f" ({prim})"))
     layers = sorted(layers)
     note = ("ScaledDotProductAttention (opset13), f32 hint; CPU graph: " + ", ".join(layers)
-            + ("; K, V converted to f32" if dt != "f32" else ""))
+            + ("; int8 K, V and scales as inputs, Convert + Multiply to f32 in front"
+               if dt == "int8" else "; K, V converted to f32" if dt != "f32" else ""))
     return f, lambda: req.get_output_tensor(0).data.reshape(B, Hq, L, E).copy(), note
 
 
@@ -488,12 +575,12 @@ def child(args) -> dict:
     torch.set_num_threads(th)
     if args.target:
         softdot.force_simd_target(args.target)
-    env = {"threads": th, "max_scores": args.max_scores_gib * 2**30, "ort_op": args.ort_op}
+    env = {"threads": th, "max_scores": args.max_scores_gib * 2**30, "ort_op": args.ort_op,
+           "max_dequant": args.max_dequant_gib * 2**30, "l3": l3_bytes()}
     mt = 0.05 if args.quick else 0.1
     todo = [c for c in cases(args.quick) if re.search(args.filter, c["label"])]
-    decode_bytes = [2 * c["B"] * c["Hkv"] * c["S"] * c["E"] * ITEMSIZE[c["dtype"]]
-                    for c in todo if c["kind"] == "decode"]
-    l3 = l3_bytes()
+    decode_bytes = [kv_bytes(c) for c in todo if c["kind"] == "decode"]
+    l3 = env["l3"]
     arena_bytes = max([2 * l3] + [2 * b for b in decode_bytes])
     arenas = Arenas(arena_bytes)
     header = {"cpu": cpu_model(), "l3_bytes": l3, "arena_bytes": arena_bytes,
@@ -520,13 +607,15 @@ def child(args) -> dict:
         else:
             kv = Arenas(2 * c["B"] * c["Hkv"] * c["S"] * c["E"] * ITEMSIZE[c["dtype"]],
                         seed=3).kv(c)
-        kv_bytes = 2 * c["B"] * c["Hkv"] * c["S"] * c["E"] * ITEMSIZE[c["dtype"]]
+        nbytes = kv_bytes(c)
         flops = 4.0 * c["B"] * c["Hq"] * c["L"] * c["S"] * c["E"]
         if c["kind"] == "prefill" and c["causal"]:
             flops /= 2
         ref = None
         for name in IMPLS:
             r = {"case": c, "impl": name, "copies": len(kv)}
+            if name == "torch SDPA" and c["dtype"] == "int8":
+                r["impl"] = "torch SDPA (dequantised f32)"  # a reference, not a peer
             try:
                 f, get, r["note"] = RUNNERS[name](c, q, kv, env)
                 f(0)
@@ -535,10 +624,10 @@ def child(args) -> dict:
                     ref = o.copy()
                 r["max_abs_diff"] = float(np.max(np.abs(o - ref)))
                 r["seconds"] = t = best_time(f, mt)
-                r["kv_gbs"] = kv_bytes / t / 1e9
+                r["kv_gbs"] = nbytes / t / 1e9
                 r["gflops"] = flops / t / 1e9
                 if roof and c["kind"] == "decode":
-                    r["of_roofline"] = kv_bytes / t / roof
+                    r["of_roofline"] = nbytes / t / roof
                 if run["sgemm_gflops"] and c["kind"] == "prefill":
                     r["of_sgemm"] = r["gflops"] / run["sgemm_gflops"]
             except Skip as e:
@@ -563,6 +652,9 @@ def main() -> None:
                          "numpy to AVX2 too; default $SOFTDOT_BENCH_TARGET")
     ap.add_argument("--max-scores-gib", type=float, default=4.0,
                     help="skip paths that materialise more scores than this (default 4)")
+    ap.add_argument("--max-dequant-gib", type=float, default=4.0,
+                    help="int8 cases: skip torch SDPA on the dequantised float32 K, V past "
+                         "this (default 4)")
     ap.add_argument("--ort-op", choices=["contrib", "matmul"], default="contrib",
                     help="ONNX Runtime graph (matmul: the MatMul+Softmax+MatMul fallback)")
     ap.add_argument("--json", help="also write the raw figures to this file")
@@ -582,7 +674,8 @@ def main() -> None:
             if args.target.upper() == "AVX2":
                 env.update(AVX2_ENV)
         cmd = [sys.executable, os.path.abspath(__file__), "--child", str(th), "--filter",
-               args.filter, "--max-scores-gib", str(args.max_scores_gib), "--ort-op", args.ort_op]
+               args.filter, "--max-scores-gib", str(args.max_scores_gib),
+               "--max-dequant-gib", str(args.max_dequant_gib), "--ort-op", args.ort_op]
         cmd += (["--quick"] if args.quick else []) + (["--target", args.target] if args.target else [])
         res = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True)
         out = json.loads(res.stdout.strip().splitlines()[-1])

@@ -15,7 +15,8 @@ import math
 import sys
 
 COLORS = {"softdot": "#d62728", "torch SDPA": "#1f77b4", "torch matmul": "#8c564b",
-          "ONNX Runtime": "#2ca02c", "OpenVINO": "#9467bd"}
+          "ONNX Runtime": "#2ca02c", "OpenVINO": "#9467bd",
+          "torch SDPA (dequantised f32)": "#17becf"}  # int8 cases: a reference
 
 
 def esc(text) -> str:
