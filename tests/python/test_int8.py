@@ -33,6 +33,10 @@ def quantize_ref(x):
     amax = np.max(np.abs(x), axis=-1, keepdims=True)
     scale = amax / np.float32(127)
     assert scale.dtype == np.float32
+    # Below 2^-126: the smallest float32 with 127 * scale >= max|x|.
+    tiny = np.finfo(np.float32).tiny
+    up = (scale < tiny) & (scale.astype(np.float64) * 127 < amax.astype(np.float64))
+    scale = np.where(up, np.nextafter(scale, np.float32(np.inf)), scale).astype(np.float32)
     safe = np.where(scale > 0, scale, np.float32(1))
     t = (x / safe).astype(np.float64)  # float32 quotient, exact in float64
     r = np.sign(t) * np.floor(np.abs(t) + 0.5)  # to nearest, ties away from zero
@@ -86,8 +90,10 @@ def test_quantize_matches_the_rule(rng, shape, magnitude):
     np.testing.assert_array_equal(bits(scales), bits(rs))
     np.testing.assert_array_equal(values, rv)
     np.testing.assert_array_equal(x, xc)
-    # The largest magnitude of each row maps to +-127 exactly.
-    assert np.all(np.max(np.abs(values.astype(int)), axis=-1) == 127)
+    # The largest magnitude of each row maps to +-127 exactly (normal scales;
+    # a subnormal scale was rounded up, so its largest value may be less).
+    normal = scales[..., 0] >= np.finfo(np.float32).tiny
+    assert np.all(np.max(np.abs(values.astype(int)), axis=-1)[normal] == 127)
 
 
 def test_quantize_ties_go_away_from_zero():
@@ -106,7 +112,7 @@ def test_quantize_error_bound(rng):
     float64, over rows of very different magnitudes. The scales stay normal
     floats here: the bound's derivation takes the scale's rounding as
     relative (|d| <= 2^-24), which a subnormal scale (max|x| < 127 * 2^-126)
-    does not have."""
+    does not have (test_quantize_error_bound_subnormal has those)."""
     x = rng.standard_normal((4, 3, 200, 48)) * np.exp(rng.uniform(-75, 85, (4, 3, 200, 1)))
     x = x.astype(np.float32)
     values, scales = softdot.quantize_kv(x)
@@ -117,6 +123,26 @@ def test_quantize_error_bound(rng):
     assert np.all(np.abs(values.astype(int)) <= 127)
     # The bound is not loose by a factor: some element comes near half a step.
     assert np.max(err / np.where(scales > 0, scales, 1)) > 0.49
+
+
+def test_quantize_error_bound_subnormal(rng):
+    """The same bound for rows whose scale is subnormal or would round to 0
+    (max|x| < 127 * 2^-126): the scale is rounded up there."""
+    x = rng.standard_normal((2, 300, 16)) * np.exp(rng.uniform(-105, -87, (2, 300, 1)))
+    x = x.astype(np.float32)
+    x[0, 0] = 0
+    x[0, 0, :2] = [3 * 2.0**-149, 2.0**-149]  # 3/127 of 2^-149 rounded to 0 before
+    values, scales = softdot.quantize_kv(x)
+    rv, rs = quantize_ref(x)
+    np.testing.assert_array_equal(bits(scales), bits(rs))
+    np.testing.assert_array_equal(values, rv)
+    assert scales[0, 0, 0] == np.float32(2.0**-149)
+    np.testing.assert_array_equal(values[0, 0, :2], [3, 1])
+    nz = scales > 0
+    assert np.all(nz) and np.min(scales) < np.finfo(np.float32).tiny
+    s64 = scales.astype(np.float64)
+    err = np.abs(values.astype(np.float64) * s64 - x.astype(np.float64))
+    assert np.all(err <= (0.5 + 2.0**-15) * s64)
 
 
 def test_quantize_zero_rows():
