@@ -210,6 +210,7 @@ void run_attention(const char* fn, const TensorView<const float>& q,
       a.dv = dv;
       a.j_begin = p.kv_begin + chunk * kDecodeChunk;
       a.j_end = split ? std::min(p.kv_end, a.j_begin + kDecodeChunk) : p.kv_end;
+      a.prefetch_end = p.kv_end;
       a.scale = p.scale;
       a.softcap = p.softcap;
       a.rows = cnt;

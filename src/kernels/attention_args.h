@@ -40,6 +40,11 @@ struct AttnArgs {
   std::size_t dv = 0;
   std::size_t j_begin = 0;  // keys j_begin <= j < j_end, in blocks of
   std::size_t j_end = 0;    // kKeyTile from j_begin
+  // Keys below this exist (the whole key range of the call, of which
+  // [j_begin, j_end) is one chunk): the decode form prefetches past j_end
+  // up to it, so that the next chunk does not start on a cold block.
+  // 0: no further than j_end.
+  std::size_t prefetch_end = 0;
   float scale = 1.0f;
   float softcap = 0.0f;  // 0: off
   std::size_t rows = 0;  // <= AttentionMaxRows(), or kDecodeMaxRows
