@@ -199,8 +199,11 @@ void quantize_kv(TensorView<const float> x, TensorView<std::int8_t> values,
 //     in lanes; each score is 16 float FMA chains (feature k in chain
 //     k mod 16) added in a fixed pairwise tree; the key range is cut into
 //     chunks of 512 keys whose states are merged in order.
-// In both, exp takes s - max in float, the block sums and the output sums
-// are float FMA chains over at most 64 keys, added into double running sums.
+// In both, exp takes s - max in float, the block sums are taken in double,
+// and the output sums are float FMA chains over at most 64 keys (prefill:
+// a chain over each 16 keys, added in order), added into double running
+// sums. AttentionOptions::precise changes the scores (see there; its D_i is
+// in docs/accuracy.md, "Precise mode").
 // Accuracy (docs/accuracy.md, "Attention", has the derivation and the
 // measured errors): with W = sum_j w_j |V_jc| over the visible keys (the
 // exact weights w of the exact scores of these float inputs), u = 2^-24,
