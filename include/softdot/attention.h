@@ -144,7 +144,8 @@ struct AttentionOptions {
   // several times slower). With soft-capping the capped score is rounded to
   // float (lo dropped), as in the default. attention_weights() and
   // attention_scores() ignore it. Costs 1.7x (d = 64) to 2x (d = 128) the
-  // default's prefill time (docs/performance.md).
+  // default's prefill time (docs/performance.md), and each thread's scratch
+  // grows by 4 (128 d + 4128) bytes (Q in double, the low parts).
   bool precise = false;
 };
 
