@@ -6,6 +6,8 @@
 // Prefill, one head, n_q = n_kv = n, d = d_v, Q K V in cache-sized buffers:
 //   BM_attention_prefill_{1thread,2threads}/<n>/<d>         no mask
 //   BM_attention_prefill_causal_{1thread,2threads}/<n>/<d>  causal
+//   BM_attention_prefill_precise_1thread/<n>/<d>            no mask,
+//                                   AttentionOptions::precise
 // Counters (rates over the wall time of the timed loop):
 //   GFLOP/s               4 n^2 d (2 n^2 d for Q K^T, 2 n^2 d_v for P V);
 //   causal: GFLOP/s_dense_equiv  the same 4 n^2 d, a speed with the same
@@ -96,7 +98,7 @@ std::vector<std::size_t> CheckRows(std::size_t n) {
 
 // ---- prefill
 // ---------------------------------------------------------------------
-template <bool kCausal, int kThreads>
+template <bool kCausal, int kThreads, bool kPrecise = false>
 void BM_attention_prefill(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const auto d = static_cast<std::size_t>(state.range(1));
@@ -116,6 +118,7 @@ void BM_attention_prefill(benchmark::State& state) {
   const softdot::TensorView<float> ov(o, 1, 1, n, d);
   softdot::AttentionOptions options;
   options.causal = kCausal;
+  options.precise = kPrecise;
   const float scale =
       static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
 
@@ -179,6 +182,9 @@ void BM_attention_prefill_causal_1thread(benchmark::State& s) {
 void BM_attention_prefill_causal_2threads(benchmark::State& s) {
   BM_attention_prefill<true, 2>(s);
 }
+void BM_attention_prefill_precise_1thread(benchmark::State& s) {
+  BM_attention_prefill<false, 1, true>(s);
+}
 // One query against one key (d = 1): the fixed cost of a call.
 void BM_attention_one_key(benchmark::State& state) {
   std::vector<float> q = {0.5f}, k = {0.25f}, v = {2.0f}, o(1);
@@ -197,6 +203,7 @@ BENCHMARK(BM_attention_prefill_1thread)->Apply(PrefillArgs);
 BENCHMARK(BM_attention_prefill_2threads)->Apply(PrefillArgs);
 BENCHMARK(BM_attention_prefill_causal_1thread)->Apply(PrefillArgs);
 BENCHMARK(BM_attention_prefill_causal_2threads)->Apply(PrefillArgs);
+BENCHMARK(BM_attention_prefill_precise_1thread)->Apply(PrefillArgs);
 
 // ---- decode
 // ----------------------------------------------------------------------

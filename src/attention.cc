@@ -89,7 +89,8 @@ void run_attention(const char* fn, const TensorView<const float>& q,
   }
   const std::size_t rows_per_kvh = p.g * p.n_q;
   const std::size_t max_rows = detail::attention_max_rows();
-  const bool split = rows_per_kvh <= kDecodeRows;
+  // precise runs in the prefill form only (whatever the rows).
+  const bool split = rows_per_kvh <= kDecodeRows && !o.precise;
   const std::size_t row_blocks =
       split ? 1 : (rows_per_kvh + max_rows - 1) / max_rows;
   const std::size_t range = p.kv_end - p.kv_begin;
@@ -115,7 +116,8 @@ void run_attention(const char* fn, const TensorView<const float>& q,
 
   // Per-thread scratch and row tables; states of the split chunks.
   const int threads = omp_get_max_threads();
-  const std::size_t scratch_floats = detail::attention_scratch_floats(p.d, dv);
+  const std::size_t scratch_floats =
+      detail::attention_scratch_floats(p.d, dv, o.precise);
   const std::size_t rows_cap = std::min(max_rows, detail::kMaxKernelRows);
   const std::size_t state_rows = split ? rows_per_kvh : rows_cap;
   const std::size_t state_slots =
@@ -215,6 +217,7 @@ void run_attention(const char* fn, const TensorView<const float>& q,
       a.softcap = p.softcap;
       a.rows = cnt;
       a.decode = split;
+      a.precise = o.precise;
       a.q_rows = q_rows;
       a.first_key = first;
       a.last_key = last;

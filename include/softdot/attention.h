@@ -129,6 +129,24 @@ struct AttentionOptions {
   // c).
   std::size_t kv_begin = 0;
   std::size_t kv_end = std::numeric_limits<std::size_t>::max();
+
+  // Precise scores (attention() and attention_partial() only): each score
+  // is one double FMA chain over d (the float products are exact in
+  // double), scaled in double and kept as two floats hi + lo (within
+  // 2^-48 |s|); the bias is added to hi with its exact error (TwoSum) going
+  // into lo, and exp takes (hi - m) with the exact error of that
+  // subtraction plus lo as its correction term. So the weights no longer
+  // inherit the float score's u |s| rounding: the error stays a few u W for
+  // scores far from 0 (|s| ~ 100), where the default's D term grows with
+  // |s|. Everything after the scores is the default's arithmetic. Always
+  // runs the prefill form, even for decode shapes (at most 16 rows per KV
+  // head: no key-range split, each row's lanes mostly empty, so decode is
+  // several times slower). With soft-capping the capped score is rounded to
+  // float (lo dropped), as in the default. attention_weights() and
+  // attention_scores() ignore it. Costs 1.7x (d = 64) to 2x (d = 128) the
+  // default's prefill time (docs/performance.md), and each thread's scratch
+  // grows by 4 (128 d + 4128) bytes (Q in double, the low parts).
+  bool precise = false;
 };
 
 // int8 keys or values, quantised symmetrically with one float scale per
@@ -177,21 +195,27 @@ void quantize_kv(TensorView<const float> x, TensorView<std::int8_t> values,
 // KiB per thread whatever n_q and n_kv are; blocks the causal mask or the
 // window removes entirely are skipped. Two forms, chosen by shape alone:
 //   prefill (more than 16 query rows per KV head): query rows in vector
-//     lanes; each score is a float FMA chain over d in index order;
+//     lanes; each score is blocked chains: a float FMA chain over each block
+//     of 16 features in index order, the blocks' chains added in order;
 //   decode (at most 16 rows per KV head, e.g. n_q = 1 with GQA): features
 //     in lanes; each score is 16 float FMA chains (feature k in chain
 //     k mod 16) added in a fixed pairwise tree; the key range is cut into
 //     chunks of 512 keys whose states are merged in order.
-// In both, exp takes s - max in float, the block sums and the output sums
-// are float FMA chains over at most 64 keys, added into double running sums.
+// In both, exp takes s - max in float, the block sums are taken in double,
+// and the output sums are float FMA chains over at most 64 keys (prefill:
+// a chain over each 16 keys, added in order), added into double running
+// sums. AttentionOptions::precise changes the scores (see there; its D_i is
+// in docs/accuracy.md, "Precise mode").
 // Accuracy (docs/accuracy.md, "Attention", has the derivation and the
 // measured errors): with W = sum_j w_j |V_jc| over the visible keys (the
 // exact weights w of the exact scores of these float inputs), u = 2^-24,
 //   |O_ic - exact| <= (2 D_i + 70 u) W + u |exact|
 //                     + 2^-149 (n_kv + 1 + sum_j |V_jc|),
-//   D_i = max_j [scale * gamma_d * sum_k |Q_ik K_jk| + 2u (|s'_ij| + |s_ij|)]
-//         (+ 4u * softcap when soft-capping),
-// where s' is the scaled score and s the final one (gamma_d = d u/(1 - d u)):
+//   D_i = max_j [scale * gamma_{n_d} * sum_k |Q_ik K_jk|
+//                + 2u (|s'_ij| + |s_ij|)]   (+ 4u * softcap when soft-capping),
+//   n_d = min(d, 16) + ceil(d / 16) - 1   (23 at d = 128, 19 at d = 64),
+// where s' is the scaled score and s the final one (gamma_n = n u/(1 - n u);
+// n_d is the most roundings a product passes through in either form's dot):
 // the error of the float scores, moved into the weights by exp, plus at most
 // a 64-term float sum per block; the last term is float underflow (weights
 // and partial sums below 2^-126 are subnormal, spaced 2^-149 apart).
@@ -337,12 +361,12 @@ void attention_weights(TensorView<const float> q, const Int8KV& k,
 // where key j is visible to query row i when it lies in [kv_begin, kv_end)
 // and inside the causal and window limits, the mask (if any) is true there,
 // and the bias (if any) is not -inf there. Q_i . K_j is rounded as in the
-// form attention() takes for these shapes (prefill: a float FMA chain over
-// d in index order; decode: 16 chains added in the fixed tree), multiplied
-// by the float scale, soft-capped with the kernel's tanh, then the bias is
-// added in float. attention_weights() takes its scores from the same internal
-// routine, so its weights are, bit for bit, the softmax of each row of these
-// scores with the sink (sink = -inf when there is none):
+// form attention() takes for these shapes (prefill: blocked chains over 16
+// features, added in order; decode: 16 chains added in the fixed tree),
+// multiplied by the float scale, soft-capped with the kernel's tanh, then the
+// bias is added in float. attention_weights() takes its scores from the same
+// internal routine, so its weights are, bit for bit, the softmax of each row of
+// these scores with the sink (sink = -inf when there is none):
 //   m = max(sink, max_j s_ij),
 //   w_ij = exp(s_ij - m) / (exp(sink - m) + sum_k exp(s_ik - m))
 // in double, each weight rounded once to float; a -inf score adds 0 and

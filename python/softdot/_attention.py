@@ -291,6 +291,7 @@ def scaled_dot_product_attention(
     kv_range: Optional[Tuple[int, Optional[int]]] = None,
     return_lse: bool = False,
     out: Any = None,
+    precise: bool = False,
 ) -> Any:
     """Fused attention: ``out = softmax(mask(bias + cap(scale * Q K^T))) V``,
     never forming the L x S score matrix.
@@ -329,6 +330,10 @@ def scaled_dot_product_attention(
     return_lse : bool, default False
         Also return the log-sum-exp of each row's scores, shape [..., L].
     out : array [..., Hq, L, Ev], float32, optional
+    precise : bool, default False
+        Scores in double, carried as two floats into exp (C++
+        ``AttentionOptions::precise``): a few u W of error even for scores
+        near +-100, at about twice the score cost; always the prefill form.
 
     Returns
     -------
@@ -357,10 +362,10 @@ def scaled_dot_product_attention(
     if p.fmt == _KV_I8:
         _int8.check_scales_on_error(fn, p.scales, lambda: _core.attention_int8(
             p.q, p.k, p.ks, p.v, p.vs, target, p.mask, p.bias, p.sinks, lse, p.scale, p.causal,
-            p.wl, p.wr, p.softcap, p.kv_begin, p.kv_end))
+            p.wl, p.wr, p.softcap, p.kv_begin, p.kv_end, bool(precise)))
     else:
         _core.attention(p.q, p.k, p.v, target, p.fmt, p.mask, p.bias, p.sinks, lse, p.scale,
-                        p.causal, p.wl, p.wr, p.softcap, p.kv_begin, p.kv_end)
+                        p.causal, p.wl, p.wr, p.softcap, p.kv_begin, p.kv_end, bool(precise))
     if not direct:
         np.copyto(o, target.reshape(shape))
     return (user, lse_user) if return_lse else user

@@ -62,7 +62,8 @@ void attention_py(const In& q, const In& k, const In& v, const Out& out,
                   const std::optional<In>& bias, const std::optional<In>& sinks,
                   const std::optional<Out>& lse, double scale, bool causal,
                   std::ptrdiff_t window_left, std::ptrdiff_t window_right,
-                  double softcap, std::size_t kv_begin, std::size_t kv_end) {
+                  double softcap, std::size_t kv_begin, std::size_t kv_end,
+                  bool precise) {
   check_dtype("query", q, nb::dtype<float>(), "float32");
   check_dtype("out", out, nb::dtype<float>(), "float32");
   const auto qv = view4<const float>("query", q);
@@ -70,6 +71,7 @@ void attention_py(const In& q, const In& k, const In& v, const Out& out,
   AttentionOptions o =
       make_options(mask, bias, sinks, scale, causal, window_left, window_right,
                    softcap, kv_begin, kv_end);
+  o.precise = precise;
   float* l = lse ? lse_data("lse", *lse, qv) : nullptr;
   with_kv(kv_format, k, &v, [&](const auto& kv, const auto& vv) {
     nb::gil_scoped_release release;
@@ -118,7 +120,7 @@ void bind_attention(nb::module_& m) {
         "kv_format"_a, "mask"_a.none(), "bias"_a.none(), "sinks"_a.none(),
         "lse"_a.none(), "scale"_a, "causal"_a, "window_left"_a,
         "window_right"_a, "softcap"_a, "kv_begin"_a, "kv_end"_a,
-        "Fused attention on 4-d arrays.");
+        "precise"_a = false, "Fused attention on 4-d arrays.");
   m.def("attention_weights", &weights_py, "query"_a, "key"_a, "out"_a,
         "kv_format"_a, "mask"_a.none(), "bias"_a.none(), "sinks"_a.none(),
         "scale"_a, "causal"_a, "window_left"_a, "window_right"_a, "softcap"_a,

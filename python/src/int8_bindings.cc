@@ -42,17 +42,18 @@ void attention_int8_py(const In& q, const In& k, const In& k_scales,
                        const std::optional<In>& sinks,
                        const std::optional<Out>& lse, double scale, bool causal,
                        std::ptrdiff_t window_left, std::ptrdiff_t window_right,
-                       double softcap, std::size_t kv_begin,
-                       std::size_t kv_end) {
+                       double softcap, std::size_t kv_begin, std::size_t kv_end,
+                       bool precise) {
   check_dtype("query", q, nb::dtype<float>(), "float32");
   check_dtype("out", out, nb::dtype<float>(), "float32");
   const auto qv = view4<const float>("query", q);
   const auto ov = view4<float>("out", out);
   const Int8KV kv = int8_kv("key", k, k_scales);
   const Int8KV vv = int8_kv("value", v, v_scales);
-  const AttentionOptions o =
+  AttentionOptions o =
       make_options(mask, bias, sinks, scale, causal, window_left, window_right,
                    softcap, kv_begin, kv_end);
+  o.precise = precise;
   float* l = lse ? lse_data("lse", *lse, qv) : nullptr;
   nb::gil_scoped_release release;
   attention(qv, kv, vv, ov, o, l);
@@ -86,7 +87,7 @@ void bind_int8(nb::module_& m) {
         "key_scales"_a, "value"_a, "value_scales"_a, "out"_a, "mask"_a.none(),
         "bias"_a.none(), "sinks"_a.none(), "lse"_a.none(), "scale"_a,
         "causal"_a, "window_left"_a, "window_right"_a, "softcap"_a,
-        "kv_begin"_a, "kv_end"_a,
+        "kv_begin"_a, "kv_end"_a, "precise"_a = false,
         "Fused attention on 4-d arrays, int8 keys and values.");
   m.def("attention_weights_int8", &weights_int8_py, "query"_a, "key"_a,
         "key_scales"_a, "out"_a, "mask"_a.none(), "bias"_a.none(),

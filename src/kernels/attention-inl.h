@@ -4,12 +4,13 @@
 // Layout: query rows live in vector lanes. A block of up to kMaxRows rows is
 // packed transposed, Qt[k][r] = Q[r][k], so that for one key j and one
 // feature k, the FMA acc[r] += K[j][k] * Qt[k][r] advances the scores of
-// every row at once. Each score is therefore a plain float FMA chain over
-// k = 0..d-1 in index order, whatever the vector width or the number of rows
-// in the block: the same bits on every FMA target, and the same bits as the
-// scalar loop of attention_weights(). Row-wise steps of the softmax (max,
-// exp, sums, rescaling) are lane-wise too, so nothing is reduced across
-// lanes.
+// every row at once. Each score is therefore blocked chains: a float FMA
+// chain over each block of 16 features in index order, the blocks' chains
+// added in order (detail::kScoreBlock), whatever the vector width or the
+// number of rows in the block: the same bits on every FMA target, and the
+// same bits as the scalar loop of AttentionScore (attention_weights()).
+// Row-wise steps of the softmax (max, exp, sums, rescaling) are lane-wise too,
+// so nothing is reduced across lanes.
 //
 // Per key block (64 keys, relative to the first key of the range):
 //   1. skip the block if the causal/window limits hide it from every row;
@@ -71,8 +72,9 @@ void AttentionRows(const AttnArgs& a) {
 
 std::size_t AttentionMaxRows() { return attn::MaxRows(); }
 
-// The unscaled score q . k of one row and one key, in the prefill form (a
-// float FMA chain in index order) or the decode form (16 chains and the
+// The unscaled score q . k of one row and one key, in the prefill form
+// (blocked chains: a float FMA chain over each block of kScoreBlock features,
+// the blocks' chains added in order) or the decode form (16 chains and the
 // fixed tree), exactly as the kernels compute it. The decode form copies q,
 // zero-padded to a multiple of 16, into the caller's scratch (at least
 // attention_score_scratch(d) floats; unused by the prefill form): kernels
@@ -80,13 +82,18 @@ std::size_t AttentionMaxRows() { return attn::MaxRows(); }
 float AttentionScore(const float* q, const float* k, std::size_t d, bool decode,
                      float* scratch) {
   if (!decode) {
-    float acc = 0.0f;
-    for (std::size_t c = 0; c < d; ++c) {
-      acc = hn::GetLane(hn::MulAdd(hn::Set(attn::DF(), k[c]),
-                                   hn::Set(attn::DF(), q[c]),
-                                   hn::Set(attn::DF(), acc)));
+    const attn::DF df;
+    float total = 0.0f;
+    for (std::size_t c0 = 0; c0 < d; c0 += detail::kScoreBlock) {
+      const std::size_t c1 = std::min(d, c0 + detail::kScoreBlock);
+      attn::VF acc = hn::Zero(df);
+      for (std::size_t c = c0; c < c1; ++c) {
+        acc = hn::MulAdd(hn::Set(df, k[c]), hn::Set(df, q[c]), acc);
+      }
+      total = c0 == 0 ? hn::GetLane(acc)
+                      : hn::GetLane(hn::Add(hn::Set(df, total), acc));
     }
-    return acc;
+    return total;
   }
   const std::size_t dpad = (d + 15) / 16 * 16;
   float* p = attn::AlignUp(scratch);

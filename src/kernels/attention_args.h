@@ -13,6 +13,18 @@ namespace softdot::detail {
 // rounded, so it is part of the result's bits. ("Block" in the kernels means
 // Block<T>, the 64-byte lane group of block-inl.h.)
 inline constexpr std::size_t kKeyTile = 64;
+// The prefill form's score is blocked chains: a float FMA chain over each
+// block of this many features (in index order), the blocks' chains added in
+// order into a float total. Each product then passes through at most
+// min(d, 16) + ceil(d / 16) - 1 roundings (23 at d = 128, against 128 for
+// one chain): attention.h's gamma_{n_d}. Fixed for every target: part of
+// the result's bits.
+inline constexpr std::size_t kScoreBlock = 16;
+// The same for the prefill form's P V sums over a key tile: a float FMA
+// chain over each block of this many keys, the blocks' chains added in order
+// (at most 16 + 3 roundings per term of a 64-key tile, against 64 for one
+// chain). The decode form keeps one chain over the tile.
+inline constexpr std::size_t kValueBlock = 16;
 // Rows per kernel call are at most this many on any target.
 inline constexpr std::size_t kMaxKernelRows = 64;
 
@@ -49,6 +61,7 @@ struct AttnArgs {
   float softcap = 0.0f;  // 0: off
   std::size_t rows = 0;  // <= AttentionMaxRows(), or kDecodeMaxRows
   bool decode = false;   // the decode form (features in lanes)
+  bool precise = false;  // prefill only: scores in double, kept as hi + lo
   const float* const* q_rows = nullptr;            // [rows], d floats each
   const std::int32_t* first_key = nullptr;         // [rows] first visible key
   const std::int32_t* last_key = nullptr;          // [rows] last visible key
@@ -65,13 +78,17 @@ struct AttnArgs {
 };
 
 // Floats of scratch one kernel call needs (with room for 64-byte alignment).
+// precise adds Qt in double and the scores' low parts (2 more pieces).
 inline constexpr std::size_t attention_scratch_floats(std::size_t d,
-                                                      std::size_t dv) {
+                                                      std::size_t dv,
+                                                      bool precise = false) {
   const std::size_t bq = kMaxKernelRows;
   // Room to align up to 16 pieces to 64 bytes (16 floats) each.
   const std::size_t align_room = std::size_t{16} * 16;
+  const std::size_t extra =
+      precise ? 2 * d * bq + kKeyTile * bq + std::size_t{2} * 16 : 0;
   return (d + 16) * bq + 2 * kKeyTile * bq + kKeyTile * (d + dv) + bq +
-         2 * dv * bq + 4 * bq + 4 * bq + align_room;
+         2 * dv * bq + 4 * bq + 4 * bq + align_room + extra;
 }
 
 }  // namespace softdot::detail

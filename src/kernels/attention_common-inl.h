@@ -22,6 +22,7 @@
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "kernels/attention_args.h"
+#include "kernels/eft-inl.h"
 #include "kernels/exp-inl.h"
 #include "softdot/attention.h"
 
@@ -146,6 +147,8 @@ struct Scratch {
   float* nan;               // [bq] 1 where a NaN was seen
   std::int32_t* first_key;  // [bq] first visible key of each row
   std::int32_t* last_key;   // [bq] last visible key of each row
+  double* qtd;              // [d][bq] Qt in double (precise only)
+  float* slo;               // [kKeyTile][bq] scores' low parts (precise)
 };
 
 HWY_INLINE float* AlignUp(float* p) {

@@ -24,48 +24,112 @@ using detail::kKeyTile;
 namespace attn {
 
 // Scores of KT keys against NV vectors of rows: s[jj][r] for jj < KT.
-// krow[jj] points at key jj's d features; qt is [d][BQ].
+// krow[jj] points at key jj's d features; qt is [d][BQ]. Each score is
+// blocked chains (detail::kScoreBlock, attention_args.h): a float FMA chain
+// over each block of 16 features in index order, each block's chain added
+// in float to the running total of the blocks before it (kept in s), then
+// one multiply by the scale. AttentionScore (attention-inl.h) is the scalar
+// twin, bit for bit.
 template <std::size_t NV, std::size_t KT>
 HWY_INLINE void ScoreTile(const float* HWY_RESTRICT qt, std::size_t bq,
                           const float* const* krow, std::size_t d, VF scale,
                           float* HWY_RESTRICT s) {
   const DF df;
   const std::size_t N = hn::Lanes(df);
-  VF acc[KT][NV];
-#pragma GCC unroll 16
-  for (std::size_t jj = 0; jj < KT; ++jj) {
-#pragma GCC unroll 4
-    for (std::size_t v = 0; v < NV; ++v) acc[jj][v] = hn::Zero(df);
-  }
+  constexpr std::size_t kB = detail::kScoreBlock;
   const float* kp[KT];
 #pragma GCC unroll 16
   for (std::size_t jj = 0; jj < KT; ++jj) kp[jj] = krow[jj];
-  for (std::size_t k = 0; k < d; ++k) {
-    VF q[NV];
-#pragma GCC unroll 4
-    for (std::size_t v = 0; v < NV; ++v)
-      q[v] = hn::Load(df, qt + k * bq + v * N);
+  for (std::size_t k0 = 0; k0 < d; k0 += kB) {
+    const std::size_t k1 = std::min(d, k0 + kB);
+    VF acc[KT][NV];
 #pragma GCC unroll 16
     for (std::size_t jj = 0; jj < KT; ++jj) {
-      const VF kv = hn::Set(df, kp[jj][k]);
 #pragma GCC unroll 4
-      for (std::size_t v = 0; v < NV; ++v) {
-        acc[jj][v] = hn::MulAdd(kv, q[v], acc[jj][v]);
+      for (std::size_t v = 0; v < NV; ++v) acc[jj][v] = hn::Zero(df);
+    }
+    for (std::size_t k = k0; k < k1; ++k) {
+      VF q[NV];
+#pragma GCC unroll 4
+      for (std::size_t v = 0; v < NV; ++v)
+        q[v] = hn::Load(df, qt + k * bq + v * N);
+#pragma GCC unroll 16
+      for (std::size_t jj = 0; jj < KT; ++jj) {
+        const VF kv = hn::Set(df, kp[jj][k]);
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < NV; ++v) {
+          acc[jj][v] = hn::MulAdd(kv, q[v], acc[jj][v]);
+        }
       }
     }
-  }
+    const bool first = k0 == 0, last = k1 == d;
 #pragma GCC unroll 16
-  for (std::size_t jj = 0; jj < KT; ++jj) {
+    for (std::size_t jj = 0; jj < KT; ++jj) {
 #pragma GCC unroll 4
-    for (std::size_t v = 0; v < NV; ++v) {
-      hn::Store(hn::Mul(acc[jj][v], scale), df, s + jj * bq + v * N);
+      for (std::size_t v = 0; v < NV; ++v) {
+        float* sp = s + jj * bq + v * N;
+        VF t = first ? acc[jj][v] : hn::Add(hn::Load(df, sp), acc[jj][v]);
+        if (last) t = hn::Mul(t, scale);
+        hn::Store(t, df, sp);
+      }
     }
   }
 }
 
-// acc[c][r] = sum_{j < kb} P[j][r] * V[j][c0 + c] for CT columns, as a float
-// FMA chain over j; with kGuard, lanes whose score S[j][r] is -inf skip the
-// term (masked values must not reach the output, even NaN * 0).
+// The precise form of ScoreTile (AttnArgs::precise): each score is one
+// double FMA chain over d in index order (the float products are exact in
+// double), multiplied by the scale in double, then split into hi, the float
+// nearest to it (s), and lo, the float nearest to the rest (lo): hi + lo is
+// the double score within 2^-48 |s|. qtd is Qt in double, [d][BQ].
+template <std::size_t NV, std::size_t KT>
+HWY_INLINE void ScoreTilePrecise(const double* HWY_RESTRICT qtd, std::size_t bq,
+                                 const float* const* krow, std::size_t d,
+                                 double scale, float* HWY_RESTRICT s,
+                                 float* HWY_RESTRICT lo) {
+  const DD dd;
+  const hn::Rebind<float, DD> dfh;
+  const std::size_t ND = hn::Lanes(dd);
+  constexpr std::size_t kW = NV * (hn::MaxLanes(DF()) / hn::MaxLanes(DD()));
+  VD acc[KT][kW];
+#pragma GCC unroll 16
+  for (std::size_t jj = 0; jj < KT; ++jj) {
+#pragma GCC unroll 8
+    for (std::size_t w = 0; w < kW; ++w) acc[jj][w] = hn::Zero(dd);
+  }
+  for (std::size_t k = 0; k < d; ++k) {
+    VD q[kW];
+#pragma GCC unroll 8
+    for (std::size_t w = 0; w < kW; ++w)
+      q[w] = hn::Load(dd, qtd + k * bq + w * ND);
+#pragma GCC unroll 16
+    for (std::size_t jj = 0; jj < KT; ++jj) {
+      const VD kv = hn::Set(dd, static_cast<double>(krow[jj][k]));
+#pragma GCC unroll 8
+      for (std::size_t w = 0; w < kW; ++w) {
+        acc[jj][w] = hn::MulAdd(kv, q[w], acc[jj][w]);
+      }
+    }
+  }
+  const VD sc = hn::Set(dd, scale);
+#pragma GCC unroll 16
+  for (std::size_t jj = 0; jj < KT; ++jj) {
+#pragma GCC unroll 8
+    for (std::size_t w = 0; w < kW; ++w) {
+      const VD x = hn::Mul(acc[jj][w], sc);
+      const auto hi = hn::DemoteTo(dfh, x);
+      const VD rest = hn::Sub(x, hn::PromoteTo(dd, hi));
+      hn::StoreU(hi, dfh, s + jj * bq + w * ND);
+      hn::StoreU(hn::DemoteTo(dfh, rest), dfh, lo + jj * bq + w * ND);
+    }
+  }
+}
+
+// acc[c][r] = sum_{j < kb} P[j][r] * V[j][c0 + c] for CT columns, as
+// blocked chains like the scores': a float FMA chain over each block of
+// kValueBlock keys, each block's chain added in float to the total of the
+// blocks before it (kept in a stack tile); with kGuard, lanes whose score
+// S[j][r] is -inf skip the term (masked values must not reach the output,
+// even NaN * 0).
 template <std::size_t NV, std::size_t CT, bool kGuard>
 HWY_INLINE void ValueTile(const float* HWY_RESTRICT p,
                           const float* HWY_RESTRICT sc, std::size_t bq,
@@ -73,40 +137,66 @@ HWY_INLINE void ValueTile(const float* HWY_RESTRICT p,
                           std::size_t kb, VF (&acc)[CT][NV]) {
   const DF df;
   const std::size_t N = hn::Lanes(df);
+  constexpr std::size_t kB = detail::kValueBlock;
+  constexpr std::size_t kL = hn::MaxLanes(DF());
+  HWY_ALIGN float tot[CT * NV * kL];
+  const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
 #pragma GCC unroll 16
   for (std::size_t c = 0; c < CT; ++c) {
 #pragma GCC unroll 4
     for (std::size_t v = 0; v < NV; ++v) acc[c][v] = hn::Zero(df);
   }
-  const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
-  for (std::size_t j = 0; j < kb; ++j) {
-    VF pv[NV];
-#pragma GCC unroll 4
-    for (std::size_t v = 0; v < NV; ++v)
-      pv[v] = hn::Load(df, p + j * bq + v * N);
-    const float* vrow = vb + j * vstride;
-    if constexpr (kGuard) {
-      hn::Mask<DF> live[NV];
-#pragma GCC unroll 4
-      for (std::size_t v = 0; v < NV; ++v) {
-        live[v] = hn::Ne(hn::Load(df, sc + j * bq + v * N), neg_inf);
-      }
+  for (std::size_t j0 = 0; j0 < kb; j0 += kB) {
+    const std::size_t j1 = std::min(kb, j0 + kB);
+    // The total of the blocks before this one goes to tot.
+    if (j0 != 0) {
 #pragma GCC unroll 16
       for (std::size_t c = 0; c < CT; ++c) {
-        const VF vv = hn::Set(df, vrow[c]);
 #pragma GCC unroll 4
         for (std::size_t v = 0; v < NV; ++v) {
-          acc[c][v] = hn::IfThenElse(live[v], hn::MulAdd(vv, pv[v], acc[c][v]),
-                                     acc[c][v]);
+          hn::Store(acc[c][v], df, tot + (c * NV + v) * kL);
+          acc[c][v] = hn::Zero(df);
         }
       }
-    } else {
-#pragma GCC unroll 16
-      for (std::size_t c = 0; c < CT; ++c) {
-        const VF vv = hn::Set(df, vrow[c]);
+    }
+    for (std::size_t j = j0; j < j1; ++j) {
+      VF pv[NV];
+#pragma GCC unroll 4
+      for (std::size_t v = 0; v < NV; ++v)
+        pv[v] = hn::Load(df, p + j * bq + v * N);
+      const float* vrow = vb + j * vstride;
+      if constexpr (kGuard) {
+        hn::Mask<DF> live[NV];
 #pragma GCC unroll 4
         for (std::size_t v = 0; v < NV; ++v) {
-          acc[c][v] = hn::MulAdd(vv, pv[v], acc[c][v]);
+          live[v] = hn::Ne(hn::Load(df, sc + j * bq + v * N), neg_inf);
+        }
+#pragma GCC unroll 16
+        for (std::size_t c = 0; c < CT; ++c) {
+          const VF vv = hn::Set(df, vrow[c]);
+#pragma GCC unroll 4
+          for (std::size_t v = 0; v < NV; ++v) {
+            acc[c][v] = hn::IfThenElse(
+                live[v], hn::MulAdd(vv, pv[v], acc[c][v]), acc[c][v]);
+          }
+        }
+      } else {
+#pragma GCC unroll 16
+        for (std::size_t c = 0; c < CT; ++c) {
+          const VF vv = hn::Set(df, vrow[c]);
+#pragma GCC unroll 4
+          for (std::size_t v = 0; v < NV; ++v) {
+            acc[c][v] = hn::MulAdd(vv, pv[v], acc[c][v]);
+          }
+        }
+      }
+    }
+    if (j0 != 0) {
+#pragma GCC unroll 16
+      for (std::size_t c = 0; c < CT; ++c) {
+#pragma GCC unroll 4
+        for (std::size_t v = 0; v < NV; ++v) {
+          acc[c][v] = hn::Add(hn::Load(df, tot + (c * NV + v) * kL), acc[c][v]);
         }
       }
     }
@@ -123,6 +213,12 @@ void RunPrefill(const AttnArgs& a) {
   const std::size_t d = a.d, dv = a.dv, rows = a.rows;
   constexpr std::size_t KT = kAccRegs / NV;
   constexpr std::size_t CT = kAccRegs / NV;
+  // Keys per precise score tile: double vectors of rows take twice the
+  // registers.
+  constexpr std::size_t kRatio = hn::MaxLanes(DF()) / hn::MaxLanes(DD());
+  constexpr std::size_t KTP =
+      kAccRegs / (NV * kRatio) > 0 ? kAccRegs / (NV * kRatio) : 1;
+  const bool precise = a.precise;
   constexpr float kInf = std::numeric_limits<float>::infinity();
 
   // Scratch (sizes: attention_scratch_floats in attention_args.h).
@@ -146,12 +242,17 @@ void RunPrefill(const AttnArgs& a) {
   sc.nan = take(bq);
   sc.first_key = reinterpret_cast<std::int32_t*>(take(bq));
   sc.last_key = reinterpret_cast<std::int32_t*>(take(bq));
+  sc.qtd = precise ? reinterpret_cast<double*>(take(2 * d * bq)) : nullptr;
+  sc.slo = precise ? take(kKeyTile * bq) : nullptr;
 
   // Pack Q transposed; padding lanes hold zeros and see every key.
   for (std::size_t k = 0; k < d; ++k) {
     float* dst = sc.qt + k * bq;
     for (std::size_t r = 0; r < rows; ++r) dst[r] = a.q_rows[r][k];
     for (std::size_t r = rows; r < bq; ++r) dst[r] = 0.0f;
+    if (precise) {
+      for (std::size_t r = 0; r < bq; ++r) sc.qtd[k * bq + r] = dst[r];
+    }
   }
   std::int32_t first_min = std::numeric_limits<std::int32_t>::max();
   std::int32_t first_max = std::numeric_limits<std::int32_t>::min();
@@ -200,7 +301,21 @@ void RunPrefill(const AttnArgs& a) {
     const std::size_t vstride = kv.v_stride;
 
     // 3. Scores.
-    {
+    if (precise) {
+      std::size_t j = 0;
+      const float* kr[KTP];
+      for (; j + KTP <= kb; j += KTP) {
+        for (std::size_t jj = 0; jj < KTP; ++jj)
+          kr[jj] = kbase + (j + jj) * kstride;
+        ScoreTilePrecise<NV, KTP>(sc.qtd, bq, kr, d, a.scale, sc.s + j * bq,
+                                  sc.slo + j * bq);
+      }
+      for (; j < kb; ++j) {
+        kr[0] = kbase + j * kstride;
+        ScoreTilePrecise<NV, 1>(sc.qtd, bq, kr, d, a.scale, sc.s + j * bq,
+                                sc.slo + j * bq);
+      }
+    } else {
       std::size_t j = 0;
       const float* kr[KT];
       for (; j + KT <= kb; j += KT) {
@@ -243,9 +358,15 @@ void RunPrefill(const AttnArgs& a) {
         float* sp = sc.s + j * bq + v * N;
         VF s = hn::Load(df, sp);
         if (softcap) s = Softcap(s, cap);
+        // Precise: the low part (dropped by the soft-cap, which rounds the
+        // capped score to float) gains the exact error of the bias add.
+        VF lo = hn::Zero(df);
+        if (precise && !softcap) lo = hn::Load(df, sc.slo + j * bq + v * N);
         if (extra) {
           const VF add = hn::Load(df, sc.add + v * N);
-          s = hn::IfThenElse(hn::Eq(add, neg_inf), neg_inf, hn::Add(s, add));
+          const VF t = hn::Add(s, add);
+          if (precise) lo = hn::Add(lo, TwoSumErr(s, add, t));
+          s = hn::IfThenElse(hn::Eq(add, neg_inf), neg_inf, t);
         }
         if (straddles) {
           const auto out =
@@ -254,6 +375,10 @@ void RunPrefill(const AttnArgs& a) {
           s = hn::IfThenElse(hn::RebindMask(df, out), neg_inf, s);
         }
         if (softcap || extra || straddles) hn::Store(s, df, sp);
+        if (precise) {
+          hn::Store(hn::IfThenElseZero(hn::IsFinite(s), lo), df,
+                    sc.slo + j * bq + v * N);
+        }
         nan[v] = hn::Or(nan[v], hn::IsNaN(s));
         mx[v] = hn::Max(mx[v], s);
         mn[v] = hn::Min(mn[v], s);
@@ -285,15 +410,27 @@ void RunPrefill(const AttnArgs& a) {
       for (std::size_t i = 0; i < N; ++i) sc.alpha[v * N + i] = al[i];
     }
     {
-      HWY_ALIGN float pt[hn::MaxLanes(DF())];
+      // The block sums, lane by lane in key order, in double registers
+      // (the lower and upper halves of each vector of rows).
       HWY_ALIGN double sum[4 * hn::MaxLanes(DF())];
-      for (std::size_t i = 0; i < bq; ++i) sum[i] = 0.0;
       const std::size_t ND = hn::Lanes(dd);
-      const hn::Rebind<float, DD> dfh;
+      VD sum_lo[NV], sum_hi[NV];
+      for (std::size_t v = 0; v < NV; ++v) {
+        sum_lo[v] = hn::Zero(dd);
+        sum_hi[v] = hn::Zero(dd);
+      }
       for (std::size_t j = 0; j < kb; ++j) {
         for (std::size_t v = 0; v < NV; ++v) {
           const VF s = hn::Load(df, sc.s + j * bq + v * N);
-          VF p = ExpNonPositive(df, hn::Sub(s, msafe[v]), hn::Zero(df));
+          const VF t = hn::Sub(s, msafe[v]);
+          // Precise: exp(t + c), c the exact error of t plus the score's
+          // low part (ExpNonPositive zeroes c where t is below its range).
+          VF c = hn::Zero(df);
+          if (precise) {
+            c = hn::Add(TwoSumErr(s, hn::Neg(msafe[v]), t),
+                        hn::Load(df, sc.slo + j * bq + v * N));
+          }
+          VF p = ExpNonPositive(df, t, c);
           if (HWY_UNLIKELY(any_inf)) {
             const auto il = hn::Ne(inf_lane_v[v], hn::Zero(df));
             p = hn::IfThenElse(
@@ -301,14 +438,20 @@ void RunPrefill(const AttnArgs& a) {
                 p);
           }
           hn::Store(p, df, sc.p + j * bq + v * N);
-          hn::Store(p, df, pt);
-          for (std::size_t i = 0; i < N; i += ND) {
-            double* sp = sum + v * N + i;
-            hn::Store(hn::Add(hn::Load(dd, sp),
-                              hn::PromoteTo(dd, hn::LoadU(dfh, pt + i))),
-                      dd, sp);
-          }
+#if HWY_TARGET == HWY_SCALAR
+          sum_lo[v] = hn::Add(sum_lo[v], hn::PromoteTo(dd, p));
+#else
+          const hn::Half<DF> dh;
+          sum_lo[v] =
+              hn::Add(sum_lo[v], hn::PromoteTo(dd, hn::LowerHalf(dh, p)));
+          sum_hi[v] =
+              hn::Add(sum_hi[v], hn::PromoteTo(dd, hn::UpperHalf(dh, p)));
+#endif
         }
+      }
+      for (std::size_t v = 0; v < NV; ++v) {
+        hn::Store(sum_lo[v], dd, sum + v * N);
+        if (N > ND) hn::Store(sum_hi[v], dd, sum + v * N + ND);
       }
       for (std::size_t i = 0; i < bq; i += ND) {
         hn::Store(hn::MulAdd(hn::Load(dd, sc.l + i), hn::Load(dd, sc.alpha + i),

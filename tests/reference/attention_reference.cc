@@ -49,6 +49,11 @@ float attention_scale(double scale, std::size_t d) {
   return static_cast<float>(scale);
 }
 
+std::size_t attention_dot_roundings(std::size_t d) {
+  constexpr std::size_t kBlock = 16;
+  return std::min(d, kBlock) + (d + kBlock - 1) / kBlock - 1;
+}
+
 bool attention_position_visible(const AttnRefOptions& o, std::size_t n_q,
                                 std::size_t n_kv, std::size_t i,
                                 std::size_t j) {
@@ -82,7 +87,12 @@ AttnRef attention_reference(const AttnTensor<float>& q,
   r.d_v = d_v;
   r.scale = attention_scale(o.scale, d);
   const LD scale = r.scale;
-  const double gamma_d = double(d) * kU / (1.0 - double(d) * kU);
+  const double n_d = double(attention_dot_roundings(d));
+  const double gamma_d = n_d * kU / (1.0 - n_d * kU);
+  // The precise scores' double chain and scale multiply: d + 1 roundings of
+  // 2^-53.
+  const double gamma_p =
+      double(d + 1) * 0x1p-53 / (1.0 - double(d + 1) * 0x1p-53);
   r.out.assign(B * H * n_q * d_v, 0);
   r.W.assign(B * H * n_q * d_v, 0);
   r.bound.assign(B * H * n_q * d_v, 0);
@@ -130,8 +140,17 @@ AttnRef attention_reference(const AttnTensor<float>& q,
           if (sf == kInfL) ++n_inf;
           js.push_back(j);
           s.push_back(sf);
-          const double dj = double(scale * gamma_d * abs.value()) +
-                            2 * kU * double(std::fabs(sp) + std::fabs(sf));
+          double dj = double(scale * gamma_d * abs.value()) +
+                      2 * kU * double(std::fabs(sp) + std::fabs(sf));
+          if (o.precise) {
+            const double big =
+                std::max({double(std::fabs(sp)), double(std::fabs(sf)),
+                          has_sink ? double(std::fabs(sink)) : 0.0});
+            dj = double(scale * gamma_p * abs.value()) + 12 * kU * kU * big;
+            if (o.softcap > 0) {
+              dj += 2 * kU * double(std::fabs(sp) + std::fabs(sf));
+            }
+          }
           if (!(dj <= D)) D = dj;  // NaN propagates
         }
         if (o.softcap > 0) D += 4 * kU * double(o.softcap);

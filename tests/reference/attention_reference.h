@@ -40,9 +40,17 @@
 //
 // Bound (attention.h), per output element, u = 2^-24:
 //   W_ic = sum_j w_ij |V_jc|   (exact weights),
-//   D_i  = max_j [scale * gamma_d * sum_k |Q_ik K_jk| + 2u (|s'_ij| + |s_ij|)]
-//          + 4u * softcap (when soft-capping),
+//   D_i  = max_j [scale * gamma_{n_d} * sum_k |Q_ik K_jk| + 2u (|s'_ij| +
+//          |s_ij|)] + 4u * softcap (when soft-capping),
+//   n_d  = min(d, 16) + ceil(d / 16) - 1 (attention_dot_roundings),
 //   |O_ic - exact| <= (2 D_i + 70 u) W_ic + u |exact|.
+// With precise (scores in double, carried as hi + lo into exp):
+//   D_i  = max_j scale * gamma_{d+1}(2^-53) * sum_k |Q_ik K_jk|
+//          + 12 u^2 max(|s'_ij|, |s_ij|, |sink|)
+// (the double chain and scale multiply; lo rounded to float, the TwoSum of
+// the bias and of s - m adding at most u^2 times |s'|, |s| and |m| each);
+// with soft-capping the capped score is rounded to float, so the default's
+// 2u (|s'| + |s|) + 4u cap is added.
 // For rows with +inf scores D_i is taken as 0 (the output is a float mean of
 // at most a few values).
 #ifndef SOFTDOT_TESTS_REFERENCE_ATTENTION_REFERENCE_H_
@@ -84,6 +92,8 @@ struct AttnRefOptions {
   std::vector<float> sinks;  // empty: none; else one per query head
   std::size_t kv_begin = 0;
   std::size_t kv_end = std::numeric_limits<std::size_t>::max();
+  // AttentionOptions::precise: D_i is the precise scores' (below).
+  bool precise = false;
 };
 
 // Results, dense: out and bound [B, H, n_q, d_v], lse and D [B, H, n_q],
@@ -123,6 +133,13 @@ AttnRef attention_reference(const AttnTensor<float>& q,
 
 // The float scale attention() uses for head dimension d.
 float attention_scale(double scale, std::size_t d);
+
+// The most roundings a product Q_ik K_jk passes through in the float score
+// of either form: min(d, 16) + ceil(d / 16) - 1 (prefill: a chain over each
+// block of 16 features, then the blocks added in order; decode: 16 chains of
+// ceil(d / 16) and a tree of depth 4, never more). gamma of it bounds the
+// score's dot product.
+std::size_t attention_dot_roundings(std::size_t d);
 
 // Whether key j is visible to query row i by position and range alone
 // (causal, window, kv range; not the mask or bias).

@@ -228,7 +228,9 @@ TEST_P(AttentionScores, HiddenKeysAreMinusInfinityVisibleOnesExact) {
                 for (std::size_t c = 0; c < s.d; ++c)
                   abs += std::fabs(LD(p.q.at(b, h, i, c)) *
                                    LD(p.kw.at(b, 0, j, c)));
-                const double gamma = s.d * kU / (1 - s.d * kU);
+                const double n_d =
+                    double(softdot_ref::attention_dot_roundings(s.d));
+                const double gamma = n_d * kU / (1 - n_d * kU);
                 bound = double(LD(scale) * gamma * abs) +
                         2 * kU *
                             (std::fabs(double(dot * LD(scale))) +

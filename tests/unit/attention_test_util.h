@@ -248,6 +248,7 @@ inline softdot_ref::AttnRefOptions to_ref(const AttentionOptions& o) {
   r.sinks.assign(o.sinks.begin(), o.sinks.end());
   r.kv_begin = o.kv_begin;
   r.kv_end = o.kv_end;
+  r.precise = o.precise;
   return r;
 }
 
