@@ -13,7 +13,11 @@
 // chunks of kDecodeChunk keys, each chunk's state is computed separately
 // (in parallel), and the states are merged in chunk order. Both choices
 // depend only on the shapes, never on the thread count or the SIMD target,
-// so the bits do not either.
+// so the bits do not either. A paged cache (paged_attention) gives each
+// sequence b its own n_kv = seq_lens[b], hence its own positions, key range
+// and chunk count; the tasks run the longest sequence's chunk count and skip
+// a sequence's chunks past its own, so each sequence is split (and its bits
+// are) as attention() on that sequence alone.
 #include "softdot/attention.h"
 
 #include <omp.h>

@@ -452,6 +452,66 @@ std::uint64_t hash_int8() {
   return h.h;
 }
 
+// paged_attention (added with it, issue 13): three sequences of 0, 45 and
+// 290 keys in pages of 16 tokens taken in a scrambled order, decode
+// (n_q = 1) and chunked prefill (n_q = 37), causal with sinks; out and lse
+// hashed. KV is float, Float16, BFloat16, or std::int8_t (the pages
+// quantised by quantize_kv).
+template <class KV>
+std::uint64_t hash_paged() {
+  Hash h;
+  Gen g(70 + sizeof(KV));
+  const std::size_t B = 3, H = 4, Hkv = 2, d = 40, dv = 24, ps = 16, P = 24;
+  const std::size_t bps = 20;
+  const std::vector<std::int32_t> lens = {0, 45, 290};
+  std::vector<std::int32_t> table(B * bps, -1);
+  std::size_t next = 0;
+  for (std::size_t b = 0; b < B; ++b) {
+    for (std::size_t i = 0; i < (std::size_t(lens[b]) + ps - 1) / ps; ++i) {
+      table[b * bps + i] = static_cast<std::int32_t>((7 * next++ + 3) % P);
+    }
+  }
+  const softdot::PagedKVTable t{table, bps, lens};
+  const auto kf = g.vec<float>(P * Hkv * ps * d, 2);
+  const auto vf = g.vec<float>(P * Hkv * ps * dv, 3);
+  const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+  std::vector<KV> k(kf.size()), v(vf.size());
+  std::vector<float> ks(P * Hkv * ps), vs(P * Hkv * ps);
+  if constexpr (std::is_same_v<KV, std::int8_t>) {
+    softdot::quantize_kv(TensorView<const float>(kf.data(), P, Hkv, ps, d),
+                         TensorView<std::int8_t>(k.data(), P, Hkv, ps, d),
+                         TensorView<float>(ks.data(), P, Hkv, ps, 1));
+    softdot::quantize_kv(TensorView<const float>(vf.data(), P, Hkv, ps, dv),
+                         TensorView<std::int8_t>(v.data(), P, Hkv, ps, dv),
+                         TensorView<float>(vs.data(), P, Hkv, ps, 1));
+  } else {
+    for (std::size_t i = 0; i < kf.size(); ++i) k[i] = to_kv<KV>(kf[i]);
+    for (std::size_t i = 0; i < vf.size(); ++i) v[i] = to_kv<KV>(vf[i]);
+  }
+  const TensorView<const KV> kp(k.data(), P, Hkv, ps, d),
+      vp(v.data(), P, Hkv, ps, dv);
+  for (std::size_t n_q : {std::size_t(37), std::size_t(1)}) {
+    const auto q = g.vec<float>(B * H * n_q * d, 2);
+    const TensorView<const float> qv(q.data(), B, H, n_q, d);
+    AttentionOptions o;
+    o.causal = true;
+    o.sinks = sinks;
+    std::vector<float> out(B * H * n_q * dv), lse(B * H * n_q);
+    const TensorView<float> ov(out.data(), B, H, n_q, dv);
+    if constexpr (std::is_same_v<KV, std::int8_t>) {
+      softdot::paged_attention(
+          qv, {kp, TensorView<const float>(ks.data(), P, Hkv, ps, 1)},
+          {vp, TensorView<const float>(vs.data(), P, Hkv, ps, 1)}, t, ov, o,
+          lse.data());
+    } else {
+      softdot::paged_attention(qv, kp, vp, t, ov, o, lse.data());
+    }
+    h.add(out);
+    h.add(lse);
+  }
+  return h.h;
+}
+
 std::uint64_t hash_conversions() {
   Hash h;
   for (std::uint32_t b = 0; b < 65536; ++b) {
@@ -493,6 +553,10 @@ Table hashes_now() {
       {"attention_scores bf16", hash_attention_scores<BFloat16>()},
       {"conversions", hash_conversions()},
       {"int8", hash_int8()},
+      {"paged_attention f32", hash_paged<float>()},
+      {"paged_attention f16", hash_paged<Float16>()},
+      {"paged_attention bf16", hash_paged<BFloat16>()},
+      {"paged_attention int8", hash_paged<std::int8_t>()},
   };
 }
 
@@ -500,8 +564,8 @@ Table hashes_now() {
 // Sapphire Rapids (AVX3, AVX2, SSE4, SSSE3, SCALAR). "FMA" is AVX2 and AVX3.
 // The "attention partial" and "attention_scores" rows were added with those
 // functions (issue 12, after the others were recorded), and the "int8" rows
-// with Int8KV (issue 13), on the same machine and targets; every other row
-// is unchanged.
+// with Int8KV (issue 13), and the "paged_attention" rows with it (issue 13),
+// on the same machine and targets; every other row is unchanged.
 struct Golden {
   const char* target_class;
   const char* function;
@@ -527,6 +591,10 @@ const Golden kGolden[] = {
     {"FMA", "softmax fast double", 0x8e4692090f7cb422ull},
     {"FMA", "softmax fast float", 0x00b9d767599ea627ull},
     {"FMA", "int8", 0xd61f7faa5b22642cull},
+    {"FMA", "paged_attention bf16", 0x634022ab9d8e8e2dull},
+    {"FMA", "paged_attention f16", 0x638de158bc54c717ull},
+    {"FMA", "paged_attention f32", 0x70a0b2412300f478ull},
+    {"FMA", "paged_attention int8", 0x232b7c593661c1e9ull},
     {"SSE4", "attention bf16", 0xfcd069685e985affull},
     {"SSE4", "attention f16", 0x9efb4d122be1c0dfull},
     {"SSE4", "attention f32", 0xbd8c1f44037d1cccull},
@@ -546,6 +614,10 @@ const Golden kGolden[] = {
     {"SSE4", "softmax fast double", 0x81020729e4eb232aull},
     {"SSE4", "softmax fast float", 0xf701576761d7aa26ull},
     {"SSE4", "int8", 0xc71773428b6f35d8ull},
+    {"SSE4", "paged_attention bf16", 0xb4cc39bc2ee61b78ull},
+    {"SSE4", "paged_attention f16", 0xac4591b865c08635ull},
+    {"SSE4", "paged_attention f32", 0x87e564d4835f2589ull},
+    {"SSE4", "paged_attention int8", 0x3e7836618d66b488ull},
     {"SSSE3", "attention bf16", 0xfcd069685e985affull},
     {"SSSE3", "attention f16", 0x9efb4d122be1c0dfull},
     {"SSSE3", "attention f32", 0xbd8c1f44037d1cccull},
@@ -565,6 +637,10 @@ const Golden kGolden[] = {
     {"SSSE3", "softmax fast double", 0x81020729e4eb232aull},
     {"SSSE3", "softmax fast float", 0xf701576761d7aa26ull},
     {"SSSE3", "int8", 0xc71773428b6f35d8ull},
+    {"SSSE3", "paged_attention bf16", 0xb4cc39bc2ee61b78ull},
+    {"SSSE3", "paged_attention f16", 0xac4591b865c08635ull},
+    {"SSSE3", "paged_attention f32", 0x87e564d4835f2589ull},
+    {"SSSE3", "paged_attention int8", 0x3e7836618d66b488ull},
     {"SCALAR", "attention bf16", 0xfcd069685e985affull},
     {"SCALAR", "attention f16", 0x9efb4d122be1c0dfull},
     {"SCALAR", "attention f32", 0xbd8c1f44037d1cccull},
@@ -584,6 +660,10 @@ const Golden kGolden[] = {
     {"SCALAR", "softmax fast double", 0x81020729e4eb232aull},
     {"SCALAR", "softmax fast float", 0xf701576761d7aa26ull},
     {"SCALAR", "int8", 0xc71773428b6f35d8ull},
+    {"SCALAR", "paged_attention bf16", 0xb4cc39bc2ee61b78ull},
+    {"SCALAR", "paged_attention f16", 0xac4591b865c08635ull},
+    {"SCALAR", "paged_attention f32", 0x87e564d4835f2589ull},
+    {"SCALAR", "paged_attention int8", 0x3e7836618d66b488ull},
 };
 
 std::string target_class(const std::string& target) {
