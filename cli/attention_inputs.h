@@ -5,6 +5,7 @@
 #define SOFTDOT_CLI_ATTENTION_INPUTS_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,8 +47,13 @@ std::string both(const Input& a, const Input& b);
 // q, k, v all 2-D or all 4-D with matching batch, heads (a multiple for
 // GQA), d and n_kv; mask and bias (when given) [n_q x n_kv] or
 // [batch x heads x n_q x n_kv] with 1 allowed for batch, heads and n_q.
+// With a paged cache (block_table and seq_lens present): q 4-D, k and v
+// pages [pages x kv_heads x page_size x d], block_table int32
+// [batch x blocks_per_seq], seq_lens int32 [batch], and mask and bias with
+// at least max(seq_lens) columns; the library checks the table's entries.
 struct AttentionInputs {
-  Input q, k, v, mask, bias;
+  Input q, k, v, mask, bias, block_table, seq_lens;
+  bool paged() const { return block_table.present(); }
 };
 
 // Reads args' q, k, v (and mask, bias) and checks their dtypes and shapes;
@@ -64,8 +70,10 @@ struct AttentionTensors {
   std::vector<KV> k_values, v_values;
   std::unique_ptr<bool[]> mask_flags;
   std::vector<float> bias_values;
+  std::vector<std::int32_t> table_values, len_values;
   TensorView<const float> q;
   TensorView<const KV> k, v;
+  PagedKVTable table;  // paged inputs only
 
   AttentionTensors() = default;
   AttentionTensors(const AttentionTensors&) = delete;

@@ -32,6 +32,10 @@ struct AttentionArgs {
   std::string q, k, v;  // required .npy files
   std::optional<std::string> mask;
   std::optional<std::string> bias;
+  // A paged cache: k and v are pages [pages, kv_heads, page_size, d], with
+  // an int32 block table [batch, blocks_per_seq] and lengths [batch].
+  std::optional<std::string> block_table;
+  std::optional<std::string> seq_lens;
   std::optional<std::string> scale;
   std::optional<std::string> window_left;
   std::optional<std::string> window_right;

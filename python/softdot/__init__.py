@@ -21,6 +21,7 @@ from ._softmax import (
     softmax_state,
 )
 from ._attention import attention_merge, attention_weights, scaled_dot_product_attention
+from ._paged import paged_attention
 
 __all__ = [
     "softmax",
@@ -35,6 +36,7 @@ __all__ = [
     "scaled_dot_product_attention",
     "attention_merge",
     "attention_weights",
+    "paged_attention",
     "simd_target",
     "simd_targets",
     "force_simd_target",

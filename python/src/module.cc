@@ -23,6 +23,7 @@ NB_MODULE(_softdot, m) {
         "Restricts dispatch to one target ('' restores the automatic choice).");
   softdot::python::bind_softmax(m);
   softdot::python::bind_attention(m);
+  softdot::python::bind_paged(m);
   softdot::python::bind_numpy_fast_path(m);
   softdot::python::bind_timing_hooks(m);
 }
