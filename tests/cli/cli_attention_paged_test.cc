@@ -3,6 +3,8 @@
 // order, bit for bit against the command on those contiguous keys, and bad
 // tables and shapes as one error line naming the file, the shape or the
 // sequence and entry, with no output file left behind.
+#include <bit>
+
 #include "cli_attention_util.h"
 
 namespace softdot_test {
@@ -13,6 +15,15 @@ using namespace cli_attention;
 std::string i32_npy(const std::vector<std::size_t>& shape,
                     const std::vector<std::int32_t>& values) {
   return make_npy("<i4", npy_shape(shape), raw_bytes(values));
+}
+
+// The bits of n floats from `first` on (bitwise comparisons).
+std::vector<std::uint32_t> bits_of(const std::vector<float>& v,
+                                   std::size_t first, std::size_t n) {
+  std::vector<std::uint32_t> b;
+  for (std::size_t i = first; i < first + n && i < v.size(); ++i)
+    b.push_back(std::bit_cast<std::uint32_t>(v[i]));
+  return b;
 }
 
 // Two sequences of 5 and 11 keys (GQA: 4 query heads, 2 KV heads), in pages
@@ -101,11 +112,10 @@ TEST(CliAttentionPaged, MatchesFloat64AndContiguousBitwise) {
     const std::vector<float> ob = read_output(f.dir.path("ob.npy"));
     const std::vector<float> lb = read_output(f.dir.path("lb.npy"));
     ASSERT_EQ(ob.size(), per_b);
-    EXPECT_EQ(0, std::memcmp(ob.data(), got.data() + b * per_b,
-                             per_b * sizeof(float)))
+    EXPECT_EQ(bits_of(ob, 0, per_b), bits_of(got, b * per_b, per_b))
         << "sequence " << b;
-    EXPECT_EQ(0, std::memcmp(lb.data(), got_lse.data() + b * lb.size(),
-                             lb.size() * sizeof(float)))
+    EXPECT_EQ(bits_of(lb, 0, lb.size()),
+              bits_of(got_lse, b * lb.size(), lb.size()))
         << "sequence " << b;
   }
 }
