@@ -339,9 +339,10 @@ struct PagedKVTable {
 // B * blocks_per_seq, 0 <= seq_lens[b] <= blocks_per_seq * page_size (and
 // below 2^30), and every entry a key reads a page index in [0, P); int8
 // scales [P, H_kv, page_size, 1], and every scale a key reads finite and
-// >= 0. Each of these errors names the function, the argument, the
-// sequence and the entry; everything is checked before any work, so nothing
-// is written and no page is read on an error.
+// >= 0. Each error names the function and the argument (with the shapes),
+// and a table or scale error also the sequence and the entry (or position);
+// everything is checked before any work, so nothing is written and no page
+// is read on an error.
 //
 // Options as attention(), per sequence with n_kv = seq_lens[b]: query i sits
 // at position i + seq_lens[b] - n_q (chunked prefill: n_q new tokens at the
