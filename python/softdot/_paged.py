@@ -17,6 +17,9 @@ _I32 = np.dtype(np.int32)
 _I8 = np.dtype(np.int8)
 
 
+_PAGE_AXES = {"NHD": "[pages, page_size, H_kv, E]", "HND": "[pages, H_kv, page_size, E]"}
+
+
 def _cache(fn: str, name: str, c: Any, kind: str, layout: str):
     """(pages [P, H_kv, page_size, E] as the core reads them, scales
     [P, H_kv, page_size, 1] or None, format code, the caller's arrays)."""
@@ -32,7 +35,7 @@ def _cache(fn: str, name: str, c: Any, kind: str, layout: str):
         vals, sc = _np(fn, f"{name} values", vals, kind), _np(fn, f"{name} scales", sc, kind)
         if vals.ndim != 4:
             raise ValueError(f"{fn}: {name} values has shape {vals.shape}; expected 4 axes "
-                             f"({'[pages, page_size, H_kv, E]' if layout == 'NHD' else '[pages, H_kv, page_size, E]'})")
+                             f"{_PAGE_AXES[layout]}")
         if sc.shape == vals.shape[:-1]:
             sc = sc[..., None]
         elif sc.shape != vals.shape[:-1] + (1,):
@@ -44,8 +47,7 @@ def _cache(fn: str, name: str, c: Any, kind: str, layout: str):
         return _ready(vals), _ready(sc), _KV_I8, raw
     a, fmt = _kv_format(fn, name, _array(fn, name, c, kind), kind)
     if a.ndim != 4:
-        raise ValueError(f"{fn}: {name} has shape {a.shape}; expected 4 axes "
-                         f"({'[pages, page_size, H_kv, E]' if layout == 'NHD' else '[pages, H_kv, page_size, E]'})")
+        raise ValueError(f"{fn}: {name} has shape {a.shape}; expected 4 axes {_PAGE_AXES[layout]}")
     raw = [(name, a)]
     if layout == "NHD":
         a = a.transpose(0, 2, 1, 3)
