@@ -59,6 +59,21 @@ Input read_input(const std::string& option, const std::string& path,
   return input;
 }
 
+// An input of any rank (the block table, the lengths; the caller checks the
+// shape).
+Input read_any(const std::string& option, const std::string& path,
+               std::span<const NpyDtype> allowed) {
+  Input input;
+  input.option = option;
+  const std::string name = path == "-" ? "<stdin>" : path;
+  try {
+    input.array = read_npy_array(read_file(path), name, allowed);
+  } catch (const CliError& e) {
+    throw CliError(option + ": " + e.what());
+  }
+  return input;
+}
+
 // The q, k, v shapes: all 2-D or all 4-D, matching batch, heads (GQA), d,
 // n_kv, with every size >= 1 except n_kv.
 void check_qkv(const Input& q, const Input& k, const Input& v) {
@@ -103,15 +118,82 @@ void check_qkv(const Input& q, const Input& k, const Input& v) {
   }
 }
 
+// A paged cache's shapes: q 4-D; k and v pages [pages, kv_heads,
+// page_size, d] matching each other, heads dividing q's, d equal to q's;
+// block_table [batch, blocks_per_seq] and seq_lens [batch] int32.
+void check_paged(const Input& q, const Input& k, const Input& v,
+                 const Input& table, const Input& lens) {
+  if (q.rank() != 4) {
+    throw CliError("--q is " + q.text() +
+                   ": a paged cache (--block-table) needs a 4-D q [batch x "
+                   "heads x n_q x d]");
+  }
+  for (const Input* x : {&k, &v}) {
+    if (x->rank() != 4) {
+      throw CliError(x->option + " is " + x->text() +
+                     ": with --block-table it holds pages, a 4-D array "
+                     "[pages x kv_heads x page_size x d]");
+    }
+  }
+  const char* q_axes[] = {"batch", "heads", "n_q", "d"};
+  for (int axis = 0; axis < 4; ++axis) {
+    if (q.dim(axis) == 0) {
+      throw CliError("--q is " + q.text() + ": " + q_axes[axis] +
+                     " must be at least 1");
+    }
+  }
+  if (k.heads() == 0 || q.heads() % k.heads() != 0) {
+    throw CliError("--q has heads = " + std::to_string(q.heads()) +
+                   ", not a multiple of --k's kv_heads = " +
+                   std::to_string(k.heads()) + " " + both(q, k));
+  }
+  if (k.cols() != q.cols()) {
+    throw CliError("--k has d = " + std::to_string(k.cols()) +
+                   " but --q has d = " + std::to_string(q.cols()) + " " +
+                   both(q, k));
+  }
+  if (k.rows() == 0) {
+    throw CliError("--k is " + k.text() + ": page_size must be at least 1");
+  }
+  if (v.batch() != k.batch() || v.heads() != k.heads() ||
+      v.rows() != k.rows()) {
+    throw CliError("--v is " + v.text() + " but --k is " + k.text() +
+                   ": they need the same pages, kv_heads and page_size");
+  }
+  if (v.cols() == 0) {
+    throw CliError("--v is " + v.text() + ": d_v must be at least 1");
+  }
+  if (table.array.shape.size() != 2 || table.array.shape[0] != q.batch()) {
+    throw CliError("--block-table is " + table.text() +
+                   " but need [batch x blocks_per_seq] with batch = " +
+                   std::to_string(q.batch()) + " (q is " + q.text() + ")");
+  }
+  if (lens.array.shape.size() != 1 || lens.array.shape[0] != q.batch()) {
+    throw CliError("--seq-lens is " + lens.text() +
+                   " but need [batch] with batch = " +
+                   std::to_string(q.batch()) + " (q is " + q.text() + ")");
+  }
+}
+
 // A mask or bias: [n_q, n_kv] or [batch, heads, n_q, n_kv], each of batch,
-// heads and n_q equal to the scores' or 1 (broadcast).
-void check_scores_shaped(const Input& m, const Input& q, const Input& k) {
+// heads and n_q equal to the scores' or 1 (broadcast). Paged: at least
+// n_kv = max(seq_lens) columns.
+void check_scores_shaped(const Input& m, const Input& q, const Input& k,
+                         std::size_t n_kv, bool paged) {
   const auto fits = [](std::size_t have, std::size_t need) {
     return have == need || have == 1;
   };
   if (fits(m.batch(), q.batch()) && fits(m.heads(), q.heads()) &&
-      fits(m.rows(), q.rows()) && m.cols() == k.rows())
+      fits(m.rows(), q.rows()) && (paged ? m.cols() >= n_kv : m.cols() == n_kv))
     return;
+  if (paged) {
+    throw CliError(m.option + " is " + m.text() + " but q is " + q.text() +
+                   " and the longest sequence has " + std::to_string(n_kv) +
+                   " keys; " + m.option +
+                   " must be [n_q x cols] or [batch x heads x n_q x cols] "
+                   "with cols >= max(seq_lens), 1 allowed for batch, heads "
+                   "and n_q");
+  }
   std::vector<std::size_t> scores = {q.rows(), k.rows()};
   if (q.rank() == 4) scores = {q.batch(), q.heads(), q.rows(), k.rows()};
   throw CliError(m.option + " is " + m.text() + " but the scores are " +
@@ -265,35 +347,61 @@ AttentionInputs read_attention_inputs(const AttentionArgs& args) {
   for (const std::optional<std::string>& path :
        {std::optional<std::string>(args.q), std::optional<std::string>(args.k),
         std::optional<std::string>(args.v), args.mask, args.bias, args.k_scales,
-        args.v_scales})
+        args.v_scales, args.block_table, args.seq_lens})
     from_stdin += path && *path == "-";
   if (from_stdin > 1) {
     throw CliError("only one input can be read from standard input ('-')");
+  }
+  if (args.block_table.has_value() != args.seq_lens.has_value()) {
+    throw CliError(
+        "--block-table and --seq-lens go together: a paged cache needs "
+        "both");
   }
 
   static constexpr NpyDtype kF32[] = {NpyDtype::kFloat32};
   static constexpr NpyDtype kKV[] = {NpyDtype::kFloat32, NpyDtype::kFloat16,
                                      NpyDtype::kInt8};
   static constexpr NpyDtype kBool[] = {NpyDtype::kBool};
+  static constexpr NpyDtype kI32[] = {NpyDtype::kInt32};
   AttentionInputs in;
   in.quantize = quantize_kv_option(args);
   in.q =
       read_input("--q", args.q, kF32, "[n_q x d]", "[batch x heads x n_q x d]");
-  in.k = read_input("--k", args.k, kKV, "[n_kv x d]",
-                    "[batch x kv_heads x n_kv x d]");
-  in.v = read_input("--v", args.v, kKV, "[n_kv x d_v]",
-                    "[batch x kv_heads x n_kv x d_v]");
-  check_qkv(in.q, in.k, in.v);
-  read_int8_scales(args, &in);
+  std::size_t n_kv = 0;
+  if (args.block_table) {
+    if (in.quantize || args.k_scales || args.v_scales) {
+      throw CliError(std::string(in.quantize ? "--kv int8" : "--k-scales") +
+                     ": int8 pages are not read by the command; with "
+                     "--block-table, k and v are float32 or float16 pages");
+    }
+    static constexpr NpyDtype kPage[] = {NpyDtype::kFloat32,
+                                         NpyDtype::kFloat16};
+    in.k = read_any("--k", args.k, kPage);
+    in.v = read_any("--v", args.v, kPage);
+    in.block_table = read_any("--block-table", *args.block_table, kI32);
+    in.seq_lens = read_any("--seq-lens", *args.seq_lens, kI32);
+    check_paged(in.q, in.k, in.v, in.block_table, in.seq_lens);
+    for (std::int32_t n : int32s_of(in.seq_lens.array)) {
+      if (n > 0) n_kv = std::max(n_kv, static_cast<std::size_t>(n));
+    }
+  } else {
+    in.k = read_input("--k", args.k, kKV, "[n_kv x d]",
+                      "[batch x kv_heads x n_kv x d]");
+    in.v = read_input("--v", args.v, kKV, "[n_kv x d_v]",
+                      "[batch x kv_heads x n_kv x d_v]");
+    check_qkv(in.q, in.k, in.v);
+    read_int8_scales(args, &in);
+    n_kv = in.k.rows();
+  }
   if (args.mask) {
     in.mask = read_input("--mask", *args.mask, kBool, "[n_q x n_kv]",
                          "[batch x heads x n_q x n_kv]");
-    check_scores_shaped(in.mask, in.q, in.k);
+    check_scores_shaped(in.mask, in.q, in.k, n_kv, in.paged());
   }
   if (args.bias) {
     in.bias = read_input("--bias", *args.bias, kF32, "[n_q x n_kv]",
                          "[batch x heads x n_q x n_kv]");
-    check_scores_shaped(in.bias, in.q, in.k);
+    check_scores_shaped(in.bias, in.q, in.k, n_kv, in.paged());
   }
   return in;
 }
@@ -337,6 +445,14 @@ void assemble_tensors(const AttentionInputs& in, AttentionTensors<KV>* t,
   if (in.bias.present()) {
     t->bias_values = floats_of(in.bias.array);
     options->bias = scores_view<float>(t->bias_values.data(), in.bias, q);
+  }
+  if (in.paged()) {
+    t->table_values = int32s_of(in.block_table.array);
+    t->len_values = int32s_of(in.seq_lens.array);
+    const std::size_t bps = in.block_table.array.shape[1];
+    t->table = PagedKVTable{
+        std::span<const std::int32_t>(t->table_values.data(), q.batch() * bps),
+        bps, std::span<const std::int32_t>(t->len_values.data(), q.batch())};
   }
 }
 

@@ -52,9 +52,14 @@ std::string both(const Input& a, const Input& b);
 // [batch x heads x n_q x n_kv] with 1 allowed for batch, heads and n_q.
 // int8 k and v come with their scales, [n_kv x 1] or
 // [batch x kv_heads x n_kv x 1] float32, each finite and >= 0.
+// With a paged cache (block_table and seq_lens present): q 4-D, k and v
+// pages [pages x kv_heads x page_size x d], block_table int32
+// [batch x blocks_per_seq], seq_lens int32 [batch], and mask and bias with
+// at least max(seq_lens) columns; the library checks the table's entries.
 struct AttentionInputs {
-  Input q, k, v, mask, bias, k_scales, v_scales;
+  Input q, k, v, mask, bias, k_scales, v_scales, block_table, seq_lens;
   bool quantize = false;  // --kv int8: float k and v quantised to int8
+  bool paged() const { return block_table.present(); }
 };
 
 // True for --kv int8, false without --kv; CliError for any other value.
@@ -77,9 +82,11 @@ struct AttentionTensors {
   std::vector<float> k_scale_values, v_scale_values;  // int8 only
   std::unique_ptr<bool[]> mask_flags;
   std::vector<float> bias_values;
+  std::vector<std::int32_t> table_values, len_values;
   TensorView<const float> q;
   TensorView<const KV> k, v;
   TensorView<const float> k_scales, v_scales;  // int8 only
+  PagedKVTable table;                          // paged inputs only
 
   AttentionTensors() = default;
   AttentionTensors(const AttentionTensors&) = delete;

@@ -1,8 +1,9 @@
 // softdot command: `softdot attention --q Q.npy --k K.npy --v V.npy [...]
 // -o OUT.npy`, scaled dot-product attention of .npy arrays (float32,
 // float16 or int8 keys and values) with
-// softdot::attention (and softdot::attention_scores and
-// softdot::attention_weights for --explain): the options, the library calls
+// softdot::attention (softdot::paged_attention with --block-table and
+// --seq-lens; softdot::attention_scores and softdot::attention_weights for
+// --explain): the options, the library calls
 // and the output files. The inputs are read and assembled in
 // attention_inputs.cc, the --explain text is written in explain.cc.
 #include <sys/stat.h>
@@ -111,9 +112,16 @@ int compute(const AttentionArgs& args, const AttentionInputs& in,
   std::vector<float> lse(batch * heads * n_q);
   std::vector<float> scores, weights;
   try {
-    softdot::attention(t.q, key_arg(t), value_arg(t),
-                       TensorView<float>(out.data(), batch, heads, n_q, d_v),
-                       options, args.lse ? lse.data() : nullptr);
+    const TensorView<float> out_view(out.data(), batch, heads, n_q, d_v);
+    if (in.paged()) {
+      // The library checks every table entry (naming the sequence and the
+      // entry) before it reads a page.
+      softdot::paged_attention(t.q, key_arg(t), value_arg(t), t.table, out_view,
+                               options, args.lse ? lse.data() : nullptr);
+    } else {
+      softdot::attention(t.q, key_arg(t), value_arg(t), out_view, options,
+                         args.lse ? lse.data() : nullptr);
+    }
     if (args.explain) {
       // The scores and the weights from one routine of the library, so the
       // tables cannot disagree; -inf scores are the keys a query does not
@@ -191,6 +199,11 @@ int run_attention(const AttentionArgs& args) {
       throw CliError("--lse and --output name the same file " +
                      quote(*args.lse));
     }
+  }
+  if (args.explain && args.block_table) {
+    throw CliError(
+        "--explain is for contiguous k and v; leave out --block-table (or "
+        "--explain)");
   }
   const AttentionInputs in = read_attention_inputs(args);
   const Input &q = in.q, &k = in.k, &v = in.v;

@@ -375,6 +375,8 @@ std::string_view npy_dtype_name(NpyDtype dtype) {
       return "float64 '<f8'";
     case NpyDtype::kInt8:
       return "int8 '|i1'";
+    case NpyDtype::kInt32:
+      return "int32 '<i4'";
   }
   return "unknown";
 }
@@ -405,6 +407,7 @@ NpyArray read_npy_array(std::string_view bytes, std::string_view name,
       if (code == "f2") dtype = NpyDtype::kFloat16;
       if (code == "f4") dtype = NpyDtype::kFloat32;
       if (code == "f8") dtype = NpyDtype::kFloat64;
+      if (code == "i4") dtype = NpyDtype::kInt32;
     }
   }
   const bool ok = dtype && std::find(allowed.begin(), allowed.end(), *dtype) !=
@@ -424,7 +427,7 @@ NpyArray read_npy_array(std::string_view bytes, std::string_view name,
   check_c_order(header, prefix);
   std::size_t item_size = 1;
   if (*dtype == NpyDtype::kFloat16) item_size = 2;
-  if (*dtype == NpyDtype::kFloat32) item_size = 4;
+  if (*dtype == NpyDtype::kFloat32 || *dtype == NpyDtype::kInt32) item_size = 4;
   if (*dtype == NpyDtype::kFloat64) item_size = 8;
   const std::string_view data =
       checked_data(bytes, layout.data_offset, *header.shape, item_size, prefix);
@@ -483,6 +486,13 @@ std::vector<std::int8_t> int8s_of(const NpyArray& a) {
   std::vector<std::int8_t> v(std::max<std::size_t>(a.size(), 1), 0);
   for (std::size_t i = 0; i < a.size(); ++i)
     v[i] = static_cast<std::int8_t>(static_cast<unsigned char>(a.data[i]));
+  return v;
+}
+
+std::vector<std::int32_t> int32s_of(const NpyArray& a) {
+  std::vector<std::int32_t> v(std::max<std::size_t>(a.size(), 1), 0);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    v[i] = static_cast<std::int32_t>(le_bits(a.data, 4 * i, 4));
   return v;
 }
 

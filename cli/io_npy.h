@@ -1,7 +1,7 @@
 // softdot command: reading and writing NumPy .npy files (C order,
 // little-endian; format versions 1.0, 2.0 and 3.0): 2-D float32 or float64
-// matrices, and arrays of any rank of bool, int8, float16, float32 or
-// float64.
+// matrices, and arrays of any rank of bool, int8, float16, float32,
+// float64 or int32.
 #ifndef SOFTDOT_CLI_IO_NPY_H_
 #define SOFTDOT_CLI_IO_NPY_H_
 
@@ -35,9 +35,9 @@ AnyMatrix read_npy(std::string_view bytes, std::string_view name);
 std::string encode_npy(const Matrix<float>& matrix);
 std::string encode_npy(const Matrix<double>& matrix);
 
-// The dtypes read_npy_array knows: '|b1', '|i1', '<f2', '<f4', '<f8' (and
-// '=' for '<'; any byte order for the one-byte bool and int8).
-enum class NpyDtype { kBool, kFloat16, kFloat32, kFloat64, kInt8 };
+// The dtypes read_npy_array knows: '|b1', '|i1', '<f2', '<f4', '<f8', '<i4'
+// (and '=' for '<'; any byte order for the one-byte bool and int8).
+enum class NpyDtype { kBool, kFloat16, kFloat32, kFloat64, kInt8, kInt32 };
 
 // "float32 '<f4'" and so on, for messages.
 std::string_view npy_dtype_name(NpyDtype dtype);
@@ -68,7 +68,9 @@ std::string encode_npy(std::span<const float> values,
 // is never null (an array may have no element). floats_of takes float32 or
 // float16 (widened exactly), halves_of float16 bits, bools_of bool,
 // int8s_of int8.
+// int32s_of int32.
 std::vector<float> floats_of(const NpyArray& a);
+std::vector<std::int32_t> int32s_of(const NpyArray& a);
 std::vector<Float16> halves_of(const NpyArray& a);
 std::unique_ptr<bool[]> bools_of(const NpyArray& a);
 std::vector<std::int8_t> int8s_of(const NpyArray& a);

@@ -161,6 +161,19 @@ int run(int argc, char** argv) {
                    "-inf masks a key")
       ->type_name("FILE");
   attn_cmd
+      ->add_option("--block-table", attn.block_table,
+                   "A paged K/V cache: int32 .npy [batch, blocks_per_seq] of "
+                   "page indices; --k and --v are then pages [pages, "
+                   "kv_heads, page_size, d] and q is 4-D. Sequence b's key t "
+                   "lies in page block_table[b, t / page_size], row t % "
+                   "page_size. Needs --seq-lens")
+      ->type_name("FILE");
+  attn_cmd
+      ->add_option("--seq-lens", attn.seq_lens,
+                   "With --block-table: int32 .npy [batch], the keys of each "
+                   "sequence (its n_kv)")
+      ->type_name("FILE");
+  attn_cmd
       ->add_option("--scale", attn.scale,
                    "Multiply q . k by S (finite, > 0); default 1/sqrt(d)")
       ->type_name("S");

@@ -13,7 +13,11 @@
 // chunks of kDecodeChunk keys, each chunk's state is computed separately
 // (in parallel), and the states are merged in chunk order. Both choices
 // depend only on the shapes, never on the thread count or the SIMD target,
-// so the bits do not either.
+// so the bits do not either. A paged cache (paged_attention) gives each
+// sequence b its own n_kv = seq_lens[b], hence its own positions, key range
+// and chunk count; the tasks run the longest sequence's chunk count and skip
+// a sequence's chunks past its own, so each sequence is split (and its bits
+// are) as attention() on that sequence alone.
 #include "softdot/attention.h"
 
 #include <omp.h>
@@ -62,21 +66,37 @@ T* thread_buffer(int slot, std::size_t n) {
 }
 
 // attention() (partial null: the rows are finalised into out and lse) or
-// attention_partial() (out unused: the rows' states go into *partial).
-// int8 K and V come with their scales (k_scales, v_scales non-null).
+// attention_partial() (out unused: the rows' states go into *partial); with
+// a table, paged_attention() or paged_attention_partial() (k and v are the
+// pages, each sequence has its own n_kv). int8 K and V come with their
+// scales (k_scales, v_scales non-null).
 template <class KT>
 void run_attention(const char* fn, const TensorView<const float>& q,
                    const TensorView<const KT>& k, const TensorView<const KT>& v,
                    const TensorView<float>& out, const AttentionOptions& o,
                    float* lse, AttentionPartial* partial,
                    const TensorView<const float>* k_scales = nullptr,
-                   const TensorView<const float>* v_scales = nullptr) {
-  const Plan p = partial ? check_and_plan(fn, q, k, &v, out, nullptr, 0, o)
-                         : check_and_plan(fn, q, k, &v, out, "out", 0, o);
+                   const TensorView<const float>* v_scales = nullptr,
+                   const PagedKVTable* table = nullptr) {
+  const char* out_name = partial ? nullptr : "out";
+  const Plan p =
+      table ? check_paged_and_plan(fn, q, k, v, *table, out, out_name, o)
+            : check_and_plan(fn, q, k, &v, out, out_name, 0, o);
   if constexpr (std::is_same_v<KT, std::int8_t>) {
-    check_scales(fn, "k", k, *k_scales);
-    check_scales(fn, "v", v, *v_scales);
+    if (table) {
+      check_paged_scales(fn, "k_pages", k, *k_scales, *table);
+      check_paged_scales(fn, "v_pages", v, *v_scales, *table);
+    } else {
+      check_scales(fn, "k", k, *k_scales);
+      check_scales(fn, "v", v, *v_scales);
+    }
   }
+  // Sequence b's plan: its own n_kv and key range when paged.
+  auto plan_of = [&](std::size_t b) {
+    return table
+               ? sequence_plan(p, static_cast<std::size_t>(table->seq_lens[b]))
+               : p;
+  };
   if (partial) {
     partial->batch = p.B;
     partial->heads = p.H;
@@ -93,11 +113,22 @@ void run_attention(const char* fn, const TensorView<const float>& q,
   const bool split = rows_per_kvh <= kDecodeRows && !o.precise;
   const std::size_t row_blocks =
       split ? 1 : (rows_per_kvh + max_rows - 1) / max_rows;
-  const std::size_t range = p.kv_end - p.kv_begin;
-  const std::size_t chunks =
-      split
-          ? std::max<std::size_t>(1, (range + kDecodeChunk - 1) / kDecodeChunk)
-          : 1;
+  // Chunks of each sequence's key range (a split only); tasks run as many
+  // chunks as the longest range has, and a sequence's chunks past its own
+  // are skipped, so every sequence is split as it would be alone.
+  auto chunks_of = [&](std::size_t b) -> std::size_t {
+    if (!split) return 1;
+    const Plan s = plan_of(b);
+    const std::size_t range = s.kv_end - s.kv_begin;
+    return std::max<std::size_t>(1, (range + kDecodeChunk - 1) / kDecodeChunk);
+  };
+  std::size_t chunks = 1;
+  std::size_t ranges = 0;  // keys over all sequences
+  for (std::size_t b = 0; b < p.B; ++b) {
+    chunks = std::max(chunks, chunks_of(b));
+    const Plan s = plan_of(b);
+    ranges += s.kv_end - s.kv_begin;
+  }
   const std::size_t tasks = p.B * p.Hkv * row_blocks * chunks;
   const std::size_t dv = p.dv;
   // A finished row (b, h, i): finalised, or kept as a partial result.
@@ -129,8 +160,8 @@ void run_attention(const char* fn, const TensorView<const float>& q,
   double* st_o = states + n_states;
   float* st_m = reinterpret_cast<float*>(states + n_states * (dv + 1));
 
-  const double work = static_cast<double>(p.B * p.H * p.n_q) *
-                      static_cast<double>(range) *
+  const double work = static_cast<double>(p.H * p.n_q) *
+                      static_cast<double>(ranges) *
                       static_cast<double>(p.d + dv);
   const bool parallel = tasks > 1 && work >= 4.0 * detail::kParallelElements;
 
@@ -159,6 +190,8 @@ void run_attention(const char* fn, const TensorView<const float>& q,
     rest /= row_blocks;
     const std::size_t kh = rest % p.Hkv;
     const std::size_t b = rest / p.Hkv;
+    if (chunk >= chunks_of(b)) return;
+    const Plan ps = plan_of(b);
     const std::size_t r0 = rb * max_rows;
     const std::size_t nr =
         split ? rows_per_kvh : std::min(max_rows, rows_per_kvh - r0);
@@ -182,7 +215,7 @@ void run_attention(const char* fn, const TensorView<const float>& q,
         const std::size_t h = kh * p.g + row / p.n_q;
         const std::size_t i = row % p.n_q;
         q_rows[r] = q.row(b, h, i);
-        visible_keys(p, i, first[r], last[r]);
+        visible_keys(ps, i, first[r], last[r]);
         if (!o.mask.empty()) {
           const std::size_t mb = o.mask.batch == 1 ? 0 : b;
           const std::size_t mh = o.mask.heads == 1 ? 0 : h;
@@ -198,21 +231,34 @@ void run_attention(const char* fn, const TensorView<const float>& q,
       }
       detail::AttnArgs a;
       a.kv_type = kv_type<KT>();
-      a.k = k.row(b, kh, 0);
+      // Paged: the rows of this KV head in page 0, and the table.
+      const std::size_t kb = table ? 0 : b;
+      a.k = k.row(kb, kh, 0);
       a.k_stride = k.row_stride;
-      a.v = v.row(b, kh, 0);
+      a.v = v.row(kb, kh, 0);
       a.v_stride = v.row_stride;
       if (k_scales) {
-        a.k_scale = k_scales->row(b, kh, 0);
+        a.k_scale = k_scales->row(kb, kh, 0);
         a.k_scale_stride = k_scales->row_stride;
-        a.v_scale = v_scales->row(b, kh, 0);
+        a.v_scale = v_scales->row(kb, kh, 0);
         a.v_scale_stride = v_scales->row_stride;
+      }
+      if (table) {
+        a.block_table = table->block_table.data() + b * table->blocks_per_seq;
+        a.page_size = k.rows;
+        a.k_page_stride = k.batch_stride;
+        a.v_page_stride = v.batch_stride;
+        if (k_scales) {
+          a.k_scale_page_stride = k_scales->batch_stride;
+          a.v_scale_page_stride = v_scales->batch_stride;
+        }
       }
       a.d = p.d;
       a.dv = dv;
-      a.j_begin = p.kv_begin + chunk * kDecodeChunk;
-      a.j_end = split ? std::min(p.kv_end, a.j_begin + kDecodeChunk) : p.kv_end;
-      a.prefetch_end = p.kv_end;
+      a.j_begin = ps.kv_begin + chunk * kDecodeChunk;
+      a.j_end =
+          split ? std::min(ps.kv_end, a.j_begin + kDecodeChunk) : ps.kv_end;
+      a.prefetch_end = ps.kv_end;
       a.scale = p.scale;
       a.softcap = p.softcap;
       a.rows = cnt;
@@ -258,11 +304,12 @@ void run_attention(const char* fn, const TensorView<const float>& q,
   auto merge_group = [&](std::size_t gi) {
     const std::size_t b = gi / p.Hkv, kh = gi % p.Hkv;
     const std::size_t base = gi * chunks;
+    const std::size_t nc = chunks_of(b);
     for (std::size_t r = 0; r < rows_per_kvh; ++r) {
       float m = st_m[base * state_rows + r];
       double l = st_l[base * state_rows + r];
       double* acc = st_o + (base * state_rows + r) * dv;
-      for (std::size_t c = 1; c < chunks; ++c) {
+      for (std::size_t c = 1; c < nc; ++c) {
         const std::size_t s = (base + c) * state_rows + r;
         detail::merge_row_state(m, l, acc, st_m[s], st_l[s], st_o + s * dv, dv);
       }
@@ -326,6 +373,76 @@ void attention_partial(TensorView<const float> q, const Int8KV& k,
                        const AttentionOptions& options) {
   run_attention("attention_partial", q, k.values, v.values, TensorView<float>{},
                 options, nullptr, &partial, &k.scales, &v.scales);
+}
+
+void paged_attention(TensorView<const float> q, TensorView<const float> k_pages,
+                     TensorView<const float> v_pages, const PagedKVTable& table,
+                     TensorView<float> out, const AttentionOptions& options,
+                     float* lse) {
+  run_attention("paged_attention", q, k_pages, v_pages, out, options, lse,
+                nullptr, nullptr, nullptr, &table);
+}
+void paged_attention(TensorView<const float> q,
+                     TensorView<const Float16> k_pages,
+                     TensorView<const Float16> v_pages,
+                     const PagedKVTable& table, TensorView<float> out,
+                     const AttentionOptions& options, float* lse) {
+  run_attention("paged_attention", q, k_pages, v_pages, out, options, lse,
+                nullptr, nullptr, nullptr, &table);
+}
+void paged_attention(TensorView<const float> q,
+                     TensorView<const BFloat16> k_pages,
+                     TensorView<const BFloat16> v_pages,
+                     const PagedKVTable& table, TensorView<float> out,
+                     const AttentionOptions& options, float* lse) {
+  run_attention("paged_attention", q, k_pages, v_pages, out, options, lse,
+                nullptr, nullptr, nullptr, &table);
+}
+void paged_attention(TensorView<const float> q, const Int8KV& k_pages,
+                     const Int8KV& v_pages, const PagedKVTable& table,
+                     TensorView<float> out, const AttentionOptions& options,
+                     float* lse) {
+  run_attention("paged_attention", q, k_pages.values, v_pages.values, out,
+                options, lse, nullptr, &k_pages.scales, &v_pages.scales,
+                &table);
+}
+void paged_attention_partial(TensorView<const float> q,
+                             TensorView<const float> k_pages,
+                             TensorView<const float> v_pages,
+                             const PagedKVTable& table,
+                             AttentionPartial& partial,
+                             const AttentionOptions& options) {
+  run_attention("paged_attention_partial", q, k_pages, v_pages,
+                TensorView<float>{}, options, nullptr, &partial, nullptr,
+                nullptr, &table);
+}
+void paged_attention_partial(TensorView<const float> q,
+                             TensorView<const Float16> k_pages,
+                             TensorView<const Float16> v_pages,
+                             const PagedKVTable& table,
+                             AttentionPartial& partial,
+                             const AttentionOptions& options) {
+  run_attention("paged_attention_partial", q, k_pages, v_pages,
+                TensorView<float>{}, options, nullptr, &partial, nullptr,
+                nullptr, &table);
+}
+void paged_attention_partial(TensorView<const float> q,
+                             TensorView<const BFloat16> k_pages,
+                             TensorView<const BFloat16> v_pages,
+                             const PagedKVTable& table,
+                             AttentionPartial& partial,
+                             const AttentionOptions& options) {
+  run_attention("paged_attention_partial", q, k_pages, v_pages,
+                TensorView<float>{}, options, nullptr, &partial, nullptr,
+                nullptr, &table);
+}
+void paged_attention_partial(TensorView<const float> q, const Int8KV& k_pages,
+                             const Int8KV& v_pages, const PagedKVTable& table,
+                             AttentionPartial& partial,
+                             const AttentionOptions& options) {
+  run_attention("paged_attention_partial", q, k_pages.values, v_pages.values,
+                TensorView<float>{}, options, nullptr, &partial,
+                &k_pages.scales, &v_pages.scales, &table);
 }
 
 }  // namespace softdot

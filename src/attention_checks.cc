@@ -1,5 +1,7 @@
-// softdot: the argument checks of attention(), attention_weights() and
-// attention_scores(), and the plan they produce (src/attention_plan.h).
+// softdot: the argument checks of attention(), paged_attention(),
+// attention_weights() and attention_scores(), and the plan they produce
+// (src/attention_plan.h).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -8,6 +10,80 @@
 #include "attention_plan.h"
 
 namespace softdot::detail::attn {
+
+namespace {
+
+// The options part of the plan (p's shapes already filled in). Mask and
+// bias need n_kv columns, or at least n_kv (the longest sequence) when
+// paged; the paged key range is clamped per sequence (sequence_plan).
+void plan_options(const char* fn, const TensorView<const float>& q,
+                  const std::string& k_shape, const AttentionOptions& o,
+                  bool paged, Plan& p) {
+  // Scale.
+  double scale = o.scale;
+  if (std::isnan(scale)) scale = 1.0 / std::sqrt(static_cast<double>(p.d));
+  const float sf = static_cast<float>(scale);
+  if (!(scale > 0.0) || !std::isfinite(scale) || !(sf > 0.0f) ||
+      !std::isfinite(sf)) {
+    fail(fn, "scale must be finite and > 0 (also as a float), got " +
+                 number(o.scale));
+  }
+  p.scale = sf;
+  if (!(o.softcap >= 0.0f) || !std::isfinite(o.softcap)) {
+    fail(fn, "softcap must be finite and >= 0, got " + number(o.softcap));
+  }
+  p.softcap = o.softcap;
+  if (o.window_left < -1 || o.window_right < -1) {
+    fail(fn, "window_left and window_right must be >= -1, got " +
+                 std::to_string(o.window_left) + " and " +
+                 std::to_string(o.window_right));
+  }
+  p.wl = o.window_left;
+  p.wr = o.window_right;
+  if (o.causal && (p.wr < 0 || p.wr > 0)) p.wr = 0;
+  if (paged) {
+    // Clamped per sequence (sequence_plan).
+    p.kv_begin = o.kv_begin;
+    p.kv_end = o.kv_end;
+    if (p.kv_begin > p.kv_end) {
+      fail(fn, "kv_begin " + count(o.kv_begin) + " is past kv_end " +
+                   count(o.kv_end));
+    }
+  } else {
+    p.kv_end = std::min(o.kv_end, p.n_kv);
+    p.kv_begin = o.kv_begin;
+    if (p.kv_begin > p.kv_end) {
+      fail(fn, "kv_begin " + count(o.kv_begin) + " is past kv_end " +
+                   count(p.kv_end) + " (n_kv = " + count(p.n_kv) + ")");
+    }
+  }
+  auto check_extra = [&](const char* name, auto& t) {
+    if (t.data == nullptr) return;
+    if (paged && (t.rows != p.n_q || t.cols < p.n_kv)) {
+      fail(fn, shape(name, t) + " must have n_q = " + count(p.n_q) +
+                   " rows and at least max(seq_lens) = " + count(p.n_kv) +
+                   " cols (" + shape("q", q) + ")");
+    }
+    if (!paged && (t.rows != p.n_q || t.cols != p.n_kv)) {
+      fail(fn, shape(name, t) + " must have n_q x n_kv = " + count(p.n_q) +
+                   " x " + count(p.n_kv) + " rows and cols (" + shape("q", q) +
+                   ", " + k_shape + ")");
+    }
+    if ((t.batch != 1 && t.batch != p.B) || (t.heads != 1 && t.heads != p.H)) {
+      fail(fn, shape(name, t) + " must have batch 1 or " + count(p.B) +
+                   " and heads 1 or " + count(p.H) + " (" + shape("q", q) +
+                   ")");
+    }
+  };
+  check_extra("mask", o.mask);
+  check_extra("bias", o.bias);
+  if (!o.sinks.empty() && o.sinks.size() != p.H) {
+    fail(fn, "sinks has " + count(o.sinks.size()) + " values but " +
+                 shape("q", q) + " has " + count(p.H) + " heads");
+  }
+}
+
+}  // namespace
 
 template <class KT>
 Plan check_and_plan(const char* fn, const TensorView<const float>& q,
@@ -62,53 +138,7 @@ Plan check_and_plan(const char* fn, const TensorView<const float>& q,
   p.n_kv = k.rows;
   p.d = q.cols;
   p.dv = dv;
-  // Scale.
-  double scale = o.scale;
-  if (std::isnan(scale)) scale = 1.0 / std::sqrt(static_cast<double>(p.d));
-  const float sf = static_cast<float>(scale);
-  if (!(scale > 0.0) || !std::isfinite(scale) || !(sf > 0.0f) ||
-      !std::isfinite(sf)) {
-    fail(fn, "scale must be finite and > 0 (also as a float), got " +
-                 number(o.scale));
-  }
-  p.scale = sf;
-  if (!(o.softcap >= 0.0f) || !std::isfinite(o.softcap)) {
-    fail(fn, "softcap must be finite and >= 0, got " + number(o.softcap));
-  }
-  p.softcap = o.softcap;
-  if (o.window_left < -1 || o.window_right < -1) {
-    fail(fn, "window_left and window_right must be >= -1, got " +
-                 std::to_string(o.window_left) + " and " +
-                 std::to_string(o.window_right));
-  }
-  p.wl = o.window_left;
-  p.wr = o.window_right;
-  if (o.causal && (p.wr < 0 || p.wr > 0)) p.wr = 0;
-  p.kv_end = std::min(o.kv_end, p.n_kv);
-  p.kv_begin = o.kv_begin;
-  if (p.kv_begin > p.kv_end) {
-    fail(fn, "kv_begin " + count(o.kv_begin) + " is past kv_end " +
-                 count(p.kv_end) + " (n_kv = " + count(p.n_kv) + ")");
-  }
-  auto check_extra = [&](const char* name, auto& t) {
-    if (t.data == nullptr) return;
-    if (t.rows != p.n_q || t.cols != p.n_kv) {
-      fail(fn, shape(name, t) + " must have n_q x n_kv = " + count(p.n_q) +
-                   " x " + count(p.n_kv) + " rows and cols (" + shape("q", q) +
-                   ", " + shape("k", k) + ")");
-    }
-    if ((t.batch != 1 && t.batch != p.B) || (t.heads != 1 && t.heads != p.H)) {
-      fail(fn, shape(name, t) + " must have batch 1 or " + count(p.B) +
-                   " and heads 1 or " + count(p.H) + " (" + shape("q", q) +
-                   ")");
-    }
-  };
-  check_extra("mask", o.mask);
-  check_extra("bias", o.bias);
-  if (!o.sinks.empty() && o.sinks.size() != p.H) {
-    fail(fn, "sinks has " + count(o.sinks.size()) + " values but " +
-                 shape("q", q) + " has " + count(p.H) + " heads");
-  }
+  plan_options(fn, q, shape("k", k), o, /*paged=*/false, p);
   return p;
 }
 
@@ -156,6 +186,143 @@ void check_scales(const char* fn, const char* name,
         if (!(std::isfinite(s) && s >= 0.0f)) {
           fail(fn, sname + "[" + count(b) + ", " + count(h) + ", " + count(j) +
                        "] = " + number(s) + " is not finite and >= 0");
+        }
+      }
+    }
+  }
+}
+
+template <class KT>
+Plan check_paged_and_plan(const char* fn, const TensorView<const float>& q,
+                          const TensorView<const KT>& k,
+                          const TensorView<const KT>& v, const PagedKVTable& t,
+                          const TensorView<float>& out, const char* out_name,
+                          const AttentionOptions& o) {
+  check_tensor(fn, "q", q);
+  check_tensor(fn, "k_pages", k);
+  check_tensor(fn, "v_pages", v);
+  if (out_name != nullptr) check_tensor(fn, out_name, out);
+  if (q.rows == 0 || q.cols == 0) fail(fn, shape("q", q) + " is empty");
+  if (k.cols != q.cols) {
+    fail(fn, shape("k_pages", k) + " has d = " + count(k.cols) + " but " +
+                 shape("q", q) + " has d = " + count(q.cols));
+  }
+  if (k.heads == 0 || q.heads == 0 || q.heads % k.heads != 0) {
+    fail(fn, shape("q", q) + " has " + count(q.heads) +
+                 " heads, not a multiple of the " + count(k.heads) +
+                 " heads of " + shape("k_pages", k));
+  }
+  if (k.rows == 0) fail(fn, shape("k_pages", k) + " has page_size 0");
+  if (v.batch != k.batch || v.heads != k.heads || v.rows != k.rows) {
+    fail(fn, shape("v_pages", v) + " does not match " + shape("k_pages", k) +
+                 " in pages, heads and page_size");
+  }
+  if (v.cols == 0) fail(fn, shape("v_pages", v) + " has d_v = 0");
+  const std::size_t dv = v.cols;
+  if (out_name != nullptr && (out.batch != q.batch || out.heads != q.heads ||
+                              out.rows != q.rows || out.cols != dv)) {
+    fail(fn, shape(out_name, out) + " must be " +
+                 shape(out_name, q.batch, q.heads, q.rows, dv) + " for " +
+                 shape("q", q) + " and " + shape("v_pages", v));
+  }
+  constexpr std::size_t kMaxIndex = std::size_t{1} << 30;
+  if (q.rows >= kMaxIndex) {
+    fail(fn, "n_q = " + count(q.rows) + " must be below 2^30");
+  }
+  // The table.
+  const std::size_t B = q.batch, bps = t.blocks_per_seq, ps = k.rows;
+  if (t.seq_lens.size() != B) {
+    fail(fn, "seq_lens has " + count(t.seq_lens.size()) + " entries but " +
+                 shape("q", q) + " has batch " + count(B));
+  }
+  if (bps != 0 && B > std::numeric_limits<std::size_t>::max() / bps) {
+    fail(fn, "batch " + count(B) + " x blocks_per_seq " + count(bps) +
+                 " overflows");
+  }
+  if (t.block_table.size() != B * bps) {
+    fail(fn, "block_table has " + count(t.block_table.size()) +
+                 " entries but batch " + count(B) + " x blocks_per_seq " +
+                 count(bps) + " = " + count(B * bps));
+  }
+  std::size_t max_len = 0;
+  for (std::size_t b = 0; b < B; ++b) {
+    const std::int64_t len = t.seq_lens[b];
+    const std::string seq = "seq_lens[" + count(b) +
+                            "] = " + std::to_string(len) + " (sequence " +
+                            count(b) + ")";
+    if (len < 0) fail(fn, seq + " is negative");
+    const auto n = static_cast<std::size_t>(len);
+    if (n >= kMaxIndex) fail(fn, seq + " must be below 2^30");
+    if (n > bps * ps) {
+      fail(fn, seq + " is longer than its blocks_per_seq " + count(bps) +
+                   " pages of page_size " + count(ps) + " hold (" +
+                   shape("k_pages", k) + ")");
+    }
+    max_len = std::max(max_len, n);
+    for (std::size_t i = 0; i < (n + ps - 1) / ps; ++i) {
+      const std::int32_t page = t.block_table[b * bps + i];
+      if (page < 0 || static_cast<std::size_t>(page) >= k.batch) {
+        fail(fn, "block_table[" + count(b) + " * " + count(bps) + " + " +
+                     count(i) + "] = " + std::to_string(page) + " (sequence " +
+                     count(b) + ", entry " + count(i) + ") is not a page of " +
+                     shape("k_pages", k) + " (0 to " +
+                     std::to_string(std::int64_t(k.batch) - 1) + ")");
+      }
+    }
+  }
+  Plan p{};
+  p.B = B;
+  p.H = q.heads;
+  p.Hkv = k.heads;
+  p.g = q.heads / k.heads;
+  p.n_q = q.rows;
+  p.n_kv = max_len;
+  p.d = q.cols;
+  p.dv = dv;
+  plan_options(fn, q, shape("k_pages", k), o, /*paged=*/true, p);
+  return p;
+}
+
+#define SOFTDOT_PAGED_PLAN(KT)                                    \
+  template Plan check_paged_and_plan<KT>(                         \
+      const char*, const TensorView<const float>&,                \
+      const TensorView<const KT>&, const TensorView<const KT>&,   \
+      const PagedKVTable&, const TensorView<float>&, const char*, \
+      const AttentionOptions&);
+SOFTDOT_PAGED_PLAN(float)
+SOFTDOT_PAGED_PLAN(Float16)
+SOFTDOT_PAGED_PLAN(BFloat16)
+SOFTDOT_PAGED_PLAN(std::int8_t)
+#undef SOFTDOT_PAGED_PLAN
+
+void check_paged_scales(const char* fn, const char* name,
+                        const TensorView<const std::int8_t>& values,
+                        const TensorView<const float>& scales,
+                        const PagedKVTable& t) {
+  const std::string sname = std::string(name) + " scales";
+  check_tensor(fn, sname.c_str(), scales);
+  if (scales.batch != values.batch || scales.heads != values.heads ||
+      scales.rows != values.rows || scales.cols != 1) {
+    fail(fn,
+         shape(sname.c_str(), scales) + " must be " +
+             shape(sname.c_str(), values.batch, values.heads, values.rows, 1) +
+             " for " + shape(name, values));
+  }
+  // Only the rows a key reads (the table is checked): unused rows of a page
+  // pool may hold anything.
+  const std::size_t ps = values.rows;
+  for (std::size_t b = 0; b < t.seq_lens.size(); ++b) {
+    const auto n = static_cast<std::size_t>(t.seq_lens[b]);
+    for (std::size_t j = 0; j < n; ++j) {
+      const auto page = static_cast<std::size_t>(
+          t.block_table[b * t.blocks_per_seq + j / ps]);
+      for (std::size_t h = 0; h < scales.heads; ++h) {
+        const float s = *scales.row(page, h, j % ps);
+        if (!(std::isfinite(s) && s >= 0.0f)) {
+          fail(fn, sname + "[" + count(page) + ", " + count(h) + ", " +
+                       count(j % ps) + "] = " + number(s) + " (sequence " +
+                       count(b) + ", position " + count(j) +
+                       ") is not finite and >= 0");
         }
       }
     }

@@ -82,6 +82,35 @@ void check_scales(const char* fn, const char* name,
                   const TensorView<const std::int8_t>& values,
                   const TensorView<const float>& scales);
 
+// Checks every argument of paged_attention() (out_name null: of
+// paged_attention_partial()), the table entry by entry (attention.h), and
+// returns the plan with n_kv = the longest sequence and the unclamped key
+// range (sequence_plan gives each sequence's).
+template <class KT>
+Plan check_paged_and_plan(const char* fn, const TensorView<const float>& q,
+                          const TensorView<const KT>& k,
+                          const TensorView<const KT>& v,
+                          const PagedKVTable& table,
+                          const TensorView<float>& out, const char* out_name,
+                          const AttentionOptions& o);
+
+// check_scales for int8 pages: [pages, heads, page_size, 1] as the values,
+// and every scale a key of the (checked) table reads finite and >= 0.
+void check_paged_scales(const char* fn, const char* name,
+                        const TensorView<const std::int8_t>& values,
+                        const TensorView<const float>& scales,
+                        const PagedKVTable& table);
+
+// The plan of one sequence of n_kv keys: positions from its own n_kv, the
+// key range clamped to it.
+inline Plan sequence_plan(const Plan& p, std::size_t n_kv) {
+  Plan s = p;
+  s.n_kv = n_kv;
+  s.kv_end = std::min(p.kv_end, n_kv);
+  s.kv_begin = std::min(p.kv_begin, s.kv_end);
+  return s;
+}
+
 // Visible keys of query i: [first, last] (inclusive), clamped to the key
 // range (first > last when none is visible).
 inline void visible_keys(const Plan& p, std::size_t i, std::int32_t& first,

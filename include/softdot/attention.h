@@ -332,6 +332,109 @@ void attention_merge(AttentionPartial& a, const AttentionPartial& b);
 void attention_finalize(const AttentionPartial& partial, TensorView<float> out,
                         float* lse = nullptr);
 
+// The page table of a paged K/V cache, as LLM serving engines keep it:
+// each sequence's keys and values lie in fixed-size pages of page_size
+// tokens (any pages, in any order, shared or not), and
+//   key position t of sequence b lies in page
+//   block_table[b * blocks_per_seq + t / page_size], row t % page_size,
+// for 0 <= t < seq_lens[b]. Entries past a sequence's last used page
+// (t / page_size for t >= seq_lens[b]) are never read and may hold anything
+// (-1 padding, say).
+struct PagedKVTable {
+  std::span<const std::int32_t> block_table;  // [batch * blocks_per_seq]
+  std::size_t blocks_per_seq = 0;
+  std::span<const std::int32_t> seq_lens;  // [batch]: n_kv of each sequence
+};
+
+// attention() over a paged K/V cache: for each sequence b, exactly what
+// attention() computes for q's batch b against contiguous K and V holding
+// that sequence's seq_lens[b] keys and values in position order, bit for
+// bit (out and lse), for every format, option, thread count and SIMD target.
+// The pages are read in place; float32 tiles of 64 keys that cross a page
+// boundary are copied into the thread's scratch first, so bits do not depend
+// on the page size or the page order either.
+//
+// Shapes (std::invalid_argument naming the function, the argument and both
+// shapes otherwise):
+//   q [B, H, n_q, d], k_pages [P, H_kv, page_size, d],
+//   v_pages [P, H_kv, page_size, d_v], out [B, H, n_q, d_v],
+// with P pages of page_size >= 1 tokens, H a multiple of H_kv; strides make
+// vLLM's [P, page_size, H_kv, d] layout a view too (row_stride H_kv d,
+// head_stride d). table: seq_lens.size() == B, block_table.size() ==
+// B * blocks_per_seq, 0 <= seq_lens[b] <= blocks_per_seq * page_size (and
+// below 2^30), and every entry a key reads a page index in [0, P); int8
+// scales [P, H_kv, page_size, 1], and every scale a key reads finite and
+// >= 0. Each error names the function and the argument (with the shapes),
+// and a table or scale error also the sequence and the entry (or position);
+// everything is checked before any work, so nothing is written and no page
+// is read on an error.
+//
+// Options as attention(), per sequence with n_kv = seq_lens[b]: query i sits
+// at position i + seq_lens[b] - n_q (chunked prefill: n_q new tokens at the
+// end of the cached ones; decode: n_q = 1), and causal, the window and the
+// positions follow from it. Mask and bias columns are key positions: they
+// need at least max_b seq_lens[b] columns (the rest are not read), rows n_q,
+// batch 1 or B, heads 1 or H. kv_begin <= kv_end is required, and both are
+// clamped to each seq_lens[b] (a range past a sequence's end is empty for
+// it: zero rows, lse -inf or the sink; attention() would reject a kv_begin
+// past n_kv, which a batch of different lengths cannot avoid).
+//
+// lse, accuracy, special values, threads and allocation as attention(); a
+// sequence of length 0 gives zero rows and lse -inf (or the sink). The work
+// split depends on q's shape and seq_lens only. out must not overlap any
+// input.
+void paged_attention(TensorView<const float> q, TensorView<const float> k_pages,
+                     TensorView<const float> v_pages, const PagedKVTable& table,
+                     TensorView<float> out,
+                     const AttentionOptions& options = {},
+                     float* lse = nullptr);
+void paged_attention(TensorView<const float> q,
+                     TensorView<const Float16> k_pages,
+                     TensorView<const Float16> v_pages,
+                     const PagedKVTable& table, TensorView<float> out,
+                     const AttentionOptions& options = {},
+                     float* lse = nullptr);
+void paged_attention(TensorView<const float> q,
+                     TensorView<const BFloat16> k_pages,
+                     TensorView<const BFloat16> v_pages,
+                     const PagedKVTable& table, TensorView<float> out,
+                     const AttentionOptions& options = {},
+                     float* lse = nullptr);
+// int8 pages: values [P, H_kv, page_size, d or d_v] and scales
+// [P, H_kv, page_size, 1], paged alike through the same table.
+void paged_attention(TensorView<const float> q, const Int8KV& k_pages,
+                     const Int8KV& v_pages, const PagedKVTable& table,
+                     TensorView<float> out,
+                     const AttentionOptions& options = {},
+                     float* lse = nullptr);
+
+// paged_attention() stopped before the division by the sum, as
+// attention_partial() is: attention_finalize(partial) equals
+// paged_attention() with the same arguments bit for bit. partial is resized
+// to q's batch, heads, rows and v_pages' d_v.
+void paged_attention_partial(TensorView<const float> q,
+                             TensorView<const float> k_pages,
+                             TensorView<const float> v_pages,
+                             const PagedKVTable& table,
+                             AttentionPartial& partial,
+                             const AttentionOptions& options = {});
+void paged_attention_partial(TensorView<const float> q,
+                             TensorView<const Float16> k_pages,
+                             TensorView<const Float16> v_pages,
+                             const PagedKVTable& table,
+                             AttentionPartial& partial,
+                             const AttentionOptions& options = {});
+void paged_attention_partial(TensorView<const float> q,
+                             TensorView<const BFloat16> k_pages,
+                             TensorView<const BFloat16> v_pages,
+                             const PagedKVTable& table,
+                             AttentionPartial& partial,
+                             const AttentionOptions& options = {});
+void paged_attention_partial(TensorView<const float> q, const Int8KV& k_pages,
+                             const Int8KV& v_pages, const PagedKVTable& table,
+                             AttentionPartial& partial,
+                             const AttentionOptions& options = {});
+
 // The explicit weights w_ij of attention() with the same q, k and options,
 // into weights [B, H, n_q, n_kv] (for small inputs: debugging, teaching).
 // The scores are those of attention_scores() below (rounded as in the form

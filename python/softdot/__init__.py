@@ -22,6 +22,7 @@ from ._softmax import (
 )
 from ._attention import attention_merge, attention_weights, scaled_dot_product_attention
 from ._quantize import quantize_kv
+from ._paged import paged_attention
 
 __all__ = [
     "softmax",
@@ -37,6 +38,7 @@ __all__ = [
     "attention_merge",
     "attention_weights",
     "quantize_kv",
+    "paged_attention",
     "simd_target",
     "simd_targets",
     "force_simd_target",

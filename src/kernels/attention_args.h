@@ -48,6 +48,17 @@ struct AttnArgs {
   std::size_t k_scale_stride = 0;
   const float* v_scale = nullptr;
   std::size_t v_scale_stride = 0;
+  // Paged K and V (block_table non-null): key j lies in page
+  // p = block_table[j / page_size], row j % page_size, at
+  // k + p * k_page_stride + (j % page_size) * k_stride (elements; k is page
+  // 0's row 0 of this KV head), and the same for v and the int8 scales.
+  // The caller has checked every entry a key in [j_begin, j_end) maps to.
+  const std::int32_t* block_table = nullptr;
+  std::size_t page_size = 0;
+  std::size_t k_page_stride = 0;
+  std::size_t v_page_stride = 0;
+  std::size_t k_scale_page_stride = 0;
+  std::size_t v_scale_page_stride = 0;
   std::size_t d = 0;
   std::size_t dv = 0;
   std::size_t j_begin = 0;  // keys j_begin <= j < j_end, in blocks of

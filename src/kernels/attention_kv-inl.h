@@ -8,7 +8,9 @@
 // the same scratch), the prefetch. Nothing else in the kernels changes.
 // Today: float32 (read in place), float16 and bfloat16 (widened exactly),
 // int8 with one float scale per row (widened to scale * q, one rounding:
-// dequantize_int8 in dequantize.h is the scalar form, the same bits).
+// dequantize_int8 in dequantize.h is the scalar form, the same bits); each
+// of them contiguous or paged (AttnArgs::block_table: KvOffset maps a key
+// through the page table; float32 tiles that cross a page are gathered).
 
 #if defined(SOFTDOT_KERNELS_ATTENTION_KV_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SOFTDOT_KERNELS_ATTENTION_KV_INL_H_
@@ -37,29 +39,44 @@ using detail::kKvBF16;
 using detail::kKvF32;
 using detail::kKvI8;
 
-// Whether a tile of this storage is widened into scratch (kc, vc) rather
-// than read in place.
-HWY_INLINE bool KvWidened(const AttnArgs& a) { return a.kv_type != kKvF32; }
+// Whether LoadBlock may put a tile into scratch (kc, vc) rather than hand
+// out the caller's memory: widened formats always, paged float32 when a tile
+// crosses a page boundary (its rows are then gathered).
+HWY_INLINE bool KvWidened(const AttnArgs& a) {
+  return a.kv_type != kKvF32 || a.block_table != nullptr;
+}
 
 // Bytes per stored element.
 HWY_INLINE std::size_t KvElementBytes(const AttnArgs& a) {
   return a.kv_type == kKvF32 ? 4 : a.kv_type == kKvI8 ? 1 : 2;
 }
 
+// The offset (in elements) of key j's row in storage whose rows are
+// row_stride apart, and whose pages (when paged) page_stride apart.
+HWY_INLINE std::size_t KvOffset(const AttnArgs& a, std::size_t j,
+                                std::size_t row_stride,
+                                std::size_t page_stride) {
+  if (a.block_table == nullptr) return j * row_stride;
+  const auto page = static_cast<std::size_t>(a.block_table[j / a.page_size]);
+  return page * page_stride + (j % a.page_size) * row_stride;
+}
+
 // The address of key j's stored row (in kv_type's elements) and of value
 // j's, and their int8 scales: the one place a key index becomes an address
 // (a paged cache maps j through its page table here).
 HWY_INLINE const void* KeyRow(const AttnArgs& a, std::size_t j) {
-  return static_cast<const char*>(a.k) + j * a.k_stride * KvElementBytes(a);
+  return static_cast<const char*>(a.k) +
+         KvOffset(a, j, a.k_stride, a.k_page_stride) * KvElementBytes(a);
 }
 HWY_INLINE const void* ValueRow(const AttnArgs& a, std::size_t j) {
-  return static_cast<const char*>(a.v) + j * a.v_stride * KvElementBytes(a);
+  return static_cast<const char*>(a.v) +
+         KvOffset(a, j, a.v_stride, a.v_page_stride) * KvElementBytes(a);
 }
 HWY_INLINE float KeyScale(const AttnArgs& a, std::size_t j) {
-  return a.k_scale[j * a.k_scale_stride];
+  return a.k_scale[KvOffset(a, j, a.k_scale_stride, a.k_scale_page_stride)];
 }
 HWY_INLINE float ValueScale(const AttnArgs& a, std::size_t j) {
-  return a.v_scale[j * a.v_scale_stride];
+  return a.v_scale[KvOffset(a, j, a.v_scale_stride, a.v_scale_page_stride)];
 }
 
 // Widens n elements of K or V storage to float.
@@ -198,7 +215,8 @@ HWY_INLINE float RowElement(const std::int8_t* p, std::size_t c, float scale) {
 }
 
 // The float rows of one block of keys and values: the caller's memory for
-// float32, else the block widened into scratch (kc [kb][d], vc [kb][dv]).
+// float32 (unpaged, or paged with the tile inside one page), else the block
+// widened or gathered into scratch (kc [kb][d], vc [kb][dv]).
 struct BlockRows {
   const float* k;
   std::size_t k_stride;
@@ -209,8 +227,20 @@ struct BlockRows {
 HWY_INLINE BlockRows LoadBlock(const AttnArgs& a, std::size_t j0,
                                std::size_t kb, float* kc, float* vc) {
   if (a.kv_type == kKvF32) {
-    return {static_cast<const float*>(KeyRow(a, j0)), a.k_stride,
-            static_cast<const float*>(ValueRow(a, j0)), a.v_stride};
+    // In place when the tile lies in one page (always, unpaged).
+    if (a.block_table == nullptr ||
+        j0 / a.page_size == (j0 + kb - 1) / a.page_size) {
+      return {static_cast<const float*>(KeyRow(a, j0)), a.k_stride,
+              static_cast<const float*>(ValueRow(a, j0)), a.v_stride};
+    }
+    // A tile across pages: its rows gathered (exact copies, so the bits
+    // are those of the same rows in place).
+    for (std::size_t j = 0; j < kb; ++j) {
+      Widen(static_cast<const float*>(KeyRow(a, j0 + j)), kc + j * a.d, a.d);
+      Widen(static_cast<const float*>(ValueRow(a, j0 + j)), vc + j * a.dv,
+            a.dv);
+    }
+    return {kc, a.d, vc, a.dv};
   }
   if (a.kv_type == kKvI8) {
     for (std::size_t j = 0; j < kb; ++j) {

@@ -540,6 +540,66 @@ std::uint64_t hash_attention_decode_int8() {
   return h.h;
 }
 
+// paged_attention (added with it, issue 13): three sequences of 0, 45 and
+// 290 keys in pages of 16 tokens taken in a scrambled order, decode
+// (n_q = 1) and chunked prefill (n_q = 37), causal with sinks; out and lse
+// hashed. KV is float, Float16, BFloat16, or std::int8_t (the pages
+// quantised by quantize_kv).
+template <class KV>
+std::uint64_t hash_paged() {
+  Hash h;
+  Gen g(70 + sizeof(KV));
+  const std::size_t B = 3, H = 4, Hkv = 2, d = 40, dv = 24, ps = 16, P = 24;
+  const std::size_t bps = 20;
+  const std::vector<std::int32_t> lens = {0, 45, 290};
+  std::vector<std::int32_t> table(B * bps, -1);
+  std::size_t next = 0;
+  for (std::size_t b = 0; b < B; ++b) {
+    for (std::size_t i = 0; i < (std::size_t(lens[b]) + ps - 1) / ps; ++i) {
+      table[b * bps + i] = static_cast<std::int32_t>((7 * next++ + 3) % P);
+    }
+  }
+  const softdot::PagedKVTable t{table, bps, lens};
+  const auto kf = g.vec<float>(P * Hkv * ps * d, 2);
+  const auto vf = g.vec<float>(P * Hkv * ps * dv, 3);
+  const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+  std::vector<KV> k(kf.size()), v(vf.size());
+  std::vector<float> ks(P * Hkv * ps), vs(P * Hkv * ps);
+  if constexpr (std::is_same_v<KV, std::int8_t>) {
+    softdot::quantize_kv(TensorView<const float>(kf.data(), P, Hkv, ps, d),
+                         TensorView<std::int8_t>(k.data(), P, Hkv, ps, d),
+                         TensorView<float>(ks.data(), P, Hkv, ps, 1));
+    softdot::quantize_kv(TensorView<const float>(vf.data(), P, Hkv, ps, dv),
+                         TensorView<std::int8_t>(v.data(), P, Hkv, ps, dv),
+                         TensorView<float>(vs.data(), P, Hkv, ps, 1));
+  } else {
+    for (std::size_t i = 0; i < kf.size(); ++i) k[i] = to_kv<KV>(kf[i]);
+    for (std::size_t i = 0; i < vf.size(); ++i) v[i] = to_kv<KV>(vf[i]);
+  }
+  const TensorView<const KV> kp(k.data(), P, Hkv, ps, d),
+      vp(v.data(), P, Hkv, ps, dv);
+  for (std::size_t n_q : {std::size_t(37), std::size_t(1)}) {
+    const auto q = g.vec<float>(B * H * n_q * d, 2);
+    const TensorView<const float> qv(q.data(), B, H, n_q, d);
+    AttentionOptions o;
+    o.causal = true;
+    o.sinks = sinks;
+    std::vector<float> out(B * H * n_q * dv), lse(B * H * n_q);
+    const TensorView<float> ov(out.data(), B, H, n_q, dv);
+    if constexpr (std::is_same_v<KV, std::int8_t>) {
+      softdot::paged_attention(
+          qv, {kp, TensorView<const float>(ks.data(), P, Hkv, ps, 1)},
+          {vp, TensorView<const float>(vs.data(), P, Hkv, ps, 1)}, t, ov, o,
+          lse.data());
+    } else {
+      softdot::paged_attention(qv, kp, vp, t, ov, o, lse.data());
+    }
+    h.add(out);
+    h.add(lse);
+  }
+  return h.h;
+}
+
 std::uint64_t hash_conversions() {
   Hash h;
   for (std::uint32_t b = 0; b < 65536; ++b) {
@@ -585,6 +645,10 @@ Table hashes_now() {
       {"attention decode bf16", hash_attention_decode<BFloat16>()},
       {"attention decode f16", hash_attention_decode<Float16>()},
       {"attention decode int8", hash_attention_decode_int8()},
+      {"paged_attention f32", hash_paged<float>()},
+      {"paged_attention f16", hash_paged<Float16>()},
+      {"paged_attention bf16", hash_paged<BFloat16>()},
+      {"paged_attention int8", hash_paged<std::int8_t>()},
   };
 }
 
@@ -592,9 +656,10 @@ Table hashes_now() {
 // Sapphire Rapids (AVX3, AVX2, SSE4, SSSE3, SCALAR). "FMA" is AVX2 and AVX3.
 // The "attention partial" and "attention_scores" rows were added with those
 // functions (issue 12, after the others were recorded), and the "int8" rows
-// with Int8KV (issue 13), on the same machine and targets, and the
+// with Int8KV (issue 13), on the same machine and targets, the
 // "attention decode" rows (issue 13) with the decode kernel from before its
-// scores were reduced by tiles; every other row is unchanged.
+// scores were reduced by tiles, and the "paged_attention" rows (issue 13)
+// after the blocked score chains; every other row is unchanged.
 struct Golden {
   const char* target_class;
   const char* function;
@@ -624,6 +689,10 @@ const Golden kGolden[] = {
     {"FMA", "attention decode bf16", 0x8cadc63ca4eb69c8ull},
     {"FMA", "attention decode f16", 0x1e23c1eee138c275ull},
     {"FMA", "attention decode int8", 0xb66b4384efb4092dull},
+    {"FMA", "paged_attention bf16", 0xc9467eb50c14ebfaull},
+    {"FMA", "paged_attention f16", 0x2b7d3f9d0c7297aaull},
+    {"FMA", "paged_attention f32", 0xb610f7b75f432aafull},
+    {"FMA", "paged_attention int8", 0xe3bed395e65a2e63ull},
     {"SSE4", "attention bf16", 0x310665a319f7bbd8ull},
     {"SSE4", "attention f16", 0xb3de26d8da940bafull},
     {"SSE4", "attention f32", 0x6695947d0f42e762ull},
@@ -647,6 +716,10 @@ const Golden kGolden[] = {
     {"SSE4", "attention decode bf16", 0x01dd889889dec56bull},
     {"SSE4", "attention decode f16", 0x5f4b9eda4005d338ull},
     {"SSE4", "attention decode int8", 0x3ba7af7a8d0b8d0aull},
+    {"SSE4", "paged_attention bf16", 0x5ead67de5badf3a5ull},
+    {"SSE4", "paged_attention f16", 0x09f0ff0c0799a2baull},
+    {"SSE4", "paged_attention f32", 0x14a384c6304a2aa3ull},
+    {"SSE4", "paged_attention int8", 0xf1283b06b9543217ull},
     {"SSSE3", "attention bf16", 0x310665a319f7bbd8ull},
     {"SSSE3", "attention f16", 0xb3de26d8da940bafull},
     {"SSSE3", "attention f32", 0x6695947d0f42e762ull},
@@ -670,6 +743,10 @@ const Golden kGolden[] = {
     {"SSSE3", "attention decode bf16", 0x01dd889889dec56bull},
     {"SSSE3", "attention decode f16", 0x5f4b9eda4005d338ull},
     {"SSSE3", "attention decode int8", 0x3ba7af7a8d0b8d0aull},
+    {"SSSE3", "paged_attention bf16", 0x5ead67de5badf3a5ull},
+    {"SSSE3", "paged_attention f16", 0x09f0ff0c0799a2baull},
+    {"SSSE3", "paged_attention f32", 0x14a384c6304a2aa3ull},
+    {"SSSE3", "paged_attention int8", 0xf1283b06b9543217ull},
     {"SCALAR", "attention bf16", 0x310665a319f7bbd8ull},
     {"SCALAR", "attention f16", 0xb3de26d8da940bafull},
     {"SCALAR", "attention f32", 0x6695947d0f42e762ull},
@@ -693,6 +770,10 @@ const Golden kGolden[] = {
     {"SCALAR", "attention decode bf16", 0x01dd889889dec56bull},
     {"SCALAR", "attention decode f16", 0x5f4b9eda4005d338ull},
     {"SCALAR", "attention decode int8", 0x3ba7af7a8d0b8d0aull},
+    {"SCALAR", "paged_attention bf16", 0x5ead67de5badf3a5ull},
+    {"SCALAR", "paged_attention f16", 0x09f0ff0c0799a2baull},
+    {"SCALAR", "paged_attention f32", 0x14a384c6304a2aa3ull},
+    {"SCALAR", "paged_attention int8", 0xf1283b06b9543217ull},
 };
 
 std::string target_class(const std::string& target) {

@@ -1,0 +1,243 @@
+"""Attention over a paged K/V cache (block table, per-sequence lengths), for
+numpy arrays and CPU torch tensors. See docs/python.md."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from . import _arrays as A
+from . import _softdot as _core
+from ._attention import _CAUSAL_DOC, _SIZE_MAX, _array, _kv_format, _no_grad, _np, _ready, _target
+
+_KV_I8 = 3
+_I32 = np.dtype(np.int32)
+_I8 = np.dtype(np.int8)
+
+
+_PAGE_AXES = {"NHD": "[pages, page_size, H_kv, E]", "HND": "[pages, H_kv, page_size, E]"}
+
+
+def _cache(fn: str, name: str, c: Any, kind: str, layout: str):
+    """(pages [P, H_kv, page_size, E] as the core reads them, scales
+    [P, H_kv, page_size, 1] or None, format code, the caller's arrays)."""
+    if isinstance(c, tuple):
+        if len(c) != 2:
+            raise TypeError(f"{fn}: {name} as a tuple must be (values, scales) of an int8 cache")
+        vals = _array(fn, f"{name} values", c[0], kind)
+        sc = _array(fn, f"{name} scales", c[1], kind)
+        if A.dtype_str(vals) != "int8":
+            raise A.accepted(fn, f"{name} values", vals, "int8")
+        if A.dtype_str(sc) != "float32":
+            raise A.accepted(fn, f"{name} scales", sc, "float32")
+        vals, sc = _np(fn, f"{name} values", vals, kind), _np(fn, f"{name} scales", sc, kind)
+        if vals.ndim != 4:
+            raise ValueError(f"{fn}: {name} values has shape {vals.shape}; expected 4 axes "
+                             f"{_PAGE_AXES[layout]}")
+        if sc.shape == vals.shape[:-1]:
+            sc = sc[..., None]
+        elif sc.shape != vals.shape[:-1] + (1,):
+            raise ValueError(f"{fn}: {name} scales has shape {sc.shape}; expected "
+                             f"{vals.shape[:-1]} (one per token and head of {vals.shape})")
+        raw = [(f"{name} values", vals), (f"{name} scales", sc)]
+        if layout == "NHD":
+            vals, sc = vals.transpose(0, 2, 1, 3), sc.transpose(0, 2, 1, 3)
+        return _ready(vals), _ready(sc), _KV_I8, raw
+    a, fmt = _kv_format(fn, name, _array(fn, name, c, kind), kind)
+    if a.ndim != 4:
+        raise ValueError(f"{fn}: {name} has shape {a.shape}; expected 4 axes {_PAGE_AXES[layout]}")
+    raw = [(name, a)]
+    if layout == "NHD":
+        a = a.transpose(0, 2, 1, 3)
+    return _ready(a), None, fmt, raw
+
+
+def _int32(fn: str, name: str, a: Any, kind: str, ndim: int) -> np.ndarray:
+    """An integer table as C-contiguous int32 (a copy only when it is not
+    one already)."""
+    a = _np(fn, name, _array(fn, name, a, kind), kind)
+    if a.dtype.kind not in "iu":
+        raise A.accepted(fn, name, a, "int32 (or another integer dtype, converted)")
+    if a.ndim != ndim:
+        raise ValueError(f"{fn}: {name} has shape {a.shape}; expected {ndim} axes")
+    if a.dtype != _I32:
+        if a.size and (a.min() < -2**31 or a.max() >= 2**31):
+            raise ValueError(f"{fn}: {name} holds values outside int32")
+        a = a.astype(_I32)
+    return np.ascontiguousarray(a)
+
+
+def paged_attention(
+    query: Any,
+    key_cache: Any,
+    value_cache: Any,
+    block_table: Any,
+    seq_lens: Any,
+    *,
+    attn_mask: Any = None,
+    bias: Any = None,
+    scale: Optional[float] = None,
+    causal: bool = False,
+    window: Tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    sinks: Any = None,
+    kv_range: Optional[Tuple[int, Optional[int]]] = None,
+    kv_layout: str = "NHD",
+    return_lse: bool = False,
+    out: Any = None,
+) -> Any:
+    """Fused attention over a paged K/V cache, as LLM serving engines keep
+    it: sequence b's key position t lies in page
+    ``block_table[b, t // page_size]``, row ``t % page_size``, for
+    ``t < seq_lens[b]``. Each sequence's result is, bit for bit, that of
+    :func:`scaled_dot_product_attention` on its keys gathered in order
+    (contiguous), with n_kv = seq_lens[b].
+
+    Parameters
+    ----------
+    query : float32 array [B, Hq, L, E]
+        Query i of L sits at key position ``i + seq_lens[b] - L`` (decode:
+        L = 1; chunked prefill: L new tokens at the end of the cache).
+    key_cache, value_cache : arrays [P, page_size, Hkv, E] (``kv_layout``
+        "NHD", vLLM's and flash-attn's) or [P, Hkv, page_size, E] ("HND");
+        float32, float16 or bfloat16, read in place (no copy); or an int8
+        cache as a tuple ``(values, scales)``: int8 values of that shape and
+        float32 scales [P, page_size, Hkv] (or with a trailing 1; "HND":
+        [P, Hkv, page_size]), value = scale * int8 rounded once to float.
+        Hq must be a multiple of Hkv.
+    block_table : int32 array [B, blocks_per_seq]
+        Page indices; entries past a sequence's last page are never read
+        (-1 padding is fine). Other integer dtypes are converted (a copy of
+        the table only).
+    seq_lens : int32 array [B]
+        Keys of each sequence (0 allowed: zero rows, lse -inf).
+    attn_mask, bias : arrays broadcastable to [B, Hq, L, S], optional
+        Columns are key positions; S must be at least max(seq_lens). bool
+        mask: True = attend; a float mask is added, as ``bias`` is.
+    scale, causal, window, softcap, sinks : as for
+        :func:`scaled_dot_product_attention`, per sequence.
+    kv_range : (begin, end), optional
+        Keys begin <= t < end of each sequence, both clamped to its length
+        (a range past a sequence's end is empty for it).
+    return_lse : bool, default False
+        Also return lse [B, Hq, L].
+    out : float32 array [B, Hq, L, Ev], optional
+
+    Returns
+    -------
+    out, or (out, lse)
+
+    Bad tables (a page index out of range or negative, a length longer than
+    its blocks hold, a table of the wrong size) raise ValueError naming the
+    sequence and the entry; nothing is read out of bounds and nothing is
+    written. The GIL is released.
+    """
+    fn = "paged_attention"
+    if kv_layout not in ("NHD", "HND"):
+        raise ValueError(f"{fn}: kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
+    kind = A.kind_of(query)
+    _no_grad(fn, kind, query, attn_mask, bias, sinks,
+             *(key_cache if isinstance(key_cache, tuple) else (key_cache,)),
+             *(value_cache if isinstance(value_cache, tuple) else (value_cache,)))
+    q = query if kind == "torch" else A.secondary(fn, "query", query, kind)
+    if kind == "torch":
+        A.check_device(fn, "query", q)
+        if q.dtype != A.torch_module().float32:
+            raise A.accepted(fn, "query", q, "float32")
+    elif q.dtype != A.F32:
+        raise A.accepted(fn, "query", q, "float32")
+    q = _np(fn, "query", q, kind)
+    if q.ndim != 4:
+        raise ValueError(f"{fn}: query has shape {q.shape}; expected [B, Hq, L, E]")
+    k, ks, fk, raw_k = _cache(fn, "key_cache", key_cache, kind, kv_layout)
+    v, vs, fv, raw_v = _cache(fn, "value_cache", value_cache, kind, kv_layout)
+    if fk != fv:
+        raise TypeError(f"{fn}: key_cache and value_cache must have the same dtype "
+                        f"(int8 caches: both (values, scales) tuples)")
+    B, Hq, L, E = q.shape
+    bt = _int32(fn, "block_table", block_table, kind, 2)
+    sl = _int32(fn, "seq_lens", seq_lens, kind, 1)
+    if bt.shape[0] != B or sl.shape[0] != B:
+        raise ValueError(f"{fn}: block_table has shape {bt.shape} and seq_lens {sl.shape}; "
+                         f"both need B = {B} rows (query {q.shape})")
+    S = max(int(sl.max()), 0) if sl.size else 0
+    Ev = v.shape[-1]
+
+    def extra(name, a):
+        a = _np(fn, name, a, kind)
+        cols = a.shape[-1] if a.ndim >= 1 else S
+        try:
+            return np.broadcast_to(a, (B, Hq, L, cols))
+        except ValueError:
+            raise ValueError(f"{fn}: {name} has shape {a.shape}, which does not broadcast to "
+                             f"{(B, Hq, L, cols)}") from None
+
+    mask = None
+    biases = []
+    if attn_mask is not None:
+        m = _array(fn, "attn_mask", attn_mask, kind)
+        if A.dtype_str(m) == "bool":
+            mask = _ready(extra("attn_mask", m))
+        elif (m.is_floating_point() if kind == "torch" else m.dtype.kind == "f"):
+            if kind == "torch" and m.dtype != A.torch_module().float32:
+                m = m.float()
+            biases.append(extra("attn_mask", m))
+        else:
+            raise A.accepted(fn, "attn_mask", m, "bool (True = attend) or a float dtype (added)")
+    if bias is not None:
+        b = _array(fn, "bias", bias, kind)
+        if not (b.is_floating_point() if kind == "torch" else b.dtype.kind == "f"):
+            raise A.accepted(fn, "bias", b, "a float dtype")
+        if kind == "torch" and b.dtype != A.torch_module().float32:
+            b = b.float()
+        biases.append(extra("bias", b))
+    bias4 = None
+    if biases:
+        s = biases[0] if len(biases) == 1 else biases[0] + biases[1]
+        bias4 = _ready(s.astype(A.F32) if s.dtype != A.F32 else s)
+    sc = math.nan if scale is None else float(scale)
+    if scale is not None and not (math.isfinite(sc) and sc > 0):
+        raise ValueError(f"{fn}: scale must be finite and > 0, got {scale!r}")
+    try:
+        wl, wr = (int(x) for x in window)
+    except (TypeError, ValueError):
+        raise ValueError(f"{fn}: window must be a pair (left, right) of ints, got {window!r}") from None
+    sk = None
+    if sinks is not None:
+        s = _array(fn, "sinks", sinks, kind)
+        if kind == "torch":
+            s = _np(fn, "sinks", s.float() if s.dtype != A.torch_module().float32 else s, kind)
+        if s.ndim != 1 or s.shape[0] != Hq:
+            raise ValueError(f"{fn}: sinks has shape {s.shape}; expected ({Hq},), one logit per "
+                             f"query head")
+        sk = np.ascontiguousarray(s, dtype=A.F32)
+    kv_begin, kv_end = 0, _SIZE_MAX
+    if kv_range is not None:
+        try:
+            b0, e0 = kv_range
+        except (TypeError, ValueError):
+            raise ValueError(f"{fn}: kv_range must be a pair (begin, end), got {kv_range!r}") from None
+        kv_begin, kv_end = int(b0), (_SIZE_MAX if e0 is None else int(e0))
+        if kv_begin < 0 or kv_end < 0:
+            raise ValueError(f"{fn}: kv_range {tuple(kv_range)!r} has a negative bound")
+
+    shape = (B, Hq, L, Ev)
+    user, o = A.output(fn, out, shape, A.F32, kind)
+    if out is not None:
+        for name, a in [("query", q)] + raw_k + raw_v + [("attn_mask", mask), ("bias", bias4),
+                                                        ("sinks", sk), ("block_table", bt),
+                                                        ("seq_lens", sl)]:
+            A.check_overlap(fn, o, name, a, False)
+    target, direct = _target(o)
+    lse_user, lse = A.new_output((B, Hq, L), A.F32, kind) if return_lse else (None, None)
+    _core.paged_attention(_ready(q), k, v, ks, vs, bt.reshape(-1), bt.shape[1], sl, target, fk,
+                          mask, bias4, sk, lse, sc, bool(causal), wl, wr, float(softcap),
+                          kv_begin, kv_end)
+    if not direct:
+        np.copyto(o, target.reshape(shape))
+    return (user, lse_user) if return_lse else user
+
+
+paged_attention.__doc__ += _CAUSAL_DOC

@@ -1,0 +1,631 @@
+// Attention tests: paged_attention and paged_attention_partial. Every
+// sequence's rows must be, bit for bit, those of attention() (and
+// attention_partial()) on contiguous K and V holding that sequence's keys,
+// for every format, option, page size, page order, layout, thread count and
+// SIMD target; and every bad table is an error that writes nothing.
+#include "attention_plan.h"
+#include "attention_test_util.h"
+
+namespace softdot_test {
+namespace {
+
+using softdot::AttentionPartial;
+using softdot::Int8KV;
+using softdot::PagedKVTable;
+
+// ---- a contiguous cache and its paged copy ---------------------------------
+
+// Contiguous K and V [B, H_kv, max_len, d] in format T (int8: with scales
+// [B, H_kv, max_len, 1]); sequence b uses its first lens[b] keys.
+template <class T>
+struct Cache {
+  Tensor<T> k, v;
+  Tensor<float> ks, vs;  // int8 only
+};
+
+template <class T>
+constexpr bool kInt8 = std::is_same_v<T, std::int8_t>;
+
+template <class T>
+Tensor<T> random_tensor(std::size_t B, std::size_t H, std::size_t R,
+                        std::size_t C, std::mt19937_64& rng) {
+  Tensor<T> t(B, H, R, C, 1, T{});
+  if constexpr (kInt8<T>) {
+    std::uniform_int_distribution<int> u(-127, 127);
+    t.for_each([&](T& x) { x = static_cast<std::int8_t>(u(rng)); });
+  } else {
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    t.for_each([&](T& x) { x = from_float<T>(float(u(rng))); });
+  }
+  return t;
+}
+
+template <class T>
+Cache<T> make_cache(std::size_t B, std::size_t Hkv, std::size_t max_len,
+                    std::size_t d, std::size_t dv, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Cache<T> c;
+  c.k = random_tensor<T>(B, Hkv, max_len, d, rng);
+  c.v = random_tensor<T>(B, Hkv, max_len, dv, rng);
+  if constexpr (kInt8<T>) {
+    std::uniform_real_distribution<double> u(0.001, 0.02);
+    c.ks = Tensor<float>(B, Hkv, max_len, 1, 0, 0.0f);
+    c.vs = Tensor<float>(B, Hkv, max_len, 1, 0, 0.0f);
+    c.ks.for_each([&](float& x) { x = float(u(rng)); });
+    c.vs.for_each([&](float& x) { x = float(u(rng)); });
+  }
+  return c;
+}
+
+// Pages [P, H_kv, page_size, C], or vLLM's [P, page_size, H_kv, C] seen
+// through strides; unused rows and spare pages hold `fill` (NaN for floats:
+// reading one would show).
+template <class T>
+struct Pages {
+  Tensor<T> t;
+  bool vllm = false;
+  T& at(std::size_t p, std::size_t h, std::size_t r, std::size_t c) {
+    return vllm ? t.at(p, r, h, c) : t.at(p, h, r, c);
+  }
+  TensorView<const T> view() const {
+    if (!vllm) return t.cview();
+    return TensorView<const T>(t.data(), t.B, t.R, t.H, t.C, t.bs, t.rs, t.hs);
+  }
+};
+
+template <class T>
+T poison() {
+  if constexpr (kInt8<T>) {
+    return std::int8_t{-128};
+  } else {
+    return from_float<T>(kNaNF);
+  }
+}
+
+template <class T>
+Pages<T> make_pages(std::size_t P, std::size_t Hkv, std::size_t ps,
+                    std::size_t C, bool vllm, T fill) {
+  Pages<T> p;
+  p.vllm = vllm;
+  p.t = vllm ? Tensor<T>(P, ps, Hkv, C, 1, fill, 3)
+             : Tensor<T>(P, Hkv, ps, C, 2, fill, 5);
+  return p;
+}
+
+template <class T>
+struct Paged {
+  std::vector<std::int32_t> table, lens;
+  std::size_t blocks_per_seq = 0;
+  Pages<T> k, v;
+  Pages<float> ks, vs;
+  PagedKVTable pkv() const { return {table, blocks_per_seq, lens}; }
+};
+
+// Pages the cache: page_size ps, the pages of all sequences in a random
+// order among `spare` extra pages, table entries past a sequence's last
+// page -1 (never read).
+template <class T>
+Paged<T> page(const Cache<T>& c, const std::vector<std::int32_t>& lens,
+              std::size_t ps, bool vllm, std::uint64_t seed,
+              std::size_t spare = 3) {
+  Paged<T> p;
+  p.lens = lens;
+  const std::size_t B = lens.size(), Hkv = c.k.H, d = c.k.C, dv = c.v.C;
+  std::size_t used = 0, most = 0;
+  for (auto n : lens) {
+    const std::size_t blocks = (std::size_t(n) + ps - 1) / ps;
+    used += blocks;
+    most = std::max(most, blocks);
+  }
+  p.blocks_per_seq = most + 1;
+  const std::size_t P = used + spare;
+  std::vector<std::int32_t> order(P);
+  for (std::size_t i = 0; i < P; ++i) order[i] = std::int32_t(i);
+  std::mt19937_64 rng(seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  p.k = make_pages<T>(P, Hkv, ps, d, vllm, poison<T>());
+  p.v = make_pages<T>(P, Hkv, ps, dv, vllm, poison<T>());
+  if constexpr (kInt8<T>) {
+    p.ks = make_pages<float>(P, Hkv, ps, 1, vllm, kNaNF);
+    p.vs = make_pages<float>(P, Hkv, ps, 1, vllm, kNaNF);
+  }
+  p.table.assign(B * p.blocks_per_seq, -1);
+  std::size_t next = 0;
+  for (std::size_t b = 0; b < B; ++b) {
+    const auto n = std::size_t(lens[b]);
+    for (std::size_t i = 0; i < (n + ps - 1) / ps; ++i) {
+      p.table[b * p.blocks_per_seq + i] = order[next++];
+    }
+    for (std::size_t t = 0; t < n; ++t) {
+      const auto pg = std::size_t(p.table[b * p.blocks_per_seq + t / ps]);
+      for (std::size_t h = 0; h < Hkv; ++h) {
+        for (std::size_t x = 0; x < d; ++x)
+          p.k.at(pg, h, t % ps, x) = c.k.at(b, h, t, x);
+        for (std::size_t x = 0; x < dv; ++x)
+          p.v.at(pg, h, t % ps, x) = c.v.at(b, h, t, x);
+        if constexpr (kInt8<T>) {
+          p.ks.at(pg, h, t % ps, 0) = c.ks.at(b, h, t, 0);
+          p.vs.at(pg, h, t % ps, 0) = c.vs.at(b, h, t, 0);
+        }
+      }
+    }
+  }
+  return p;
+}
+
+// ---- running both ----------------------------------------------------------
+
+// Batch b of t with `rows` rows (a sequence of the contiguous cache).
+template <class E>
+TensorView<const E> seq_view(const Tensor<E>& t, std::size_t b,
+                             std::size_t rows) {
+  return TensorView<const E>(t.data() + b * t.bs, 1, t.H, rows, t.C, t.bs, t.hs,
+                             t.rs);
+}
+template <class E>
+TensorView<E> seq_view(Tensor<E>& t, std::size_t b) {
+  return TensorView<E>(t.data() + b * t.bs, 1, t.H, t.R, t.C, t.bs, t.hs, t.rs);
+}
+// Batch b of a mask or bias (batch 1: broadcast), with n_kv columns.
+template <class E>
+TensorView<const E> seq_extra(const TensorView<const E>& t, std::size_t b,
+                              std::size_t n_kv) {
+  if (t.empty()) return t;
+  TensorView<const E> s = t;
+  if (t.batch != 1) s.data = t.data + b * t.batch_stride;
+  s.batch = 1;
+  s.cols = n_kv;
+  return s;
+}
+
+template <class T>
+void run_paged(const Tensor<float>& q, const Paged<T>& p, Tensor<float>& out,
+               const AttentionOptions& o, float* lse) {
+  if constexpr (kInt8<T>) {
+    softdot::paged_attention(q.cview(), Int8KV{p.k.view(), p.ks.view()},
+                             Int8KV{p.v.view(), p.vs.view()}, p.pkv(),
+                             out.view(), o, lse);
+  } else {
+    softdot::paged_attention(q.cview(), p.k.view(), p.v.view(), p.pkv(),
+                             out.view(), o, lse);
+  }
+}
+template <class T>
+void run_paged_partial(const Tensor<float>& q, const Paged<T>& p,
+                       AttentionPartial& part, const AttentionOptions& o) {
+  if constexpr (kInt8<T>) {
+    softdot::paged_attention_partial(q.cview(), Int8KV{p.k.view(), p.ks.view()},
+                                     Int8KV{p.v.view(), p.vs.view()}, p.pkv(),
+                                     part, o);
+  } else {
+    softdot::paged_attention_partial(q.cview(), p.k.view(), p.v.view(), p.pkv(),
+                                     part, o);
+  }
+}
+
+// attention() and attention_partial() on each sequence alone, contiguous:
+// the expected output [B, H, n_q, d_v], lse and partial. A key range past
+// a sequence's end is empty for it (attention.h).
+template <class T>
+void run_contiguous(const Tensor<float>& q, const Cache<T>& c,
+                    const std::vector<std::int32_t>& lens, Tensor<float>& out,
+                    std::vector<float>& lse, AttentionPartial& part,
+                    const AttentionOptions& o) {
+  const std::size_t B = lens.size(), H = q.H, nq = q.R, dv = c.v.C;
+  part = AttentionPartial::empty(B, H, nq, dv);
+  for (std::size_t b = 0; b < B; ++b) {
+    const auto n = std::size_t(lens[b]);
+    AttentionOptions ob = o;
+    ob.kv_begin = std::min(o.kv_begin, n);
+    ob.mask = seq_extra(o.mask, b, n);
+    ob.bias = seq_extra(o.bias, b, n);
+    const auto qb = seq_view(q, b, nq);
+    auto ob_out = seq_view(out, b);
+    float* lb = lse.data() + b * H * nq;
+    AttentionPartial pb;
+    if constexpr (kInt8<T>) {
+      const Int8KV kb{seq_view(c.k, b, n), seq_view(c.ks, b, n)};
+      const Int8KV vb{seq_view(c.v, b, n), seq_view(c.vs, b, n)};
+      softdot::attention(qb, kb, vb, ob_out, ob, lb);
+      softdot::attention_partial(qb, kb, vb, pb, ob);
+    } else {
+      const auto kb = seq_view(c.k, b, n);
+      const auto vb = seq_view(c.v, b, n);
+      softdot::attention(qb, kb, vb, ob_out, ob, lb);
+      softdot::attention_partial(qb, kb, vb, pb, ob);
+    }
+    const std::size_t r0 = b * H * nq;
+    std::copy(pb.max.begin(), pb.max.end(), part.max.begin() + r0);
+    std::copy(pb.sum.begin(), pb.sum.end(), part.sum.begin() + r0);
+    std::copy(pb.out.begin(), pb.out.end(), part.out.begin() + r0 * dv);
+  }
+}
+
+bool same_partial(const AttentionPartial& a, const AttentionPartial& b) {
+  return a.batch == b.batch && a.heads == b.heads && a.rows == b.rows &&
+         a.dv == b.dv && SameBits(a.max, b.max) && SameBits(a.sum, b.sum) &&
+         SameBits(a.out, b.out);
+}
+
+struct Expected {
+  Tensor<float> out;
+  std::vector<float> lse;
+  AttentionPartial part;
+};
+
+// paged_attention (out, lse; lse not asked: the same out) and
+// paged_attention_partial against `want`, with 1 and 2 threads.
+template <class T>
+void expect_paged_equals(const std::string& what, const Tensor<float>& q,
+                         const Paged<T>& p, const AttentionOptions& o,
+                         const Expected& want) {
+  const std::size_t B = q.B, H = q.H, nq = q.R, dv = want.out.C;
+  for (int threads : {1, 2}) {
+    const std::string w = what + ", " + std::to_string(threads) + " threads";
+    Result got{Tensor<float>(B, H, nq, dv, 2, kOutSentinel, 1), {}};
+    got.lse.assign(B * H * nq + kLseGuard, kLseSentinel);
+    with_threads(threads, [&] {
+      run_paged(q, p, got.o, o, got.lse.data());
+      return 0;
+    });
+    EXPECT_TRUE(got.guards_ok()) << w << ": wrote outside out or lse";
+    EXPECT_TRUE(SameBits(got.o.dense(), want.out.dense())) << w << ": out";
+    EXPECT_TRUE(SameBits(
+        std::vector<float>(got.lse.begin(), got.lse.begin() + B * H * nq),
+        want.lse))
+        << w << ": lse";
+    if (threads == 1) {
+      Tensor<float> o2(B, H, nq, dv, 0, kOutSentinel);
+      run_paged(q, p, o2, o, nullptr);
+      EXPECT_TRUE(SameBits(o2.dense(), want.out.dense())) << w << ": no lse";
+    }
+    AttentionPartial part;
+    with_threads(threads, [&] {
+      run_paged_partial(q, p, part, o);
+      return 0;
+    });
+    EXPECT_TRUE(same_partial(part, want.part)) << w << ": partial";
+  }
+}
+
+// One shape: every option set, against each sequence alone (contiguous),
+// paged with each page size, both layouts.
+template <class T>
+void paged_sweep(const std::string& label, std::size_t H, std::size_t Hkv,
+                 std::size_t nq, const std::vector<std::int32_t>& lens,
+                 const std::vector<std::size_t>& page_sizes,
+                 std::uint64_t seed) {
+  const std::size_t B = lens.size(), d = 40, dv = 24;
+  std::size_t max_len = 0;
+  for (auto n : lens) max_len = std::max(max_len, std::size_t(n));
+  const Cache<T> c = make_cache<T>(B, Hkv, max_len, d, dv, seed);
+  Tensor<float> q(B, H, nq, d, 1, kNaNF);
+  {
+    std::mt19937_64 rng(seed + 1);
+    std::uniform_real_distribution<double> u(-2.0, 2.0);
+    q.for_each([&](float& x) { x = float(u(rng)); });
+  }
+  // Mask and bias with more columns than the longest sequence (the rest
+  // are never read).
+  const Tensor<bool> mask = random_mask(B, 1, nq, max_len + 3, seed + 2);
+  Tensor<float> bias(1, H, nq, max_len + 5, 1, kNaNF);
+  {
+    std::mt19937_64 rng(seed + 3);
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    std::bernoulli_distribution hide(0.1);
+    bias.for_each([&](float& x) { x = hide(rng) ? -kInfF : float(u(rng)); });
+  }
+  const std::vector<float> sinks = [&] {
+    std::vector<float> s(H);
+    for (std::size_t h = 0; h < H; ++h) s[h] = 0.25f * float(h) - 0.5f;
+    return s;
+  }();
+  std::vector<std::pair<std::string, AttentionOptions>> opts;
+  opts.push_back({"plain", {}});
+  {
+    AttentionOptions o;
+    o.causal = true;
+    opts.push_back({"causal", o});
+    o.window_left = 70;
+    o.softcap = 3.0f;
+    opts.push_back({"causal window softcap", o});
+  }
+  {
+    AttentionOptions o;
+    o.window_left = 40;
+    o.window_right = 5;
+    o.mask = mask.cview();
+    opts.push_back({"window mask", o});
+  }
+  {
+    AttentionOptions o;
+    o.bias = bias.cview();
+    o.sinks = sinks;
+    o.scale = 0.3;
+    opts.push_back({"bias sinks", o});
+  }
+  {
+    AttentionOptions o;
+    o.kv_begin = 70;
+    o.kv_end = 700;
+    o.causal = true;
+    opts.push_back({"kv range 70..700 causal", o});
+    o.kv_begin = 5;
+    o.kv_end = 6;
+    o.causal = false;
+    o.sinks = sinks;
+    opts.push_back({"kv range 5..6 sinks", o});
+  }
+  for (const auto& [oname, o] : opts) {
+    Expected want{Tensor<float>(B, H, nq, dv, 0, kOutSentinel),
+                  std::vector<float>(B * H * nq, kLseSentinel),
+                  {}};
+    run_contiguous(q, c, lens, want.out, want.lse, want.part, o);
+    for (std::size_t ps : page_sizes) {
+      for (bool vllm : {false, true}) {
+        const Paged<T> p = page(c, lens, ps, vllm, seed + ps);
+        const std::string what =
+            label + " " + oname + ", page_size " + std::to_string(ps) +
+            (vllm ? " vLLM layout" : "") + " [" + softdot::simd_target() + "]";
+        expect_paged_equals(what, q, p, o, want);
+      }
+    }
+  }
+}
+
+// Lengths: empty, one key, around the 64-key tile and the 512-key decode
+// chunk, and none a multiple of every page size.
+const std::vector<std::int32_t> kLens = {0, 1, 63, 65, 130, 513, 1100};
+
+template <class T>
+void sweep_format(const char* name) {
+  const std::vector<std::size_t> sizes = {1, 16, 64, 256};
+  // Decode: n_q = 1, GQA (4 query heads per KV head): the split form.
+  paged_sweep<T>(std::string(name) + " decode", 8, 2, 1, kLens, sizes, 11);
+  // Chunked prefill: 37 new tokens (the prefill form), GQA.
+  paged_sweep<T>(std::string(name) + " prefill", 4, 2, 37, kLens, sizes, 12);
+}
+
+class PagedTargets : public PerTarget {};
+
+TEST_P(PagedTargets, F32EqualsContiguous) { sweep_format<float>("f32"); }
+TEST_P(PagedTargets, F16EqualsContiguous) { sweep_format<Float16>("f16"); }
+TEST_P(PagedTargets, BF16EqualsContiguous) { sweep_format<BFloat16>("bf16"); }
+TEST_P(PagedTargets, Int8EqualsContiguous) {
+  sweep_format<std::int8_t>("int8");
+}
+
+SOFTDOT_INSTANTIATE_PER_TARGET(PagedTargets);
+
+// Empty sequences give rows of +0 and lse -inf (the sink with sinks); two
+// sequences may share pages (a common prefix).
+TEST(AttentionPaged, EmptySequencesAndSharedPages) {
+  const std::size_t H = 2, d = 8, ps = 4;
+  Tensor<float> kp(3, 1, ps, d, 0, 0.5f), vp(3, 1, ps, d, 0, 0.25f);
+  for (std::size_t j = 0; j < ps; ++j) {
+    for (std::size_t c = 0; c < d; ++c) {
+      kp.at(1, 0, j, c) = float(j + c) / 16.0f;
+      vp.at(1, 0, j, c) = float(j) - float(c);
+    }
+  }
+  const std::vector<std::int32_t> table = {-7, 1, 2, 1};
+  const std::vector<std::int32_t> lens = {0, 3, 0, 4};
+  Tensor<float> q(4, H, 1, d, 0, 1.0f);
+  Tensor<float> out(4, H, 1, d, 0, kOutSentinel);
+  std::vector<float> lse(4 * H, kLseSentinel);
+  softdot::paged_attention(q.cview(), kp.cview(), vp.cview(), {table, 1, lens},
+                           out.view(), {}, lse.data());
+  for (std::size_t b : {0, 2}) {
+    for (std::size_t h = 0; h < H; ++h) {
+      EXPECT_EQ(lse[b * H + h], -kInfF);
+      for (std::size_t c = 0; c < d; ++c)
+        EXPECT_EQ(bits(out.at(b, h, 0, c)), 0u);
+    }
+  }
+  // Sequences 1 and 3 both read page 1 (3 and 4 of its rows).
+  Tensor<float> want(1, H, 1, d, 0, 0.0f);
+  std::vector<float> wl(H);
+  for (std::size_t b : {1, 3}) {
+    const std::size_t n = std::size_t(lens[b]);
+    softdot::attention(TensorView<const float>(q.data(), 1, H, 1, d),
+                       TensorView<const float>(kp.data() + kp.bs, 1, 1, n, d),
+                       TensorView<const float>(vp.data() + vp.bs, 1, 1, n, d),
+                       want.view(), {}, wl.data());
+    for (std::size_t h = 0; h < H; ++h) {
+      EXPECT_EQ(bits(lse[b * H + h]), bits(wl[h])) << b;
+      for (std::size_t c = 0; c < d; ++c)
+        EXPECT_EQ(bits(out.at(b, h, 0, c)), bits(want.at(0, h, 0, c))) << b;
+    }
+  }
+  // With sinks, an empty sequence's lse is the sink.
+  const std::vector<float> sinks = {0.5f, -1.25f};
+  AttentionOptions o;
+  o.sinks = sinks;
+  softdot::paged_attention(q.cview(), kp.cview(), vp.cview(), {table, 1, lens},
+                           out.view(), o, lse.data());
+  EXPECT_EQ(lse[0], 0.5f);
+  EXPECT_EQ(lse[1], -1.25f);
+  for (std::size_t c = 0; c < d; ++c) EXPECT_EQ(bits(out.at(2, 1, 0, c)), 0u);
+}
+
+// ---- errors
+// ------------------------------------------------------------------
+
+// Every bad argument is a std::invalid_argument naming the function, the
+// argument, the sequence and the entry; out, lse and a partial keep their
+// contents.
+TEST(AttentionPaged, BadTablesAreErrors) {
+  const std::size_t B = 2, H = 4, Hkv = 2, nq = 3, d = 8, ps = 4, P = 5;
+  Tensor<float> q(B, H, nq, d, 0, 0.5f);
+  Tensor<float> kp(P, Hkv, ps, d, 0, 0.25f), vp(P, Hkv, ps, d, 0, 0.125f);
+  Tensor<std::int8_t> k8(P, Hkv, ps, d, 0, std::int8_t{3});
+  Tensor<std::int8_t> v8(P, Hkv, ps, d, 0, std::int8_t{-3});
+  Tensor<float> ks(P, Hkv, ps, 1, 0, 0.5f), vs(P, Hkv, ps, 1, 0, 0.5f);
+  // Sequence 0: 5 keys in pages 3, 0; sequence 1: 8 keys in pages 4, 2.
+  std::vector<std::int32_t> table = {3, 0, -1, 4, 2, 99};
+  std::vector<std::int32_t> lens = {5, 8};
+  Tensor<float> out(B, H, nq, d, 0, kOutSentinel);
+  std::vector<float> lse(B * H * nq, kLseSentinel);
+  AttentionPartial part = AttentionPartial::empty(1, 1, 1, 1);
+  part.max[0] = 7.0f;
+  const AttentionPartial part0 = part;
+
+  auto untouched = [&](const std::string& what) {
+    for (float x : out.dense()) {
+      if (bits(x) != bits(kOutSentinel)) {
+        ADD_FAILURE() << what << ": out written";
+        break;
+      }
+    }
+    for (float x : lse) {
+      if (bits(x) != bits(kLseSentinel)) {
+        ADD_FAILURE() << what << ": lse written";
+        break;
+      }
+    }
+    EXPECT_TRUE(same_partial(part, part0)) << what << ": partial written";
+  };
+  // Runs the float, the int8 and the partial forms with `t`.
+  auto expect = [&](const std::string& what, std::size_t bps,
+                    const std::vector<std::string>& needles,
+                    const AttentionOptions& o = {}) {
+    const PagedKVTable t{table, bps, lens};
+    std::vector<std::string> n = needles;
+    n.insert(n.begin(), "paged_attention");
+    expect_invalid(
+        what,
+        [&] {
+          softdot::paged_attention(q.cview(), kp.cview(), vp.cview(), t,
+                                   out.view(), o, lse.data());
+        },
+        n);
+    expect_invalid(
+        what + " (int8)",
+        [&] {
+          softdot::paged_attention(q.cview(), Int8KV{k8.cview(), ks.cview()},
+                                   Int8KV{v8.cview(), vs.cview()}, t,
+                                   out.view(), o, lse.data());
+        },
+        n);
+    n[0] = "paged_attention_partial";
+    expect_invalid(
+        what + " (partial)",
+        [&] {
+          softdot::paged_attention_partial(q.cview(), kp.cview(), vp.cview(), t,
+                                           part, o);
+        },
+        n);
+    untouched(what);
+  };
+  // The valid table works (and is the base of every case below).
+  softdot::paged_attention(q.cview(), kp.cview(), vp.cview(), {table, 3, lens},
+                           out.view(), {}, lse.data());
+  out = Tensor<float>(B, H, nq, d, 0, kOutSentinel);
+  lse.assign(B * H * nq, kLseSentinel);
+
+  table[4] = 5;  // one past the last page
+  expect("page index out of range", 3,
+         {"block_table[1 * 3 + 1] = 5", "sequence 1, entry 1", "k_pages [5, "});
+  table[4] = -1;
+  expect("negative page index", 3,
+         {"block_table[1 * 3 + 1] = -1", "sequence 1, entry 1"});
+  table[4] = 2;
+  table[1] = std::numeric_limits<std::int32_t>::min();
+  expect("most negative page index", 3, {"sequence 0, entry 1"});
+  table[1] = 0;
+  lens[1] = 13;
+  expect("length longer than its pages", 3,
+         {"seq_lens[1] = 13", "sequence 1", "blocks_per_seq 3"});
+  lens[1] = 9;  // fits 3 pages of 4, but entry 2 is 99
+  expect("length reaching a bad entry", 3,
+         {"block_table[1 * 3 + 2] = 99", "sequence 1, entry 2"});
+  lens[1] = -1;
+  expect("negative length", 3, {"seq_lens[1] = -1", "negative"});
+  lens[1] = 8;
+  expect("table too short", 4, {"block_table has 6 entries", "8"});
+  expect("table too long", 2, {"block_table has 6 entries", "4"});
+  lens.push_back(0);
+  expect("seq_lens too long", 3, {"seq_lens has 3 entries", "batch 2"});
+  lens.pop_back();
+  {
+    AttentionOptions o;
+    o.kv_begin = 4;
+    o.kv_end = 3;
+    expect("kv_begin past kv_end", 3, {"kv_begin 4 is past kv_end 3"}, o);
+    Tensor<bool> m(B, 1, nq, 7, 0, true);  // max(seq_lens) = 8
+    AttentionOptions om;
+    om.mask = m.cview();
+    expect("mask narrower than the longest sequence", 3,
+           {"mask [2, 1, 3, 7]", "max(seq_lens) = 8"}, om);
+  }
+  // Shapes.
+  {
+    const PagedKVTable t{table, 3, lens};
+    Tensor<float> vbad(P, Hkv, ps + 1, d, 0, 0.0f);
+    expect_invalid(
+        "v_pages page_size",
+        [&] {
+          softdot::paged_attention(q.cview(), kp.cview(), vbad.cview(), t,
+                                   out.view());
+        },
+        {"paged_attention", "v_pages [5, 2, 5, 8]", "k_pages [5, 2, 4, 8]"});
+    Tensor<float> obad(B, H, nq + 1, d, 0, kOutSentinel);
+    expect_invalid("out shape",
+                   [&] {
+                     softdot::paged_attention(q.cview(), kp.cview(), vp.cview(),
+                                              t, obad.view());
+                   },
+                   {"paged_attention", "out [2, 4, 4, 8]", "[2, 4, 3, 8]"});
+    Tensor<float> kd(P, Hkv, ps, d + 1, 0, 0.0f);
+    expect_invalid(
+        "k_pages d",
+        [&] {
+          softdot::paged_attention(q.cview(), kd.cview(), vp.cview(), t,
+                                   out.view());
+        },
+        {"paged_attention", "k_pages [5, 2, 4, 9]", "q [2, 4, 3, 8]"});
+    Tensor<float> k0(P, Hkv, 0, d, 0, 0.0f);
+    expect_invalid("page_size 0",
+                   [&] {
+                     softdot::paged_attention(q.cview(), k0.cview(), k0.cview(),
+                                              t, out.view());
+                   },
+                   {"paged_attention", "page_size 0"});
+    untouched("shapes");
+  }
+  // int8 scales: a bad scale a key reads is an error naming the page row,
+  // the sequence and the position; one no key reads is not.
+  {
+    const PagedKVTable t{table, 3, lens};
+    auto run8 = [&] {
+      softdot::paged_attention(q.cview(), Int8KV{k8.cview(), ks.cview()},
+                               Int8KV{v8.cview(), vs.cview()}, t, out.view(),
+                               {}, lse.data());
+    };
+    vs.at(2, 1, 3, 0) = kNaNF;  // sequence 1, position 7 (page 2, row 3)
+    expect_invalid("NaN scale", run8,
+                   {"paged_attention", "v_pages scales[2, 1, 3]",
+                    "sequence 1, position 7"});
+    untouched("NaN scale");
+    vs.at(2, 1, 3, 0) = 0.5f;
+    ks.at(0, 0, 0, 0) = -1.0f;  // sequence 0, position 4 (page 0, row 0)
+    expect_invalid("negative scale", run8,
+                   {"k_pages scales[0, 0, 0]", "sequence 0, position 4"});
+    untouched("negative scale");
+    ks.at(0, 0, 0, 0) = 0.5f;
+    ks.at(0, 0, 1, 0) = kNaNF;  // row 1 of page 0: past sequence 0's end
+    ks.at(1, 1, 0, 0) = kNaNF;  // page 1: in no sequence
+    EXPECT_NO_THROW(run8());
+    Tensor<float> ks_bad(P, Hkv, ps + 1, 1, 0, 0.5f);
+    expect_invalid("scales shape",
+                   [&] {
+                     softdot::paged_attention(
+                         q.cview(), Int8KV{k8.cview(), ks_bad.cview()},
+                         Int8KV{v8.cview(), vs.cview()}, t, out.view());
+                   },
+                   {"k_pages scales [5, 2, 5, 1]", "[5, 2, 4, 1]"});
+  }
+}
+
+}  // namespace
+}  // namespace softdot_test
