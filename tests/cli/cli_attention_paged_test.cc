@@ -183,6 +183,27 @@ TEST(CliAttentionPaged, BadTablesAndShapesAreOneErrorLine) {
                run(f.dir.path("t.npy"), lens,
                    f.put("k2.npy", f32_npy(make_array({6, 8}, 2)))),
                {"--k is [6 x 8]", "[pages x kv_heads x page_size x d]"});
+  // int8 pages are for the library and Python: --kv int8 and --k-scales are
+  // refused with a paged cache.
+  {
+    std::vector<std::string> args = {"attention",
+                                     "--q",
+                                     f.q,
+                                     "--k",
+                                     f.k,
+                                     "--v",
+                                     f.v,
+                                     "-o",
+                                     f.out,
+                                     "--block-table",
+                                     f.dir.path("t.npy"),
+                                     "--seq-lens",
+                                     lens,
+                                     "--kv",
+                                     "int8"};
+    expect_error("--kv int8 with pages", run_softdot(args),
+                 {"--kv int8", "int8 pages are not read by the command"});
+  }
 }
 
 }  // namespace
