@@ -253,6 +253,8 @@ HWY_INLINE void DecodeScoreRowGroup(const float* HWY_RESTRICT qp,
     on_keys(j, KC);
     DecodeScoreTile<RC, KC>(qp, dpad, kv.k + j, kv.ks + j, d, S + j, B);
   }
+#else
+  (void)on_keys;  // no tiles: nothing to prefetch by
 #endif
   for (; j < kb; ++j) {
     const float* kr;
