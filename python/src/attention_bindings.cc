@@ -26,37 +26,6 @@
 namespace softdot::python {
 namespace {
 
-enum KvFormat : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
-
-bool is_16bit(const In& a) { return a.itemsize() == 2; }
-
-// Calls f(k, v) with K (and V, when v is not null; else an empty view) as
-// TensorViews of the element type kv_format names: float32, or the 16-bit
-// bits of float16 or bfloat16.
-template <class F>
-void with_kv(int kv_format, const In& k, const In* v, F&& f) {
-  auto run = [&](auto tag, const char* want) {
-    using KV = decltype(tag);
-    if constexpr (std::is_same_v<KV, float>) {
-      check_dtype("key", k, nb::dtype<float>(), want);
-      if (v) check_dtype("value", *v, nb::dtype<float>(), want);
-    } else if (!is_16bit(k) || (v && !is_16bit(*v))) {
-      throw nb::type_error("key and value must be 16-bit");
-    }
-    const auto kv = view4<const KV>("key", k);
-    const auto vv = v ? view4<const KV>("value", *v) : TensorView<const KV>();
-    f(kv, vv);
-  };
-  if (kv_format == kF32)
-    run(float{}, "float32");
-  else if (kv_format == kF16)
-    run(Float16{}, "float16");
-  else if (kv_format == kBF16)
-    run(BFloat16{}, "bfloat16");
-  else
-    fail("kv_format must be 0 (float32), 1 (float16) or 2 (bfloat16)");
-}
-
 void attention_py(const In& q, const In& k, const In& v, const Out& out,
                   int kv_format, const std::optional<In>& mask,
                   const std::optional<In>& bias, const std::optional<In>& sinks,

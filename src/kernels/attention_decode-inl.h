@@ -426,7 +426,7 @@ void RunDecodeT(const AttnArgs& a) {
       bool first_group = true;
       auto on_keys = [&](std::size_t j, std::size_t n) {
         if (first_group && j < nb_next) {
-          PrefetchBlockL2(a, j0 + B + j, std::min(n, nb_next - j));
+          PrefetchBlock<2>(a, j0 + B + j, std::min(n, nb_next - j));
         }
       };
       if constexpr (kTileScores == 16) {

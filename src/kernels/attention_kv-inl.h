@@ -95,10 +95,8 @@ HWY_INLINE void Widen(const std::uint16_t* src, float* dst, std::size_t n,
       const auto w = hn::PromoteTo(du, hn::LoadU(d16, src + i));
       hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(w)), df, dst + i);
     }
-    for (; i < n; ++i) {
-      const std::uint32_t w = static_cast<std::uint32_t>(src[i]) << 16;
-      std::memcpy(dst + i, &w, 4);
-    }
+    for (; i < n; ++i)
+      dst[i] = ::softdot::to_float(::softdot::BFloat16{src[i]});
   } else {
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || \
     HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_NEON
@@ -200,10 +198,7 @@ HWY_INLINE float RowElement(const float* p, std::size_t c, float) {
 HWY_INLINE float RowElement(const hwy::bfloat16_t* p, std::size_t c, float) {
   std::uint16_t b;
   std::memcpy(&b, p + c, 2);
-  const std::uint32_t w = static_cast<std::uint32_t>(b) << 16;
-  float x;
-  std::memcpy(&x, &w, 4);
-  return x;
+  return ::softdot::to_float(::softdot::BFloat16{b});
 }
 HWY_INLINE float RowElement(const hwy::float16_t* p, std::size_t c, float) {
   std::uint16_t b;
@@ -262,7 +257,11 @@ HWY_INLINE BlockRows LoadBlock(const AttnArgs& a, std::size_t j0,
   return {kc, a.d, vc, a.dv};
 }
 
-// Prefetches the nb keys and values from key j0 on, a cache line at a time.
+// Prefetches the nb keys and values from key j0 on, a cache line at a time,
+// with __builtin_prefetch's locality kLocality: 3 (the default) into L1,
+// 2 into L2 (the tiled decode spreads these over its score loop: issued all
+// at once into L1, they filled the line buffers and stalled it).
+template <int kLocality = 3>
 HWY_INLINE void PrefetchBlock(const AttnArgs& a, std::size_t j0,
                               std::size_t nb) {
   const std::size_t esize = KvElementBytes(a);
@@ -270,27 +269,10 @@ HWY_INLINE void PrefetchBlock(const AttnArgs& a, std::size_t j0,
     const char* kn = static_cast<const char*>(KeyRow(a, j0 + j));
     const char* vn = static_cast<const char*>(ValueRow(a, j0 + j));
     for (std::size_t off = 0; off < a.d * esize; off += 64) {
-      __builtin_prefetch(kn + off);
+      __builtin_prefetch(kn + off, 0, kLocality);
     }
     for (std::size_t off = 0; off < a.dv * esize; off += 64) {
-      __builtin_prefetch(vn + off);
-    }
-  }
-}
-
-// The same into L2 (the tiled decode spreads these over its score loop:
-// issued all at once into L1, they filled the line buffers and stalled it).
-HWY_INLINE void PrefetchBlockL2(const AttnArgs& a, std::size_t j0,
-                                std::size_t nb) {
-  const std::size_t esize = KvElementBytes(a);
-  for (std::size_t j = 0; j < nb; ++j) {
-    const char* kn = static_cast<const char*>(KeyRow(a, j0 + j));
-    const char* vn = static_cast<const char*>(ValueRow(a, j0 + j));
-    for (std::size_t off = 0; off < a.d * esize; off += 64) {
-      __builtin_prefetch(kn + off, 0, 2);
-    }
-    for (std::size_t off = 0; off < a.dv * esize; off += 64) {
-      __builtin_prefetch(vn + off, 0, 2);
+      __builtin_prefetch(vn + off, 0, kLocality);
     }
   }
 }

@@ -412,6 +412,24 @@ std::uint64_t hash_attention_scores() {
   return h.h;
 }
 
+// x [B, H, n, d] quantised by quantize_kv, kept with its Int8KV view.
+struct Quantized {
+  std::vector<std::int8_t> values;
+  std::vector<float> scales;
+  softdot::Int8KV kv;
+};
+Quantized quantize(const std::vector<float>& x, std::size_t B, std::size_t H,
+                   std::size_t n, std::size_t d) {
+  Quantized r{
+      std::vector<std::int8_t>(x.size()), std::vector<float>(B * H * n), {}};
+  softdot::quantize_kv(TensorView<const float>(x.data(), B, H, n, d),
+                       TensorView<std::int8_t>(r.values.data(), B, H, n, d),
+                       TensorView<float>(r.scales.data(), B, H, n, 1));
+  r.kv = {TensorView<const std::int8_t>(r.values.data(), B, H, n, d),
+          TensorView<const float>(r.scales.data(), B, H, n, 1)};
+  return r;
+}
+
 // quantize_kv and attention on its int8 K/V (added with Int8KV, issue 13):
 // prefill (n_q = 70) and decode (n_q = 1), causal.
 std::uint64_t hash_int8() {
@@ -420,24 +438,14 @@ std::uint64_t hash_int8() {
   const std::size_t B = 2, H = 4, Hkv = 2, d = 40, dv = 24, n_kv = 700;
   const auto kf = g.vec<float>(B * Hkv * n_kv * d, 2);
   const auto vf = g.vec<float>(B * Hkv * n_kv * dv, 3);
-  std::vector<std::int8_t> k8(kf.size()), v8(vf.size());
-  std::vector<float> ks(B * Hkv * n_kv), vs(B * Hkv * n_kv);
-  softdot::quantize_kv(TensorView<const float>(kf.data(), B, Hkv, n_kv, d),
-                       TensorView<std::int8_t>(k8.data(), B, Hkv, n_kv, d),
-                       TensorView<float>(ks.data(), B, Hkv, n_kv, 1));
-  softdot::quantize_kv(TensorView<const float>(vf.data(), B, Hkv, n_kv, dv),
-                       TensorView<std::int8_t>(v8.data(), B, Hkv, n_kv, dv),
-                       TensorView<float>(vs.data(), B, Hkv, n_kv, 1));
-  h.add(k8);
-  h.add(ks);
-  h.add(v8);
-  h.add(vs);
-  const softdot::Int8KV k{
-      TensorView<const std::int8_t>(k8.data(), B, Hkv, n_kv, d),
-      TensorView<const float>(ks.data(), B, Hkv, n_kv, 1)};
-  const softdot::Int8KV v{
-      TensorView<const std::int8_t>(v8.data(), B, Hkv, n_kv, dv),
-      TensorView<const float>(vs.data(), B, Hkv, n_kv, 1)};
+  const Quantized kq = quantize(kf, B, Hkv, n_kv, d);
+  const Quantized vq = quantize(vf, B, Hkv, n_kv, dv);
+  h.add(kq.values);
+  h.add(kq.scales);
+  h.add(vq.values);
+  h.add(vq.scales);
+  const softdot::Int8KV& k = kq.kv;
+  const softdot::Int8KV& v = vq.kv;
   for (std::size_t n_q : {std::size_t(70), std::size_t(1)}) {
     const auto q = g.vec<float>(B * H * n_q * d, 2);
     AttentionOptions o;
@@ -510,20 +518,10 @@ std::uint64_t hash_attention_decode_int8() {
   const std::size_t Hkv = 2, d = 128, n_kv = 300;
   const auto kf = g.vec<float>(Hkv * n_kv * d, 2);
   const auto vf = g.vec<float>(Hkv * n_kv * d, 3);
-  std::vector<std::int8_t> k8(kf.size()), v8(vf.size());
-  std::vector<float> ks(Hkv * n_kv), vs(Hkv * n_kv);
-  softdot::quantize_kv(TensorView<const float>(kf.data(), 1, Hkv, n_kv, d),
-                       TensorView<std::int8_t>(k8.data(), 1, Hkv, n_kv, d),
-                       TensorView<float>(ks.data(), 1, Hkv, n_kv, 1));
-  softdot::quantize_kv(TensorView<const float>(vf.data(), 1, Hkv, n_kv, d),
-                       TensorView<std::int8_t>(v8.data(), 1, Hkv, n_kv, d),
-                       TensorView<float>(vs.data(), 1, Hkv, n_kv, 1));
-  const softdot::Int8KV k{
-      TensorView<const std::int8_t>(k8.data(), 1, Hkv, n_kv, d),
-      TensorView<const float>(ks.data(), 1, Hkv, n_kv, 1)};
-  const softdot::Int8KV v{
-      TensorView<const std::int8_t>(v8.data(), 1, Hkv, n_kv, d),
-      TensorView<const float>(vs.data(), 1, Hkv, n_kv, 1)};
+  const Quantized kq = quantize(kf, 1, Hkv, n_kv, d);
+  const Quantized vq = quantize(vf, 1, Hkv, n_kv, d);
+  const softdot::Int8KV& k = kq.kv;
+  const softdot::Int8KV& v = vq.kv;
   for (std::size_t n_q : {std::size_t(1), std::size_t(4)}) {
     const std::size_t H = 8;
     const auto q = g.vec<float>(H * n_q * d, 2);
