@@ -338,10 +338,20 @@ HWY_INLINE bool AllFiniteRows(const float* const* v, std::size_t kb,
   return true;
 }
 
+// Rows above which the tiled decode of stored K and V widens each block once
+// instead of in every group of rows of the tiles (4 rows on AVX-512, 2 on
+// AVX2).
+#if HWY_TARGET == HWY_AVX2
+inline constexpr std::size_t kWidenRows = 2;
+#else
+inline constexpr std::size_t kWidenRows = 4;
+#endif
+
 // The decode form over K and V stored as T. kTiled (AVX2 and AVX-512, d and
 // d_v multiples of 16): scores by DecodeScoreTile, rows read in place and
-// widened in the loops (LoadRow). Otherwise (T = float): blocks widened by
-// LoadBlock, one tree per score.
+// widened in the loops (LoadRow), or, with more than kWidenRows rows, each
+// block widened once into float rows first (LoadRow in both: the same bits).
+// Otherwise (T = float): blocks widened by LoadBlock, one tree per score.
 template <class T, bool kTiled>
 void RunDecodeT(const AttnArgs& a) {
   static_assert(kTiled || std::is_same_v<T, float>,
@@ -419,237 +429,270 @@ void RunDecodeT(const AttnArgs& a) {
         kvr.v[j] = kv.v + j * kv.v_stride;
       }
     }
-    if constexpr (kTiled) {
-      // Transposed trees (DecodeScoreTile): AVX-512 tiles of 4 rows x 4
-      // keys, 2 x 8 or 1 x 16; AVX2 tiles of 2 x 2 or 1 x 4.
-      std::size_t r = 0;
-      bool first_group = true;
-      auto on_keys = [&](std::size_t j, std::size_t n) {
-        if (first_group && j < nb_next) {
-          PrefetchBlock<2>(a, j0 + B + j, std::min(n, nb_next - j));
+    // The block: scores, softmax step and values over the rows rr (K and V
+    // as stored, or widened to float).
+    auto block = [&](const auto& rr) {
+      using RT = std::remove_cv_t<std::remove_pointer_t<
+          std::remove_cv_t<std::remove_reference_t<decltype(rr.k[0])>>>>;
+      if constexpr (kTiled) {
+        // Transposed trees (DecodeScoreTile): AVX-512 tiles of 4 rows x 4
+        // keys, 2 x 8 or 1 x 16; AVX2 tiles of 2 x 2 or 1 x 4.
+        std::size_t r = 0;
+        bool first_group = true;
+        auto on_keys = [&](std::size_t j, std::size_t n) {
+          if (first_group && j < nb_next) {
+            PrefetchBlock<2>(a, j0 + B + j, std::min(n, nb_next - j));
+          }
+        };
+        if constexpr (kTileScores == 16) {
+          for (; r + 4 <= rows; r += 4) {
+            DecodeScoreRowGroup<4, 4>(qp + r * dpad, dpad, rr, d, kb, S + r * B,
+                                      B, kc, on_keys);
+            first_group = false;
+          }
+          for (; r + 2 <= rows; r += 2) {
+            DecodeScoreRowGroup<2, 8>(qp + r * dpad, dpad, rr, d, kb, S + r * B,
+                                      B, kc, on_keys);
+            first_group = false;
+          }
+          for (; r < rows; ++r) {
+            DecodeScoreRowGroup<1, 16>(qp + r * dpad, dpad, rr, d, kb,
+                                       S + r * B, B, kc, on_keys);
+            first_group = false;
+          }
+        } else if constexpr (kTileScores == 4) {
+          for (; r + 2 <= rows; r += 2) {
+            DecodeScoreRowGroup<2, 2>(qp + r * dpad, dpad, rr, d, kb, S + r * B,
+                                      B, kc, on_keys);
+            first_group = false;
+          }
+          for (; r < rows; ++r) {
+            DecodeScoreRowGroup<1, 4>(qp + r * dpad, dpad, rr, d, kb, S + r * B,
+                                      B, kc, on_keys);
+            first_group = false;
+          }
         }
-      };
-      if constexpr (kTileScores == 16) {
-        for (; r + 4 <= rows; r += 4) {
-          DecodeScoreRowGroup<4, 4>(qp + r * dpad, dpad, kvr, d, kb, S + r * B,
-                                    B, kc, on_keys);
-          first_group = false;
+      } else {
+        // Tiles of 4 rows x 2 keys, or 1 row x 4 keys.
+        const float* kbase = kv.k;
+        const std::size_t kstride = kv.k_stride;
+        std::size_t j = 0;
+        for (; j + 4 <= kb; j += 4) {
+          const float* kr = kbase + j * kstride;
+          std::size_t r = 0;
+          for (; r + 4 <= rows; r += 4) {
+            DecodeScoreRows<4, 2>(qp + r * dpad, dpad, kr, kstride, d,
+                                  S + r * B + j, B);
+            DecodeScoreRows<4, 2>(qp + r * dpad, dpad, kr + 2 * kstride,
+                                  kstride, d, S + r * B + j + 2, B);
+          }
+          for (; r < rows; ++r) {
+            DecodeScoreRows<1, 4>(qp + r * dpad, dpad, kr, kstride, d,
+                                  S + r * B + j, B);
+          }
         }
-        for (; r + 2 <= rows; r += 2) {
-          DecodeScoreRowGroup<2, 8>(qp + r * dpad, dpad, kvr, d, kb, S + r * B,
-                                    B, kc, on_keys);
-          first_group = false;
-        }
-        for (; r < rows; ++r) {
-          DecodeScoreRowGroup<1, 16>(qp + r * dpad, dpad, kvr, d, kb, S + r * B,
-                                     B, kc, on_keys);
-          first_group = false;
-        }
-      } else if constexpr (kTileScores == 4) {
-        for (; r + 2 <= rows; r += 2) {
-          DecodeScoreRowGroup<2, 2>(qp + r * dpad, dpad, kvr, d, kb, S + r * B,
-                                    B, kc, on_keys);
-          first_group = false;
-        }
-        for (; r < rows; ++r) {
-          DecodeScoreRowGroup<1, 4>(qp + r * dpad, dpad, kvr, d, kb, S + r * B,
-                                    B, kc, on_keys);
-          first_group = false;
+        for (; j < kb; ++j) {
+          for (std::size_t r = 0; r < rows; ++r) {
+            DecodeScoreRows<1, 1>(qp + r * dpad, dpad, kbase + j * kstride,
+                                  kstride, d, S + r * B + j, B);
+          }
         }
       }
-    } else {
-      // Tiles of 4 rows x 2 keys, or 1 row x 4 keys.
-      const float* kbase = kv.k;
-      const std::size_t kstride = kv.k_stride;
-      std::size_t j = 0;
-      for (; j + 4 <= kb; j += 4) {
-        const float* kr = kbase + j * kstride;
+      bool any_masked = false;
+      double alpha[detail::kDecodeMaxRows];
+      for (std::size_t r = 0; r < rows; ++r) {
+        float* sr = S + r * B;
+        float* pr = P + r * B;
+        // Scale, cap, bias, mask and limits, by vectors of keys.
+        const bool ext =
+            (a.bias_rows != nullptr && a.bias_rows[r] != nullptr) ||
+            (a.mask_rows != nullptr && a.mask_rows[r] != nullptr);
+        if (ext) {
+          for (std::size_t j = 0; j < kb; ++j) {
+            float x = 0.0f;
+            if (a.bias_rows != nullptr && a.bias_rows[r] != nullptr) {
+              x = a.bias_rows[r][j0 + j];
+            }
+            if (a.mask_rows != nullptr && a.mask_rows[r] != nullptr &&
+                a.mask_rows[r][j0 + j] == 0) {
+              x = -kInf;
+            }
+            add[j] = x;
+          }
+        }
+        const DI di;
+        const auto first = hn::Set(di, a.first_key[r]),
+                   last = hn::Set(di, a.last_key[r]);
+        const auto iota = hn::Iota(di, 0);
+        VF mxv = hn::Set(df, -kInf), mnv = hn::Set(df, kInf);
+        auto nanv = hn::Lt(mxv, mxv);  // all false
+        for (std::size_t j = 0; j < kb; j += N) {
+          const auto valid = hn::FirstN(df, kb - j);
+          VF x = hn::Mul(hn::LoadU(df, sr + j), scale);
+          if (softcap) x = Softcap(x, cap);
+          if (ext) {
+            const VF ad = hn::LoadU(df, add + j);
+            x = hn::IfThenElse(hn::Eq(ad, hn::Set(df, -kInf)), ad,
+                               hn::Add(x, ad));
+          }
+          const auto jv =
+              hn::Add(iota, hn::Set(di, static_cast<std::int32_t>(j0 + j)));
+          const auto out = hn::Or(hn::Lt(jv, first), hn::Gt(jv, last));
+          x = hn::IfThenElse(hn::RebindMask(df, out), hn::Set(df, -kInf), x);
+          x = hn::IfThenElse(valid, x, hn::Set(df, -kInf));
+          hn::StoreU(x, df, sr + j);
+          nanv = hn::Or(nanv, hn::IsNaN(x));
+          mxv = hn::Max(mxv, x);
+          mnv = hn::Min(mnv, hn::IfThenElse(valid, x, hn::Set(df, kInf)));
+        }
+        HWY_ALIGN float red[hn::MaxLanes(DF())];
+        float mx = -kInf, mn = kInf;
+        hn::Store(mxv, df, red);
+        for (std::size_t t = 0; t < N; ++t) mx = std::max(mx, red[t]);
+        hn::Store(mnv, df, red);
+        for (std::size_t t = 0; t < N; ++t) mn = std::min(mn, red[t]);
+        const bool row_nan = !hn::AllFalse(df, nanv);
+        if (row_nan) nan[r] = true;
+        if (mn == -kInf) any_masked = true;
+        // New max and alpha with the vector exp (the same bits as above).
+        const float m_old = m[r];
+        const float m_new = row_nan ? m_old : std::max(m_old, mx);
+        const float ms = std::isfinite(m_new) ? m_new : 0.0f;
+        const bool inf_row = m_new == kInf;
+        float al = hn::GetLane(
+            ExpNonPositive(df, hn::Set(df, m_old - ms), hn::Zero(df)));
+        if (inf_row) al = m_old == kInf ? 1.0f : 0.0f;
+        alpha[r] = al;
+        m[r] = m_new;
+        const VF msv = hn::Set(df, ms);
+        for (std::size_t j = 0; j < kb; j += N) {
+          const VF x = hn::LoadU(df, sr + j);
+          VF pv = ExpNonPositive(df, hn::Sub(x, msv), hn::Zero(df));
+          if (HWY_UNLIKELY(inf_row)) {
+            pv = hn::IfThenElseZero(hn::Eq(x, hn::Set(df, kInf)),
+                                    hn::Set(df, 1.0f));
+          }
+          hn::StoreU(pv, df, pr + j);
+        }
+      }
+      // The block sums in double, each a chain in key order; four rows'
+      // chains side by side (one chain alone waits on every addition).
+      {
         std::size_t r = 0;
         for (; r + 4 <= rows; r += 4) {
-          DecodeScoreRows<4, 2>(qp + r * dpad, dpad, kr, kstride, d,
-                                S + r * B + j, B);
-          DecodeScoreRows<4, 2>(qp + r * dpad, dpad, kr + 2 * kstride, kstride,
-                                d, S + r * B + j + 2, B);
+          double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+          const float* p0 = P + r * B;
+          for (std::size_t j = 0; j < kb; ++j) {
+            s0 += static_cast<double>(p0[j]);
+            s1 += static_cast<double>(p0[B + j]);
+            s2 += static_cast<double>(p0[2 * B + j]);
+            s3 += static_cast<double>(p0[3 * B + j]);
+          }
+          l[r] = std::fma(l[r], alpha[r], s0);
+          l[r + 1] = std::fma(l[r + 1], alpha[r + 1], s1);
+          l[r + 2] = std::fma(l[r + 2], alpha[r + 2], s2);
+          l[r + 3] = std::fma(l[r + 3], alpha[r + 3], s3);
         }
         for (; r < rows; ++r) {
-          DecodeScoreRows<1, 4>(qp + r * dpad, dpad, kr, kstride, d,
-                                S + r * B + j, B);
-        }
-      }
-      for (; j < kb; ++j) {
-        for (std::size_t r = 0; r < rows; ++r) {
-          DecodeScoreRows<1, 1>(qp + r * dpad, dpad, kbase + j * kstride,
-                                kstride, d, S + r * B + j, B);
-        }
-      }
-    }
-    bool any_masked = false;
-    double alpha[detail::kDecodeMaxRows];
-    for (std::size_t r = 0; r < rows; ++r) {
-      float* sr = S + r * B;
-      float* pr = P + r * B;
-      // Scale, cap, bias, mask and limits, by vectors of keys.
-      const bool ext = (a.bias_rows != nullptr && a.bias_rows[r] != nullptr) ||
-                       (a.mask_rows != nullptr && a.mask_rows[r] != nullptr);
-      if (ext) {
-        for (std::size_t j = 0; j < kb; ++j) {
-          float x = 0.0f;
-          if (a.bias_rows != nullptr && a.bias_rows[r] != nullptr) {
-            x = a.bias_rows[r][j0 + j];
+          double sum = 0.0;
+          for (std::size_t j = 0; j < kb; ++j) {
+            sum += static_cast<double>(P[r * B + j]);
           }
-          if (a.mask_rows != nullptr && a.mask_rows[r] != nullptr &&
-              a.mask_rows[r][j0 + j] == 0) {
-            x = -kInf;
-          }
-          add[j] = x;
+          l[r] = std::fma(l[r], alpha[r], sum);
         }
       }
-      const DI di;
-      const auto first = hn::Set(di, a.first_key[r]),
-                 last = hn::Set(di, a.last_key[r]);
-      const auto iota = hn::Iota(di, 0);
-      VF mxv = hn::Set(df, -kInf), mnv = hn::Set(df, kInf);
-      auto nanv = hn::Lt(mxv, mxv);  // all false
-      for (std::size_t j = 0; j < kb; j += N) {
-        const auto valid = hn::FirstN(df, kb - j);
-        VF x = hn::Mul(hn::LoadU(df, sr + j), scale);
-        if (softcap) x = Softcap(x, cap);
-        if (ext) {
-          const VF ad = hn::LoadU(df, add + j);
-          x = hn::IfThenElse(hn::Eq(ad, hn::Set(df, -kInf)), ad,
-                             hn::Add(x, ad));
-        }
-        const auto jv =
-            hn::Add(iota, hn::Set(di, static_cast<std::int32_t>(j0 + j)));
-        const auto out = hn::Or(hn::Lt(jv, first), hn::Gt(jv, last));
-        x = hn::IfThenElse(hn::RebindMask(df, out), hn::Set(df, -kInf), x);
-        x = hn::IfThenElse(valid, x, hn::Set(df, -kInf));
-        hn::StoreU(x, df, sr + j);
-        nanv = hn::Or(nanv, hn::IsNaN(x));
-        mxv = hn::Max(mxv, x);
-        mnv = hn::Min(mnv, hn::IfThenElse(valid, x, hn::Set(df, kInf)));
-      }
-      HWY_ALIGN float red[hn::MaxLanes(DF())];
-      float mx = -kInf, mn = kInf;
-      hn::Store(mxv, df, red);
-      for (std::size_t t = 0; t < N; ++t) mx = std::max(mx, red[t]);
-      hn::Store(mnv, df, red);
-      for (std::size_t t = 0; t < N; ++t) mn = std::min(mn, red[t]);
-      const bool row_nan = !hn::AllFalse(df, nanv);
-      if (row_nan) nan[r] = true;
-      if (mn == -kInf) any_masked = true;
-      // New max and alpha with the vector exp (the same bits as above).
-      const float m_old = m[r];
-      const float m_new = row_nan ? m_old : std::max(m_old, mx);
-      const float ms = std::isfinite(m_new) ? m_new : 0.0f;
-      const bool inf_row = m_new == kInf;
-      float al = hn::GetLane(
-          ExpNonPositive(df, hn::Set(df, m_old - ms), hn::Zero(df)));
-      if (inf_row) al = m_old == kInf ? 1.0f : 0.0f;
-      alpha[r] = al;
-      m[r] = m_new;
-      const VF msv = hn::Set(df, ms);
-      for (std::size_t j = 0; j < kb; j += N) {
-        const VF x = hn::LoadU(df, sr + j);
-        VF pv = ExpNonPositive(df, hn::Sub(x, msv), hn::Zero(df));
-        if (HWY_UNLIKELY(inf_row)) {
-          pv = hn::IfThenElseZero(hn::Eq(x, hn::Set(df, kInf)),
-                                  hn::Set(df, 1.0f));
-        }
-        hn::StoreU(pv, df, pr + j);
-      }
-    }
-    // The block sums in double, each a chain in key order; four rows'
-    // chains side by side (one chain alone waits on every addition).
-    {
-      std::size_t r = 0;
-      for (; r + 4 <= rows; r += 4) {
-        double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-        const float* p0 = P + r * B;
-        for (std::size_t j = 0; j < kb; ++j) {
-          s0 += static_cast<double>(p0[j]);
-          s1 += static_cast<double>(p0[B + j]);
-          s2 += static_cast<double>(p0[2 * B + j]);
-          s3 += static_cast<double>(p0[3 * B + j]);
-        }
-        l[r] = std::fma(l[r], alpha[r], s0);
-        l[r + 1] = std::fma(l[r + 1], alpha[r + 1], s1);
-        l[r + 2] = std::fma(l[r + 2], alpha[r + 2], s2);
-        l[r + 3] = std::fma(l[r + 3], alpha[r + 3], s3);
-      }
-      for (; r < rows; ++r) {
-        double sum = 0.0;
-        for (std::size_t j = 0; j < kb; ++j) {
-          sum += static_cast<double>(P[r * B + j]);
-        }
-        l[r] = std::fma(l[r], alpha[r], sum);
-      }
-    }
 
-    // O = alpha O + P V. A block with a masked score whose values hold inf
-    // or NaN takes the guard (values read as float, widened first).
-    auto values = [&](const auto& vr, bool guard) {
-      // O = alpha O + P V: tiles of 4 rows x 4 vectors of columns (V loaded
-      // once for 4 rows), then single rows; with the guard, row by row.
-      // Each row's alpha in every lane, for FlushVector.
-      HWY_ALIGN double alpha_lanes[detail::kDecodeMaxRows][hn::MaxLanes(DF())];
-      for (std::size_t r = 0; r < rows; ++r) {
-        for (std::size_t i = 0; i < N; ++i) alpha_lanes[r][i] = alpha[r];
-      }
-      auto flush = [&](const VF& acc, double* o, std::size_t row) {
-        FlushVector(acc, alpha_lanes[row], o);
-      };
-      std::size_t r = 0;
-      if (!guard) {
-        for (; r + 4 <= rows; r += 4) {
-          std::size_t c = 0;
-          for (; c + 4 * N <= dv; c += 4 * N) {
-            VF acc[4][4];
-            DecodeValues4(P + r * B, B, vr.v, vr.vs, kb, c, acc);
-            for (std::size_t rr = 0; rr < 4; ++rr) {
-              for (std::size_t i = 0; i < 4; ++i) {
-                flush(acc[rr][i], od + (r + rr) * dv + c + i * N, r + rr);
+      // O = alpha O + P V. A block with a masked score whose values hold inf
+      // or NaN takes the guard (values read as float, widened first).
+      auto values = [&](const auto& vr, bool guard) {
+        // O = alpha O + P V: tiles of 4 rows x 4 vectors of columns (V loaded
+        // once for 4 rows), then single rows; with the guard, row by row.
+        // Each row's alpha in every lane, for FlushVector.
+        HWY_ALIGN double alpha_lanes[detail::kDecodeMaxRows]
+                                    [hn::MaxLanes(DF())];
+        for (std::size_t r = 0; r < rows; ++r) {
+          for (std::size_t i = 0; i < N; ++i) alpha_lanes[r][i] = alpha[r];
+        }
+        auto flush = [&](const VF& acc, double* o, std::size_t row) {
+          FlushVector(acc, alpha_lanes[row], o);
+        };
+        std::size_t r = 0;
+        if (!guard) {
+          for (; r + 4 <= rows; r += 4) {
+            std::size_t c = 0;
+            for (; c + 4 * N <= dv; c += 4 * N) {
+              VF acc[4][4];
+              DecodeValues4(P + r * B, B, vr.v, vr.vs, kb, c, acc);
+              for (std::size_t rr = 0; rr < 4; ++rr) {
+                for (std::size_t i = 0; i < 4; ++i) {
+                  flush(acc[rr][i], od + (r + rr) * dv + c + i * N, r + rr);
+                }
               }
             }
-          }
-          for (std::size_t rr = 0; rr < 4; ++rr) {
-            DecodeRowTail(
-                P + (r + rr) * B, S + (r + rr) * B, false, vr.v, vr.vs, kb, c,
-                dv, od + (r + rr) * dv, alpha[r + rr],
-                [&](const VF& acc, double* o) { flush(acc, o, r + rr); });
+            for (std::size_t rr = 0; rr < 4; ++rr) {
+              DecodeRowTail(
+                  P + (r + rr) * B, S + (r + rr) * B, false, vr.v, vr.vs, kb, c,
+                  dv, od + (r + rr) * dv, alpha[r + rr],
+                  [&](const VF& acc, double* o) { flush(acc, o, r + rr); });
+            }
           }
         }
-      }
-      for (; r < rows; ++r) {
-        const float* pr = P + r * B;
-        const float* sr = S + r * B;
-        double* o = od + r * dv;
-        std::size_t c = 0;
-        for (; c + 4 * N <= dv; c += 4 * N) {
-          VF acc[4];
-          DecodeValues<4>(pr, sr, guard, vr.v, vr.vs, kb, c, acc);
-          for (std::size_t i = 0; i < 4; ++i) flush(acc[i], o + c + i * N, r);
+        for (; r < rows; ++r) {
+          const float* pr = P + r * B;
+          const float* sr = S + r * B;
+          double* o = od + r * dv;
+          std::size_t c = 0;
+          for (; c + 4 * N <= dv; c += 4 * N) {
+            VF acc[4];
+            DecodeValues<4>(pr, sr, guard, vr.v, vr.vs, kb, c, acc);
+            for (std::size_t i = 0; i < 4; ++i) flush(acc[i], o + c + i * N, r);
+          }
+          DecodeRowTail(pr, sr, guard, vr.v, vr.vs, kb, c, dv, o, alpha[r],
+                        [&](const VF& acc, double* o2) { flush(acc, o2, r); });
         }
-        DecodeRowTail(pr, sr, guard, vr.v, vr.vs, kb, c, dv, o, alpha[r],
-                      [&](const VF& acc, double* o2) { flush(acc, o2, r); });
+      };
+      if (!any_masked) {
+        values(rr, false);
+      } else if constexpr (kTiled && !std::is_same_v<RT, float>) {
+        DecodeRows<float> vf;
+        for (std::size_t j = 0; j < kb; ++j) {
+          float* dst = vc + j * dv;
+          for (std::size_t c = 0; c < dv; c += N) {
+            hn::StoreU(LoadRow(df, rr.v[j] + c, rr.vs[j]), df, dst + c);
+          }
+          vf.v[j] = dst;
+          vf.vs[j] = 0.0f;
+        }
+        values(vf, !AllFiniteRows(vf.v, kb, dv));
+      } else {
+        values(rr, !AllFiniteRows(rr.v, kb, dv));
       }
     };
-    if (!any_masked) {
-      values(kvr, false);
-    } else if constexpr (kTiled && kStored) {
-      DecodeRows<float> vf;
-      for (std::size_t j = 0; j < kb; ++j) {
-        float* dst = vc + j * dv;
-        for (std::size_t c = 0; c < dv; c += N) {
-          hn::StoreU(LoadRow(df, kvr.v[j] + c, kvr.vs[j]), df, dst + c);
+    if constexpr (kTiled && kStored) {
+      // Many rows (a GQA group of several queries each): widen the block
+      // once into float rows, rather than once per group of rows in the
+      // tiles. LoadRow is exact, so the bits are the same.
+      if (rows > kWidenRows) {
+        DecodeRows<float> wf;
+        for (std::size_t j = 0; j < kb; ++j) {
+          float* kd = kc + j * d;
+          float* vd = vc + j * dv;
+          for (std::size_t c = 0; c < d; c += N) {
+            hn::StoreU(LoadRow(df, kvr.k[j] + c, kvr.ks[j]), df, kd + c);
+          }
+          for (std::size_t c = 0; c < dv; c += N) {
+            hn::StoreU(LoadRow(df, kvr.v[j] + c, kvr.vs[j]), df, vd + c);
+          }
+          wf.k[j] = kd;
+          wf.v[j] = vd;
+          wf.ks[j] = 0.0f;
+          wf.vs[j] = 0.0f;
         }
-        vf.v[j] = dst;
-        vf.vs[j] = 0.0f;
+        block(wf);
+        continue;
       }
-      values(vf, !AllFiniteRows(vf.v, kb, dv));
-    } else {
-      values(kvr, !AllFiniteRows(kvr.v, kb, dv));
     }
+    block(kvr);
   }
   for (std::size_t r = 0; r < rows; ++r) {
     a.out_m[r] = m[r];
