@@ -23,6 +23,15 @@ namespace hn = hwy::HWY_NAMESPACE;
 // the weights have the same bits. Returns false, having written nothing,
 // for rows whose max is NaN-tainted or +-inf (RowImpl handles them) and for
 // scaled scores beyond 2^32.
+//
+// Lanes whose score is -inf (the padding past n, masked lanes, -inf inputs)
+// have the weight +0 in the passes; here their exponential is computed from
+// a shift of 0 and then replaced by +0: the same bits, without the
+// underflow. On AVX-512 both exps let such lanes underflow in vscalefps /
+// vscalefpd, and on Intel cores every underflowing vector takes a microcode
+// assist: a 3-element row took 168 ns (faithful) and 101 ns (fast) on a
+// Xeon (AVX3), 29 and 33 ns with the underflows flushed (MXCSR FTZ/DAZ),
+// and 16 full lanes 28 ns.
 template <bool kMasked, bool kScaled>
 HWY_INLINE bool SingleBlockSoftmaxF32(
     const Scores<float, kMasked, kScaled>& scores, const float* x,
@@ -58,10 +67,13 @@ HWY_INLINE bool SingleBlockSoftmaxF32(
     const hn::Rebind<float, DW> df;
     const WS ws{static_cast<double>(scores.scale)};
     const auto cv = hn::Set(dw, static_cast<double>(m));
+    const auto neg_inf = hn::Set(dw, -std::numeric_limits<double>::infinity());
     hn::Vec<DW> e[WS::kVecs];
     for (std::size_t v = 0; v < WS::kVecs; ++v) {
-      e[v] =
-          ExpForFloat(dw, hn::Sub(ws.Load(xb, kMasked ? mb : nullptr, v), cv));
+      const auto p = ws.Load(xb, kMasked ? mb : nullptr, v);
+      const auto live = hn::Gt(p, neg_inf);
+      e[v] = hn::IfThenElseZero(
+          live, ExpForFloat(dw, hn::IfThenElseZero(live, hn::Sub(p, cv))));
     }
     const auto iv = hn::Set(dw, 1.0 / PairwiseSumOfVecs<WS::kVecs>(dw, e));
     for (std::size_t v = 0; v < WS::kVecs; ++v) {
@@ -71,8 +83,12 @@ HWY_INLINE bool SingleBlockSoftmaxF32(
   } else {
     const V mv = hn::Set(d, m), one = hn::Set(d, 1.0f);
     V e[B::kVecs], s[B::kVecs], c[B::kVecs];
+    const V neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
     for (std::size_t v = 0; v < B::kVecs; ++v) {
-      e[v] = ShiftedExp(p[v], lo[v], mv);
+      const auto live = hn::Gt(p[v], neg_inf);
+      e[v] = hn::IfThenElseZero(
+          live, ShiftedExp(hn::IfThenElse(live, p[v], mv),
+                           hn::IfThenElseZero(live, lo[v]), mv));
       // SumExpPass's lane: s = 1 + e with its Fast2Sum error.
       s[v] = hn::Add(one, e[v]);
       c[v] = hn::Sub(e[v], hn::Sub(s[v], one));
