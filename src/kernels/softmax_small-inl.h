@@ -27,11 +27,11 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Lanes whose score is -inf (the padding past n, masked lanes, -inf inputs)
 // have the weight +0 in the passes; here their exponential is computed from
 // a shift of 0 and then replaced by +0: the same bits, without the
-// underflow. On AVX-512 both exps let such lanes underflow in vscalefps /
-// vscalefpd, and on Intel cores every underflowing vector takes a microcode
-// assist: a 3-element row took 168 ns (faithful) and 101 ns (fast) on a
-// Xeon (AVX3), 29 and 33 ns with the underflows flushed (MXCSR FTZ/DAZ),
-// and 16 full lanes 28 ns.
+// underflow (on AVX-512 only, where both exps let such lanes underflow in
+// vscalefps / vscalefpd; elsewhere they are clamped and zeroed). On Intel
+// cores every underflowing vector takes a microcode assist: a 3-element
+// row took 168 ns (faithful) and 101 ns (fast) on a Xeon (AVX3), 29 and 33
+// ns with the underflows flushed (MXCSR FTZ/DAZ), and 16 full lanes 28 ns.
 template <bool kMasked, bool kScaled>
 HWY_INLINE bool SingleBlockSoftmaxF32(
     const Scores<float, kMasked, kScaled>& scores, const float* x,
@@ -71,9 +71,14 @@ HWY_INLINE bool SingleBlockSoftmaxF32(
     hn::Vec<DW> e[WS::kVecs];
     for (std::size_t v = 0; v < WS::kVecs; ++v) {
       const auto p = ws.Load(xb, kMasked ? mb : nullptr, v);
-      const auto live = hn::Gt(p, neg_inf);
-      e[v] = hn::IfThenElseZero(
-          live, ExpForFloat(dw, hn::IfThenElseZero(live, hn::Sub(p, cv))));
+      if constexpr (HasScalef<hn::Vec<DW>>::value) {
+        const auto live = hn::Gt(p, neg_inf);
+        e[v] = hn::IfThenElseZero(
+            live, ExpForFloat(dw, hn::IfThenElseZero(live, hn::Sub(p, cv))));
+      } else {  // no underflow there: dead lanes are clamped, then zeroed
+        (void)neg_inf;
+        e[v] = ExpForFloat(dw, hn::Sub(p, cv));
+      }
     }
     const auto iv = hn::Set(dw, 1.0 / PairwiseSumOfVecs<WS::kVecs>(dw, e));
     for (std::size_t v = 0; v < WS::kVecs; ++v) {
@@ -85,10 +90,15 @@ HWY_INLINE bool SingleBlockSoftmaxF32(
     V e[B::kVecs], s[B::kVecs], c[B::kVecs];
     const V neg_inf = hn::Set(d, -std::numeric_limits<float>::infinity());
     for (std::size_t v = 0; v < B::kVecs; ++v) {
-      const auto live = hn::Gt(p[v], neg_inf);
-      e[v] = hn::IfThenElseZero(
-          live, ShiftedExp(hn::IfThenElse(live, p[v], mv),
-                           hn::IfThenElseZero(live, lo[v]), mv));
+      if constexpr (HasScalef<V>::value) {
+        const auto live = hn::Gt(p[v], neg_inf);
+        e[v] = hn::IfThenElseZero(
+            live, ShiftedExp(hn::IfThenElse(live, p[v], mv),
+                             hn::IfThenElseZero(live, lo[v]), mv));
+      } else {  // no underflow there: dead lanes compute exp(0), then +0
+        (void)neg_inf;
+        e[v] = ShiftedExp(p[v], lo[v], mv);
+      }
       // SumExpPass's lane: s = 1 + e with its Fast2Sum error.
       s[v] = hn::Add(one, e[v]);
       c[v] = hn::Sub(e[v], hn::Sub(s[v], one));
