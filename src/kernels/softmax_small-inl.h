@@ -41,7 +41,7 @@ HWY_INLINE bool SingleBlockSoftmaxF32(
   const typename B::D d;
   constexpr std::size_t kLanes = B::kLanes;
   alignas(64) float xb[kLanes];
-  alignas(64) float yb[kLanes];
+  [[maybe_unused]] alignas(64) float yb[kLanes];
   alignas(64) std::uint8_t mb[kLanes];
   LoadPartialBlock(x, n, -std::numeric_limits<float>::infinity(), xb);
   if (kMasked) LoadPartialMask(mask, n, kLanes, mb);
@@ -59,6 +59,19 @@ HWY_INLINE bool SingleBlockSoftmaxF32(
       m == std::numeric_limits<float>::infinity()) {
     return false;
   }
+  // The weights of lanes [at, at + lanes of dv): with masked stores,
+  // straight to y; else into yb, copied out at the end. Stored to yb in
+  // halves (the faithful weights are demoted from two double vectors) and
+  // reloaded whole, they waited for a failed store forwarding.
+  const auto put = [&](auto dv, auto value, std::size_t at) HWY_ATTR {
+#if SOFTDOT_MASKED_TAIL
+    const std::size_t lanes = hn::Lanes(dv);
+    if (at < n)
+      BlendedStoreNarrow(dv, value, y + at, n - at < lanes ? n - at : lanes);
+#else
+    hn::StoreU(value, dv, yb + at);
+#endif
+  };
   if (faithful) {
     if (kScaled && std::fabs(m) >= 0x1p32f) return false;
     using WS = DoubleLaneScores<kMasked, kScaled>;
@@ -82,8 +95,7 @@ HWY_INLINE bool SingleBlockSoftmaxF32(
     }
     const auto iv = hn::Set(dw, 1.0 / PairwiseSumOfVecs<WS::kVecs>(dw, e));
     for (std::size_t v = 0; v < WS::kVecs; ++v) {
-      hn::StoreU(hn::DemoteTo(df, hn::Mul(e[v], iv)), df,
-                 yb + v * WS::kVecLanes);
+      put(df, hn::DemoteTo(df, hn::Mul(e[v], iv)), v * WS::kVecLanes);
     }
   } else {
     const V mv = hn::Set(d, m), one = hn::Set(d, 1.0f);
@@ -109,10 +121,12 @@ HWY_INLINE bool SingleBlockSoftmaxF32(
     Reciprocal<float>(sum_hi, sum_lo, h, l);
     const V hv = hn::Set(d, h), lv = hn::Set(d, l);
     for (std::size_t v = 0; v < B::kVecs; ++v) {
-      hn::Store(TimesReciprocal(e[v], hv, lv), d, yb + v * B::kVecLanes);
+      put(d, TimesReciprocal(e[v], hv, lv), v * B::kVecLanes);
     }
   }
+#if !SOFTDOT_MASKED_TAIL
   StorePartialBlock(yb, n, y);
+#endif
   return true;
 }
 
