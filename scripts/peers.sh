@@ -27,6 +27,8 @@
 #   PEERS_REPETITIONS  --benchmark_repetitions (default 3)
 #   PEERS_SVG          chart path for peers_report.py --svg (default
 #                      docs/img/softmax_peers.svg -> ..._cache.svg, ..._memory.svg)
+#   SOFTDOT_BENCH_TARGET  e.g. AVX2: softdot's (and Highway's Dot's) SIMD target;
+#                      with OPENBLAS_CORETYPE=Haswell for OpenBLAS's AVX2 kernels
 #   PEERS_TIME         real (default) or cpu: the time of the single-thread
 #                      tables (cpu leaves out waits for a core on a busy machine)
 #   and those of scripts/common.sh (SOFTDOT_JOBS, SOFTDOT_NO_APT, SOFTDOT_CMAKE_ARGS).

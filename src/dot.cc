@@ -10,13 +10,21 @@
 namespace softdot {
 namespace {
 
+[[noreturn, gnu::noinline, gnu::cold]] void fail_sizes(const char* function,
+                                                       std::size_t nx,
+                                                       std::size_t ny) {
+  detail::fail(function, "x has " + detail::count(nx) + " elements but y has " +
+                             detail::count(ny));
+}
+
+// Inline, with the message built out of line: a call that builds strings
+// on its error path was not inlined, one more call per dot (n = 64 takes
+// about 6 ns in all).
 template <class T>
 void check_sizes(const char* function, std::span<const T> x,
                  std::span<const T> y) {
-  if (x.size() != y.size()) {
-    detail::fail(function, "x has " + detail::count(x.size()) +
-                               " elements but y has " +
-                               detail::count(y.size()));
+  if (x.size() != y.size()) [[unlikely]] {
+    fail_sizes(function, x.size(), y.size());
   }
 }
 

@@ -12,6 +12,25 @@
 #include "kernels.h"
 
 namespace softdot::detail {
+namespace {
+
+// HWY_DYNAMIC_DISPATCH for the calls short enough that the dispatch shows:
+// the same table and index, but the chosen-target object is looked up once
+// (HWY_DYNAMIC_DISPATCH calls hwy::GetChosenTarget(), in libhwy, through
+// the PLT on every call). Its mask is still read on every call, so
+// force_simd_target() keeps working.
+#if HWY_IDE || ((HWY_TARGETS & (HWY_TARGETS - 1)) == 0)
+#define SOFTDOT_DISPATCH(FUNC_NAME) HWY_DYNAMIC_DISPATCH(FUNC_NAME)
+#else
+hwy::ChosenTarget& chosen_target() {
+  static hwy::ChosenTarget& chosen = hwy::GetChosenTarget();
+  return chosen;
+}
+#define SOFTDOT_DISPATCH(FUNC_NAME) \
+  (*(HWY_DISPATCH_TABLE(FUNC_NAME)[chosen_target().GetIndex()]))
+#endif
+
+}  // namespace
 
 HWY_EXPORT(DotF32);
 HWY_EXPORT(DotF64);
@@ -41,11 +60,11 @@ void attention_softcap(float* s, std::size_t n, float cap) noexcept {
   HWY_DYNAMIC_DISPATCH(AttentionSoftcap)(s, n, cap);
 }
 
-float dot_kernel(const float* x, const float* y, std::size_t n) noexcept {
-  return HWY_DYNAMIC_DISPATCH(DotF32)(x, y, n);
+float dot_kernel(const float* x, const float* y, std::size_t n) {
+  return SOFTDOT_DISPATCH(DotF32)(x, y, n);
 }
-double dot_kernel(const double* x, const double* y, std::size_t n) noexcept {
-  return HWY_DYNAMIC_DISPATCH(DotF64)(x, y, n);
+double dot_kernel(const double* x, const double* y, std::size_t n) {
+  return SOFTDOT_DISPATCH(DotF64)(x, y, n);
 }
 
 void dots_kernel(const float* query, const float* keys, std::size_t stride,
@@ -72,18 +91,20 @@ double dot_accurate_kernel(const double* x, const double* y,
 
 void softmax_row_kernel(const float* x, const std::uint8_t* mask, float scale,
                         std::size_t n, RowOp op, bool faithful, float* y,
-                        RowState* state) noexcept {
-  HWY_DYNAMIC_DISPATCH(SoftmaxRowF32)
+                        RowState* state) {
+  SOFTDOT_DISPATCH(SoftmaxRowF32)
   (x, mask, scale, n, op, faithful, y, state);
 }
 void softmax_row_kernel(const double* x, const std::uint8_t* mask, double scale,
                         std::size_t n, RowOp op, bool faithful, double* y,
-                        RowState* state) noexcept {
-  HWY_DYNAMIC_DISPATCH(SoftmaxRowF64)
+                        RowState* state) {
+  SOFTDOT_DISPATCH(SoftmaxRowF64)
   (x, mask, scale, n, op, faithful, y, state);
 }
 
 std::int64_t compiled_targets() noexcept { return HWY_TARGETS; }
+
+#undef SOFTDOT_DISPATCH
 
 }  // namespace softdot::detail
 #endif  // HWY_ONCE

@@ -475,9 +475,10 @@ void BenchDots(benchmark::State& state, const std::string& impl,
 struct Shape {
   std::size_t rows, n;
 };
-constexpr Shape kSoftmaxShapes[] = {
-    {1, 3},     {1, 8},        {1, 64},       {1, 1000},    {1, 4096},
-    {1, 65536}, {1, 1u << 20}, {1, 1u << 24}, {4096, 1024}, {256, 32000}};
+constexpr Shape kSoftmaxShapes[] = {{1, 3},       {1, 8},        {1, 16},
+                                    {1, 64},      {1, 1000},     {1, 4096},
+                                    {1, 65536},   {1, 1u << 20}, {1, 1u << 24},
+                                    {4096, 1024}, {256, 32000}};
 constexpr std::size_t kDotSizes[] = {3,    8,     64,       1000,
                                      4096, 65536, 1u << 20, 1u << 24};
 constexpr std::size_t kDotsKeys[] = {4096, 65536};
@@ -591,6 +592,18 @@ int main(int argc, char** argv) {
         stderr,
         "softdot_peers: SOFTDOT_PEERS_SET must be all, single or threads\n");
     return 2;
+  }
+  // SOFTDOT_BENCH_TARGET=AVX2 (a name softdot::simd_targets() lists) forces
+  // softdot's SIMD target, before any peer registers. Highway's contrib Dot
+  // dispatches through the same libhwy, so it follows; OpenBLAS chooses its
+  // kernels itself (OPENBLAS_CORETYPE=Haswell gives its AVX2 ones).
+  if (const char* target = std::getenv("SOFTDOT_BENCH_TARGET")) {
+    try {
+      softdot::force_simd_target(target);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "softdot_peers: %s\n", e.what());
+      return 2;
+    }
   }
   // Before any library changes it: what OpenMP would use by default.
   const int omp_max_threads = omp_get_max_threads();

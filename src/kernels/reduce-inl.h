@@ -46,7 +46,7 @@ HWY_INLINE auto PairwiseReduceSteps(const Leaf& leaf, const Add& add,
   constexpr std::size_t kHalf = kLeaves / 2;
   using T = decltype(leaf(LeafIndex<0>()));
   T part[] = {add(leaf(LeafIndex<kJ>()), leaf(LeafIndex<kJ + kHalf>()))...};
-  constexpr std::array<detail::TreeStep, kHalf - 1> kOrder =
+  [[maybe_unused]] constexpr std::array<detail::TreeStep, kHalf - 1> kOrder =
       detail::PairwiseOrder<kHalf, /*kDescending=*/true>();
   ((part[kOrder[kAt].to] = add(part[kOrder[kAt].to], part[kOrder[kAt].from])),
    ...);
@@ -122,6 +122,13 @@ HWY_INLINE hn::TFromD<D> TreeSumOfLanes(D d, hn::Vec<D> v) {
   if constexpr (hn::MaxLanes(D()) == 1) {
     (void)d;
     return hn::GetLane(v);
+  } else if constexpr (hn::MaxLanes(D()) == 2 && sizeof(hn::TFromD<D>) == 4) {
+    // The last level of a float vector: lane 0 of v + DupOdd(v) is v0 + v1,
+    // the same addition, where UpperHalf of a 64-bit vector took a masked
+    // move and an integer shift (each with an FP/integer bypass) on the
+    // critical path of every short dot.
+    (void)d;
+    return hn::GetLane(hn::Add(v, hn::DupOdd(v)));
   } else {
     const hn::Half<D> dh;
     return TreeSumOfLanes(dh,

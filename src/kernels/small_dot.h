@@ -1,5 +1,6 @@
 // softdot kernels: the dot of at most 8 elements as plain C++ (no SIMD, no
-// dispatch), the same bits as the vector kernel's SmallDot on every target.
+// dispatch), the same bits as the vector kernel's ShortDot<1> on every
+// target.
 // Tested: DotTest.DotsEqualsDotPerRow compares dot() for n = 1..8, which
 // takes this path, bit for bit with dots(), which takes the kernel's, on
 // every target.
@@ -13,8 +14,9 @@
 namespace softdot::detail {
 
 // A dot of at most 8 elements without the dispatch (dot() calls it for
-// n <= 8): the scalar form of SmallDot in dot-inl.h. The kernel's lanes
-// would hold x_j * y_j + 0 (the + 0 turns a -0 product into +0) for j < n
+// n <= 8): the scalar form of ShortDot<1> in dot-inl.h. The kernel's lanes
+// would hold fma(x_j, y_j, +0) = x_j * y_j + 0 (the + 0 turns a -0 product
+// into +0) for j < n
 // and +0 after, added in the pairwise tree of reduce.h over the block's 16
 // float or 8 double lanes. For float its first level adds lane j + 8, which
 // is +0, to lane j, which is not -0: that changes nothing, so the rest is

@@ -2,6 +2,8 @@
 // independence, dots() == dot() per row, threads, and argument checks.
 #include <omp.h>
 
+#include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -54,6 +56,68 @@ void CheckDotSweep(const std::string& target) {
 TEST_P(DotTest, WithinGammaNBoundOfExact) {
   CheckDotSweep<float>(target());
   CheckDotSweep<double>(target());
+}
+
+// dot() in the order dot-inl.h states, written out in scalar code: element
+// i is added by FMA (on FMA targets; else a product, then a sum) into lane
+// i % L of accumulator (i / L) % 8 (L = 64 bytes of T), in increasing i,
+// from +0; then the 8 L lanes (lane j of
+// accumulator b is leaf b L + j) in the pairwise tree of reduce.h: leaf
+// j + half into leaf j, for half = 4 L, 2 L, ..., 1.
+template <class T>
+T DotInStatedOrder(std::span<const T> x, std::span<const T> y, bool fma) {
+  constexpr std::size_t kLanes = 64 / sizeof(T);
+  std::vector<T> leaf(8 * kLanes, T(0));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    T& acc = leaf[((i / kLanes) % 8) * kLanes + i % kLanes];
+    acc = fma ? std::fma(x[i], y[i], acc) : acc + x[i] * y[i];
+  }
+  for (std::size_t half = leaf.size() / 2; half >= 1; half /= 2) {
+    for (std::size_t j = 0; j < half; ++j) leaf[j] = leaf[j] + leaf[j + half];
+  }
+  return leaf[0];
+}
+
+// Every n up to 300 (the short dots of 1, 2, 4 and 8 blocks, the unrolled
+// loop and its tails) and a few large ones, at every alignment of x and
+// y: the same bits as the stated order. The data hold zeros of both signs
+// (-0 products), and some rows +-inf or NaN.
+template <class T>
+void CheckStatedOrder(bool fma) {
+  std::vector<std::size_t> sizes;
+  for (std::size_t n = 0; n <= 300; ++n) sizes.push_back(n);
+  for (std::size_t n : {1000, 4097, 8191}) sizes.push_back(n);
+  std::uint64_t seed = 100;
+  for (std::size_t n : sizes) {
+    auto xv = make_uniform<T>(n, -1.0, 1.0, seed++);
+    auto yv = make_uniform<T>(n, -2.0, 3.0, seed++);
+    for (std::size_t i = 0; i < n; i += 7) xv[i] = (i % 2) ? T(0) : -T(0);
+    const std::size_t special = n == 0 ? 0 : (n * 5 / 7) % n;
+    if (n % 5 == 1) xv[special] = std::numeric_limits<T>::infinity();
+    if (n % 5 == 2) yv[special] = std::numeric_limits<T>::quiet_NaN();
+    if (n % 5 == 3) {  // +inf and -inf products: NaN
+      xv[special] = std::numeric_limits<T>::infinity();
+      xv[n - 1 - special] = -std::numeric_limits<T>::infinity();
+    }
+    const T want = DotInStatedOrder<T>(xv, yv, fma);
+    for (std::size_t offset = 0; offset < 16; ++offset) {
+      Guarded<T> x(std::span<const T>(xv), offset);
+      Guarded<T> y(std::span<const T>(yv), (offset * 5 + n) % 16);
+      const T got = softdot::dot(x.cspan(), y.cspan());
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(got)) << type_name<T>() << " n=" << n;
+      } else {
+        ASSERT_EQ(bits(got), bits(want))
+            << type_name<T>() << " n=" << n << " offset " << offset << " got "
+            << fmt(got) << " want " << fmt(want);
+      }
+    }
+  }
+}
+
+TEST_P(DotTest, SameBitsAsStatedOrder) {
+  CheckStatedOrder<float>(is_fma_target(target()));
+  CheckStatedOrder<double>(is_fma_target(target()));
 }
 
 template <class T>

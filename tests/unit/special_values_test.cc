@@ -2,6 +2,7 @@
 // log_softmax, logsumexp, softmax_rows and log_softmax_rows, float and double,
 // on every SIMD target. (Over 600 lines on purpose: it is one table, row by
 // row; split, the rows of one table would sit in several files.)
+#include <algorithm>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -615,6 +616,59 @@ void CheckLogWeightsNotPositive() {
 TEST_P(SpecialValues, LogWeightsAreNeverPositive) {
   CheckLogWeightsNotPositive<float>();
   CheckLogWeightsNotPositive<double>();
+}
+
+// A float row of at most 16 elements takes the one-block path
+// (softmax_small-inl.h); the same row followed by -inf entries up to 17
+// takes the passes, where the -inf entries weigh +0 and change no other
+// bit. So the first n weights of the two agree bitwise: the one-block path
+// has the bits of the passes, with -inf lanes (padding, -inf inputs, masked
+// entries) anywhere in it, in both precisions, scaled or not.
+void CheckShortRowAsPasses(std::size_t n, std::uint64_t seed,
+                           softdot::Precision precision, double temperature,
+                           bool with_mask) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> x = make_logits<float>(n, Dist::kNormal5, seed);
+  Mask mask(with_mask ? n : 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (rng() % 4 == 0) x[i] = -kInf<float>;
+    if (with_mask && rng() % 4 == 0) mask[i] = false;
+  }
+  x[rng() % n] = 1.5f;  // at least one finite score that is not masked
+  if (with_mask) mask[std::find(x.begin(), x.end(), 1.5f) - x.begin()] = true;
+  std::vector<float> padded = x;
+  padded.resize(17, -kInf<float>);
+  Mask padded_mask(with_mask ? 17 : 0);
+  for (std::size_t i = 0; i < n && with_mask; ++i) padded_mask[i] = mask[i];
+  SoftmaxOptions o{temperature, mask.span()};
+  o.precision = precision;
+  SoftmaxOptions op{temperature, padded_mask.span()};
+  op.precision = precision;
+  std::vector<float> y(n), yp(17);
+  softdot::softmax(std::span<const float>(x), std::span<float>(y), o);
+  softdot::softmax(std::span<const float>(padded), std::span<float>(yp), op);
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(bits(y[i]), bits(yp[i]))
+        << "n=" << n << " i=" << i << " temperature " << temperature
+        << (with_mask ? " masked" : "") << ": " << fmt(y[i]) << " vs "
+        << fmt(yp[i]) << " through the passes";
+  }
+}
+
+TEST_P(SpecialValues, ShortRowsHaveTheBitsOfThePasses) {
+  std::uint64_t seed = 500;
+  for (std::size_t n = 1; n <= 16; ++n) {
+    for (auto precision :
+         {softdot::Precision::kFaithful, softdot::Precision::kFast}) {
+      for (double temperature : {1.0, 0.7}) {
+        for (bool with_mask : {false, true}) {
+          for (int rep = 0; rep < 4; ++rep) {
+            CheckShortRowAsPasses(n, seed++, precision, temperature, with_mask);
+          }
+        }
+      }
+    }
+  }
 }
 
 SOFTDOT_INSTANTIATE_PER_TARGET(SpecialValues);
