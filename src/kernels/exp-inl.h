@@ -122,12 +122,10 @@ HWY_INLINE V ExpNonPositive(D d, V t, V c) {
   // underflow would cost an x86 microcode assist per instruction (measured:
   // a 3-element softmax, whose 13 padding lanes are -inf, took 143 ns).
   const auto dead = hn::Lt(t, hn::Set(d, C::kMin));
-  // With Scalef, dead lanes compute exp(kDead) instead, which Scalef rounds
-  // to exactly +0 (exp(kDead) < 2^-172 resp. 2^-1154): the same bits as the
-  // select below, one select fewer, and no underflowing arithmetic.
-  constexpr T kDead = sizeof(T) == 4 ? T(-120) : T(-800);
-  t = HasScalef<V>::value ? hn::IfThenElse(dead, hn::Set(d, kDead), t)
-                          : hn::IfThenZeroElse(dead, t);
+  // (Scalef too: a dead lane sent to exp(-120) and rounded to +0 by Scalef
+  // underflowed there, and on Intel every such vector took an assist; the
+  // diagonal tiles of causal attention are half dead lanes.)
+  t = hn::IfThenZeroElse(dead, t);
   c = hn::IfThenZeroElse(dead, c);
 
   const V kf = hn::Round(hn::Mul(t, hn::Set(d, C::kLog2e)));
@@ -141,7 +139,9 @@ HWY_INLINE V ExpNonPositive(D d, V t, V c) {
   }
 
 #if SOFTDOT_AVX512
-  if constexpr (HasScalef<V>::value) return Scalef(p, kf);
+  if constexpr (HasScalef<V>::value) {
+    return hn::IfThenZeroElse(dead, Scalef(p, kf));
+  }
 #endif
   const hn::RebindToSigned<D> di;
   const auto k = hn::ConvertTo(di, kf);
