@@ -113,21 +113,11 @@ HWY_INLINE hn::Vec512<double> Scalef(hn::Vec512<double> x,
 }
 #endif
 
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE V ExpNonPositive(D d, V t, V c) {
+// exp(t + c) for lanes with kMin <= t <= 0 (ExpNonPositive's arithmetic).
+template <class D, class V>
+HWY_INLINE V ExpCore(D d, V t, V c) {
   using T = hn::TFromD<D>;
   using C = ExpConstants<T>;
-  // Below kMin the result is +0 whatever c is (c may be NaN for t = -inf).
-  // Those lanes compute exp(0) and are zeroed at the end: letting them
-  // underflow would cost an x86 microcode assist per instruction (measured:
-  // a 3-element softmax, whose 13 padding lanes are -inf, took 143 ns).
-  const auto dead = hn::Lt(t, hn::Set(d, C::kMin));
-  // (Scalef too: a dead lane sent to exp(-120) and rounded to +0 by Scalef
-  // underflowed there, and on Intel every such vector took an assist; the
-  // diagonal tiles of causal attention are half dead lanes.)
-  t = hn::IfThenZeroElse(dead, t);
-  c = hn::IfThenZeroElse(dead, c);
-
   const V kf = hn::Round(hn::Mul(t, hn::Set(d, C::kLog2e)));
   V r = hn::MulAdd(kf, hn::Set(d, static_cast<T>(-C::kLn2Hi)), t);  // exact
   r = hn::MulAdd(kf, hn::Set(d, static_cast<T>(-C::kLn2Lo)), r);
@@ -139,16 +129,31 @@ HWY_INLINE V ExpNonPositive(D d, V t, V c) {
   }
 
 #if SOFTDOT_AVX512
-  if constexpr (HasScalef<V>::value) {
-    return hn::IfThenZeroElse(dead, Scalef(p, kf));
-  }
+  if constexpr (HasScalef<V>::value) return Scalef(p, kf);
 #endif
   const hn::RebindToSigned<D> di;
   const auto k = hn::ConvertTo(di, kf);
   const auto k1 = hn::ShiftRight<1>(k);
   const auto k2 = hn::Sub(k, k1);
-  return hn::IfThenZeroElse(dead,
-                            hn::Mul(hn::Mul(p, Pow2(d, k1)), Pow2(d, k2)));
+  return hn::Mul(hn::Mul(p, Pow2(d, k1)), Pow2(d, k2));
+}
+
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V ExpNonPositive(D d, V t, V c) {
+  using T = hn::TFromD<D>;
+  using C = ExpConstants<T>;
+  // Below kMin the result is +0 whatever c is (c may be NaN for t = -inf).
+  // Those lanes compute exp(0) and are zeroed at the end: letting them
+  // underflow would cost an x86 microcode assist per instruction (measured:
+  // a 3-element softmax, whose 13 padding lanes are -inf, took 143 ns; with
+  // Scalef, a dead lane sent to exp(-120) and rounded to +0 by Scalef
+  // underflowed there too). A vector without dead lanes (most of them)
+  // skips the three selects: the same bits either way.
+  const auto dead = hn::Lt(t, hn::Set(d, C::kMin));
+  if (HWY_LIKELY(hn::AllFalse(d, dead))) return ExpCore(d, t, c);
+  t = hn::IfThenZeroElse(dead, t);
+  c = hn::IfThenZeroElse(dead, c);
+  return hn::IfThenZeroElse(dead, ExpCore(d, t, c));
 }
 
 }  // namespace HWY_NAMESPACE
