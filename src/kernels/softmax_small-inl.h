@@ -50,7 +50,13 @@ HWY_INLINE bool SingleBlockSoftmaxF32(
       m == std::numeric_limits<float>::infinity()) {
     return false;
   }
-  if (faithful) {
+  if (faithful && FloatPairUsable<kScaled>(m)) {
+    // The passes themselves, on the padded block (the padding lanes are -inf
+    // and masked, as ForEachBlock pads a partial block): the same bits.
+    const std::uint8_t* mp = kMasked ? mb : nullptr;
+    const double s = FaithfulSumF32(scores, xb, mp, kLanes, m);
+    FaithfulApplyF32(scores, xb, mp, kLanes, m, s * 0x1p-64, yb);
+  } else if (faithful) {
     if (kScaled && std::fabs(m) >= 0x1p32f) return false;
     using WS = DoubleLaneScores<kMasked, kScaled>;
     using DW = typename WS::DW;
