@@ -1,6 +1,13 @@
 // softdot kernels: the exponentials of the faithful softmax (Precision::
 // kFaithful), accurate enough that a weight is rounded only once.
 //
+// ExpPairF32(d, t, c, ...) (AVX2 and AVX-512 only, at the end of this file):
+// float lanes, exp(t + c) = 2^k (hi + lo) with a relative error below 0.083
+// u (u = 2^-24): the faithful float softmax rows. 17 operations per vector
+// of 16 (AVX-512) or 8 (AVX2) lanes, where ExpForFloat below takes 19 per 8
+// double lanes. ExpForFloat stays for the float state (softmax_state,
+// logsumexp) and for the targets without FMA.
+//
 // ExpForFloat(d, t): double lanes, exp(t) for t in [-inf, 700] (t = x - max
 // of float scores formed exactly in double). Arguments below -200 give
 // exactly 0: exp(-200) < 2^-288 is 0 once divided by the sum (>= 1) and

@@ -1,6 +1,8 @@
 // softdot kernels: the faithful precision of a softmax row (each weight
-// rounded once): float in double lanes, double as exp pairs, and the chunked
-// one-pass max and sum for float rows too large for the caches.
+// rounded once): float softmax rows in float lanes with exp as a float pair
+// (AVX2, AVX-512), float states, float rows on the other targets and scaled
+// rows with |max| >= 2^12 in double lanes, double as exp pairs, and the
+// chunked one-pass max and sum for float rows too large for the caches.
 
 #if defined(SOFTDOT_KERNELS_SOFTMAX_FAITHFUL_INL_H_) == \
     defined(HWY_TARGET_TOGGLE)
@@ -20,7 +22,13 @@ namespace hn = hwy::HWY_NAMESPACE;
 // ---------------------------------------------------------------------------
 // Precision::kFaithful: the weights are rounded once.
 //
-// float: every step after the max runs in double lanes. A score is the
+// float, softmax rows on AVX2 and AVX-512 (SOFTDOT_FLOAT_PAIR_EXP): float
+// lanes, exp as the pair of ExpPairF32; see FloatPairSumPass below for the
+// error bound (0.72 ulp, 0.86 of the spacing for subnormal weights; measured
+// 0.59 and 0.75) and the operation counts.
+// float otherwise (softmax_state / softmax_apply and logsumexp, which need
+// the compensated sum; targets without FMA; scaled rows whose max reaches
+// 2^12): every step after the max runs in double lanes. A score is the
 // exact product x * scale (24 x 24 bits fit in 53), d = score - c is exact
 // or within 2^-53 relative, exp(d) has a relative error below 2^-31
 // (ExpForFloat: a degree-8 polynomial, truncation 2^-32, exp_faithful-inl.h),
@@ -172,6 +180,70 @@ HWY_INLINE void ShiftedExpPairF32(const S& scores, const float* xb,
   f = Pow2K64Arg(d, n, kf);
 }
 
+// The exponentials of one block: 2^(k + 64) hi and 2^(k + 64) lo, +0 in
+// dead lanes (for the sum), and what the weights need (pair, scale, dead).
+struct FloatPairBlock {
+  using B = Block<float>;
+  using V = typename B::V;
+  V hi[B::kVecs], lo[B::kVecs], f[B::kVecs];
+  hn::Mask<typename B::D> dead[B::kVecs];
+
+  template <class S>
+  HWY_INLINE void Compute(const S& scores, const float* xb,
+                          const std::uint8_t* mb, V cv, V neg_c) {
+    for (std::size_t v = 0; v < B::kVecs; ++v) {
+      ShiftedExpPairF32(scores, xb, mb, v, cv, neg_c, hi[v], lo[v], f[v],
+                        dead[v]);
+    }
+  }
+
+  // Adds the block to the per-lane double sums of the scaled pair.
+  HWY_INLINE void AddTo(typename Block<double>::V* acc_hi,
+                        typename Block<double>::V* acc_lo) const {
+    constexpr std::size_t kW = kDoubleVecs<float>;
+    V sh[B::kVecs], sl[B::kVecs];
+    for (std::size_t v = 0; v < B::kVecs; ++v) {
+      sh[v] = hn::IfThenZeroElse(dead[v], ApplyPow2K64(hi[v], f[v]));
+      sl[v] = hn::IfThenZeroElse(dead[v], ApplyPow2K64(lo[v], f[v]));
+    }
+    typename Block<double>::V hd[kW], ld[kW];
+    PromoteBlock<float>(sh, hd);
+    PromoteBlock<float>(sl, ld);
+    for (std::size_t w = 0; w < kW; ++w) {
+      acc_hi[w] = hn::Add(acc_hi[w], hd[w]);
+      acc_lo[w] = hn::Add(acc_lo[w], ld[w]);
+    }
+  }
+
+  // y = fl(fl(hi rh + (lo rh + hi rl)) 2^(k + 64)), +0 in dead lanes.
+  HWY_INLINE void Weights(V rh, V rl, float* yb) const {
+    const typename B::D d;
+    for (std::size_t v = 0; v < B::kVecs; ++v) {
+      const V z =
+          hn::MulAdd(hi[v], rh, hn::MulAdd(lo[v], rh, hn::Mul(hi[v], rl)));
+      hn::StoreU(hn::IfThenZeroElse(dead[v], ApplyPow2K64(z, f[v])), d,
+                 yb + v * B::kVecLanes);
+    }
+  }
+};
+
+// The lane sums as one double: each lane's hi + lo, then the tree.
+HWY_INLINE double FloatPairTotal(const typename Block<double>::V* acc_hi,
+                                 const typename Block<double>::V* acc_lo) {
+  constexpr std::size_t kW = kDoubleVecs<float>;
+  const typename Block<double>::D dd;
+  typename Block<double>::V total[kW];
+  for (std::size_t w = 0; w < kW; ++w) total[w] = hn::Add(acc_hi[w], acc_lo[w]);
+  return PairwiseSumOfVecs<kW>(dd, total);
+}
+
+// 2^-64 / S as a float pair, from sum2 = 2^64 S.
+HWY_INLINE void FloatPairInverse(double sum2, float& inv_hi, float& inv_lo) {
+  const double inv = 1.0 / sum2;
+  inv_hi = static_cast<float>(inv);
+  inv_lo = static_cast<float>(inv - static_cast<double>(inv_hi));
+}
+
 // 2^64 sum_i exp(p_i - c), in double.
 template <class S>
 HWY_INLINE double FloatPairSumPass(const S& scores, const float* x,
@@ -179,35 +251,20 @@ HWY_INLINE double FloatPairSumPass(const S& scores, const float* x,
                                    float c) {
   using B = Block<float>;
   using V = typename B::V;
-  using BD = Block<double>;
   constexpr std::size_t kW = kDoubleVecs<float>;
   const typename B::D d;
-  const typename BD::D dd;
+  const typename Block<double>::D dd;
   const V cv = hn::Set(d, c), neg_c = hn::Set(d, -c);
-  typename BD::V acc_hi[kW], acc_lo[kW];
+  typename Block<double>::V acc_hi[kW], acc_lo[kW];
   for (std::size_t w = 0; w < kW; ++w) acc_hi[w] = acc_lo[w] = hn::Zero(dd);
   ForEachBlock<float>(
       x, mask, nullptr, n, -std::numeric_limits<float>::infinity(),
       [&](const float* xb, const std::uint8_t* mb, float*) HWY_ATTR {
-        V hi[B::kVecs], lo[B::kVecs];
-        for (std::size_t v = 0; v < B::kVecs; ++v) {
-          V e_hi, e_lo, f;
-          hn::Mask<typename B::D> dead;
-          ShiftedExpPairF32(scores, xb, mb, v, cv, neg_c, e_hi, e_lo, f, dead);
-          hi[v] = hn::IfThenZeroElse(dead, ApplyPow2K64(e_hi, f));
-          lo[v] = hn::IfThenZeroElse(dead, ApplyPow2K64(e_lo, f));
-        }
-        typename BD::V hd[kW], ld[kW];
-        PromoteBlock<float>(hi, hd);
-        PromoteBlock<float>(lo, ld);
-        for (std::size_t w = 0; w < kW; ++w) {
-          acc_hi[w] = hn::Add(acc_hi[w], hd[w]);
-          acc_lo[w] = hn::Add(acc_lo[w], ld[w]);
-        }
+        FloatPairBlock e;
+        e.Compute(scores, xb, mb, cv, neg_c);
+        e.AddTo(acc_hi, acc_lo);
       });
-  typename BD::V total[kW];
-  for (std::size_t w = 0; w < kW; ++w) total[w] = hn::Add(acc_hi[w], acc_lo[w]);
-  return PairwiseSumOfVecs<kW>(dd, total);
+  return FloatPairTotal(acc_hi, acc_lo);
 }
 
 // y_i = fl(exp(p_i - c) / S) from sum2 = 2^64 S (FloatPairSumPass).
@@ -218,24 +275,38 @@ HWY_INLINE void FloatPairApplyPass(const S& scores, const float* x,
   using B = Block<float>;
   using V = typename B::V;
   const typename B::D d;
-  const double inv = 1.0 / sum2;
-  const float inv_hi = static_cast<float>(inv);
-  const float inv_lo = static_cast<float>(inv - static_cast<double>(inv_hi));
+  float inv_hi, inv_lo;
+  FloatPairInverse(sum2, inv_hi, inv_lo);
   const V cv = hn::Set(d, c), neg_c = hn::Set(d, -c);
   const V rh = hn::Set(d, inv_hi), rl = hn::Set(d, inv_lo);
-  ForEachBlock<float>(
-      x, mask, y, n, -std::numeric_limits<float>::infinity(),
-      [&](const float* xb, const std::uint8_t* mb, float* yb) HWY_ATTR {
-        for (std::size_t v = 0; v < B::kVecs; ++v) {
-          V e_hi, e_lo, f;
-          hn::Mask<typename B::D> dead;
-          ShiftedExpPairF32(scores, xb, mb, v, cv, neg_c, e_hi, e_lo, f, dead);
-          const V z =
-              hn::MulAdd(e_hi, rh, hn::MulAdd(e_lo, rh, hn::Mul(e_hi, rl)));
-          hn::StoreU(hn::IfThenZeroElse(dead, ApplyPow2K64(z, f)), d,
-                     yb + v * B::kVecLanes);
-        }
-      });
+  ForEachBlock<float>(x, mask, y, n, -std::numeric_limits<float>::infinity(),
+                      [&](const float* xb, const std::uint8_t* mb, float* yb)
+                          HWY_ATTR {
+                            FloatPairBlock e;
+                            e.Compute(scores, xb, mb, cv, neg_c);
+                            e.Weights(rh, rl, yb);
+                          });
+}
+
+// The softmax of one padded block (xb, mb: kLanes entries, the padding -inf
+// and masked) with the bits of the two passes: the pairs computed once.
+template <class S>
+HWY_INLINE void FloatPairSingleBlock(const S& scores, const float* xb,
+                                     const std::uint8_t* mb, float c,
+                                     float* yb) {
+  using B = Block<float>;
+  using V = typename B::V;
+  constexpr std::size_t kW = kDoubleVecs<float>;
+  const typename B::D d;
+  const typename Block<double>::D dd;
+  FloatPairBlock e;
+  e.Compute(scores, xb, mb, hn::Set(d, c), hn::Set(d, -c));
+  typename Block<double>::V acc_hi[kW], acc_lo[kW];
+  for (std::size_t w = 0; w < kW; ++w) acc_hi[w] = acc_lo[w] = hn::Zero(dd);
+  e.AddTo(acc_hi, acc_lo);
+  float inv_hi, inv_lo;
+  FloatPairInverse(FloatPairTotal(acc_hi, acc_lo), inv_hi, inv_lo);
+  e.Weights(hn::Set(d, inv_hi), hn::Set(d, inv_lo), yb);
 }
 #else
 template <bool kScaled>
