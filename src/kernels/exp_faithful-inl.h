@@ -2,8 +2,8 @@
 // kFaithful), accurate enough that a weight is rounded only once.
 //
 // ExpPairF32(d, t, c, ...) (AVX2 and AVX-512 only, at the end of this file):
-// float lanes, exp(t + c) = 2^k (hi + lo) with a relative error below 0.083
-// u (u = 2^-24): the faithful float softmax rows. 17 operations per vector
+// float lanes, exp(t + c) = 2^k (hi + lo) with a relative error below 0.087
+// u (u = 2^-24): the faithful float softmax rows. 16 operations per vector
 // of 16 (AVX-512) or 8 (AVX2) lanes, where ExpForFloat below takes 19 per 8
 // double lanes. ExpForFloat stays for the float state (softmax_state,
 // logsumexp) and for the targets without FMA.
@@ -153,21 +153,25 @@ HWY_INLINE V ScaleByPow2(D d, V x, V kf) {
 // kf = round(8 t / ln2) = 8 k + j with j in [0, 7]; r_hi = t - kf C_hi is
 // exact (C_hi = fl(ln2 / 8) is a multiple of 2^-27, t of 2^-28 once kf != 0,
 // and |r_hi| < 2^-4), r_lo = c - kf C_lo (C_lo = ln2 / 8 - C_hi, 2^-32);
-// exp(t + c) = 2^(j/8) 2^k e^r with r = r_hi + r_lo, |r| <= ln2/16 + |c|.
-// 2^(j/8) = T_hi + T_lo (T_lo < 2^-24 T_hi) comes from an 8-entry table by one
-// permute; e^r = 1 + r_hi + s with s = r_lo + r^2 (1/2 + r/6 + r^2/24 +
-// r^3/120) (truncation r^6/720 < 2^-36 for |r| < 0.044); then hi = T_hi and
+// exp(t + c) = 2^(j/8) 2^k e^r with r = r_hi + r_lo, |r| <= ln2/16 + |c| +
+// 2^-18 < 0.0436. 2^(j/8) = T_hi + T_lo (T_lo < 2^-24 T_hi) comes from an
+// 8-entry table by one permute; e^r = 1 + r_hi + s with s = r_lo + r^2 Q(r),
+// Q(r) = 1/2 + q1 r + q2 r^2 a minimax fit of (e^r - 1 - r) / r^2 on |r| <=
+// 0.044 (r^2 Q within 2^-32.3 of e^r - 1 - r; Taylor's 1/6, 1/24 give
+// 2^-29.4, one more Taylor term 2^-36.5); then hi = T_hi and
 // lo = T_hi (r_hi + s) + T_lo (1 + r_hi + s), |lo| <= 0.083.
 // Error of hi + lo relative to exp(t + c), in units of u = 2^-24: the
 // rounding of r_hi + s (<= 2^-29 for |r_hi + s| < 2^-4, times T_hi / exp <=
 // 1.05: 0.033), the rounding of lo (half an ulp of 0.083, 2^-28, against
 // exp >= 1.33 when lo >= 2^-4, else 2^-29 against 0.96: 0.047), r rounded
-// inside r^2 (...) (2^-29 * 0.045: 0.002), truncation, C_lo, T_lo and r_lo
-// (below 0.001 together): |eps| <= 0.083 u. Cost: 2 for k, 2 for r_hi and r_lo,
-// 1 and for the index, 2 permutes, 1 add, 1 mul, 3 FMA for the polynomial, 1
-// FMA, 1 add, 2 FMA: 17 operations per vector (16 lanes on AVX-512, 8 on AVX2).
-// (t, c and the dead test cost 7 more, the scale by 2^k 1 (vscalefps) or
-// 3, softmax_faithful-inl.h counts the passes.)
+// inside r^2 Q(r) (2^-29 * 0.045: 0.002), the fit (2^-32.3: 0.004), C_lo,
+// T_lo and r_lo (below 0.001 together): |eps| <= 0.087 u.
+// Cost: 2 for k, 2 for r_hi and r_lo, 1 and for the index, 2 permutes, 1 add,
+// 1 mul, 2 FMA for Q, 1 FMA, 1 add, 2 FMA: 16 operations per vector (16
+// lanes on AVX-512, 8 on AVX2). (t, c and the dead test cost 7 more, the
+// scale by 2^k 1 (vscalefps) or 3; softmax_faithful-inl.h counts the passes.)
+inline constexpr float kPairQ1 = 0x1.555cbp-3f;            // q1 ~ 1/6
+inline constexpr float kPairQ2 = 0x1.555deap-5f;           // q2 ~ 1/24
 inline constexpr float kPairLog2e8 = 11.541560173034668f;  // fl(8 / ln2)
 // 1.5 * 2^23 + 8 * 191: adding it rounds 8 t / ln2 to the integer kf, left
 // in the low mantissa bits as kf + 8 (127 + 64): bits 3.. hold k + 191, the
@@ -214,8 +218,7 @@ HWY_INLINE void ExpPairF32(D d, V t, V c, V& hi, V& lo, V& n, V& kf) {
   const V t_hi = hn::TableLookupLanes(hn::Load(d, kExp2j8Hi), j);
   const V t_lo = hn::TableLookupLanes(hn::Load(d, kExp2j8Lo), j);
   const V r = hn::Add(r_hi, r_lo);
-  V q = hn::MulAdd(hn::Set(d, 1.0f / 120.0f), r, hn::Set(d, 1.0f / 24.0f));
-  q = hn::MulAdd(q, r, hn::Set(d, 1.0f / 6.0f));
+  V q = hn::MulAdd(hn::Set(d, kPairQ2), r, hn::Set(d, kPairQ1));
   q = hn::MulAdd(q, r, hn::Set(d, 0.5f));
   const V s = hn::Add(r_hi, hn::MulAdd(hn::Mul(r, r), q, r_lo));
   hi = t_hi;

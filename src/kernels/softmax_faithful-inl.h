@@ -127,7 +127,7 @@ HWY_INLINE void DoubleLaneApplyPass(const WS& ws, const float* x,
 
 #if SOFTDOT_FLOAT_PAIR_EXP
 // float rows in float lanes (targets with SOFTDOT_FLOAT_PAIR_EXP): exp(p - c)
-// as the pair 2^k (hi + lo) of ExpPairF32 (relative error below 0.083 u, u =
+// as the pair 2^k (hi + lo) of ExpPairF32 (relative error below 0.087 u, u =
 // 2^-24, exp_faithful-inl.h). c is the float max, so t = p - c is carried
 // with its exact TwoSum error (and the exact low part of a scaled score);
 // scaled rows need |c| < 2^12 (FloatPairUsable) so that this correction
@@ -137,12 +137,12 @@ HWY_INLINE void DoubleLaneApplyPass(const WS& ws, const float* x,
 // float (2^(k + 64) is normal for k >= -151; lo may round once where
 // 2^(k + 64) lo is subnormal, 2^-150 absolute against S' >= 2^64), promoted
 // and added in double per logical lane, the lanes in the tree of reduce.h:
-// relative error below (n / 16 + 4) 2^-53 plus that of the pairs, 0.083 u.
+// relative error below (n / 16 + 4) 2^-53 plus that of the pairs, 0.087 u.
 // Weight pass: R = 2^-64 / S as the float pair R_hi + R_lo (from a double
 // division: 2^-48), z = hi R_hi + (lo R_hi + hi R_lo) rounded once (FMA;
 // the tail is below 0.045 of z and rounds with at most 0.045 ulp of z),
 // then y = z 2^(k + 64), exact unless y is subnormal.
-// Bound: 0.5 ulp (z) + 2 * 0.083 (numerator and S, whose pair errors may
+// Bound: 0.5 ulp (z) + 2 * 0.087 (numerator and S, whose pair errors may
 // have opposite signs) + 0.045 (tail) + 2^-20 < 0.72 ulp: faithful. A
 // subnormal y rounds a second time: at most 0.5 of the subnormal spacing G
 // plus half an ulp of z 2^(k+64) (<= G/4) plus 0.22 u y < 0.11 G: 0.86 G.
@@ -151,13 +151,16 @@ HWY_INLINE void DoubleLaneApplyPass(const WS& ws, const float* x,
 // Operations per 16 lanes (AVX-512, unmasked, unscaled; AVX2 per 8 lanes:
 // the scale by 2^(k+64) costs 3 instead of 1, the promotion 3 per vector):
 //   max pass (pass A, softmax_common-inl.h): load, max, NaN test: 4;
-//   sum pass: load 1, t 1, TwoSum 5, dead 1, ExpPairF32 17, scale argument
+//   sum pass: load 1, t 1, TwoSum 5, dead 1, ExpPairF32 16, scale argument
 //     1, 2 scalef, 2 selects, promotion 6 (2 extracts, 4 converts), 4 double
-//     adds: 40;
-//   weight pass: load 1, t 1, TwoSum 5, dead 1, ExpPairF32 17, mul + 2 FMA
-//     for z, scale argument 1, scalef 1, select 1, store 1: 32.
-// 76 in all, against about 100 for the double-lane passes (19 operations
-// per 8 double lanes, twice per pass, plus conversions).
+//     adds: 39;
+//   weight pass: load 1, t 1, TwoSum 5, dead 1, ExpPairF32 16, mul + 2 FMA
+//     for z, scale argument 1, scalef 1, select 1, store 1: 31.
+// 74 in all (37 cycles per 16 floats at 2 vector operations per cycle, 2.3
+// per element), against about 100 for the double-lane passes (19 operations
+// per 8 double lanes, twice per pass, plus conversions). Measured on the
+// development VM (Xeon, AVX-512, 2.6 GHz nominal, no cycle counter, shared):
+// see docs/accuracy.md and the commit that added this path.
 template <bool kScaled>
 HWY_INLINE bool FloatPairUsable(float c) {
   return !kScaled || std::fabs(c) < 0x1p12f;
