@@ -225,6 +225,27 @@ TEST_P(SoftmaxAccuracy, FloatTemperature) {
 TEST_P(SoftmaxAccuracy, DoubleTemperature) {
   check_cases<double>(temperature_cases<double>(), target(), "temp");
 }
+// Scaled rows whose max is near 2^12, where the faithful float softmax of
+// AVX2/AVX-512 switches between its float pair path (|max| < 2^12) and the
+// double-lane path, per row and, for rows of 2^15 floats or more, per chunk
+// of 4096 (the chunks' sums may come from both paths).
+TEST_P(SoftmaxAccuracy, FloatScaledNearTwoTo12) {
+  std::vector<Case<float>> cases;
+  std::uint64_t seed = 4000;
+  for (const std::size_t n : {std::size_t{1000}, std::size_t{40000}}) {
+    for (const double lo : {2030.0, 2040.0, 2050.0}) {
+      auto x = make_uniform<float>(n, lo, lo + 10.0, seed++);
+      if (n > 4096) {  // chunk maxima on both sides of 2^12 / 2
+        for (std::size_t i = 0; i < n; i += 8192) x[i] = 2047.0f;
+        for (std::size_t i = 4096; i < n; i += 8192) x[i] = 2049.0f;
+      }
+      cases.push_back(
+          make_case<float>(std::move(x), n % 11, "scaled, max near 2^12", 0.5));
+    }
+  }
+  check_cases<float>(cases, target(), "scaled 2^12");
+}
+
 // Gradual underflow: subnormal weights are measured in subnormal ulps.
 TEST_P(SoftmaxAccuracy, FloatSubnormalWeights) {
   check_cases<float>(wide_cases<float>(), target(), "wide");
