@@ -15,10 +15,12 @@ namespace softdot {
 // within 1 ulp). Measured errors and speeds are in docs/accuracy.md.
 enum class Precision {
   // Each weight is rounded once from a value accurate to far more than the
-  // element type: within 1 ulp of the exact weight (measured maximum 0.503
-  // ulp for float, 0.75 for double, against MPFR). float works in double
-  // lanes; double carries exp as a double-length pair. The default. Costs
-  // about 2x kFast where the row is in cache (docs/performance.md).
+  // element type: within 1 ulp of the exact weight (measured maximum, against
+  // MPFR: float 0.59 ulp, 0.75 for subnormal weights, and 0.503 on targets
+  // without FMA; double 0.75). float carries exp as a float pair on AVX2 and
+  // AVX-512 (double lanes elsewhere); double as a double-length pair. The
+  // default. Costs about 1.3x to 1.9x kFast for float rows in cache, 2x to
+  // 2.5x for double (docs/accuracy.md, docs/performance.md).
   kFaithful,
   // exp is rounded to the element type before it is divided by the sum, so
   // a weight carries two roundings and the exp polynomial's error: within

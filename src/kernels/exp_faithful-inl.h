@@ -1,6 +1,13 @@
 // softdot kernels: the exponentials of the faithful softmax (Precision::
 // kFaithful), accurate enough that a weight is rounded only once.
 //
+// ExpPairF32(d, t, c, ...) (AVX2 and AVX-512 only, at the end of this file):
+// float lanes, exp(t + c) = 2^k (hi + lo) with a relative error below 0.087
+// u (u = 2^-24): the faithful float softmax rows. 16 operations per vector
+// of 16 (AVX-512) or 8 (AVX2) lanes, where ExpForFloat below takes 19 per 8
+// double lanes. ExpForFloat stays for the float state (softmax_state,
+// logsumexp) and for the targets without FMA.
+//
 // ExpForFloat(d, t): double lanes, exp(t) for t in [-inf, 700] (t = x - max
 // of float scores formed exactly in double). Arguments below -200 give
 // exactly 0: exp(-200) < 2^-288 is 0 once divided by the sum (>= 1) and
@@ -138,6 +145,114 @@ HWY_INLINE V ScaleByPow2(D d, V x, V kf) {
   const V k2 = hn::Sub(kf, k1);
   return hn::Mul(hn::Mul(x, Pow2Of(d, k1)), Pow2Of(d, k2));
 }
+
+#if SOFTDOT_FLOAT_PAIR_EXP
+// ExpPairF32: float lanes, exp(t + c) = 2^k (hi + lo) for the faithful float
+// softmax (t = p - max rounded, c its TwoSum error plus the low part of a
+// scaled score; the caller zeroes lanes with t < -104, where c may be NaN).
+// kf = round(8 t / ln2) = 8 k + j with j in [0, 7]; r_hi = t - kf C_hi is
+// exact (C_hi = fl(ln2 / 8) is a multiple of 2^-27, t of 2^-28 once kf != 0,
+// and |r_hi| < 2^-4), r_lo = c - kf C_lo (C_lo = ln2 / 8 - C_hi, 2^-32);
+// exp(t + c) = 2^(j/8) 2^k e^r with r = r_hi + r_lo, |r| <= ln2/16 + |c| +
+// 2^-18 < 0.0436. 2^(j/8) = T_hi + T_lo (T_lo < 2^-24 T_hi) comes from an
+// 8-entry table by one permute; e^r = 1 + r_hi + s with s = r_lo + r^2 Q(r),
+// Q(r) = 1/2 + q1 r + q2 r^2 a minimax fit of (e^r - 1 - r) / r^2 on |r| <=
+// 0.044 (r^2 Q within 2^-32.3 of e^r - 1 - r; Taylor's 1/6, 1/24 give
+// 2^-29.4, one more Taylor term 2^-36.5); then hi = T_hi and
+// lo = T_hi (r_hi + s) + T_lo (1 + r_hi + s), |lo| <= 0.083.
+// Error of hi + lo relative to exp(t + c), in units of u = 2^-24: the
+// rounding of r_hi + s (<= 2^-29 for |r_hi + s| < 2^-4, times T_hi / exp <=
+// 1.05: 0.033), the rounding of lo (half an ulp of 0.083, 2^-28, against
+// exp >= 1.33 when lo >= 2^-4, else 2^-29 against 0.96: 0.047), r rounded
+// inside r^2 Q(r) (2^-29 * 0.045: 0.002), the fit (2^-32.3: 0.004), C_lo,
+// T_lo and r_lo (below 0.001 together): |eps| <= 0.087 u.
+// Cost: 2 for k, 2 for r_hi and r_lo, 1 and for the index, 2 permutes, 1 add,
+// 1 mul, 2 FMA for Q, 1 FMA, 1 add, 2 FMA: 16 operations per vector (16
+// lanes on AVX-512, 8 on AVX2). (t, c and the dead test cost 7 more, the
+// scale by 2^k 1 (vscalefps) or 3; softmax_faithful-inl.h counts the passes.)
+inline constexpr float kPairQ1 = 0x1.555cbp-3f;            // q1 ~ 1/6
+inline constexpr float kPairQ2 = 0x1.555deap-5f;           // q2 ~ 1/24
+inline constexpr float kPairLog2e8 = 11.541560173034668f;  // fl(8 / ln2)
+// 1.5 * 2^23 + 8 * 191: adding it rounds 8 t / ln2 to the integer kf, left
+// in the low mantissa bits as kf + 8 (127 + 64): bits 3.. hold k + 191, the
+// biased exponent of 2^(k + 64), bits 0..2 hold j.
+inline constexpr float kPairShifter = 12584440.0f;
+inline constexpr float kPairC8Hi = 0x1.62e43p-4f;    // fl(ln2 / 8)
+inline constexpr float kPairC8Lo = -0x1.05c61p-32f;  // ln2 / 8 - kPairC8Hi
+// 2^(j/8) = kExp2j8Hi[j] + kExp2j8Lo[j], twice (16 lanes index j + 8 too).
+alignas(64) inline constexpr float kExp2j8Hi[16] = {
+    1.0f,           0x1.172b84p+0f, 0x1.306fep+0f,  0x1.4bfdaep+0f,
+    0x1.6a09e6p+0f, 0x1.8ace54p+0f, 0x1.ae89fap+0f, 0x1.d5818ep+0f,
+    1.0f,           0x1.172b84p+0f, 0x1.306fep+0f,  0x1.4bfdaep+0f,
+    0x1.6a09e6p+0f, 0x1.8ace54p+0f, 0x1.ae89fap+0f, 0x1.d5818ep+0f};
+alignas(64) inline constexpr float kExp2j8Lo[16] = {0.0f,
+                                                    -0x1.c15742p-27f,
+                                                    0x1.4636e2p-25f,
+                                                    -0x1.593abcp-25f,
+                                                    0x1.9fcef4p-26f,
+                                                    0x1.15506ep-27f,
+                                                    -0x1.a94b14p-26f,
+                                                    -0x1.822dbcp-27f,
+                                                    0.0f,
+                                                    -0x1.c15742p-27f,
+                                                    0x1.4636e2p-25f,
+                                                    -0x1.593abcp-25f,
+                                                    0x1.9fcef4p-26f,
+                                                    0x1.15506ep-27f,
+                                                    -0x1.a94b14p-26f,
+                                                    -0x1.822dbcp-27f};
+
+// hi, lo as above; n is the shifted sum (k and j in its low bits), kf =
+// 8 k + j. Valid for t in [-104, 0] and |c| <= 2^-11.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void ExpPairF32(D d, V t, V c, V& hi, V& lo, V& n, V& kf) {
+  static_assert(hn::MaxLanes(D()) >= 8, "the table is one vector of 8");
+  const hn::RebindToSigned<D> di;
+  const V shifter = hn::Set(d, kPairShifter);
+  n = hn::MulAdd(t, hn::Set(d, kPairLog2e8), shifter);
+  kf = hn::Sub(n, shifter);
+  const V r_hi = hn::NegMulAdd(kf, hn::Set(d, kPairC8Hi), t);  // exact
+  const V r_lo = hn::NegMulAdd(kf, hn::Set(d, kPairC8Lo), c);
+  const auto j = hn::IndicesFromVec(
+      d, hn::And(hn::BitCast(di, n), hn::Set(di, std::int32_t{7})));
+  const V t_hi = hn::TableLookupLanes(hn::Load(d, kExp2j8Hi), j);
+  const V t_lo = hn::TableLookupLanes(hn::Load(d, kExp2j8Lo), j);
+  const V r = hn::Add(r_hi, r_lo);
+  V q = hn::MulAdd(hn::Set(d, kPairQ2), r, hn::Set(d, kPairQ1));
+  q = hn::MulAdd(q, r, hn::Set(d, 0.5f));
+  const V s = hn::Add(r_hi, hn::MulAdd(hn::Mul(r, r), q, r_lo));
+  hi = t_hi;
+  lo = hn::MulAdd(t_hi, s, hn::MulAdd(t_lo, s, t_lo));
+}
+
+// The factor 2^(k + 64) of ExpPairF32's n and kf, in the form
+// ApplyPow2K64 takes: the exponent k + 64 for vscalefps (which uses
+// floor(kf / 8 + 64)), else the float 2^(k + 64) from n's bits (k + 191 in
+// [40, 191], a normal float). Both give x 2^(k + 64) rounded once, so the
+// bits agree (gradual underflow included).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V Pow2K64Arg(D d, V n, V kf) {
+#if SOFTDOT_AVX512
+  if constexpr (HasScalef<V>::value) {
+    (void)n;
+    return hn::MulAdd(kf, hn::Set(d, 0.125f), hn::Set(d, 64.0f));
+  }
+#endif
+  (void)kf;
+  const hn::RebindToSigned<D> di;
+  return hn::BitCast(
+      d, hn::ShiftLeft<20>(
+             hn::And(hn::BitCast(di, n), hn::Set(di, std::int32_t{~7}))));
+}
+
+template <class V>
+HWY_INLINE V ApplyPow2K64(V x, V arg) {
+#if SOFTDOT_AVX512
+  if constexpr (HasScalef<V>::value) return Scalef(x, arg);
+#endif
+  return hn::Mul(x, arg);
+}
+#endif  // SOFTDOT_FLOAT_PAIR_EXP
 
 }  // namespace HWY_NAMESPACE
 }  // namespace softdot

@@ -15,7 +15,9 @@
 // compensated per lane and added in double, the normalisation one rounding
 // of e * (1/S) with a double-length 1/S; measured 1.55 ulp in all
 // (docs/accuracy.md). The faithful precision (softmax_faithful-inl.h)
-// replaces B and C with double-lane passes. Every lane sum is reduced in
+// replaces B and C with passes that carry exp as a float pair (float rows
+// on AVX2/AVX-512) or evaluate it in double lanes (float otherwise) or as a
+// double-length pair (double). Every lane sum is reduced in
 // the pairwise tree of reduce.h, whose order is fixed by the lane index, so
 // results do not depend on the SIMD width (FMA targets). No
 // allocation: the partial last block uses a 64-byte stack buffer.

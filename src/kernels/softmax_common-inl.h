@@ -36,6 +36,7 @@ struct Scores {
   using B = Block<T>;
   using D = typename B::D;
   using V = typename B::V;
+  static constexpr bool kHasLow = kScaled;  // Load's lo may be nonzero
 
   T scale;
 

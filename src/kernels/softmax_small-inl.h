@@ -20,7 +20,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 // passes A, B and C each reload the block (and the faithful C recomputes
 // exp). Every value is computed as in those passes (one element per lane,
 // so each lane sum is its one exponential, added by the same tree), so
-// the weights have the same bits. Returns false, having written nothing,
+// the weights have the same bits (the faithful float pairs of AVX2 and
+// AVX-512: FloatPairSingleBlock). Returns false, having written nothing,
 // for rows whose max is NaN-tainted or +-inf (RowImpl handles them) and for
 // scaled scores beyond 2^32.
 //
@@ -72,6 +73,13 @@ HWY_INLINE bool SingleBlockSoftmaxF32(
     hn::StoreU(value, dv, yb + at);
 #endif
   };
+#if SOFTDOT_FLOAT_PAIR_EXP
+  if (faithful && FloatPairUsable<kScaled>(m)) {
+    FloatPairSingleBlock(scores, xb, kMasked ? mb : nullptr, m, yb);
+    StorePartialBlock(yb, n, y);
+    return true;
+  }
+#endif
   if (faithful) {
     if (kScaled && std::fabs(m) >= 0x1p32f) return false;
     using WS = DoubleLaneScores<kMasked, kScaled>;

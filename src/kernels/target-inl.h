@@ -6,6 +6,10 @@
 // SOFTDOT_MASKED_TAIL: masked loads and stores of float/double lanes never
 //   touch (or fault on) the lanes outside the mask: vmaskmov on AVX2, masked
 //   moves on AVX-512.
+// SOFTDOT_FLOAT_PAIR_EXP: the faithful float softmax evaluates exp in float
+//   lanes as a pair (exp_faithful-inl.h): targets with FMA and at least 8
+//   float lanes per vector (its 8-entry table is one permute), AVX2 and
+//   AVX-512; the others keep the double-lane exp.
 // SOFTDOT_AVX512: the AVX-512 instructions Highway 1.0.3 does not wrap
 //   (vscalefps/pd, byte-masked loads) may be used on full 512-bit vectors.
 
@@ -13,10 +17,13 @@
 
 #undef SOFTDOT_MASKED_TAIL
 #undef SOFTDOT_AVX512
+#undef SOFTDOT_FLOAT_PAIR_EXP
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || \
     HWY_TARGET == HWY_AVX3_DL
 #define SOFTDOT_MASKED_TAIL 1
+#define SOFTDOT_FLOAT_PAIR_EXP 1
 #else
+#define SOFTDOT_FLOAT_PAIR_EXP 0
 #define SOFTDOT_MASKED_TAIL 0
 #endif
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL

@@ -3,7 +3,9 @@
 // logits of spread up to ~20 (and +1000 offsets), temperatures, and rows whose
 // weights underflow into the subnormal range. Prints max and mean ulp per
 // function and distribution ("[ ulp      ]" lines).
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
@@ -223,6 +225,27 @@ TEST_P(SoftmaxAccuracy, FloatTemperature) {
 TEST_P(SoftmaxAccuracy, DoubleTemperature) {
   check_cases<double>(temperature_cases<double>(), target(), "temp");
 }
+// Scaled rows whose max is near 2^12, where the faithful float softmax of
+// AVX2/AVX-512 switches between its float pair path (|max| < 2^12) and the
+// double-lane path, per row and, for rows of 2^15 floats or more, per chunk
+// of 4096 (the chunks' sums may come from both paths).
+TEST_P(SoftmaxAccuracy, FloatScaledNearTwoTo12) {
+  std::vector<Case<float>> cases;
+  std::uint64_t seed = 4000;
+  for (const std::size_t n : {std::size_t{1000}, std::size_t{40000}}) {
+    for (const double lo : {2030.0, 2040.0, 2050.0}) {
+      auto x = make_uniform<float>(n, lo, lo + 10.0, seed++);
+      if (n > 4096) {  // chunk maxima on both sides of 2^12 / 2
+        for (std::size_t i = 0; i < n; i += 8192) x[i] = 2047.0f;
+        for (std::size_t i = 4096; i < n; i += 8192) x[i] = 2049.0f;
+      }
+      cases.push_back(
+          make_case<float>(std::move(x), n % 11, "scaled, max near 2^12", 0.5));
+    }
+  }
+  check_cases<float>(cases, target(), "scaled 2^12");
+}
+
 // Gradual underflow: subnormal weights are measured in subnormal ulps.
 TEST_P(SoftmaxAccuracy, FloatSubnormalWeights) {
   check_cases<float>(wide_cases<float>(), target(), "wide");
@@ -258,6 +281,106 @@ void CheckLseNearZero() {
 TEST_P(SoftmaxAccuracy, LogsumexpNearZeroWithinOneUlp) {
   CheckLseNearZero<float>();
   CheckLseNearZero<double>();
+}
+
+// The faithful float weights across the whole range of exp(t), t = p - max:
+// a dense sweep of t in [-104, 0] (subnormal weights below t = -87.3),
+// the values next to every boundary of the reduction of exp_faithful-inl.h
+// (t = (kf + 1/2) ln2 / 8, kf = -1201..0, and 3 floats either side), and t
+// near 0. Rows of 64: [0, t_1, ..., t_63] (63 different t; S in [1, 64]) and
+// [0, t, ..., t] (S = 1 + 63 exp(t), whose error has one sign per row); plain
+// and with temperature 0.7. Reference in long double (64-bit significand):
+// y = exp(p_i) / sum exp(p_j) with p = x * fl(1 / T) exact. Error in ulps of
+// the float spacing at the exact weight (2^-149 below 2^-126).
+double ulp_of_weight(long double w) {
+  int e = 0;
+  (void)std::frexp(w, &e);  // w = f 2^e, f in [0.5, 1)
+  return std::ldexp(1.0, std::max(e - 24, -149));
+}
+
+std::vector<float> exp_sweep_points() {
+  std::vector<float> t;
+  constexpr int kDense = 1 << 21;
+  for (int i = 0; i <= kDense; ++i) {
+    t.push_back(static_cast<float>(-104.0 * i / kDense));
+  }
+  const double c = std::log(2.0) / 8;
+  for (int kf = -1201; kf <= 0; ++kf) {
+    const float mid = static_cast<float>((kf + 0.5) * c);
+    float lo = mid, hi = mid;
+    t.push_back(mid);
+    for (int j = 0; j < 3; ++j) {
+      lo = std::nextafter(lo, -200.0f);
+      hi = std::nextafter(hi, 0.0f);
+      t.push_back(lo);
+      t.push_back(hi);
+    }
+  }
+  for (int e = 1; e <= 40; ++e) t.push_back(-std::ldexp(1.0f, -e));
+  std::vector<float> live;
+  for (float v : t) {
+    if (v >= -104.0f && v <= 0.0f) live.push_back(v);
+  }
+  return live;
+}
+
+TEST_P(SoftmaxAccuracy, FloatFaithfulExpSweepWithinOneUlp) {
+  const std::vector<float> pts = exp_sweep_points();
+  constexpr std::size_t kCols = 64;
+  for (const double temperature : {1.0, 0.7}) {
+    const float s = static_cast<float>(1.0 / temperature);
+    for (const bool same : {false, true}) {
+      const std::size_t rows =
+          same ? pts.size() / 16 : (pts.size() + kCols - 2) / (kCols - 1);
+      std::vector<float> x(rows * kCols, 0.0f), y(rows * kCols);
+      for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t j = 1; j < kCols; ++j) {
+          // Unscaled, x = t; scaled, x = t / s (so p = x s is near t).
+          const float t = same ? pts[(r * 16) % pts.size()]
+                               : pts[(r * (kCols - 1) + j - 1) % pts.size()];
+          x[r * kCols + j] = temperature == 1.0 ? t : t / s;
+        }
+      }
+      softdot::SoftmaxOptions o;
+      o.temperature = temperature;
+      softdot::softmax_rows(
+          softdot::MatrixView<const float>(x.data(), rows, kCols),
+          softdot::MatrixView<float>(y.data(), rows, kCols), o);
+      double worst = 0.0, worst_normal = 0.0;
+      std::string where;
+      for (std::size_t r = 0; r < rows; ++r) {
+        long double p[kCols], sum = 0.0L;
+        for (std::size_t j = 0; j < kCols; ++j) {
+          p[j] = static_cast<long double>(x[r * kCols + j]) *
+                 static_cast<long double>(s);
+        }
+        const long double m = *std::max_element(p, p + kCols);
+        for (std::size_t j = 0; j < kCols; ++j) sum += std::exp(p[j] - m);
+        for (std::size_t j = 0; j < kCols; ++j) {
+          const long double w = std::exp(p[j] - m) / sum;
+          const double e =
+              static_cast<double>(
+                  std::fabs(static_cast<long double>(y[r * kCols + j]) - w)) /
+              ulp_of_weight(w);
+          if (w >= 0x1p-126L) worst_normal = std::max(worst_normal, e);
+          if (e > worst) {
+            worst = e;
+            where = "row " + std::to_string(r) +
+                    " p=" + fmt(static_cast<double>(p[j] - m)) + " got " +
+                    fmt(y[r * kCols + j]) + " want " +
+                    fmt(static_cast<double>(w));
+          }
+        }
+      }
+      std::printf(
+          "[ ulp      ] float %s exp sweep T=%s %s: max %.3f, normal weights "
+          "%.3f (%zu rows; worst %s)\n",
+          target().c_str(), fmt(temperature).c_str(),
+          same ? "[0, t, ..., t]" : "[0, t_1, ..., t_63]", worst, worst_normal,
+          rows, where.c_str());
+      EXPECT_LT(worst, 1.0) << where;
+    }
+  }
 }
 
 SOFTDOT_INSTANTIATE_PER_TARGET(SoftmaxAccuracy);
