@@ -15,23 +15,6 @@ namespace softdot {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// softmax of a float row of at most one block (16 elements), in registers:
-// the partial block is loaded once and the exponentials are kept, where
-// passes A, B and C each reload the block (and the faithful C recomputes
-// exp). Every value is computed as in those passes (one element per lane,
-// so each lane sum is its one exponential, added by the same tree), so
-// the weights have the same bits. Returns false, having written nothing,
-// for rows whose max is NaN-tainted or +-inf (RowImpl handles them) and for
-// scaled scores beyond 2^32.
-//
-// Lanes whose score is -inf (the padding past n, masked lanes, -inf inputs)
-// have the weight +0 in the passes; here their exponential is computed from
-// a shift of 0 and then replaced by +0: the same bits, without the
-// underflow (on AVX-512 only, where both exps let such lanes underflow in
-// vscalefps / vscalefpd; elsewhere they are clamped and zeroed). On Intel
-// cores every underflowing vector takes a microcode assist: a 3-element
-// row took 168 ns (faithful) and 101 ns (fast) on a Xeon (AVX3), 29 and 33
-// ns with the underflows flushed (MXCSR FTZ/DAZ), and 16 full lanes 28 ns.
 #if SOFTDOT_MASKED_TAIL
 // The kL floats of a narrow vector (kL <= 8 lanes) as kL / L double vectors
 // of L lanes each, in lane order (leaf i in lane i % L of vector i / L).
@@ -49,9 +32,12 @@ HWY_INLINE void PromoteNarrow(DF df, DW dw, hn::Vec<DF> v, hn::Vec<DW>* out) {
   }
 }
 
-// 1 / s (double) in a vector register: the scalar conversions and divisions
-// of Reciprocal write only the low lane of their destination and so depend
-// on its last value, which can chain a call's latency to the previous one's.
+// 1 / s (double) in a vector register. Measured against Reciprocal's scalar
+// division and conversions (Xeon VM, peers benchmark): the fast 1 x 8 on
+// AVX2 45 -> 26 ns, the faithful 1 x 3 on AVX2 31 -> 26 ns, while the
+// faithful 1 x 8 on AVX3 went 18 -> 32 ns (kept scalar there below). No
+// counters on that VM said why; a false dependency of the scalar
+// instructions on their destination (a previous call's value) is a guess.
 HWY_INLINE hn::Vec<hn::CappedTag<double, 1>> VectorReciprocal(double s) {
   const hn::CappedTag<double, 1> d1;
   return hn::Div(hn::Set(d1, 1.0), hn::Set(d1, s));
@@ -170,6 +156,23 @@ HWY_INLINE bool NarrowSoftmaxF32(const Scores<float, kMasked, kScaled>& scores,
 }
 #endif  // SOFTDOT_MASKED_TAIL
 
+// softmax of a float row of at most one block (16 elements), in registers:
+// the partial block is loaded once and the exponentials are kept, where
+// passes A, B and C each reload the block (and the faithful C recomputes
+// exp). Every value is computed as in those passes (one element per lane,
+// so each lane sum is its one exponential, added by the same tree), so
+// the weights have the same bits. Returns false, having written nothing,
+// for rows whose max is NaN-tainted or +-inf (RowImpl handles them) and for
+// scaled scores beyond 2^32.
+//
+// Lanes whose score is -inf (the padding past n, masked lanes, -inf inputs)
+// have the weight +0 in the passes; here their exponential is computed from
+// a shift of 0 and then replaced by +0: the same bits, without the
+// underflow (on AVX-512 only, where both exps let such lanes underflow in
+// vscalefps / vscalefpd; elsewhere they are clamped and zeroed). On Intel
+// cores every underflowing vector takes a microcode assist: a 3-element
+// row took 168 ns (faithful) and 101 ns (fast) on a Xeon (AVX3), 29 and 33
+// ns with the underflows flushed (MXCSR FTZ/DAZ), and 16 full lanes 28 ns.
 template <bool kMasked, bool kScaled>
 HWY_INLINE bool SingleBlockSoftmaxF32(
     const Scores<float, kMasked, kScaled>& scores, const float* x,
