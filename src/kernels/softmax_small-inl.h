@@ -132,20 +132,24 @@ HWY_INLINE bool NarrowSoftmaxF32(const Scores<float, kMasked, kScaled>& scores,
   const V e =
       hn::IfThenElseZero(live, ShiftedExp(hn::IfThenElse(live, p, mv),
                                           hn::IfThenElseZero(live, lo), mv));
-  // SumExpPass's lane and SumLanes (bias 1), on kL lanes.
+  // SumExpPass's lane and SumLanes (bias 1), on kL lanes, in vectors of at
+  // most 4 doubles (the same tree).
+  using DS = hn::CappedTag<double, (kL < 4 ? kL : 4)>;
+  const DS ds;
+  constexpr std::size_t kSV = kL / hn::MaxLanes(DS());
   const V s = hn::Add(one, e);
   const V c = hn::Sub(e, hn::Sub(s, one));
-  VW sw[kWV], cw[kWV];
-  PromoteNarrow<kL>(d, dw, s, sw);
-  PromoteNarrow<kL>(d, dw, c, cw);
-  const VW bias = hn::Set(dw, 1.0);
-  for (std::size_t w = 0; w < kWV; ++w) {
+  hn::Vec<DS> sw[kSV], cw[kSV];
+  PromoteNarrow<kL>(d, ds, s, sw);
+  PromoteNarrow<kL>(d, ds, c, cw);
+  const auto bias = hn::Set(ds, 1.0);
+  for (std::size_t w = 0; w < kSV; ++w) {
     sw[w] = hn::Add(hn::Sub(sw[w], bias), cw[w]);
   }
   // Reciprocal<float>(sum, 0), in vector registers (sum + 0 = sum >= 1).
   const hn::CappedTag<double, 1> d1;
   const hn::Rebind<float, decltype(d1)> df1;
-  const auto inv = VectorReciprocal(PairwiseSumOfVecs<kWV>(dw, sw));
+  const auto inv = VectorReciprocal(PairwiseSumOfVecs<kSV>(ds, sw));
   const auto h = hn::DemoteTo(df1, inv);
   const auto l = hn::DemoteTo(df1, hn::Sub(inv, hn::PromoteTo(d1, h)));
   BlendedStoreNarrow(d,
