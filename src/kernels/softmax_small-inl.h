@@ -34,18 +34,18 @@ HWY_INLINE void PromoteNarrow(DF df, DW dw, hn::Vec<DF> v, hn::Vec<DW>* out) {
 
 // 1 / s (double) in a vector register. Measured against Reciprocal's scalar
 // division and conversions (Xeon VM, peers benchmark): the fast 1 x 8 on
-// AVX2 45 -> 26 ns, the faithful 1 x 3 on AVX2 31 -> 26 ns, while the
-// faithful 1 x 8 on AVX3 went 18 -> 32 ns (kept scalar there below). No
-// counters on that VM said why; a false dependency of the scalar
-// instructions on their destination (a previous call's value) is a guess.
+// AVX2 45 -> 26 ns. No counters on that VM said why; a false dependency of
+// the scalar instructions on their destination (a previous call's value) is
+// a guess.
 HWY_INLINE hn::Vec<hn::CappedTag<double, 1>> VectorReciprocal(double s) {
   const hn::CappedTag<double, 1> d1;
   return hn::Div(hn::Set(d1, 1.0), hn::Set(d1, s));
 }
 
-// SingleBlockSoftmaxF32 for n <= kL (4 or 8) on one vector of kL floats
-// (masked-tail targets only): the same per-lane operations, on fewer lanes,
-// and narrower reductions. The block's lanes [kL, 16) hold -inf scores,
+// SingleBlockSoftmaxF32 of the fast precision for n <= kL (4 or 8) on one
+// vector of kL floats (masked-tail targets only; their faithful rows are
+// float pairs, FloatPairSingleBlock): the same per-lane operations, on fewer
+// lanes, and narrower reductions. The block's lanes [kL, 16) hold -inf scores,
 // whose weights and lane sums are +0, and no lane sum is -0 (the lane sums
 // are >= +0 and an addition gives -0 only from two -0s), so the tree's
 // levels above kL leaves add +0 to each leaf (x + 0 = x) and the tree over
@@ -57,7 +57,7 @@ HWY_INLINE hn::Vec<hn::CappedTag<double, 1>> VectorReciprocal(double s) {
 template <std::size_t kL, bool kMasked, bool kScaled>
 HWY_INLINE bool NarrowSoftmaxF32(const Scores<float, kMasked, kScaled>& scores,
                                  const float* x, const std::uint8_t* mask,
-                                 std::size_t n, bool faithful, float* y) {
+                                 std::size_t n, float* y) {
   using D = hn::CappedTag<float, kL>;
   using V = hn::Vec<D>;
   const D d;
@@ -82,52 +82,8 @@ HWY_INLINE bool NarrowSoftmaxF32(const Scores<float, kMasked, kScaled>& scores,
   const V mv = hn::MaxOfLanes(d, p);  // every lane
   const float m = hn::GetLane(mv);
   if (!hn::AllFalse(d, hn::IsNaN(p)) || m == -kInf || m == kInf) return false;
-  using DW = hn::CappedTag<double, kL>;
-  using VW = hn::Vec<DW>;
-  const DW dw;
-  constexpr std::size_t kWL = hn::MaxLanes(DW());
-  constexpr std::size_t kWV = kL / kWL;
-  if (faithful) {
-    if (kScaled && std::fabs(m) >= 0x1p32f) return false;
-    // DoubleLaneScores<>::Load, lane by lane (the product is exact).
-    VW pw[kWV], e[kWV];
-    PromoteNarrow<kL>(d, dw, xv, pw);
-    const VW cv = hn::Set(dw, static_cast<double>(m));
-    const VW neg_inf_w = hn::Set(dw, -std::numeric_limits<double>::infinity());
-    for (std::size_t w = 0; w < kWV; ++w) {
-      if constexpr (kScaled) {
-        pw[w] = hn::Mul(pw[w], hn::Set(dw, static_cast<double>(scores.scale)));
-      }
-      if constexpr (kMasked) {
-        pw[w] = hn::IfThenElse(LoadKeep(dw, mb + w * kWL), pw[w], neg_inf_w);
-      }
-      // Dead lanes take exp(0), then +0, on every target: clamped to
-      // exp(-200) (no vscalef) they cost about 10 ns per vector of them
-      // (1x3 on AVX2, Xeon).
-      const auto live = hn::Gt(pw[w], neg_inf_w);
-      e[w] = hn::IfThenElseZero(
-          live, ExpForFloat(dw, hn::IfThenElseZero(live, hn::Sub(pw[w], cv))));
-    }
-    // (Measured, Xeon: the scalar division is faster on AVX3, 1x8 18 ns
-    // against 32; the vector one on AVX2, 1x3 26 ns against 31.)
-#if SOFTDOT_AVX512
-    const VW iv = hn::Set(dw, 1.0 / PairwiseSumOfVecs<kWV>(dw, e));
-#else
-    const VW iv = hn::Set(
-        dw, hn::GetLane(VectorReciprocal(PairwiseSumOfVecs<kWV>(dw, e))));
-#endif
-    const hn::Rebind<float, DW> dfw;
-    for (std::size_t w = 0; w < kWV; ++w) {
-      const std::size_t at = w * kWL;
-      if (at < n) {
-        BlendedStoreNarrow(dfw, hn::DemoteTo(dfw, hn::Mul(e[w], iv)), y + at,
-                           n - at < kWL ? n - at : kWL);
-      }
-    }
-    return true;
-  }
   const V one = hn::Set(d, 1.0f);
-  // Dead lanes take exp(0), then +0, as in the faithful branch.
+  // Dead lanes take exp(0), then +0 (no underflow: see above).
   const auto live = hn::Gt(p, neg_inf);
   const V e =
       hn::IfThenElseZero(live, ShiftedExp(hn::IfThenElse(live, p, mv),
@@ -183,8 +139,14 @@ HWY_INLINE bool SingleBlockSoftmaxF32(
     const Scores<float, kMasked, kScaled>& scores, const float* x,
     const std::uint8_t* mask, std::size_t n, bool faithful, float* y) {
 #if SOFTDOT_MASKED_TAIL
-  if (n <= 4) return NarrowSoftmaxF32<4>(scores, x, mask, n, faithful, y);
-  if (n <= 8) return NarrowSoftmaxF32<8>(scores, x, mask, n, faithful, y);
+  // The narrow rows take the fast precision only: where the tails are
+  // masked, the faithful rows are float pairs (FloatPairSingleBlock below).
+  // (A narrow faithful form in double lanes, measured before the float pairs,
+  // no longer had the passes' bits.)
+  if (!faithful) {
+    if (n <= 4) return NarrowSoftmaxF32<4>(scores, x, mask, n, y);
+    if (n <= 8) return NarrowSoftmaxF32<8>(scores, x, mask, n, y);
+  }
 #endif
   using B = Block<float>;
   using V = typename B::V;
