@@ -50,7 +50,7 @@ assert abs(w.sum() - 1) < 1e-15 and w.dtype == np.float64, w
 print("fresh venv: softdot", softdot.__version__, softdot.simd_target(), np.round(w, 3))
 ')
 
-  log "python: test venv (torch, scipy, ml_dtypes, pytest, hypothesis)"
+  log "python: test venv (torch, scipy, ml_dtypes, pytest, hypothesis, dask, distributed)"
   [[ -x "$dir/venv/bin/python" ]] || "$py" -m venv "$dir/venv"
   "$dir/venv/bin/python" -m pip install -q "${SOFTDOT_TORCH:-torch==2.13.0}"
   "$dir/venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel"
