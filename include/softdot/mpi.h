@@ -17,6 +17,7 @@
 #include <mpi.h>
 
 #include "softdot/attention.h"
+#include "softdot/mpi_vocab.h"
 
 namespace softdot::mpi {}  // namespace softdot::mpi
 
