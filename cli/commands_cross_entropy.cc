@@ -20,8 +20,6 @@
 namespace softdot::cli {
 namespace {
 
-constexpr int kDigits = 9;
-
 std::int64_t parse_ignore_index(const std::optional<std::string>& text) {
   if (!text) return -100;
   std::int64_t v = 0;
@@ -99,7 +97,7 @@ int run_typed(const Matrix<T>& logits, const CrossEntropyArgs& args) {
   }
   if (args.grad) files.emplace_back(*args.grad, encode_npy(grad));
   write_files_all_or_none(files);
-  print(format_number(value, kDigits) + "\n");
+  print(format_number(value, kShortest) + "\n");
   return 0;
 }
 
