@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "softdot/attention.h"
+#include "softdot/mpi_vocab.h"
 
 namespace softdot::mpi {
 
