@@ -16,6 +16,7 @@ module ``softdot._softdot_mpi``) and mpi4py on the same MPI library.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional, Tuple
 
 import numpy as np
@@ -32,9 +33,11 @@ except ImportError as e:  # pragma: no cover - depends on the build
 
 from . import _arrays as A
 from . import _attention as _att
+from . import _cross_entropy as _xent
 from . import _int8
 
-__all__ = ["RingLayout", "ring_layout", "ring_attention"]
+__all__ = ["RingLayout", "ring_layout", "ring_attention", "softmax", "log_softmax", "logsumexp",
+           "cross_entropy"]
 
 _LAYOUTS = ("zigzag", "contiguous")
 
@@ -239,3 +242,140 @@ def ring_attention(
     if not direct:
         np.copyto(o, target.reshape(shape))
     return (user, lse_user) if return_lse else user
+
+
+# ---- vocabulary-parallel: rows whose columns are split across the ranks -------------
+
+
+def _shard(fn: str, x: Any, vocab_begin: Any):
+    """(2-d float rows of x, kind, whether x was one row, vocab_begin)."""
+    kind = A.kind_of(x)
+    xa = A.float_input(fn, "x", x, kind)
+    single = xa.ndim == 1
+    if single:
+        xa = xa.reshape(1, -1)
+    elif xa.ndim != 2:
+        raise ValueError(f"{fn}: x has shape {xa.shape}; expected (rows, columns) or (columns,)")
+    try:
+        vb = int(vocab_begin)
+    except (TypeError, ValueError):
+        raise TypeError(f"{fn}: vocab_begin must be an int, not {vocab_begin!r}") from None
+    if vb < 0:
+        raise ValueError(f"{fn}: vocab_begin must be >= 0, got {vb}")
+    return A.contiguous_rows(xa), kind, single, vb
+
+
+def _rows_op(fn: str, comm: Any, x: Any, vocab_begin: Any, op: int, deterministic: bool):
+    h = _handle(fn, comm)
+    xa, kind, single, vb = _shard(fn, x, vocab_begin)
+    user, o = A.new_output(xa.shape, xa.dtype, kind)
+    _mpi.vocab_rows(h, xa, o, vb, op, bool(deterministic))
+    return user.reshape(-1) if single else user
+
+
+_VOCAB_DOC = """
+    Collective over ``comm`` (an mpi4py communicator): every rank passes the
+    same rows, its own columns ``[vocab_begin, vocab_begin + columns)`` of
+    them; the ranks' ranges must tile ``[0, V)`` (any rank order; a rank may
+    hold no column). Each shard's rows are reduced to softmax states, which
+    are gathered and merged in vocabulary order (C++
+    ``softdot::mpi``, include/softdot/mpi_vocab.h). ``deterministic=True``:
+    the same bits for every number of ranks and every split (exact global
+    max, sums in 128-bit fixed point). Special values as on one process over
+    the whole row; a NaN on any rank makes the row NaN on every rank. x is
+    float32 or float64, (rows, columns) or one row (columns,), numpy or a
+    CPU torch tensor; never modified."""
+
+
+def softmax(comm: Any, x: Any, vocab_begin: int, /, *, deterministic: bool = False) -> Any:
+    """Softmax over whole rows split by columns across the ranks: this rank's
+    columns of the weights, within 1 ulp of the exact weight."""
+    return _rows_op("softmax", comm, x, vocab_begin, 0, deterministic)
+
+
+def log_softmax(comm: Any, x: Any, vocab_begin: int, /, *, deterministic: bool = False) -> Any:
+    """Log-softmax over whole rows split by columns: this rank's columns,
+    ``(x - M) - log S`` in long double, rounded once."""
+    return _rows_op("log_softmax", comm, x, vocab_begin, 1, deterministic)
+
+
+def logsumexp(comm: Any, x: Any, vocab_begin: int, /, *, deterministic: bool = False) -> Any:
+    """logsumexp of each whole row (split by columns across the ranks), the
+    same on every rank: shape (rows,), or a scalar for one row."""
+    fn = "logsumexp"
+    h = _handle(fn, comm)
+    xa, kind, single, vb = _shard(fn, x, vocab_begin)
+    user, o = A.new_output((xa.shape[0],), xa.dtype, kind)
+    _mpi.vocab_logsumexp(h, xa, o, vb, bool(deterministic))
+    if single:
+        return A.wrap_scalar(float(o[0]), xa.dtype, kind)
+    return user
+
+
+softmax.__doc__ += _VOCAB_DOC
+log_softmax.__doc__ += _VOCAB_DOC
+logsumexp.__doc__ += _VOCAB_DOC
+
+
+def cross_entropy(
+    comm: Any,
+    logits: Any,
+    vocab_begin: int,
+    targets: Any,
+    /,
+    *,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+    grad: bool = False,
+    deterministic: bool = False,
+) -> Any:
+    """Vocabulary-parallel cross-entropy: :func:`softdot.cross_entropy` of
+    logits whose columns (the vocabulary) are split across the ranks.
+
+    ``targets`` (the same on every rank, checked) are global class indices;
+    the target's logit comes from the rank holding it; label smoothing
+    spreads ``eps / V`` over the global vocabulary V. The loss (scalar for
+    "mean" / "sum", (rows,) for "none") is the same on every rank; with
+    ``grad=True`` each rank also gets its columns of the gradient,
+    ``c (softmax - (1 - eps) one_hot - eps / V)``, computed locally from the
+    merged state. The caller's logits are never modified. Bounds and special
+    values as :func:`softdot.cross_entropy`.
+    """
+    fn = "cross_entropy"
+    h = _handle(fn, comm)
+    xa, kind, single, vb = _shard(fn, logits, vocab_begin)
+    t = _xent._targets(fn, targets, kind)
+    if single:
+        if t.ndim != 0:
+            raise ValueError(f"{fn}: logits have shape {xa.shape[1:]} (one row) but targets "
+                             f"{t.shape}; expected a 0-d target")
+        t = t.reshape(1)
+    elif t.shape != (xa.shape[0],):
+        raise ValueError(f"{fn}: logits have shape {xa.shape} but targets {t.shape}; "
+                         f"expected ({xa.shape[0]},)")
+    if reduction not in _xent._REDUCTIONS:
+        raise ValueError(f"{fn}: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
+    try:
+        eps = float(label_smoothing)
+    except (TypeError, ValueError):
+        raise TypeError(f"{fn}: label_smoothing must be a real number, not "
+                        f"{label_smoothing!r}") from None
+    if not (math.isfinite(eps) and 0.0 <= eps <= 1.0):
+        raise ValueError(f"{fn}: label_smoothing must be in [0, 1], got {eps!r}")
+    n = xa.shape[0]
+    loss_user = loss_view = None
+    if reduction == "none":
+        loss_user, loss_view = A.new_output((n,), xa.dtype, kind)
+    grad_user = grad_view = None
+    if grad:
+        grad_user, grad_view = A.new_output(xa.shape, xa.dtype, kind)
+    value = _mpi.vocab_cross_entropy(h, xa, vb, t, loss_view, grad_view, int(ignore_index), eps,
+                                     _xent._REDUCTIONS[reduction], bool(deterministic))
+    if reduction == "none":
+        loss = loss_user.reshape(()) if single else loss_user
+    else:
+        loss = A.wrap_scalar(value, xa.dtype, kind)
+    if not grad:
+        return loss
+    return loss, (grad_user.reshape(-1) if single else grad_user)

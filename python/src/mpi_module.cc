@@ -14,14 +14,18 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "arrays.h"
 #include "attention_views.h"
 #include "softdot/attention.h"
+#include "softdot/cross_entropy.h"
+#include "softdot/matrix.h"
 #include "softdot/mpi.h"
 
 namespace softdot::python {
@@ -117,6 +121,129 @@ std::tuple<std::size_t, std::size_t, std::vector<std::size_t>> layout_py(
   return {L.rows(), L.chunk, L.positions(rank)};
 }
 
+// ---- vocabulary-parallel softmax family and cross-entropy -----------------
+
+// A 2-d array as a MatrixView of T (dtype checked by the caller); a
+// contiguous last axis and rows that do not overlap. A shard may have no
+// column.
+template <class T, class A>
+MatrixView<T> matrix_of(const char* name, const A& a) {
+  if (a.ndim() != 2)
+    fail(std::string(name) + " has shape " + shape_of(a) +
+         "; expected (rows, columns)");
+  const std::size_t rows = a.shape(0), cols = a.shape(1);
+  if (cols > 1 && a.stride(1) != 1)
+    fail(std::string(name) + "'s last axis is not contiguous");
+  if (rows > 1 && cols > 0 && a.stride(0) < static_cast<std::int64_t>(cols))
+    fail(std::string(name) + "'s rows overlap (stride < columns)");
+  using U = std::remove_const_t<T>;
+  auto* p = reinterpret_cast<T*>(const_cast<U*>(
+      static_cast<const U*>(static_cast<const void*>(a.data()))));
+  const std::size_t stride =
+      rows > 1 && cols > 0 ? static_cast<std::size_t>(a.stride(0)) : cols;
+  return MatrixView<T>(p, rows, cols, stride);
+}
+
+template <class F>
+void by_float(const In& x, F&& f) {
+  if (x.dtype() == nb::dtype<float>()) return f(float{});
+  if (x.dtype() == nb::dtype<double>()) return f(double{});
+  throw nb::type_error("x must be float32 or float64");
+}
+
+template <class T, class A>
+void check_same(const char* name, const A& a, const In& x) {
+  if (a.dtype() != nb::dtype<T>())
+    throw nb::type_error((std::string(name) + " must have x's dtype").c_str());
+  if (a.ndim() != x.ndim() || a.shape(0) != x.shape(0) ||
+      (a.ndim() == 2 && a.shape(1) != x.shape(1)))
+    fail(std::string(name) + " has shape " + shape_of(a) + " but x has " +
+         shape_of(x));
+}
+
+// op 0: softmax, 1: log_softmax, of the rows of this rank's columns.
+void vocab_rows_py(std::int64_t comm, const In& x, const Out& y,
+                   std::size_t vocab_begin, int op, bool deterministic) {
+  const MPI_Comm c = comm_of(comm);
+  mpi::VocabOptions o;
+  o.deterministic = deterministic;
+  by_float(x, [&](auto t) {
+    using T = decltype(t);
+    check_same<T>("out", y, x);
+    const auto xv = matrix_of<const T>("x", x);
+    const auto yv = matrix_of<T>("out", y);
+    nb::gil_scoped_release release;
+    if (op == 0)
+      mpi::softmax(c, xv, vocab_begin, yv, o);
+    else
+      mpi::log_softmax(c, xv, vocab_begin, yv, o);
+  });
+}
+
+void vocab_lse_py(std::int64_t comm, const In& x, const Out& lse,
+                  std::size_t vocab_begin, bool deterministic) {
+  const MPI_Comm c = comm_of(comm);
+  mpi::VocabOptions o;
+  o.deterministic = deterministic;
+  by_float(x, [&](auto t) {
+    using T = decltype(t);
+    const auto xv = matrix_of<const T>("x", x);
+    if (lse.dtype() != nb::dtype<T>() || lse.ndim() != 1 ||
+        lse.shape(0) != xv.rows || (xv.rows > 1 && lse.stride(0) != 1))
+      fail("lse must be a contiguous array of x's dtype, shape (" +
+           std::to_string(xv.rows) + ",)");
+    const std::span<T> l(static_cast<T*>(lse.data()), xv.rows);
+    nb::gil_scoped_release release;
+    mpi::logsumexp(c, xv, vocab_begin, l, o);
+  });
+}
+
+double vocab_xent_py(std::int64_t comm, const In& logits,
+                     std::size_t vocab_begin, const In& targets,
+                     const std::optional<Out>& loss,
+                     const std::optional<Out>& grad, std::int64_t ignore_index,
+                     double label_smoothing, int reduction,
+                     bool deterministic) {
+  const MPI_Comm c = comm_of(comm);
+  CrossEntropyOptions o;
+  o.ignore_index = ignore_index;
+  o.label_smoothing = label_smoothing;
+  o.reduction = reduction == 0   ? Reduction::kNone
+                : reduction == 1 ? Reduction::kSum
+                                 : Reduction::kMean;
+  mpi::VocabOptions vo;
+  vo.deterministic = deterministic;
+  double value = 0.0;
+  by_float(logits, [&](auto t) {
+    using T = decltype(t);
+    const auto xv = matrix_of<const T>("logits", logits);
+    const std::size_t rows = xv.rows;
+    if (targets.dtype() != nb::dtype<std::int64_t>() || targets.ndim() != 1 ||
+        targets.shape(0) != rows || (rows > 1 && targets.stride(0) != 1))
+      fail("targets must be a contiguous int64 array of shape (" +
+           std::to_string(rows) + ",)");
+    std::span<T> ls;
+    if (loss) {
+      if (loss->dtype() != nb::dtype<T>() || loss->ndim() != 1 ||
+          loss->shape(0) != rows || (rows > 1 && loss->stride(0) != 1))
+        fail("loss must be a contiguous array of the logits' dtype, shape (" +
+             std::to_string(rows) + ",)");
+      ls = std::span<T>(static_cast<T*>(loss->data()), rows);
+    }
+    MatrixView<T> gv;
+    if (grad) {
+      if (grad->dtype() != nb::dtype<T>())
+        throw nb::type_error("grad must have the logits' dtype");
+      gv = matrix_of<T>("grad", *grad);
+    }
+    const std::span<const std::int64_t> ts(
+        static_cast<const std::int64_t*>(targets.data()), rows);
+    nb::gil_scoped_release release;
+    value = mpi::cross_entropy(c, xv, vocab_begin, ts, ls, gv, o, vo);
+  });
+  return value;
+}
+
 }  // namespace
 }  // namespace softdot::python
 
@@ -136,6 +263,16 @@ NB_MODULE(_softdot_mpi, m) {
         "causal"_a, "window_left"_a, "window_right"_a, "softcap"_a, "precise"_a,
         "seq_len"_a, "zigzag"_a, "deterministic"_a,
         "Ring attention with int8 K and V.");
+  m.def("vocab_rows", &vocab_rows_py, "comm"_a, "x"_a, "out"_a, "vocab_begin"_a,
+        "op"_a, "deterministic"_a,
+        "softmax (op 0) or log_softmax (op 1) of rows split by columns.");
+  m.def("vocab_logsumexp", &vocab_lse_py, "comm"_a, "x"_a, "lse"_a,
+        "vocab_begin"_a, "deterministic"_a,
+        "logsumexp of rows split by columns.");
+  m.def("vocab_cross_entropy", &vocab_xent_py, "comm"_a, "logits"_a,
+        "vocab_begin"_a, "targets"_a, "loss"_a.none(), "grad"_a.none(),
+        "ignore_index"_a, "label_smoothing"_a, "reduction"_a, "deterministic"_a,
+        "Cross-entropy of rows split by columns; returns the reduced loss.");
   m.def("ring_layout", &layout_py, "seq_len"_a, "ranks"_a, "zigzag"_a,
         "deterministic"_a, "rank"_a,
         "(rows per rank, chunk, global positions of rank's rows).");

@@ -1,7 +1,9 @@
 """Run by test_distributed.py under mpirun (every rank runs this file):
 softdot.distributed.ring_attention on P ranks against the one-process
-softdot.scaled_dot_product_attention of the whole sequence, computed on
-every rank from the same seeded arrays. Rank 0 writes the deterministic
+softdot.scaled_dot_product_attention of the whole sequence, and the
+vocabulary-parallel softmax, log_softmax, logsumexp and cross_entropy (with
+its gradient) against the one-process functions on the whole rows, computed
+on every rank from the same seeded arrays. Rank 0 writes the deterministic
 results, assembled in global order, to argv[1] (.npz) for the cross-P bitwise
 comparison, and every rank's failures are gathered: the exit status is 1 when
 any check failed on any rank."""
@@ -134,6 +136,109 @@ if r is not None:
     check("masked row zeros", np.all(out[..., rows, :] == 0) and np.all(lse[..., rows] == -np.inf))
 run("nan key", n=n, nan_key=11)
 run("torch", n=n, causal=True, torch_io=True)
+
+# ---- vocabulary-parallel softmax family and cross-entropy ----------------------
+
+
+def split(V):
+    """Uneven column ranges in rank order; with P >= 3 rank 1 holds none."""
+    w = np.array([3 if r % 3 == 0 else (0 if r == 1 and P >= 3 else 2) for r in range(P)], float)
+    edges = np.concatenate([[0], np.round(np.cumsum(w) / w.sum() * V)]).astype(int)
+    return int(edges[R]), int(edges[R + 1])
+
+
+def gather_cols(local, b, V):
+    parts = comm.gather((b, local), root=0)
+    if R != 0:
+        return None
+    g = np.full(local.shape[:-1] + (V,), np.nan, dtype=local.dtype)
+    for bb, a in parts:
+        g[..., bb:bb + a.shape[-1]] = a
+    return g
+
+
+def ulps(a, b):
+    """Largest distance in ulps of b (finite entries), and whether the
+    non-finite entries agree bit for bit."""
+    fin = np.isfinite(b)
+    same = np.array_equal(a[~fin], b[~fin], equal_nan=True) and np.all(np.isfinite(a[fin]))
+    if not fin.any():
+        return 0.0, same
+    return float(np.max(np.abs(a[fin].astype(np.float64) - b[fin]) / np.spacing(np.abs(b[fin])))), same
+
+
+def vocab_case(name, dtype, deterministic, torch_io=False):
+    V = 61
+    rng = np.random.default_rng(sum(name.encode()))
+    x = (rng.standard_normal((7, V)) * 4).astype(dtype)
+    x[1] = -np.inf  # -inf on every rank
+    x[2, 40] = np.nan  # NaN on one rank only
+    x[3, 5] = x[3, 55] = np.inf  # +inf on two ranks (P >= 2)
+    t = rng.integers(0, V, size=7)
+    t[4] = -100  # ignored
+    b, e = split(V)
+    xs = np.ascontiguousarray(x[:, b:e])
+    xin, tin = xs, t
+    if torch_io:
+        import torch
+        xin, tin = torch.from_numpy(xs), torch.from_numpy(t)
+    kw = dict(deterministic=deterministic)
+    y = sdist.softmax(comm, xin, b, **kw)
+    ly = sdist.log_softmax(comm, xin, b, **kw)
+    lse = sdist.logsumexp(comm, xin, b, **kw)
+    loss, g = sdist.cross_entropy(comm, xin, b, tin, label_smoothing=0.1, grad=True, **kw)
+    lrows = sdist.cross_entropy(comm, xin, b, tin, reduction="none", **kw)
+    if torch_io:
+        import torch
+        check(name + " torch", all(isinstance(a, torch.Tensor) for a in (y, ly, lse, g, lrows)))
+        y, ly, lse, g, lrows, loss = (a.numpy() for a in (y, ly, lse, g, lrows, loss))
+    check(name + " logits unchanged", np.array_equal(xs, x[:, b:e], equal_nan=True))
+    ry = softdot.softmax(x)[:, b:e]
+    rly = softdot.log_softmax(x)[:, b:e]
+    rlse = softdot.logsumexp(x, axis=-1)
+    rloss, rg = softdot.cross_entropy(x, t, label_smoothing=0.1, grad=True)
+    rlrows = softdot.cross_entropy(x, t, reduction="none")
+    u, same = ulps(y, ry)
+    check(name + " softmax", same and u <= 1, f"{u} ulp")
+    fin = np.isfinite(rly)
+    small = 2.0**-22 if dtype == np.float32 else 2.0**-51
+    err = np.abs(ly[fin].astype(np.float64) - rly[fin])
+    check(name + " log_softmax", np.array_equal(ly[~fin], rly[~fin], equal_nan=True)
+          and np.all(err <= 2 * np.spacing(np.abs(rly[fin])) + small))
+    u, same = ulps(lse, rlse)
+    check(name + " logsumexp", same and u <= 2, f"{u} ulp")
+    u, same = ulps(lrows, rlrows)
+    check(name + " cross_entropy rows", same and u <= 2, f"{u} ulp")
+    u, same = ulps(np.asarray(loss), np.asarray(rloss))
+    check(name + " cross_entropy mean", same and u <= 2, f"{u} ulp")
+    rgs = rg[:, b:e]
+    fin = np.isfinite(rgs)
+    check(name + " grad", np.array_equal(g[~fin], rgs[~fin], equal_nan=True) and np.all(
+        np.abs(g[fin].astype(np.float64) - rgs[fin]) <= 3 * np.spacing(np.float64(
+            np.max(np.abs(rgs[fin])) if fin.any() else 1).astype(dtype))))
+    check(name + " all -inf row", np.all(y[1] == 0) and lse[1] == -np.inf)
+    check(name + " NaN row everywhere", np.all(np.isnan(y[2])) and np.isnan(lse[2]))
+    check(name + " +inf shares", np.all(y[3][np.isposinf(xs[3])] == 0.5))
+    if deterministic:
+        for key, a in (("y", y), ("ly", ly), ("g", g)):
+            gg = gather_cols(a, b, V)
+            if R == 0:
+                saved[f"{name} {key}"] = gg
+        if R == 0:
+            saved[f"{name} lse"] = lse[None, :]
+            saved[f"{name} loss"] = np.asarray(loss).reshape(1, 1)
+
+
+for dt in (np.float32, np.float64):
+    for det in (False, True):
+        try:
+            vocab_case(f"vocab {np.dtype(dt).name}{' deterministic' if det else ''}", dt, det)
+        except Exception:  # noqa: BLE001
+            failures.append(f"rank {R}/{P} vocab {dt}: {traceback.format_exc()}")
+try:
+    vocab_case("vocab torch", np.float32, False, torch_io=True)
+except Exception:  # noqa: BLE001
+    failures.append(f"rank {R}/{P} vocab torch: {traceback.format_exc()}")
 
 # A bad shard on the last rank only: every rank raises ValueError, none hangs.
 L = sdist.ring_layout(n, P)
