@@ -17,8 +17,11 @@ others on the whole array), for the same ``where`` and ``temperature``:
   block, so the result is bitwise the in-memory one;
 - softmax: every weight within 1 ulp of the exact weight, as the in-memory
   softmax (default precision), so the two differ by at most 1 ulp;
-- logsumexp: the logsumexp of the merged state, within 1 ulp of the exact
-  value, so at most 1 ulp from the in-memory logsumexp;
+- logsumexp: the in-memory algorithm over chunks: the logsumexp of the
+  merged state (within 1 ulp), and where that cancels (m < 0 and
+  |lse| < |m|, as for log-probabilities) a second pass summing
+  exp(x_i s - m) over the chunks in the next wider type: within 2 ulp plus
+  about u_W |m| (u_W = 2^-53 for float32, 2^-64 for float64 on x86);
 - log_softmax: ``(x_i / T - max) - log(sum)`` from the merged state, formed
   in double for float32 and in long double (x86 80-bit, or quad) for float64
   and rounded once: within 1 ulp of the exact value everywhere (more
@@ -90,8 +93,9 @@ def _axis(fn: str, axis: Any, nd: int) -> int:
     return a % nd
 
 
-def _scale(fn: str, temperature: Any, dtype: np.dtype) -> float:
-    """1 / temperature rounded to x's dtype, as the library multiplies by."""
+def _temperature(fn: str, temperature: Any, dtype: np.dtype) -> float:
+    """The temperature as a float, checked as the library does: finite, > 0,
+    and with a finite, non-zero reciprocal in x's dtype."""
     try:
         t = float(temperature)
     except (TypeError, ValueError):
@@ -129,18 +133,18 @@ def _where(fn: str, where: Any, x: "da.Array") -> "da.Array":
 
 
 def _prepare(fn: str, x: Any, axis: Any, where: Any, temperature: Any):
-    """(x, where) with the axis moved last, the temperature, and whether the
-    axis is in one chunk."""
+    """(x, where) with the axis moved last (where None or chunked as x), the
+    axis, and the checked temperature."""
     xa = _float_input(fn, x)
     nd = xa.ndim
     if nd == 0:
         raise ValueError(f"{fn}: x is 0-d; a softmax needs at least one axis")
     ax = _axis(fn, axis, nd)
-    if xa.shape[ax] == 0:
-        raise ValueError(f"{fn}: x has shape {xa.shape}: axis {ax} is empty")
     if any(math.isnan(s) for s in xa.shape):
         raise ValueError(f"{fn}: x has unknown chunk sizes {xa.shape}; call compute_chunk_sizes()")
-    t = _scale(fn, temperature, xa.dtype)
+    if xa.shape[ax] == 0:
+        raise ValueError(f"{fn}: x has shape {xa.shape}: axis {ax} is empty")
+    t = _temperature(fn, temperature, xa.dtype)
     w = None if where is None else _where(fn, where, xa)
     if ax != nd - 1:
         xa = da.moveaxis(xa, ax, -1)
@@ -420,9 +424,11 @@ def logsumexp(x: Any, /, *, axis: int = -1, where: Any = None, temperature: floa
     -------
     dask.array.Array
         x's dtype, x's shape without ``axis`` (length 1 with ``keepdims``),
-        chunked as x along the other axes. The logsumexp of the merged state:
-        within 1 ulp of the exact value; bitwise the in-memory one when the
-        axis is one chunk. A row with no kept entry gives -inf.
+        chunked as x along the other axes. The logsumexp of the merged state
+        (within 1 ulp), recomputed in the next wider type over the chunks
+        where it cancels, as in memory (2 ulp plus about u_W |m|, see the
+        module's docstring); bitwise the in-memory one when the axis is one
+        chunk. A row with no kept entry gives -inf.
     """
     fn = "logsumexp"
     xa, w, ax, t = _prepare(fn, x, axis, where, temperature)
