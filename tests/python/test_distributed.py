@@ -1,5 +1,5 @@
 """softdot.distributed (ring attention and the vocabulary-parallel softmax
-family and cross-entropy over mpi4py) under mpirun: P = 1, 2, 3, 4 ranks over
+family and cross-entropy over mpi4py) under mpirun: P = 1, 2, 3, 4, 8 ranks over
 shared memory and over TCP (``--mca btl self,tcp``), each launch running
 mpi_ring_worker.py (every check against the one-process functions on every
 rank), then the deterministic results compared bit for bit across P (the
@@ -35,15 +35,19 @@ def _missing():
 
 needs_mpi = pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
 
-TRANSPORTS = {"shm": ["--mca", "btl", "self,vader"], "tcp": ["--mca", "btl", "self,tcp"]}
+# As tests/mpi: Open MPI's shared-memory BTL (vader), or TCP on the loopback.
+TRANSPORTS = {"shm": ["--mca", "btl", "self,vader"],
+              "tcp": ["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"]}
+RANKS = (1, 2, 3, 4, 8)
 
 
 def launch(P, transport, out):
-    cmd = [MPIRUN, "--oversubscribe", "-np", str(P)] + TRANSPORTS[transport]
+    cmd = [MPIRUN, "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-np", str(P)]
+    cmd += TRANSPORTS[transport]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.insert(1, "--allow-run-as-root")
     cmd += [sys.executable, WORKER, str(out)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_MCA_mpi_yield_when_idle="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=HERE)
     assert r.returncode == 0, f"P={P} {transport}:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
     assert f"OK P={P}" in r.stdout
@@ -53,7 +57,7 @@ def launch(P, transport, out):
 @needs_mpi
 @pytest.mark.parametrize("transport", list(TRANSPORTS))
 def test_ring_attention_over_ranks(transport, tmp_path):
-    results = {P: launch(P, transport, tmp_path / f"p{P}.npz") for P in (1, 2, 3, 4)}
+    results = {P: launch(P, transport, tmp_path / f"p{P}.npz") for P in RANKS}
     names = results[1].files
     assert {"deterministic", "deterministic_plain", "vocab_float32_deterministic_y",
             "vocab_float64_deterministic_g", "vocab_float64_deterministic_loss"} <= set(names)
@@ -61,7 +65,7 @@ def test_ring_attention_over_ranks(transport, tmp_path):
         ref = results[1][name]
         if not name.startswith("vocab"):  # (the vocabulary data hold a NaN row)
             assert not np.isnan(ref).any(), name  # every global row was written
-        for P in (2, 3, 4):
+        for P in RANKS[1:]:
             assert np.array_equal(results[P][name], ref, equal_nan=True), (name, P)
 
 
