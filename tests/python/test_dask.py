@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import pytest
 import scipy.special
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import softdot
 from conftest import (
@@ -258,6 +260,57 @@ def test_logsumexp_of_log_probabilities_cancels(client, rng, dtype):
     # A plain m + log(sum) errs by about eps |m|: far from these tiny values.
     assert np.all(np.abs(lse) < (1e-6 if dtype == np.float32 else 1e-14))
     assert_ulp(y, softmax_ref(lp), 1)
+
+
+@st.composite
+def chunked_case(draw):
+    """A 2-d array (entries from a wide range, some -inf, excluded, or NaN)
+    with random chunk boundaries on both axes, a temperature and an axis."""
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    rows, n = draw(st.integers(1, 4)), draw(st.integers(1, 40))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, n)) * draw(st.sampled_from([0.1, 3.0, 30.0]))
+         + draw(st.sampled_from([0.0, -50.0, 1e3]))).astype(dtype)
+    x[rng.random(x.shape) < 0.1] = -np.inf
+    keep = rng.random(x.shape) < 0.85
+    if draw(st.booleans()):
+        x[0, rng.integers(n)] = np.nan
+
+    def cuts(size):
+        k = draw(st.integers(0, min(size - 1, 6)))
+        edges = sorted(set(rng.choice(np.arange(1, size), size=k, replace=False).tolist())) \
+            if k else []
+        b = [0] + edges + [size]
+        return tuple(b[i + 1] - b[i] for i in range(len(b) - 1))
+
+    chunks = (cuts(rows), cuts(n))
+    return x, keep, chunks, draw(st.sampled_from([1.0, 0.5, 3.0])), draw(st.sampled_from([0, 1]))
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(chunked_case())
+def test_random_chunkings_against_memory(case):
+    """Any chunking, on the synchronous scheduler (the same bits as on the
+    cluster, test_same_bits_for_the_same_chunking): softmax and log_softmax
+    within 1 ulp of the in-memory result where it is finite, logsumexp within
+    1 ulp, special values (0, -inf, NaN) identical."""
+    x, keep, chunks, t, axis = case
+    X, W = da.from_array(x, chunks=chunks), da.from_array(keep, chunks=chunks)
+    kw = dict(axis=axis, where=W, temperature=t)
+    y, ly, lse = dask.compute(sd.softmax(X, **kw), sd.log_softmax(X, **kw),
+                              sd.logsumexp(X, **kw), scheduler="sync")
+    mk = dict(axis=axis, where=keep, temperature=t)
+    for got, want, lim in ((y, softdot.softmax(x, **mk), 1),
+                           (lse, softdot.logsumexp(x, **mk), 1)):
+        fin = np.isfinite(want) & (want != 0)
+        assert np.array_equal(got[~fin], want[~fin], equal_nan=True)
+        assert_ulp(got[fin], want[fin], lim)
+    want = softdot.log_softmax(x, **mk)
+    fin = np.isfinite(want)
+    assert np.array_equal(ly[~fin], want[~fin], equal_nan=True)
+    small = 2.0**-22 if x.dtype == np.float32 else 2.0**-51
+    assert np.all(np.abs(ly[fin] - want[fin]) <= np.spacing(np.abs(want[fin])) + small)
 
 
 def test_errors(client):
