@@ -49,7 +49,17 @@ struct AttentionArgs {
   bool explain = false;
 };
 
+struct CrossEntropyArgs {
+  std::string logits, targets;  // required .npy files
+  std::optional<std::string> ignore_index;
+  std::optional<std::string> label_smoothing;
+  std::optional<std::string> reduction;
+  std::optional<std::string> output;  // per-row losses
+  std::optional<std::string> grad;    // the gradient
+};
+
 int run_dot(const DotArgs& args);
+int run_cross_entropy(const CrossEntropyArgs& args);
 int run_softmax(const SoftmaxArgs& args);
 int run_attention(const AttentionArgs& args);
 int run_demo();

@@ -377,6 +377,8 @@ std::string_view npy_dtype_name(NpyDtype dtype) {
       return "int8 '|i1'";
     case NpyDtype::kInt32:
       return "int32 '<i4'";
+    case NpyDtype::kInt64:
+      return "int64 '<i8'";
   }
   return "unknown";
 }
@@ -408,6 +410,7 @@ NpyArray read_npy_array(std::string_view bytes, std::string_view name,
       if (code == "f4") dtype = NpyDtype::kFloat32;
       if (code == "f8") dtype = NpyDtype::kFloat64;
       if (code == "i4") dtype = NpyDtype::kInt32;
+      if (code == "i8") dtype = NpyDtype::kInt64;
     }
   }
   const bool ok = dtype && std::find(allowed.begin(), allowed.end(), *dtype) !=
@@ -428,7 +431,7 @@ NpyArray read_npy_array(std::string_view bytes, std::string_view name,
   std::size_t item_size = 1;
   if (*dtype == NpyDtype::kFloat16) item_size = 2;
   if (*dtype == NpyDtype::kFloat32 || *dtype == NpyDtype::kInt32) item_size = 4;
-  if (*dtype == NpyDtype::kFloat64) item_size = 8;
+  if (*dtype == NpyDtype::kFloat64 || *dtype == NpyDtype::kInt64) item_size = 8;
   const std::string_view data =
       checked_data(bytes, layout.data_offset, *header.shape, item_size, prefix);
   NpyArray array;
@@ -439,6 +442,11 @@ NpyArray read_npy_array(std::string_view bytes, std::string_view name,
 }
 
 std::string encode_npy(std::span<const float> values,
+                       std::span<const std::size_t> shape) {
+  return encode(values, shape);
+}
+
+std::string encode_npy(std::span<const double> values,
                        std::span<const std::size_t> shape) {
   return encode(values, shape);
 }
@@ -457,6 +465,11 @@ std::uint32_t le_bits(const std::string& data, std::size_t offset,
         static_cast<std::uint32_t>(static_cast<unsigned char>(data[offset + i]))
         << (8 * i);
   return v;
+}
+
+std::uint64_t le_bits64(const std::string& data, std::size_t offset) {
+  return static_cast<std::uint64_t>(le_bits(data, offset, 4)) |
+         (static_cast<std::uint64_t>(le_bits(data, offset + 4, 4)) << 32);
 }
 
 }  // namespace
@@ -493,6 +506,16 @@ std::vector<std::int32_t> int32s_of(const NpyArray& a) {
   std::vector<std::int32_t> v(std::max<std::size_t>(a.size(), 1), 0);
   for (std::size_t i = 0; i < a.size(); ++i)
     v[i] = static_cast<std::int32_t>(le_bits(a.data, 4 * i, 4));
+  return v;
+}
+
+std::vector<std::int64_t> int64s_of(const NpyArray& a) {
+  std::vector<std::int64_t> v(std::max<std::size_t>(a.size(), 1), 0);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    v[i] = a.dtype == NpyDtype::kInt32
+               ? static_cast<std::int32_t>(le_bits(a.data, 4 * i, 4))
+               : static_cast<std::int64_t>(le_bits64(a.data, 8 * i));
+  }
   return v;
 }
 

@@ -35,9 +35,18 @@ AnyMatrix read_npy(std::string_view bytes, std::string_view name);
 std::string encode_npy(const Matrix<float>& matrix);
 std::string encode_npy(const Matrix<double>& matrix);
 
-// The dtypes read_npy_array knows: '|b1', '|i1', '<f2', '<f4', '<f8', '<i4'
+// The dtypes read_npy_array knows: '|b1', '|i1', '<f2', '<f4', '<f8', '<i4',
+// '<i8'
 // (and '=' for '<'; any byte order for the one-byte bool and int8).
-enum class NpyDtype { kBool, kFloat16, kFloat32, kFloat64, kInt8, kInt32 };
+enum class NpyDtype {
+  kBool,
+  kFloat16,
+  kFloat32,
+  kFloat64,
+  kInt8,
+  kInt32,
+  kInt64
+};
 
 // "float32 '<f4'" and so on, for messages.
 std::string_view npy_dtype_name(NpyDtype dtype);
@@ -62,6 +71,9 @@ NpyArray read_npy_array(std::string_view bytes, std::string_view name,
 // format 1.0 .npy file, '<f4', C order, header padded as encode_npy's.
 std::string encode_npy(std::span<const float> values,
                        std::span<const std::size_t> shape);
+// The same for float64 values ('<f8').
+std::string encode_npy(std::span<const double> values,
+                       std::span<const std::size_t> shape);
 
 // The values of an array read by read_npy_array, decoded from its
 // little-endian bytes; each vector has at least one element, so that data()
@@ -71,6 +83,8 @@ std::string encode_npy(std::span<const float> values,
 // int32s_of int32.
 std::vector<float> floats_of(const NpyArray& a);
 std::vector<std::int32_t> int32s_of(const NpyArray& a);
+// int64 ('<i8'), or int32 widened.
+std::vector<std::int64_t> int64s_of(const NpyArray& a);
 std::vector<Float16> halves_of(const NpyArray& a);
 std::unique_ptr<bool[]> bools_of(const NpyArray& a);
 std::vector<std::int8_t> int8s_of(const NpyArray& a);

@@ -203,6 +203,43 @@ int run(int argc, char** argv) {
                      "and the output rows; small inputs only (n_q, n_kv, d_v "
                      "<= 64, batch x heads <= 16)");
 
+  softdot::cli::CrossEntropyArgs xent;
+  CLI::App* xent_cmd = app.add_subcommand(
+      "cross-entropy",
+      "Fused cross-entropy of rows of logits (.npy [rows, classes], float32 "
+      "or float64) against class indices (.npy int64 or int32 [rows]); "
+      "prints the reduced loss");
+  xent_cmd->add_option("--logits", xent.logits, "Logits .npy [rows, classes]")
+      ->type_name("FILE")
+      ->required();
+  xent_cmd
+      ->add_option("--targets", xent.targets,
+                   "Targets .npy [rows], int64 or int32 class indices")
+      ->type_name("FILE")
+      ->required();
+  xent_cmd
+      ->add_option("--ignore-index", xent.ignore_index,
+                   "Rows with this target get loss 0 and are not counted "
+                   "(default -100)")
+      ->type_name("N");
+  xent_cmd
+      ->add_option("--label-smoothing", xent.label_smoothing,
+                   "eps in [0, 1] over the whole vocabulary (default 0)")
+      ->type_name("E");
+  xent_cmd
+      ->add_option("--reduction", xent.reduction,
+                   "mean (default), sum or none (prints the sum)")
+      ->type_name("R");
+  xent_cmd
+      ->add_option("-o,--output", xent.output,
+                   "Write the per-row losses, .npy [rows] of the logits' dtype")
+      ->type_name("FILE");
+  xent_cmd
+      ->add_option("--grad", xent.grad,
+                   "Write the gradient of the printed loss, .npy [rows, "
+                   "classes]")
+      ->type_name("FILE");
+
   CLI::App* demo_cmd =
       app.add_subcommand("demo", "Run the worked examples of the seed text");
 
@@ -222,6 +259,7 @@ int run(int argc, char** argv) {
     if (dot_cmd->parsed()) status = softdot::cli::run_dot(dot);
     if (sm_cmd->parsed()) status = softdot::cli::run_softmax(sm);
     if (attn_cmd->parsed()) status = softdot::cli::run_attention(attn);
+    if (xent_cmd->parsed()) status = softdot::cli::run_cross_entropy(xent);
     if (demo_cmd->parsed()) status = softdot::cli::run_demo();
     if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
       throw CliError("cannot write to standard output");

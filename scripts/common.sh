@@ -23,6 +23,7 @@ SOFTDOT_PACKAGES=(
   clang-format     # scripts/format.sh --check, run by scripts/test.sh
   clang-tidy       # scripts/tidy.sh, run by scripts/test.sh
   libomp-dev       # omp.h for clang-tidy (GCC's omp.h does not parse with clang)
+  libopenmpi-dev openmpi-bin  # softdot::mpi (ring attention) and its mpirun tests
 )
 
 log() { printf '==> %s\n' "$*" >&2; }

@@ -6,7 +6,8 @@
 #   2. A fresh venv DIR/venv-fresh installs that wheel alone (numpy is its one
 #      dependency) and imports it from outside the repository.
 #   3. The test venv DIR/venv gets torch 2.13.0 (the CPU build on this
-#      machine's disk) and the wheel with its [test] extras, and runs pytest
+#      machine's disk) and the wheel with its [test] extras ([test,mpi] where
+#      mpirun is on PATH), and runs pytest
 #      on tests/python; pytest's "no tests collected" (exit 5) fails too.
 # Sets python_tests to the number of tests that passed.
 #
@@ -50,11 +51,18 @@ assert abs(w.sum() - 1) < 1e-15 and w.dtype == np.float64, w
 print("fresh venv: softdot", softdot.__version__, softdot.simd_target(), np.round(w, 3))
 ')
 
-  log "python: test venv (torch, scipy, ml_dtypes, pytest, hypothesis)"
+  log "python: test venv (torch, scipy, ml_dtypes, pytest, hypothesis, dask, distributed)"
   [[ -x "$dir/venv/bin/python" ]] || "$py" -m venv "$dir/venv"
   "$dir/venv/bin/python" -m pip install -q "${SOFTDOT_TORCH:-torch==2.13.0}"
   "$dir/venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel"
-  "$dir/venv/bin/python" -m pip install -q "${wheel}[test]"
+  # softdot.distributed's tests need mpi4py (the [mpi] extra) and mpirun; the
+  # wheel has softdot._softdot_mpi when CMake found MPI (Open MPI is in
+  # SOFTDOT_PACKAGES). Without them those tests skip, saying why.
+  if command -v mpirun >/dev/null; then
+    "$dir/venv/bin/python" -m pip install -q "${wheel}[test,mpi]"
+  else
+    "$dir/venv/bin/python" -m pip install -q "${wheel}[test]"
+  fi
 
   log "python: pytest tests/python"
   # Run from the build folder so that `import softdot` is the installed wheel.

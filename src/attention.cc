@@ -110,7 +110,8 @@ void run_attention(const char* fn, const TensorView<const float>& q,
   const std::size_t rows_per_kvh = p.g * p.n_q;
   const std::size_t max_rows = detail::attention_max_rows();
   // precise runs in the prefill form only (whatever the rows).
-  const bool split = rows_per_kvh <= kDecodeRows && !o.precise;
+  const bool split =
+      rows_per_kvh <= kDecodeRows && !o.precise && !o.prefill_form;
   const std::size_t row_blocks =
       split ? 1 : (rows_per_kvh + max_rows - 1) / max_rows;
   // Chunks of each sequence's key range (a split only); tasks run as many
@@ -220,12 +221,13 @@ void run_attention(const char* fn, const TensorView<const float>& q,
           const std::size_t mb = o.mask.batch == 1 ? 0 : b;
           const std::size_t mh = o.mask.heads == 1 ? 0 : h;
           mrows[r] =
-              reinterpret_cast<const std::uint8_t*>(o.mask.row(mb, mh, i));
+              reinterpret_cast<const std::uint8_t*>(o.mask.row(mb, mh, i)) +
+              ps.mask_col0;
         }
         if (!o.bias.empty()) {
           const std::size_t bb = o.bias.batch == 1 ? 0 : b;
           const std::size_t bh = o.bias.heads == 1 ? 0 : h;
-          brows[r] = o.bias.row(bb, bh, i);
+          brows[r] = o.bias.row(bb, bh, i) + ps.mask_col0;
         }
         if (!o.sinks.empty()) sinks[r] = o.sinks[h];
       }

@@ -57,14 +57,45 @@ void plan_options(const char* fn, const TensorView<const float>& q,
                    count(p.kv_end) + " (n_kv = " + count(p.n_kv) + ")");
     }
   }
+  const bool positioned =
+      o.q_position != AttentionOptions::kAutoPosition || o.kv_position != 0;
+  p.q_shift =
+      static_cast<std::int64_t>(p.n_kv) - static_cast<std::int64_t>(p.n_q);
+  p.mask_col0 = 0;
+  if (positioned) {
+    if (paged) {
+      fail(fn, "q_position and kv_position are not supported (got " +
+                   count(o.q_position) + " and " + count(o.kv_position) + ")");
+    }
+    constexpr std::size_t kMaxPosition = std::size_t{1} << 62;
+    if (o.kv_position >= kMaxPosition ||
+        (o.q_position != AttentionOptions::kAutoPosition &&
+         o.q_position >= kMaxPosition)) {
+      fail(fn, "q_position " + count(o.q_position) + " and kv_position " +
+                   count(o.kv_position) + " must be below 2^62");
+    }
+    if (o.q_position != AttentionOptions::kAutoPosition) {
+      p.q_shift = static_cast<std::int64_t>(o.q_position) -
+                  static_cast<std::int64_t>(o.kv_position);
+    }
+    p.mask_col0 = o.kv_position;
+  }
   auto check_extra = [&](const char* name, auto& t) {
     if (t.data == nullptr) return;
+    if (positioned) {
+      if (t.rows != p.n_q || t.cols < o.kv_position + p.n_kv) {
+        fail(fn, shape(name, t) + " must have n_q = " + count(p.n_q) +
+                     " rows and at least kv_position + n_kv = " +
+                     count(o.kv_position) + " + " + count(p.n_kv) + " cols (" +
+                     shape("q", q) + ", " + k_shape + ")");
+      }
+    }
     if (paged && (t.rows != p.n_q || t.cols < p.n_kv)) {
       fail(fn, shape(name, t) + " must have n_q = " + count(p.n_q) +
                    " rows and at least max(seq_lens) = " + count(p.n_kv) +
                    " cols (" + shape("q", q) + ")");
     }
-    if (!paged && (t.rows != p.n_q || t.cols != p.n_kv)) {
+    if (!paged && !positioned && (t.rows != p.n_q || t.cols != p.n_kv)) {
       fail(fn, shape(name, t) + " must have n_q x n_kv = " + count(p.n_q) +
                    " x " + count(p.n_kv) + " rows and cols (" + shape("q", q) +
                    ", " + k_shape + ")");

@@ -60,6 +60,11 @@ struct Plan {
   std::size_t kv_begin, kv_end;
   float scale, softcap;
   std::int64_t wl, wr;  // -1: unbounded
+  // Query i sees key j at the distance (q_shift + i) - j (positions in key
+  // index units): n_kv - n_q by default, q_position - kv_position when set.
+  std::int64_t q_shift;
+  // Column of key j in the mask and bias rows: mask_col0 + j.
+  std::size_t mask_col0;
 };
 
 // Checks every argument of attention() (v non-null) or of
@@ -106,6 +111,8 @@ void check_paged_scales(const char* fn, const char* name,
 inline Plan sequence_plan(const Plan& p, std::size_t n_kv) {
   Plan s = p;
   s.n_kv = n_kv;
+  s.q_shift =
+      static_cast<std::int64_t>(n_kv) - static_cast<std::int64_t>(p.n_q);
   s.kv_end = std::min(p.kv_end, n_kv);
   s.kv_begin = std::min(p.kv_begin, s.kv_end);
   return s;
@@ -115,9 +122,7 @@ inline Plan sequence_plan(const Plan& p, std::size_t n_kv) {
 // range (first > last when none is visible).
 inline void visible_keys(const Plan& p, std::size_t i, std::int32_t& first,
                          std::int32_t& last) {
-  const auto pos = static_cast<std::int64_t>(i) +
-                   static_cast<std::int64_t>(p.n_kv) -
-                   static_cast<std::int64_t>(p.n_q);
+  const auto pos = static_cast<std::int64_t>(i) + p.q_shift;
   std::int64_t a = static_cast<std::int64_t>(p.kv_begin);
   std::int64_t b = static_cast<std::int64_t>(p.kv_end) - 1;
   if (p.wl >= 0) a = std::max(a, pos - p.wl);

@@ -42,7 +42,7 @@ void for_each_score_row(const Plan& p, const TensorView<const float>& q,
   std::vector<float> krow_f(p.n_kv * p.d);
   std::vector<float> score_scratch(detail::attention_score_scratch(p.d));
   // The form attention() takes for these shapes decides how scores round.
-  const bool decode = p.g * p.n_q <= kDecodeRows;
+  const bool decode = p.g * p.n_q <= kDecodeRows && !o.prefill_form;
   for (std::size_t b = 0; b < p.B; ++b) {
     for (std::size_t h = 0; h < p.H; ++h) {
       const std::size_t kh = h / p.g;
@@ -74,13 +74,15 @@ void for_each_score_row(const Plan& p, const TensorView<const float>& q,
           const auto jj = static_cast<std::int32_t>(j);
           bool keep = jj >= first && jj <= last;
           if (!o.bias.empty()) {
-            const float bv = o.bias.row(o.bias.batch == 1 ? 0 : b,
-                                        o.bias.heads == 1 ? 0 : h, i)[j];
+            const float bv =
+                o.bias.row(o.bias.batch == 1 ? 0 : b, o.bias.heads == 1 ? 0 : h,
+                           i)[p.mask_col0 + j];
             if (bv == -kInf) keep = false;
             s[j] = s[j] + bv;
           }
-          if (!o.mask.empty() && !o.mask.row(o.mask.batch == 1 ? 0 : b,
-                                             o.mask.heads == 1 ? 0 : h, i)[j]) {
+          if (!o.mask.empty() &&
+              !o.mask.row(o.mask.batch == 1 ? 0 : b, o.mask.heads == 1 ? 0 : h,
+                          i)[p.mask_col0 + j]) {
             keep = false;
           }
           vis[j] = keep;

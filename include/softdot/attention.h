@@ -130,6 +130,30 @@ struct AttentionOptions {
   std::size_t kv_begin = 0;
   std::size_t kv_end = std::numeric_limits<std::size_t>::max();
 
+  // Global positions, for a call that holds part of a longer sequence
+  // (ring attention: softdot::mpi::ring_attention, <softdot/mpi.h>). Key j
+  // of K and V sits at position kv_position + j; query i at q_position + i,
+  // where kAutoPosition (the default) means kv_position + n_kv - n_q (the
+  // convention above). causal and the window compare these positions. With
+  // both left at their defaults everything is as described above, bit for
+  // bit. With either set, the mask and bias columns are key positions:
+  // key j reads column kv_position + j, so they need at least
+  // kv_position + n_kv columns (a caller passes the mask rows of its own
+  // queries over every position of the sequence). attention(),
+  // attention_partial(), attention_weights() and attention_scores() only;
+  // paged_attention() rejects them.
+  static constexpr std::size_t kAutoPosition =
+      std::numeric_limits<std::size_t>::max();
+  std::size_t q_position = kAutoPosition;
+  std::size_t kv_position = 0;
+
+  // Always the prefill form (below), whatever the number of rows, as
+  // precise does: a row's bits then do not depend on how many query rows
+  // the call has (softdot::mpi's deterministic ring uses it). Decode shapes
+  // run several times slower. attention_weights() and attention_scores()
+  // round the scores of that form too.
+  bool prefill_form = false;
+
   // Precise scores (attention() and attention_partial() only): each score
   // is one double FMA chain over d (the float products are exact in
   // double), scaled in double and kept as two floats hi + lo (within

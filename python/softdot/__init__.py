@@ -20,6 +20,7 @@ from ._softmax import (
     softmax_backward,
     softmax_state,
 )
+from ._cross_entropy import cross_entropy
 from ._attention import attention_merge, attention_weights, scaled_dot_product_attention
 from ._quantize import quantize_kv
 from ._paged import paged_attention
@@ -29,6 +30,7 @@ __all__ = [
     "log_softmax",
     "logsumexp",
     "softmax_backward",
+    "cross_entropy",
     "dot",
     "dots",
     "softmax_state",

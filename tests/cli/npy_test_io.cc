@@ -37,6 +37,7 @@ std::string raw_bytes(const std::vector<T>& values) {
 template std::string raw_bytes<float>(const std::vector<float>&);
 template std::string raw_bytes<double>(const std::vector<double>&);
 template std::string raw_bytes<std::int32_t>(const std::vector<std::int32_t>&);
+template std::string raw_bytes<std::int64_t>(const std::vector<std::int64_t>&);
 
 namespace {
 std::string quoted_value_after(const std::string& dict,

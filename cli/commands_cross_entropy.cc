@@ -1,0 +1,112 @@
+// softdot command: `softdot cross-entropy --logits L.npy --targets T.npy`,
+// the fused cross-entropy of rows of logits (softdot::cross_entropy): prints
+// the reduced loss, writes the per-row losses (-o) and the gradient (--grad).
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "commands.h"
+#include "error.h"
+#include "format.h"
+#include "io_npy.h"
+#include "output_file.h"
+#include "parse.h"
+#include "softdot/cross_entropy.h"
+
+namespace softdot::cli {
+namespace {
+
+std::int64_t parse_ignore_index(const std::optional<std::string>& text) {
+  if (!text) return -100;
+  std::int64_t v = 0;
+  const char* end = text->data() + text->size();
+  const auto r = std::from_chars(text->data(), end, v);
+  if (text->empty() || r.ec != std::errc() || r.ptr != end) {
+    throw CliError("--ignore-index: " + quote(*text) +
+                   " is not an integer in the int64 range");
+  }
+  return v;
+}
+
+double parse_smoothing(const std::optional<std::string>& text) {
+  if (!text) return 0.0;
+  const ParsedNumber e = parse_number(*text);
+  if (e.status != NumberStatus::kOk) {
+    throw CliError("--label-smoothing: " + number_error(*text, e.status));
+  }
+  if (!(e.value >= 0.0 && e.value <= 1.0)) {
+    throw CliError("--label-smoothing: " + quote(*text) + " must be in [0, 1]");
+  }
+  return e.value;
+}
+
+Reduction parse_reduction(const std::optional<std::string>& text) {
+  if (!text || *text == "mean") return Reduction::kMean;
+  if (*text == "sum") return Reduction::kSum;
+  if (*text == "none") return Reduction::kNone;
+  throw CliError("--reduction: " + quote(*text) +
+                 " is not one of mean, sum, none");
+}
+
+std::vector<std::int64_t> read_targets(const std::string& path,
+                                       std::size_t rows) {
+  static constexpr NpyDtype kInts[] = {NpyDtype::kInt64, NpyDtype::kInt32};
+  const NpyArray a = read_npy_array(read_file(path), "--targets " + path,
+                                    std::span<const NpyDtype>(kInts));
+  if (a.shape.size() != 1 || a.shape[0] != rows) {
+    std::string shape = "(";
+    for (std::size_t i = 0; i < a.shape.size(); ++i) {
+      shape += (i ? ", " : "") + std::to_string(a.shape[i]);
+    }
+    throw CliError("--targets " + path + ": shape " + shape +
+                   (a.shape.size() == 1 ? ",)" : ")") + " but --logits has " +
+                   std::to_string(rows) + " rows; expected (" +
+                   std::to_string(rows) + ",)");
+  }
+  return int64s_of(a);
+}
+
+template <class T>
+int run_typed(const Matrix<T>& logits, const CrossEntropyArgs& args) {
+  const std::vector<std::int64_t> targets =
+      read_targets(args.targets, logits.rows);
+  CrossEntropyOptions o;
+  o.ignore_index = parse_ignore_index(args.ignore_index);
+  o.label_smoothing = parse_smoothing(args.label_smoothing);
+  o.reduction = parse_reduction(args.reduction);
+  std::vector<T> loss(logits.rows);
+  Matrix<T> grad;
+  if (args.grad) {
+    grad.rows = logits.rows;
+    grad.cols = logits.cols;
+    grad.values.resize(logits.rows * logits.cols);
+  }
+  const double value = cross_entropy(
+      logits.view(), std::span<const std::int64_t>(targets.data(), logits.rows),
+      loss, args.grad ? grad.view() : MatrixView<T>(), o);
+  std::vector<std::pair<std::string, std::string>> files;
+  if (args.output) {
+    const std::size_t shape[1] = {logits.rows};
+    files.emplace_back(*args.output,
+                       encode_npy(std::span<const T>(loss),
+                                  std::span<const std::size_t>(shape)));
+  }
+  if (args.grad) files.emplace_back(*args.grad, encode_npy(grad));
+  write_files_all_or_none(files);
+  print(format_number(value, kShortest) + "\n");
+  return 0;
+}
+
+}  // namespace
+
+int run_cross_entropy(const CrossEntropyArgs& args) {
+  const AnyMatrix logits =
+      read_npy(read_file(args.logits), "--logits " + args.logits);
+  return std::visit([&](const auto& m) { return run_typed(m, args); }, logits);
+}
+
+}  // namespace softdot::cli

@@ -1,0 +1,142 @@
+// softdot::mpi: softdot across processes over MPI (the C API of any MPI;
+// tested with Open MPI). Built as the library softdot::mpi (CMake target
+// softdot_mpi) when CMake finds MPI; the core library never needs it.
+//
+// Every function here is collective over the communicator it is given: each
+// rank of it calls the function with its own shard. The library duplicates
+// the communicator for the length of the call (MPI_Comm_dup), so its
+// messages never match the caller's; MPI_THREAD_FUNNELED is enough (calls
+// from the thread that initialised MPI). Arguments are checked on every rank
+// and the verdicts combined before any data moves: when one rank's arguments
+// are bad, every rank throws std::invalid_argument naming the function, the
+// argument and the first failing rank, and no rank is left waiting. An
+// error of an MPI call becomes std::runtime_error naming the call.
+#ifndef SOFTDOT_MPI_H_
+#define SOFTDOT_MPI_H_
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "softdot/attention.h"
+#include "softdot/mpi_vocab.h"
+
+namespace softdot::mpi {
+
+// How a sequence of seq_len positions is split over P ranks. Every rank
+// holds the same number of rows, rows() (the queries, keys and values of
+// those positions); lengths that do not fill them are padded at the end
+// with padding positions >= seq_len, which are masked keys and give zero
+// query rows.
+//   contiguous: P chunks of `chunk` positions; rank r holds chunk r.
+//   zigzag:     2P chunks; rank r holds chunk r then chunk 2P - 1 - r, so
+//               that under a causal mask every rank has about the same work.
+enum class Layout { contiguous, zigzag };
+
+// The keys of the deterministic ring's fixed blocks (RingOptions).
+inline constexpr std::size_t kRingBlock = 64;
+
+struct RingLayout {
+  Layout kind = Layout::zigzag;
+  std::size_t seq_len = 0;
+  int ranks = 1;
+  std::size_t chunk = 0;  // positions per chunk
+  // Chunks per rank: 1 (contiguous) or 2 (zigzag).
+  std::size_t chunks_per_rank() const noexcept {
+    return kind == Layout::zigzag ? 2 : 1;
+  }
+  // Rows every rank holds: chunk * chunks_per_rank().
+  std::size_t rows() const noexcept { return chunk * chunks_per_rank(); }
+  // The global position of rank `rank`'s chunk c (c < chunks_per_rank()).
+  std::size_t chunk_start(int rank, std::size_t c) const noexcept;
+  // The global position of each of rank `rank`'s rows, in row order
+  // (rows() entries; those >= seq_len are padding).
+  std::vector<std::size_t> positions(int rank) const;
+};
+
+// The layout of seq_len positions over `ranks` ranks: chunk =
+// ceil(seq_len / (ranks * chunks_per_rank)) rounded up to a multiple of
+// kRingBlock when `deterministic` (what RingOptions::deterministic needs),
+// and at least 1. std::invalid_argument when ranks < 1 or seq_len is 0.
+RingLayout ring_layout(std::size_t seq_len, int ranks, Layout kind,
+                       bool deterministic = false);
+
+// Options of ring_attention().
+struct RingOptions {
+  // The options of attention(), over global positions: scale, causal, the
+  // window, softcap, sinks, precise keep their meaning; the mask and bias
+  // have one row per local query row (rows() of the layout, padding rows
+  // included; rows broadcast with row_stride 0 as in attention()) and one
+  // column per global position (seq_len columns). kv_begin, kv_end,
+  // q_position, kv_position and prefill_form must keep their defaults.
+  AttentionOptions attention;
+  // The whole sequence's length and its layout over the communicator's
+  // ranks (ring_layout(seq_len, P, layout, deterministic)): every rank's q,
+  // k and v have its rows() rows.
+  std::size_t seq_len = 0;
+  Layout layout = Layout::zigzag;
+  // false: each rank merges the partial result of each key shard as it
+  // arrives (the order of arrival is fixed for a given P, so the bits are
+  // the same run to run for a given P; different P give results that differ
+  // by roundings, within attention()'s bound).
+  // true: the partial of each fixed block of kRingBlock global key
+  // positions (in the prefill form) is kept and the blocks are merged in
+  // global key order at the end: the bits are the same for every P.
+  bool deterministic = false;
+};
+
+// Ring attention (sequence / context parallelism). Collective over comm:
+// every rank passes the queries, keys and values of its own positions
+// (RingLayout::positions) and receives the output rows of its queries:
+//   q [B, H, rows, d], k [B, H_kv, rows, d], v [B, H_kv, rows, d_v],
+//   out [B, H, rows, d_v], lse null or B * H * rows floats,
+// rows = ring_layout(seq_len, P, layout, deterministic).rows(), every shape
+// but the data the same on every rank. Each row of out and lse is what
+// attention() gives for that query against the whole sequence (the same
+// options, positions global), within attention()'s bound; padding rows are
+// +0 with lse -inf.
+//
+// How: the K and V shards (with the int8 scales) travel around the ring,
+// rank r sending to r + 1 and receiving from r - 1 with MPI_Isend and
+// MPI_Irecv posted before the compute on the shard in hand (two buffers),
+// P - 1 steps. Each rank keeps AttentionPartial results (unrounded: max,
+// double sum and output) and merges them with attention_merge, finalising
+// once at the end, so there is no rounding to float between the merges.
+// Sinks enter once, as a partial of their own. With `deterministic`
+// (RingOptions) the result is bitwise the same for every P; without, it is
+// bitwise the same run to run for a given P. With P = 1 and not
+// deterministic, the result is attention()'s bit for bit.
+//
+// Special values as attention(): a row with no visible key anywhere gives
+// zeros and lse -inf; a shard a row cannot see is the identity; a NaN in a
+// query, or in a key or value a row sees on any rank, gives NaN in that row.
+//
+// Errors: every argument (shapes against the layout, every option, the int8
+// scales) is checked on every rank and the ranks agree before any data
+// moves, and the shapes and options must match across ranks: any failure
+// makes every rank throw std::invalid_argument naming the function, the
+// argument and the first failing rank. An exception in a rank's compute is
+// carried to every rank at the end of that step (std::runtime_error). Memory
+// beyond the inputs: two K/V shard buffers, the partial results (8 (d_v +
+// 2) bytes per local row and query chunk; deterministic: that per kRingBlock
+// keys of the sequence).
+void ring_attention(MPI_Comm comm, TensorView<const float> q,
+                    TensorView<const float> k, TensorView<const float> v,
+                    TensorView<float> out, const RingOptions& options,
+                    float* lse = nullptr);
+void ring_attention(MPI_Comm comm, TensorView<const float> q,
+                    TensorView<const Float16> k, TensorView<const Float16> v,
+                    TensorView<float> out, const RingOptions& options,
+                    float* lse = nullptr);
+void ring_attention(MPI_Comm comm, TensorView<const float> q,
+                    TensorView<const BFloat16> k, TensorView<const BFloat16> v,
+                    TensorView<float> out, const RingOptions& options,
+                    float* lse = nullptr);
+void ring_attention(MPI_Comm comm, TensorView<const float> q, const Int8KV& k,
+                    const Int8KV& v, TensorView<float> out,
+                    const RingOptions& options, float* lse = nullptr);
+
+}  // namespace softdot::mpi
+
+#endif  // SOFTDOT_MPI_H_

@@ -1,0 +1,381 @@
+"""softdot.distributed: softdot across MPI processes, for mpi4py users
+(docs/python.md, "MPI: softdot.distributed").
+
+Every function is collective over the mpi4py communicator it is given: each
+rank calls it with its own shard. The communicator reaches the C++ library
+(softdot::mpi, include/softdot/mpi.h) as its Fortran handle
+(``comm.py2f()``), which duplicates it for the length of the call, so
+softdot's messages never match the caller's. Arguments are checked on every
+rank and the verdicts combined before any data moves: a bad shard on one rank
+makes every rank raise ``ValueError`` naming the first failing rank, never a
+hang.
+
+Needs softdot built where CMake found MPI (Debian: ``libopenmpi-dev``; the
+module ``softdot._softdot_mpi``) and mpi4py on the same MPI library.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+try:
+    from . import _softdot_mpi as _mpi
+except ImportError as e:  # pragma: no cover - depends on the build
+    raise ImportError(
+        "softdot.distributed needs softdot built with MPI (the module "
+        "softdot._softdot_mpi is missing): install an MPI (Debian: apt-get install "
+        "libopenmpi-dev openmpi-bin), reinstall softdot (pip install .), and "
+        "pip install mpi4py"
+    ) from e
+
+from . import _arrays as A
+from . import _attention as _att
+from . import _cross_entropy as _xent
+from . import _int8
+
+__all__ = ["RingLayout", "ring_layout", "ring_attention", "softmax", "log_softmax", "logsumexp",
+           "cross_entropy"]
+
+_LAYOUTS = ("zigzag", "contiguous")
+
+
+def _layout_name(fn: str, layout: Any) -> bool:
+    if layout not in _LAYOUTS:
+        raise ValueError(f"{fn}: layout must be 'zigzag' or 'contiguous', not {layout!r}")
+    return layout == "zigzag"
+
+
+class RingLayout:
+    """How ``seq_len`` positions are split over ``ranks`` ranks for
+    :func:`ring_attention`: every rank holds ``rows`` rows; ``zigzag`` gives
+    rank r the chunks r and 2P - 1 - r (balanced causal work),
+    ``contiguous`` chunk r. Positions >= seq_len are padding (masked keys,
+    zero query rows)."""
+
+    __slots__ = ("seq_len", "ranks", "layout", "deterministic", "rows", "chunk")
+
+    def __init__(self, seq_len: int, ranks: int, layout: str, deterministic: bool):
+        zig = _layout_name("ring_layout", layout)
+        if int(ranks) < 1 or int(seq_len) < 1:
+            raise ValueError(
+                f"ring_layout: seq_len {seq_len} and ranks {ranks} must be >= 1")
+        rows, chunk, _ = _mpi.ring_layout(int(seq_len), int(ranks), zig, bool(deterministic), 0)
+        self.seq_len, self.ranks, self.layout = int(seq_len), int(ranks), layout
+        self.deterministic, self.rows, self.chunk = bool(deterministic), rows, chunk
+
+    def positions(self, rank: int) -> np.ndarray:
+        """The global position of each of rank's rows (int64, ``rows`` of them;
+        those >= seq_len are padding)."""
+        _, _, pos = _mpi.ring_layout(self.seq_len, self.ranks, self.layout == "zigzag",
+                                     self.deterministic, int(rank))
+        return np.asarray(pos, dtype=np.int64)
+
+    def shard(self, x: Any, rank: int, *, axis: int = -2) -> Any:
+        """Rank's rows of a whole-sequence array (``x.shape[axis] == seq_len``),
+        padding rows zero: a copy, numpy in numpy out, torch in torch out."""
+        kind = A.kind_of(x)
+        xa = A.tensor_view("shard", "x", x) if kind == "torch" else np.asarray(x)
+        ax = A.normalize_axis("RingLayout.shard", axis, xa.ndim)
+        if xa.shape[ax] != self.seq_len:
+            raise ValueError(
+                f"RingLayout.shard: x has shape {xa.shape}; axis {ax} must have seq_len = "
+                f"{self.seq_len} entries")
+        pos = self.positions(rank)
+        keep = pos < self.seq_len
+        shape = list(xa.shape)
+        shape[ax] = self.rows
+        r = np.zeros(shape, dtype=xa.dtype)
+        idx = [slice(None)] * xa.ndim
+        idx[ax] = np.nonzero(keep)[0]
+        r[tuple(idx)] = np.take(xa, pos[keep], axis=ax)
+        if kind == "torch":
+            return A.torch_module().from_numpy(r)
+        return r
+
+    def __repr__(self) -> str:
+        return (f"RingLayout(seq_len={self.seq_len}, ranks={self.ranks}, layout={self.layout!r}, "
+                f"deterministic={self.deterministic}, rows={self.rows}, chunk={self.chunk})")
+
+
+def ring_layout(seq_len: int, ranks: int, *, layout: str = "zigzag",
+                deterministic: bool = False) -> RingLayout:
+    """The layout :func:`ring_attention` expects for these arguments (C++
+    ``softdot::mpi::ring_layout``)."""
+    return RingLayout(seq_len, ranks, layout, deterministic)
+
+
+def _handle(fn: str, comm: Any) -> int:
+    f = getattr(comm, "py2f", None)
+    if f is None:
+        raise TypeError(f"{fn}: comm must be an mpi4py communicator (with py2f()), "
+                        f"not {type(comm).__name__}")
+    return int(f())
+
+
+def _global_masks(fn: str, attn_mask: Any, bias: Any, kind: str, full: Tuple[int, ...]):
+    """(mask, bias) broadcast to [..., Hq, rows, seq_len] as 4-d views."""
+
+    def bcast(name, a):
+        try:
+            return np.broadcast_to(a, full)
+        except ValueError:
+            raise ValueError(
+                f"{fn}: {name} has shape {a.shape}, which does not broadcast to {full} "
+                f"(query's batch axes, the rank's rows, seq_len)") from None
+
+    mask = None
+    biases = []
+    if attn_mask is not None:
+        m = _att._array(fn, "attn_mask", attn_mask, kind)
+        if A.dtype_str(m) == "bool":
+            mask = _att._ready(_att._to4(bcast("attn_mask", _att._np(fn, "attn_mask", m, kind))))
+        elif _att._is_float(m, kind):
+            if kind == "torch" and m.dtype != A.torch_module().float32:
+                m = m.float()
+            biases.append(("attn_mask", _att._np(fn, "attn_mask", m, kind)))
+        else:
+            raise A.accepted(fn, "attn_mask", m, "bool (True = attend) or a float dtype (added)")
+    if bias is not None:
+        b = _att._array(fn, "bias", bias, kind)
+        if not _att._is_float(b, kind):
+            raise A.accepted(fn, "bias", b, "a float dtype")
+        if kind == "torch" and b.dtype != A.torch_module().float32:
+            b = b.float()
+        biases.append(("bias", _att._np(fn, "bias", b, kind)))
+    bias4 = None
+    if biases:
+        s = bcast(*biases[0])
+        if len(biases) == 2:
+            s = s + bcast(*biases[1])
+        bias4 = _att._ready(_att._to4(s.astype(A.F32, copy=False)))
+    return mask, bias4
+
+
+def ring_attention(
+    comm: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any = None,
+    *,
+    seq_len: int,
+    layout: str = "zigzag",
+    deterministic: bool = False,
+    bias: Any = None,
+    scale: Optional[float] = None,
+    causal: bool = False,
+    window: Tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    sinks: Any = None,
+    precise: bool = False,
+    return_lse: bool = False,
+    out: Any = None,
+) -> Any:
+    """Ring attention (sequence parallelism) over an mpi4py communicator.
+
+    Collective: every rank passes the queries, keys and values of its own
+    positions, ``ring_layout(seq_len, comm.Get_size(), layout=layout,
+    deterministic=deterministic).positions(rank)`` (padding rows included:
+    :meth:`RingLayout.shard` cuts them from whole arrays), and gets the output
+    rows of its queries. K/V shards travel around the ring (nonblocking sends
+    and receives posted before the compute on the shard in hand); partial
+    results are merged unrounded and finalised once.
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+    query : array [..., Hq, rows, E], float32
+    key, value : arrays [..., Hkv, rows, E] / [..., Hkv, rows, Ev]: float32,
+        float16, bfloat16, or int8 ``(values, scales)`` pairs, as for
+        :func:`softdot.scaled_dot_product_attention` (GQA: Hq a multiple of Hkv).
+    attn_mask, bias : broadcastable to [..., Hq, rows, seq_len], optional
+        One row per local query row, one column per *global* key position
+        (bool attn_mask: True = attend; a float attn_mask or bias is added).
+    seq_len : int
+        The whole sequence's length.
+    layout : {"zigzag", "contiguous"}
+    deterministic : bool
+        True: bitwise the same result for every number of ranks (the partials
+        of fixed 64-key blocks merged in global key order); False: the same
+        bits run to run for a given number of ranks, and with one rank
+        bitwise the one-process attention.
+    scale, causal, window, softcap, sinks, precise :
+        As for :func:`softdot.scaled_dot_product_attention`, over global
+        positions.
+    return_lse : bool
+    out : array [..., Hq, rows, Ev], float32, optional
+
+    Returns
+    -------
+    out, or (out, lse): each row what the one-process attention gives for
+    that query against the whole sequence, within its bound; padding rows
+    +0 with lse -inf. Special values as in one process.
+    """
+    fn = "ring_attention"
+    h = _handle(fn, comm)
+    zig = _layout_name(fn, layout)
+    try:
+        n = int(seq_len)
+    except (TypeError, ValueError):
+        raise TypeError(f"{fn}: seq_len must be an int, not {seq_len!r}") from None
+    if n < 1:
+        raise ValueError(f"{fn}: seq_len must be >= 1, got {n}")
+    p = _att._prepare(fn, query, key, value, None, None, scale, causal, window, softcap, sinks,
+                      None)
+    mask, bias4 = _global_masks(fn, attn_mask, bias, p.kind, p.lead + (p.L, n))
+    shape = p.lead + (p.L, p.Ev)
+    user, o = A.output(fn, out, shape, A.F32, p.kind)
+    if out is not None:
+        _att._check_out_overlap(fn, o, p)
+    target, direct = _att._target(o)
+    lse_user, lse = A.new_output(p.lead + (p.L,), A.F32, p.kind) if return_lse else (None, None)
+    common = (mask, bias4, p.sinks, lse, p.scale, p.causal, p.wl, p.wr, p.softcap, bool(precise),
+              n, zig, bool(deterministic))
+    if p.fmt == _att._KV_I8:
+        _int8.check_scales_on_error(fn, p.scales, lambda: _mpi.ring_attention_int8(
+            h, p.q, p.k, p.ks, p.v, p.vs, target, *common))
+    else:
+        _mpi.ring_attention(h, p.q, p.k, p.v, target, p.fmt, *common)
+    if not direct:
+        np.copyto(o, target.reshape(shape))
+    return (user, lse_user) if return_lse else user
+
+
+# ---- vocabulary-parallel: rows whose columns are split across the ranks -------------
+
+
+def _shard(fn: str, x: Any, vocab_begin: Any):
+    """(2-d float rows of x, kind, whether x was one row, vocab_begin)."""
+    kind = A.kind_of(x)
+    xa = A.float_input(fn, "x", x, kind)
+    single = xa.ndim == 1
+    if single:
+        xa = xa.reshape(1, -1)
+    elif xa.ndim != 2:
+        raise ValueError(f"{fn}: x has shape {xa.shape}; expected (rows, columns) or (columns,)")
+    try:
+        vb = int(vocab_begin)
+    except (TypeError, ValueError):
+        raise TypeError(f"{fn}: vocab_begin must be an int, not {vocab_begin!r}") from None
+    if vb < 0:
+        raise ValueError(f"{fn}: vocab_begin must be >= 0, got {vb}")
+    return A.contiguous_rows(xa), kind, single, vb
+
+
+def _rows_op(fn: str, comm: Any, x: Any, vocab_begin: Any, op: int, deterministic: bool):
+    h = _handle(fn, comm)
+    xa, kind, single, vb = _shard(fn, x, vocab_begin)
+    user, o = A.new_output(xa.shape, xa.dtype, kind)
+    _mpi.vocab_rows(h, xa, o, vb, op, bool(deterministic))
+    return user.reshape(-1) if single else user
+
+
+_VOCAB_DOC = """
+    Collective over ``comm`` (an mpi4py communicator): every rank passes the
+    same rows, its own columns ``[vocab_begin, vocab_begin + columns)`` of
+    them; the ranks' ranges must tile ``[0, V)`` (any rank order; a rank may
+    hold no column). Each shard's rows are reduced to softmax states, which
+    are gathered and merged in vocabulary order (C++
+    ``softdot::mpi``, include/softdot/mpi_vocab.h). ``deterministic=True``:
+    the same bits for every number of ranks and every split (exact global
+    max, sums in 128-bit fixed point). Special values as on one process over
+    the whole row; a NaN on any rank makes the row NaN on every rank. x is
+    float32 or float64, (rows, columns) or one row (columns,), numpy or a
+    CPU torch tensor; never modified."""
+
+
+def softmax(comm: Any, x: Any, vocab_begin: int, /, *, deterministic: bool = False) -> Any:
+    """Softmax over whole rows split by columns across the ranks: this rank's
+    columns of the weights, within 1 ulp of the exact weight."""
+    return _rows_op("softmax", comm, x, vocab_begin, 0, deterministic)
+
+
+def log_softmax(comm: Any, x: Any, vocab_begin: int, /, *, deterministic: bool = False) -> Any:
+    """Log-softmax over whole rows split by columns: this rank's columns,
+    ``(x - M) - log S`` in long double, rounded once."""
+    return _rows_op("log_softmax", comm, x, vocab_begin, 1, deterministic)
+
+
+def logsumexp(comm: Any, x: Any, vocab_begin: int, /, *, deterministic: bool = False) -> Any:
+    """logsumexp of each whole row (split by columns across the ranks), the
+    same on every rank: shape (rows,), or a scalar for one row."""
+    fn = "logsumexp"
+    h = _handle(fn, comm)
+    xa, kind, single, vb = _shard(fn, x, vocab_begin)
+    user, o = A.new_output((xa.shape[0],), xa.dtype, kind)
+    _mpi.vocab_logsumexp(h, xa, o, vb, bool(deterministic))
+    if single:
+        return A.wrap_scalar(float(o[0]), xa.dtype, kind)
+    return user
+
+
+softmax.__doc__ += _VOCAB_DOC
+log_softmax.__doc__ += _VOCAB_DOC
+logsumexp.__doc__ += _VOCAB_DOC
+
+
+def cross_entropy(
+    comm: Any,
+    logits: Any,
+    vocab_begin: int,
+    targets: Any,
+    /,
+    *,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+    grad: bool = False,
+    deterministic: bool = False,
+) -> Any:
+    """Vocabulary-parallel cross-entropy: :func:`softdot.cross_entropy` of
+    logits whose columns (the vocabulary) are split across the ranks.
+
+    ``targets`` (the same on every rank, checked) are global class indices;
+    the target's logit comes from the rank holding it; label smoothing
+    spreads ``eps / V`` over the global vocabulary V. The loss (scalar for
+    "mean" / "sum", (rows,) for "none") is the same on every rank; with
+    ``grad=True`` each rank also gets its columns of the gradient,
+    ``c (softmax - (1 - eps) one_hot - eps / V)``, computed locally from the
+    merged state. The caller's logits are never modified. Bounds and special
+    values as :func:`softdot.cross_entropy`.
+    """
+    fn = "cross_entropy"
+    h = _handle(fn, comm)
+    xa, kind, single, vb = _shard(fn, logits, vocab_begin)
+    t = _xent._targets(fn, targets, kind)
+    if single:
+        if t.ndim != 0:
+            raise ValueError(f"{fn}: logits have shape {xa.shape[1:]} (one row) but targets "
+                             f"{t.shape}; expected a 0-d target")
+        t = t.reshape(1)
+    elif t.shape != (xa.shape[0],):
+        raise ValueError(f"{fn}: logits have shape {xa.shape} but targets {t.shape}; "
+                         f"expected ({xa.shape[0]},)")
+    if reduction not in _xent._REDUCTIONS:
+        raise ValueError(f"{fn}: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
+    try:
+        eps = float(label_smoothing)
+    except (TypeError, ValueError):
+        raise TypeError(f"{fn}: label_smoothing must be a real number, not "
+                        f"{label_smoothing!r}") from None
+    if not (math.isfinite(eps) and 0.0 <= eps <= 1.0):
+        raise ValueError(f"{fn}: label_smoothing must be in [0, 1], got {eps!r}")
+    n = xa.shape[0]
+    loss_user = loss_view = None
+    if reduction == "none":
+        loss_user, loss_view = A.new_output((n,), xa.dtype, kind)
+    grad_user = grad_view = None
+    if grad:
+        grad_user, grad_view = A.new_output(xa.shape, xa.dtype, kind)
+    value = _mpi.vocab_cross_entropy(h, xa, vb, t, loss_view, grad_view, int(ignore_index), eps,
+                                     _xent._REDUCTIONS[reduction], bool(deterministic))
+    if reduction == "none":
+        loss = loss_user.reshape(()) if single else loss_user
+    else:
+        loss = A.wrap_scalar(value, xa.dtype, kind)
+    if not grad:
+        return loss
+    return loss, (grad_user.reshape(-1) if single else grad_user)

@@ -1,0 +1,100 @@
+// softdot Python bindings: the fused cross-entropy. The Python layer
+// (python/softdot/_cross_entropy.py) has converted the targets to int64,
+// checked the shapes, allocated the outputs and checked that they share no
+// memory with the inputs; this checks dtypes, shapes and strides once more,
+// releases the GIL and calls softdot::cross_entropy on the rows as a strided
+// MatrixView (no copy).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "arrays.h"
+#include "bindings.h"
+#include "softdot/cross_entropy.h"
+
+namespace softdot::python {
+namespace {
+
+template <class A>
+void check_rows(const char* name, const A& a, std::size_t rows,
+                std::size_t cols) {
+  if (a.ndim() != 2 || a.shape(0) != rows || a.shape(1) != cols)
+    fail(std::string(name) + " has shape " + shape_of(a) + "; expected (" +
+         std::to_string(rows) + ", " + std::to_string(cols) + ")");
+  if (cols > 1 && a.stride(1) != 1)
+    fail(std::string(name) + "'s last axis is not contiguous");
+  if (rows > 1 && a.stride(0) < static_cast<std::int64_t>(cols))
+    fail(std::string(name) + "'s rows overlap (stride < cols)");
+}
+
+template <class T>
+double run(const In& logits, const In& targets, const std::optional<Out>& loss,
+           const std::optional<Out>& grad, const CrossEntropyOptions& o) {
+  const std::size_t rows = logits.shape(0), cols = logits.shape(1);
+  check_rows("logits", logits, rows, cols);
+  if (targets.dtype() != nb::dtype<std::int64_t>() || targets.ndim() != 1 ||
+      targets.shape(0) != rows || (rows > 1 && targets.stride(0) != 1))
+    fail("targets must be a contiguous int64 array of shape (" +
+         std::to_string(rows) + ",)");
+  std::span<T> loss_span;
+  if (loss) {
+    if (loss->dtype() != nb::dtype<T>() || loss->ndim() != 1 ||
+        loss->shape(0) != rows || (rows > 1 && loss->stride(0) != 1))
+      fail("loss must be a contiguous array of the logits' dtype, shape (" +
+           std::to_string(rows) + ",)");
+    loss_span = std::span<T>(static_cast<T*>(loss->data()), rows);
+  }
+  MatrixView<T> grad_view;
+  if (grad) {
+    if (grad->dtype() != nb::dtype<T>())
+      fail("grad has a different dtype from logits");
+    check_rows("grad", *grad, rows, cols);
+    grad_view = MatrixView<T>(
+        static_cast<T*>(grad->data()), rows, cols,
+        rows > 1 ? static_cast<std::size_t>(grad->stride(0)) : cols);
+  }
+  const MatrixView<const T> x(
+      static_cast<const T*>(logits.data()), rows, cols,
+      rows > 1 ? static_cast<std::size_t>(logits.stride(0)) : cols);
+  const std::span<const std::int64_t> t(
+      static_cast<const std::int64_t*>(targets.data()), rows);
+  nb::gil_scoped_release release;
+  return cross_entropy(x, t, loss_span, grad_view, o);
+}
+
+double cross_entropy_py(const In& logits, const In& targets,
+                        const std::optional<Out>& loss,
+                        const std::optional<Out>& grad,
+                        std::int64_t ignore_index, double label_smoothing,
+                        int reduction) {
+  if (logits.ndim() != 2) fail("logits must be 2-d (rows, classes)");
+  CrossEntropyOptions o;
+  o.ignore_index = ignore_index;
+  o.label_smoothing = label_smoothing;
+  o.reduction = reduction == 0   ? Reduction::kNone
+                : reduction == 1 ? Reduction::kSum
+                                 : Reduction::kMean;
+  if (logits.dtype() == nb::dtype<float>())
+    return run<float>(logits, targets, loss, grad, o);
+  if (logits.dtype() == nb::dtype<double>())
+    return run<double>(logits, targets, loss, grad, o);
+  throw nb::type_error("logits must be float32 or float64");
+}
+
+}  // namespace
+
+void bind_cross_entropy(nb::module_& m) {
+  using namespace nb::literals;
+  m.def("cross_entropy_rows", &cross_entropy_py, "logits"_a, "targets"_a,
+        "loss"_a.none(), "grad"_a.none(), "ignore_index"_a, "label_smoothing"_a,
+        "reduction"_a,
+        "softdot::cross_entropy on 2-d rows; returns the reduced loss.");
+}
+
+}  // namespace softdot::python

@@ -1,0 +1,279 @@
+// softdot Python bindings over MPI: the _softdot_mpi extension module, built
+// only when CMake finds MPI (softdot::mpi). softdot.distributed hands over an
+// mpi4py communicator as its Fortran handle (comm.py2f()), turned back into
+// an MPI_Comm with MPI_Comm_f2c, so mpi4py's C API is not needed to build.
+// The Python layer has prepared the arrays as for scaled_dot_product_attention
+// (4-d views, 16-bit K/V as their bits with kv_format saying which).
+#include <mpi.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "arrays.h"
+#include "attention_views.h"
+#include "softdot/attention.h"
+#include "softdot/cross_entropy.h"
+#include "softdot/matrix.h"
+#include "softdot/mpi.h"
+
+namespace softdot::python {
+namespace {
+
+MPI_Comm comm_of(std::int64_t handle) {
+  int init = 0, done = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&done);
+  if (!init || done)
+    throw std::runtime_error(
+        "MPI is not initialised (import mpi4py.MPI first) or already "
+        "finalised");
+  const MPI_Comm c = MPI_Comm_f2c(static_cast<MPI_Fint>(handle));
+  if (c == MPI_COMM_NULL) fail("comm is MPI_COMM_NULL");
+  return c;
+}
+
+mpi::Layout layout_of(bool zigzag) {
+  return zigzag ? mpi::Layout::zigzag : mpi::Layout::contiguous;
+}
+
+mpi::RingOptions ring_options(const std::optional<In>& mask,
+                              const std::optional<In>& bias,
+                              const std::optional<In>& sinks, double scale,
+                              bool causal, std::ptrdiff_t window_left,
+                              std::ptrdiff_t window_right, double softcap,
+                              bool precise, std::size_t seq_len, bool zigzag,
+                              bool deterministic) {
+  mpi::RingOptions r;
+  r.attention =
+      make_options(mask, bias, sinks, scale, causal, window_left, window_right,
+                   softcap, 0, static_cast<std::size_t>(-1));
+  r.attention.precise = precise;
+  r.seq_len = seq_len;
+  r.layout = layout_of(zigzag);
+  r.deterministic = deterministic;
+  return r;
+}
+
+void ring_py(std::int64_t comm, const In& q, const In& k, const In& v,
+             const Out& out, int kv_format, const std::optional<In>& mask,
+             const std::optional<In>& bias, const std::optional<In>& sinks,
+             const std::optional<Out>& lse, double scale, bool causal,
+             std::ptrdiff_t window_left, std::ptrdiff_t window_right,
+             double softcap, bool precise, std::size_t seq_len, bool zigzag,
+             bool deterministic) {
+  const MPI_Comm c = comm_of(comm);
+  check_dtype("query", q, nb::dtype<float>(), "float32");
+  check_dtype("out", out, nb::dtype<float>(), "float32");
+  const auto qv = view4<const float>("query", q);
+  const auto ov = view4<float>("out", out);
+  const mpi::RingOptions o =
+      ring_options(mask, bias, sinks, scale, causal, window_left, window_right,
+                   softcap, precise, seq_len, zigzag, deterministic);
+  float* l = lse ? lse_data("lse", *lse, qv) : nullptr;
+  with_kv(kv_format, k, &v, [&](const auto& kv, const auto& vv) {
+    nb::gil_scoped_release release;
+    mpi::ring_attention(c, qv, kv, vv, ov, o, l);
+  });
+}
+
+void ring_int8_py(std::int64_t comm, const In& q, const In& k, const In& ks,
+                  const In& v, const In& vs, const Out& out,
+                  const std::optional<In>& mask, const std::optional<In>& bias,
+                  const std::optional<In>& sinks, const std::optional<Out>& lse,
+                  double scale, bool causal, std::ptrdiff_t window_left,
+                  std::ptrdiff_t window_right, double softcap, bool precise,
+                  std::size_t seq_len, bool zigzag, bool deterministic) {
+  const MPI_Comm c = comm_of(comm);
+  check_dtype("query", q, nb::dtype<float>(), "float32");
+  check_dtype("out", out, nb::dtype<float>(), "float32");
+  const auto qv = view4<const float>("query", q);
+  const auto ov = view4<float>("out", out);
+  const Int8KV kk = int8_kv("key", k, ks);
+  const Int8KV vk = int8_kv("value", v, vs);
+  const mpi::RingOptions o =
+      ring_options(mask, bias, sinks, scale, causal, window_left, window_right,
+                   softcap, precise, seq_len, zigzag, deterministic);
+  float* l = lse ? lse_data("lse", *lse, qv) : nullptr;
+  nb::gil_scoped_release release;
+  mpi::ring_attention(c, qv, kk, vk, ov, o, l);
+}
+
+// (rows per rank, chunk, the global positions of `rank`'s rows).
+std::tuple<std::size_t, std::size_t, std::vector<std::size_t>> layout_py(
+    std::size_t seq_len, int ranks, bool zigzag, bool deterministic, int rank) {
+  const mpi::RingLayout L =
+      mpi::ring_layout(seq_len, ranks, layout_of(zigzag), deterministic);
+  if (rank < 0 || rank >= ranks)
+    fail("rank " + std::to_string(rank) + " is not in [0, " +
+         std::to_string(ranks) + ")");
+  return {L.rows(), L.chunk, L.positions(rank)};
+}
+
+// ---- vocabulary-parallel softmax family and cross-entropy -----------------
+
+// A 2-d array as a MatrixView of T (dtype checked by the caller); a
+// contiguous last axis and rows that do not overlap. A shard may have no
+// column.
+template <class T, class A>
+MatrixView<T> matrix_of(const char* name, const A& a) {
+  if (a.ndim() != 2)
+    fail(std::string(name) + " has shape " + shape_of(a) +
+         "; expected (rows, columns)");
+  const std::size_t rows = a.shape(0), cols = a.shape(1);
+  if (cols > 1 && a.stride(1) != 1)
+    fail(std::string(name) + "'s last axis is not contiguous");
+  if (rows > 1 && cols > 0 && a.stride(0) < static_cast<std::int64_t>(cols))
+    fail(std::string(name) + "'s rows overlap (stride < columns)");
+  using U = std::remove_const_t<T>;
+  auto* p = reinterpret_cast<T*>(const_cast<U*>(
+      static_cast<const U*>(static_cast<const void*>(a.data()))));
+  const std::size_t stride =
+      rows > 1 && cols > 0 ? static_cast<std::size_t>(a.stride(0)) : cols;
+  return MatrixView<T>(p, rows, cols, stride);
+}
+
+template <class F>
+void by_float(const In& x, F&& f) {
+  if (x.dtype() == nb::dtype<float>()) return f(float{});
+  if (x.dtype() == nb::dtype<double>()) return f(double{});
+  throw nb::type_error("x must be float32 or float64");
+}
+
+template <class T, class A>
+void check_same(const char* name, const A& a, const In& x) {
+  if (a.dtype() != nb::dtype<T>())
+    throw nb::type_error((std::string(name) + " must have x's dtype").c_str());
+  if (a.ndim() != x.ndim() || a.shape(0) != x.shape(0) ||
+      (a.ndim() == 2 && a.shape(1) != x.shape(1)))
+    fail(std::string(name) + " has shape " + shape_of(a) + " but x has " +
+         shape_of(x));
+}
+
+// op 0: softmax, 1: log_softmax, of the rows of this rank's columns.
+void vocab_rows_py(std::int64_t comm, const In& x, const Out& y,
+                   std::size_t vocab_begin, int op, bool deterministic) {
+  const MPI_Comm c = comm_of(comm);
+  mpi::VocabOptions o;
+  o.deterministic = deterministic;
+  by_float(x, [&](auto t) {
+    using T = decltype(t);
+    check_same<T>("out", y, x);
+    const auto xv = matrix_of<const T>("x", x);
+    const auto yv = matrix_of<T>("out", y);
+    nb::gil_scoped_release release;
+    if (op == 0)
+      mpi::softmax(c, xv, vocab_begin, yv, o);
+    else
+      mpi::log_softmax(c, xv, vocab_begin, yv, o);
+  });
+}
+
+void vocab_lse_py(std::int64_t comm, const In& x, const Out& lse,
+                  std::size_t vocab_begin, bool deterministic) {
+  const MPI_Comm c = comm_of(comm);
+  mpi::VocabOptions o;
+  o.deterministic = deterministic;
+  by_float(x, [&](auto t) {
+    using T = decltype(t);
+    const auto xv = matrix_of<const T>("x", x);
+    if (lse.dtype() != nb::dtype<T>() || lse.ndim() != 1 ||
+        lse.shape(0) != xv.rows || (xv.rows > 1 && lse.stride(0) != 1))
+      fail("lse must be a contiguous array of x's dtype, shape (" +
+           std::to_string(xv.rows) + ",)");
+    const std::span<T> l(static_cast<T*>(lse.data()), xv.rows);
+    nb::gil_scoped_release release;
+    mpi::logsumexp(c, xv, vocab_begin, l, o);
+  });
+}
+
+double vocab_xent_py(std::int64_t comm, const In& logits,
+                     std::size_t vocab_begin, const In& targets,
+                     const std::optional<Out>& loss,
+                     const std::optional<Out>& grad, std::int64_t ignore_index,
+                     double label_smoothing, int reduction,
+                     bool deterministic) {
+  const MPI_Comm c = comm_of(comm);
+  CrossEntropyOptions o;
+  o.ignore_index = ignore_index;
+  o.label_smoothing = label_smoothing;
+  o.reduction = reduction == 0   ? Reduction::kNone
+                : reduction == 1 ? Reduction::kSum
+                                 : Reduction::kMean;
+  mpi::VocabOptions vo;
+  vo.deterministic = deterministic;
+  double value = 0.0;
+  by_float(logits, [&](auto t) {
+    using T = decltype(t);
+    const auto xv = matrix_of<const T>("logits", logits);
+    const std::size_t rows = xv.rows;
+    if (targets.dtype() != nb::dtype<std::int64_t>() || targets.ndim() != 1 ||
+        targets.shape(0) != rows || (rows > 1 && targets.stride(0) != 1))
+      fail("targets must be a contiguous int64 array of shape (" +
+           std::to_string(rows) + ",)");
+    std::span<T> ls;
+    if (loss) {
+      if (loss->dtype() != nb::dtype<T>() || loss->ndim() != 1 ||
+          loss->shape(0) != rows || (rows > 1 && loss->stride(0) != 1))
+        fail("loss must be a contiguous array of the logits' dtype, shape (" +
+             std::to_string(rows) + ",)");
+      ls = std::span<T>(static_cast<T*>(loss->data()), rows);
+    }
+    MatrixView<T> gv;
+    if (grad) {
+      if (grad->dtype() != nb::dtype<T>())
+        throw nb::type_error("grad must have the logits' dtype");
+      gv = matrix_of<T>("grad", *grad);
+    }
+    const std::span<const std::int64_t> ts(
+        static_cast<const std::int64_t*>(targets.data()), rows);
+    nb::gil_scoped_release release;
+    value = mpi::cross_entropy(c, xv, vocab_begin, ts, ls, gv, o, vo);
+  });
+  return value;
+}
+
+}  // namespace
+}  // namespace softdot::python
+
+NB_MODULE(_softdot_mpi, m) {
+  using namespace nanobind::literals;
+  using namespace softdot::python;
+  m.doc() = "softdot over MPI (softdot::mpi); use softdot.distributed.";
+  m.def("ring_attention", &ring_py, "comm"_a, "query"_a, "key"_a, "value"_a,
+        "out"_a, "kv_format"_a, "mask"_a.none(), "bias"_a.none(),
+        "sinks"_a.none(), "lse"_a.none(), "scale"_a, "causal"_a,
+        "window_left"_a, "window_right"_a, "softcap"_a, "precise"_a,
+        "seq_len"_a, "zigzag"_a, "deterministic"_a,
+        "Ring attention over the communicator with Fortran handle comm.");
+  m.def("ring_attention_int8", &ring_int8_py, "comm"_a, "query"_a, "key"_a,
+        "key_scales"_a, "value"_a, "value_scales"_a, "out"_a, "mask"_a.none(),
+        "bias"_a.none(), "sinks"_a.none(), "lse"_a.none(), "scale"_a,
+        "causal"_a, "window_left"_a, "window_right"_a, "softcap"_a, "precise"_a,
+        "seq_len"_a, "zigzag"_a, "deterministic"_a,
+        "Ring attention with int8 K and V.");
+  m.def("vocab_rows", &vocab_rows_py, "comm"_a, "x"_a, "out"_a, "vocab_begin"_a,
+        "op"_a, "deterministic"_a,
+        "softmax (op 0) or log_softmax (op 1) of rows split by columns.");
+  m.def("vocab_logsumexp", &vocab_lse_py, "comm"_a, "x"_a, "lse"_a,
+        "vocab_begin"_a, "deterministic"_a,
+        "logsumexp of rows split by columns.");
+  m.def("vocab_cross_entropy", &vocab_xent_py, "comm"_a, "logits"_a,
+        "vocab_begin"_a, "targets"_a, "loss"_a.none(), "grad"_a.none(),
+        "ignore_index"_a, "label_smoothing"_a, "reduction"_a, "deterministic"_a,
+        "Cross-entropy of rows split by columns; returns the reduced loss.");
+  m.def("ring_layout", &layout_py, "seq_len"_a, "ranks"_a, "zigzag"_a,
+        "deterministic"_a, "rank"_a,
+        "(rows per rank, chunk, global positions of rank's rows).");
+}

@@ -1,0 +1,109 @@
+// softdot: one row of the cross-entropy, from the quantities of the whole
+// row (its softmax state, the target's logit, the sum of its logits). Shared
+// by the one-process cross_entropy (src/cross_entropy.cc) and the
+// vocabulary-parallel one (src/mpi/), which gathers those quantities from
+// the ranks' shards first. Scalar code; nothing here throws or allocates.
+#ifndef SOFTDOT_SRC_CROSS_ENTROPY_ROW_H_
+#define SOFTDOT_SRC_CROSS_ENTROPY_ROW_H_
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <type_traits>
+
+#include "kernels.h"
+#include "kernels/row_op.h"
+
+namespace softdot::detail {
+
+// log of a state's sum, sum + sum_lo, in long double (as
+// logsumexp_of_state: log1p where the sum holds the max's exact 1).
+inline long double log_state_sum(const RowState& s) {
+  return s.sum >= 1.0
+             ? std::log1p(static_cast<long double>(s.sum - 1.0) + s.sum_lo)
+             : std::log(static_cast<long double>(s.sum) + s.sum_lo);
+}
+
+// Sum of n values in long double, four interleaved accumulators (a fixed
+// order: the bits depend on n and the values only). Relative error about
+// n 2^-64 of sum |x|; -inf if any value is -inf and none is +inf or NaN.
+template <class T>
+long double sum_in_long_double(const T* x, std::size_t n) {
+  long double a[4] = {0, 0, 0, 0};
+  std::size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (std::size_t k = 0; k < 4; ++k) a[k] += x[i + k];
+  }
+  for (; i < n; ++i) a[i % 4] += x[i];
+  return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+// loss = (1 - eps) (lse - x_t) + eps (lse - sum_x / vocab), in long double,
+// with the special values of include/softdot/cross_entropy.h. `total` is the
+// softmax state of the whole row (max, sum, sum_lo; for a max of +inf, sum
+// counts the +inf logits); sum_x matters only when eps > 0.
+inline long double cross_entropy_row_loss(const RowState& total,
+                                          long double x_t, long double sum_x,
+                                          std::size_t vocab, double eps) {
+  using L = long double;
+  constexpr L kInf = std::numeric_limits<L>::infinity();
+  if (std::isnan(total.max) || std::isnan(total.sum) || std::isnan(x_t) ||
+      std::isnan(sum_x)) {
+    return std::numeric_limits<L>::quiet_NaN();
+  }
+  L nll, smooth;
+  if (total.max == -kInf) {  // every logit -inf: probability 0 everywhere
+    nll = kInf;
+    smooth = kInf;
+  } else if (total.max == kInf) {  // total.sum = k logits +inf, weight 1/k
+    nll = x_t == kInf ? std::log(static_cast<L>(total.sum)) : kInf;
+    smooth = total.sum == static_cast<double>(vocab)
+                 ? std::log(static_cast<L>(vocab))
+                 : kInf;
+  } else {
+    const L log_s = log_state_sum(total);
+    const L m = static_cast<L>(total.max);
+    nll = x_t == -kInf ? kInf : (m - x_t) + log_s;
+    smooth =
+        sum_x == -kInf ? kInf : (m - sum_x / static_cast<L>(vocab)) + log_s;
+  }
+  if (eps == 0.0) return nll;
+  if (eps == 1.0) return smooth;
+  return (1 - static_cast<L>(eps)) * nll + static_cast<L>(eps) * smooth;
+}
+
+// One gradient row (or the columns [0, n) of a shard of it):
+//   g_j = c (softmax_j - (1 - eps) [j == t_local] - eps / vocab),
+// softmax_j from the faithful kApply kernel with the whole row's state, the
+// rest in W (double for float, long double for double), rounded once.
+// t_local < 0 or >= n: the target is not among these columns. x and g must
+// not overlap.
+template <class T>
+void cross_entropy_row_grad(const T* x, std::size_t n, std::ptrdiff_t t_local,
+                            const RowState& total, double c, double eps,
+                            std::size_t vocab, T* g) {
+  using W = std::conditional_t<sizeof(T) == 4, double, long double>;
+  if (n == 0) return;
+  RowState state = total;
+  softmax_row_kernel(x, nullptr, T{1}, n, RowOp::kApply, true, g, &state);
+  const bool has_target = t_local >= 0 && static_cast<std::size_t>(t_local) < n;
+  const W p_t = has_target ? static_cast<W>(g[t_local]) : W{0};
+  const W cw = static_cast<W>(c);
+  const W off = static_cast<W>(eps) / static_cast<W>(vocab);
+  if (eps != 0.0) {
+    for (std::size_t j = 0; j < n; ++j) {
+      g[j] = static_cast<T>(cw * (static_cast<W>(g[j]) - off));
+    }
+  } else if (c != 1.0) {
+    for (std::size_t j = 0; j < n; ++j) {
+      g[j] = static_cast<T>(cw * static_cast<W>(g[j]));
+    }
+  }
+  if (has_target) {
+    g[t_local] = static_cast<T>(cw * ((p_t - (1 - static_cast<W>(eps))) - off));
+  }
+}
+
+}  // namespace softdot::detail
+
+#endif  // SOFTDOT_SRC_CROSS_ENTROPY_ROW_H_

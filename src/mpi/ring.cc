@@ -1,0 +1,555 @@
+// softdot::mpi::ring_attention and the layouts (include/softdot/mpi.h).
+//
+// Each rank keeps, for each of its query chunks (one contiguous range of
+// global positions), an AttentionPartial over the keys seen so far. The K
+// and V shards travel the ring in a byte buffer each (K, V and the int8
+// scales packed densely), two buffers per rank: at step s the rank sends the
+// shard in hand to rank + 1 and receives the next one from rank - 1 into
+// the other buffer, both posted before the compute on the shard in hand.
+#include <mpi.h>
+
+#include <algorithm>
+#include <bit>
+#include <climits>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "mpi/comm.h"
+#include "softdot/attention.h"
+#include "softdot/mpi.h"
+
+namespace softdot::mpi {
+
+std::size_t RingLayout::chunk_start(int rank, std::size_t c) const noexcept {
+  const auto r = static_cast<std::size_t>(rank);
+  if (kind == Layout::contiguous) return r * chunk;
+  const auto p = static_cast<std::size_t>(ranks);
+  return (c == 0 ? r : 2 * p - 1 - r) * chunk;
+}
+
+std::vector<std::size_t> RingLayout::positions(int rank) const {
+  std::vector<std::size_t> pos;
+  pos.reserve(rows());
+  for (std::size_t c = 0; c < chunks_per_rank(); ++c) {
+    const std::size_t s = chunk_start(rank, c);
+    for (std::size_t i = 0; i < chunk; ++i) pos.push_back(s + i);
+  }
+  return pos;
+}
+
+RingLayout ring_layout(std::size_t seq_len, int ranks, Layout kind,
+                       bool deterministic) {
+  if (ranks < 1) {
+    throw std::invalid_argument(
+        "softdot::mpi::ring_layout: ranks must be >= 1, got " +
+        std::to_string(ranks));
+  }
+  if (seq_len == 0) {
+    throw std::invalid_argument(
+        "softdot::mpi::ring_layout: seq_len must be >= 1");
+  }
+  RingLayout l;
+  l.kind = kind;
+  l.seq_len = seq_len;
+  l.ranks = ranks;
+  const std::size_t parts =
+      static_cast<std::size_t>(ranks) * l.chunks_per_rank();
+  std::size_t chunk = (seq_len + parts - 1) / parts;
+  if (deterministic) chunk = (chunk + kRingBlock - 1) / kRingBlock * kRingBlock;
+  l.chunk = std::max<std::size_t>(chunk, 1);
+  return l;
+}
+
+namespace {
+
+using detail::agree_or_throw;
+using detail::agree_or_throw_runtime;
+using detail::check_mpi;
+using detail::DupComm;
+
+constexpr const char* kFn = "softdot::mpi::ring_attention";
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+template <class T>
+TensorView<T> row_range(const TensorView<T>& t, std::size_t r0, std::size_t n) {
+  TensorView<T> s = t;
+  if (t.data != nullptr) s.data = t.data + r0 * t.row_stride;
+  s.rows = n;
+  return s;
+}
+
+std::string dims(const char* name, std::size_t b, std::size_t h, std::size_t r,
+                 std::size_t c) {
+  return std::string(name) + " [" + std::to_string(b) + ", " +
+         std::to_string(h) + ", " + std::to_string(r) + ", " +
+         std::to_string(c) + "]";
+}
+template <class T>
+std::string dims(const char* name, const TensorView<T>& t) {
+  return dims(name, t.batch, t.heads, t.rows, t.cols);
+}
+
+std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
+
+// The K/V shard of one rank, packed densely: K [B, H_kv, rows, d], V
+// [B, H_kv, rows, d_v] (then, int8, the K and V scales [B, H_kv, rows]),
+// each section starting at a multiple of 64 bytes.
+template <class KT>
+struct Packing {
+  std::size_t B, Hkv, rows, d, dv;
+  std::size_t k_off = 0, v_off, ks_off, vs_off, bytes;
+  Packing(std::size_t b, std::size_t hkv, std::size_t n, std::size_t d_,
+          std::size_t dv_)
+      : B(b), Hkv(hkv), rows(n), d(d_), dv(dv_) {
+    v_off = align64(B * Hkv * rows * d * sizeof(KT));
+    ks_off = v_off + align64(B * Hkv * rows * dv * sizeof(KT));
+    const std::size_t scales =
+        std::is_same_v<KT, std::int8_t> ? align64(B * Hkv * rows * 4) : 0;
+    vs_off = ks_off + scales;
+    bytes = vs_off + scales;
+  }
+  TensorView<const KT> k(const unsigned char* buf) const {
+    return {reinterpret_cast<const KT*>(buf + k_off), B, Hkv, rows, d};
+  }
+  TensorView<const KT> v(const unsigned char* buf) const {
+    return {reinterpret_cast<const KT*>(buf + v_off), B, Hkv, rows, dv};
+  }
+  TensorView<const float> ks(const unsigned char* buf) const {
+    return {reinterpret_cast<const float*>(buf + ks_off), B, Hkv, rows, 1};
+  }
+  TensorView<const float> vs(const unsigned char* buf) const {
+    return {reinterpret_cast<const float*>(buf + vs_off), B, Hkv, rows, 1};
+  }
+};
+
+template <class T>
+void pack_view(const TensorView<const T>& t, unsigned char* dst) {
+  T* out = reinterpret_cast<T*>(dst);
+  for (std::size_t b = 0; b < t.batch; ++b) {
+    for (std::size_t h = 0; h < t.heads; ++h) {
+      for (std::size_t r = 0; r < t.rows; ++r) {
+        std::memcpy(out, t.row(b, h, r), t.cols * sizeof(T));
+        out += t.cols;
+      }
+    }
+  }
+}
+
+// attention_partial on K and V of either storage.
+template <class KT>
+void partial_of(const TensorView<const float>& q, const TensorView<const KT>& k,
+                const TensorView<const KT>& v,
+                const TensorView<const float>& ks,
+                const TensorView<const float>& vs, AttentionPartial& part,
+                const AttentionOptions& o) {
+  if constexpr (std::is_same_v<KT, std::int8_t>) {
+    attention_partial(q, Int8KV{k, ks}, Int8KV{v, vs}, part, o);
+  } else {
+    (void)ks;
+    (void)vs;
+    attention_partial(q, k, v, part, o);
+  }
+}
+
+template <class KT>
+constexpr int kv_code() {
+  if constexpr (std::is_same_v<KT, Float16>) return 1;
+  if constexpr (std::is_same_v<KT, BFloat16>) return 2;
+  if constexpr (std::is_same_v<KT, std::int8_t>) return 3;
+  return 0;
+}
+
+// The local checks of one rank; the empty string when every argument is
+// good.
+template <class KT>
+std::string check_local(const RingLayout& L, int rank,
+                        const TensorView<const float>& q,
+                        const TensorView<const KT>& k,
+                        const TensorView<const KT>& v,
+                        const TensorView<const float>* ks,
+                        const TensorView<const float>* vs,
+                        const TensorView<float>& out, const RingOptions& ro) {
+  const std::string fn = kFn;
+  const AttentionOptions& o = ro.attention;
+  if (o.kv_begin != 0 || o.kv_end != std::numeric_limits<std::size_t>::max() ||
+      o.q_position != AttentionOptions::kAutoPosition || o.kv_position != 0 ||
+      o.prefill_form) {
+    return fn +
+           ": options.attention.kv_begin, kv_end, q_position, "
+           "kv_position and prefill_form must keep their defaults";
+  }
+  const std::size_t n = L.rows();
+  if (q.rows != n || k.rows != n || v.rows != n) {
+    return fn + ": " + dims("q", q) + ", " + dims("k", k) + " and " +
+           dims("v", v) + " must have rows = " + std::to_string(n) +
+           " (seq_len " + std::to_string(ro.seq_len) + " over " +
+           std::to_string(L.ranks) + " ranks, " +
+           (L.kind == Layout::zigzag ? "zigzag" : "contiguous") +
+           (ro.deterministic ? ", deterministic" : "") + ")";
+  }
+  if (out.batch != q.batch || out.heads != q.heads || out.rows != n ||
+      out.cols != v.cols) {
+    return fn + ": " + dims("out", out) + " must be " +
+           dims("out", q.batch, q.heads, n, v.cols) + " for " + dims("q", q) +
+           " and " + dims("v", v);
+  }
+  if (out.data == nullptr) return fn + ": out has null data";
+  if (out.rows > 1 && out.row_stride < out.cols) {
+    return fn + ": " + dims("out", out) + " has row_stride " +
+           std::to_string(out.row_stride) + " < cols";
+  }
+  auto check_extra = [&](const char* name, auto& t) -> std::string {
+    if (t.data == nullptr) return "";
+    if (t.rows != n || t.cols != ro.seq_len) {
+      return fn + ": options.attention." + dims(name, t) + " must have rows " +
+             std::to_string(n) + " (the local queries) and cols = seq_len " +
+             std::to_string(ro.seq_len);
+    }
+    return "";
+  };
+  std::string e = check_extra("mask", o.mask);
+  if (e.empty()) e = check_extra("bias", o.bias);
+  if (!e.empty()) return e;
+  // Everything else as attention_partial() checks it: an empty key range
+  // (no work) over the whole local shard, positions as the ring's first
+  // call.
+  AttentionOptions c = o;
+  c.q_position = L.chunk_start(rank, 0);
+  c.kv_position = 0;
+  c.kv_begin = 0;
+  c.kv_end = 0;
+  c.mask = {};
+  c.bias = {};
+  AttentionPartial tmp;
+  try {
+    partial_of<KT>(q, k, v, ks ? *ks : TensorView<const float>{},
+                   vs ? *vs : TensorView<const float>{}, tmp, c);
+  } catch (const std::invalid_argument& ex) {
+    std::string m = ex.what();
+    const std::string from = "attention_partial";
+    const auto at = m.find(from);
+    if (at != std::string::npos) m.replace(at, from.size(), fn);
+    return m;
+  }
+  return "";
+}
+
+// Every rank's shapes and options must agree: the first that differs, or
+// "".
+template <class KT>
+std::string check_same(MPI_Comm comm, const TensorView<const float>& q,
+                       const TensorView<const KT>& k,
+                       const TensorView<const KT>& v, const RingOptions& ro,
+                       bool lse) {
+  const AttentionOptions& o = ro.attention;
+  const double scale = o.scale;
+  const char* names[] = {"q.batch",       "q.heads",  "k.heads", "q.cols",
+                         "v.cols",        "rows",     "seq_len", "layout",
+                         "deterministic", "K/V type", "causal",  "window_left",
+                         "window_right",  "scale",    "softcap", "mask",
+                         "bias",          "sinks",    "precise", "lse"};
+  const long long vals[] = {
+      static_cast<long long>(q.batch),
+      static_cast<long long>(q.heads),
+      static_cast<long long>(k.heads),
+      static_cast<long long>(q.cols),
+      static_cast<long long>(v.cols),
+      static_cast<long long>(q.rows),
+      static_cast<long long>(ro.seq_len),
+      static_cast<long long>(ro.layout),
+      ro.deterministic ? 1 : 0,
+      kv_code<KT>(),
+      o.causal ? 1 : 0,
+      static_cast<long long>(o.window_left),
+      static_cast<long long>(o.window_right),
+      std::isnan(scale) ? -1 : std::bit_cast<long long>(scale),
+      static_cast<long long>(std::bit_cast<std::uint32_t>(o.softcap)),
+      o.mask.empty() ? 0 : 1,
+      o.bias.empty() ? 0 : 1,
+      static_cast<long long>(o.sinks.size()),
+      o.precise ? 1 : 0,
+      lse ? 1 : 0};
+  constexpr int kN = static_cast<int>(sizeof(vals) / sizeof(vals[0]));
+  long long both[2 * kN], agg[2 * kN];
+  for (int i = 0; i < kN; ++i) {
+    both[i] = vals[i];
+    both[kN + i] = -vals[i];
+  }
+  // One reduction: the minimum of x and of -x (the maximum).
+  check_mpi(MPI_Allreduce(both, agg, 2 * kN, MPI_LONG_LONG, MPI_MIN, comm),
+            "MPI_Allreduce");
+  for (int i = 0; i < kN; ++i) {
+    if (agg[i] != -agg[kN + i]) {
+      return std::string(kFn) + ": " + names[i] +
+             " differs between ranks (every rank must pass the same shapes "
+             "and options)";
+    }
+  }
+  return "";
+}
+
+// One query chunk of this rank.
+struct QueryChunk {
+  std::size_t row0 = 0;  // first local row
+  std::size_t pos = 0;   // its global position
+  std::size_t real = 0;  // rows below seq_len
+  AttentionPartial acc;
+  std::vector<AttentionPartial> blocks;  // deterministic: by global block
+  std::vector<char> have;
+};
+
+// Whether no query of [q0, q1] can see a key of [k0, k1] (the causal mask
+// and the window); such a pair is the identity and is skipped.
+bool hidden(const AttentionOptions& o, std::size_t q0, std::size_t q1,
+            std::size_t k0, std::size_t k1) {
+  std::ptrdiff_t wr = o.window_right, wl = o.window_left;
+  if (o.causal) wr = 0;
+  const auto sq0 = static_cast<long long>(q0), sq1 = static_cast<long long>(q1);
+  const auto sk0 = static_cast<long long>(k0), sk1 = static_cast<long long>(k1);
+  if (wr >= 0 && sk0 > sq1 + wr) return true;
+  if (wl >= 0 && sk1 < sq0 - wl) return true;
+  return false;
+}
+
+template <class KT>
+void run_ring(MPI_Comm user_comm, const TensorView<const float>& q,
+              const TensorView<const KT>& k, const TensorView<const KT>& v,
+              const TensorView<const float>* ks,
+              const TensorView<const float>* vs, const TensorView<float>& out,
+              const RingOptions& ro, float* lse) {
+  DupComm comm(user_comm, kFn);
+  const int P = comm.size(), rank = comm.rank();
+  // Local checks, then agreement: nothing moves before every rank is good.
+  RingLayout L;
+  std::string err;
+  try {
+    L = ring_layout(ro.seq_len == 0 ? 1 : ro.seq_len, P, ro.layout,
+                    ro.deterministic);
+    if (ro.seq_len == 0) err = std::string(kFn) + ": seq_len must be >= 1";
+    if (err.empty()) err = check_local<KT>(L, rank, q, k, v, ks, vs, out, ro);
+  } catch (const std::exception& e) {
+    err = std::string(kFn) + ": " + e.what();
+  }
+  agree_or_throw(comm.get(), err.empty(), err);
+  err = check_same<KT>(comm.get(), q, k, v, ro, lse != nullptr);
+  if (!err.empty()) throw std::invalid_argument(err);
+
+  const AttentionOptions& o = ro.attention;
+  const std::size_t B = q.batch, H = q.heads, dv = v.cols;
+  const std::size_t n = ro.seq_len, c = L.chunk;
+  const std::size_t nq = L.chunks_per_rank();
+  const Packing<KT> pk(B, k.heads, L.rows(), k.cols, dv);
+  if (pk.bytes > static_cast<std::size_t>(INT_MAX)) {
+    throw std::invalid_argument(std::string(kFn) + ": a K/V shard of " +
+                                std::to_string(pk.bytes) +
+                                " bytes is over one message's 2^31 - 1");
+  }
+  const std::size_t n_blocks =
+      (L.ranks * L.rows() + kRingBlock - 1) / kRingBlock;
+
+  std::vector<QueryChunk> qc(nq);
+  std::vector<unsigned char> cur, nxt;
+  std::vector<float> lse_tmp;
+  try {
+    cur.resize(pk.bytes);
+    nxt.resize(pk.bytes);
+    pack_view(k, cur.data() + pk.k_off);
+    pack_view(v, cur.data() + pk.v_off);
+    if (ks) {
+      pack_view(*ks, cur.data() + pk.ks_off);
+      pack_view(*vs, cur.data() + pk.vs_off);
+    }
+    for (std::size_t s = 0; s < nq; ++s) {
+      QueryChunk& x = qc[s];
+      x.row0 = s * c;
+      x.pos = L.chunk_start(rank, s);
+      x.real = x.pos < n ? std::min(c, n - x.pos) : 0;
+      x.acc = AttentionPartial::empty(B, H, x.real, dv);
+      if (ro.deterministic) {
+        x.blocks.resize(n_blocks);
+        x.have.assign(n_blocks, 0);
+      }
+    }
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  agree_or_throw_runtime(comm.get(), err.empty(),
+                         std::string(kFn) + ": " + err);
+
+  // The options of one call: query chunk x against keys at kpos.
+  auto call_options = [&](const QueryChunk& x, std::size_t kpos) {
+    AttentionOptions c2 = o;
+    c2.q_position = x.pos;
+    c2.kv_position = kpos;
+    c2.sinks = {};
+    c2.prefill_form = ro.deterministic;
+    c2.mask = row_range(o.mask, x.row0, x.real);
+    c2.bias = row_range(o.bias, x.row0, x.real);
+    return c2;
+  };
+  AttentionPartial part;
+  // Deterministic: the sinks as a partial of their own (no keys), first in
+  // the global order.
+  if (ro.deterministic && !o.sinks.empty()) {
+    try {
+      for (QueryChunk& x : qc) {
+        if (x.real == 0) continue;
+        AttentionOptions c2 = call_options(x, 0);
+        c2.sinks = o.sinks;
+        c2.mask = {};
+        c2.bias = {};
+        partial_of<KT>(row_range(q, x.row0, x.real), row_range(k, 0, 0),
+                       row_range(v, 0, 0),
+                       ks ? row_range(*ks, 0, 0) : TensorView<const float>{},
+                       vs ? row_range(*vs, 0, 0) : TensorView<const float>{},
+                       x.acc, c2);
+      }
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+    agree_or_throw_runtime(comm.get(), err.empty(),
+                           std::string(kFn) + ": " + err);
+  }
+
+  const int next = (rank + 1) % P, prev = (rank + P - 1) % P;
+  const int bytes = static_cast<int>(pk.bytes);
+  for (int step = 0; step < P; ++step) {
+    const int owner = (rank - step + P) % P;
+    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    if (step + 1 < P) {
+      check_mpi(MPI_Irecv(nxt.data(), bytes, MPI_BYTE, prev, step, comm.get(),
+                          &req[0]),
+                "MPI_Irecv");
+      check_mpi(MPI_Isend(cur.data(), bytes, MPI_BYTE, next, step, comm.get(),
+                          &req[1]),
+                "MPI_Isend");
+    }
+    // Lets the transfers progress between the compute calls (Open MPI moves
+    // nonblocking transfers only inside MPI calls).
+    auto poke = [&] {
+      int done = 0;
+      if (step + 1 < P) MPI_Testall(2, req, &done, MPI_STATUSES_IGNORE);
+    };
+    err.clear();
+    try {
+      const TensorView<const KT> kk = pk.k(cur.data()), vv = pk.v(cur.data());
+      const TensorView<const float> kss =
+          ks ? pk.ks(cur.data()) : TensorView<const float>{};
+      const TensorView<const float> vss =
+          vs ? pk.vs(cur.data()) : TensorView<const float>{};
+      for (std::size_t kc = 0; kc < nq; ++kc) {
+        const std::size_t kpos = L.chunk_start(owner, kc);
+        const std::size_t kr = kpos < n ? std::min(c, n - kpos) : 0;
+        const std::size_t krow = kc * c;
+        for (QueryChunk& x : qc) {
+          if (x.real == 0) continue;
+          // The sinks (not deterministic) go with this rank's own first
+          // key chunk, once per query chunk, whatever that key chunk holds.
+          const bool sink_call =
+              !ro.deterministic && !o.sinks.empty() && step == 0 && kc == 0;
+          if (!sink_call && (kr == 0 || hidden(o, x.pos, x.pos + x.real - 1,
+                                               kpos, kpos + kr - 1))) {
+            continue;
+          }
+          AttentionOptions c2 = call_options(x, kpos);
+          const auto qv = row_range(q, x.row0, x.real);
+          const auto kv = row_range(kk, krow, kr);
+          const auto vv2 = row_range(vv, krow, kr);
+          const auto ksv = ks ? row_range(kss, krow, kr) : kss;
+          const auto vsv = vs ? row_range(vss, krow, kr) : vss;
+          if (!ro.deterministic) {
+            if (sink_call) c2.sinks = o.sinks;
+            partial_of<KT>(qv, kv, vv2, ksv, vsv, part, c2);
+            attention_merge(x.acc, part);
+            poke();
+            continue;
+          }
+          for (std::size_t j0 = 0; j0 < kr; j0 += kRingBlock) {
+            const std::size_t j1 = std::min(kr, j0 + kRingBlock);
+            if (hidden(o, x.pos, x.pos + x.real - 1, kpos + j0, kpos + j1 - 1))
+              continue;
+            c2.kv_begin = j0;
+            c2.kv_end = j1;
+            const std::size_t blk = (kpos + j0) / kRingBlock;
+            partial_of<KT>(qv, kv, vv2, ksv, vsv, x.blocks[blk], c2);
+            x.have[blk] = 1;
+            poke();
+          }
+        }
+      }
+    } catch (const std::exception& e) {
+      err = std::string(kFn) + ": " + e.what();
+    }
+    if (step + 1 < P) {
+      check_mpi(MPI_Waitall(2, req, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    }
+    agree_or_throw_runtime(comm.get(), err.empty(), err);
+    std::swap(cur, nxt);
+  }
+
+  // Deterministic: the blocks in global key order.
+  if (ro.deterministic) {
+    for (QueryChunk& x : qc) {
+      for (std::size_t b = 0; b < n_blocks; ++b) {
+        if (x.have[b]) attention_merge(x.acc, x.blocks[b]);
+      }
+    }
+  }
+  // Finalise each query chunk into its rows; padding rows get +0, -inf.
+  lse_tmp.resize(B * H * c);
+  for (const QueryChunk& x : qc) {
+    if (x.real > 0) {
+      attention_finalize(x.acc, row_range(out, x.row0, x.real),
+                         lse ? lse_tmp.data() : nullptr);
+    }
+    for (std::size_t b = 0; b < B; ++b) {
+      for (std::size_t h = 0; h < H; ++h) {
+        for (std::size_t i = 0; i < c; ++i) {
+          const std::size_t row = x.row0 + i;
+          if (i >= x.real) std::fill_n(out.row(b, h, row), dv, 0.0f);
+          if (lse) {
+            lse[(b * H + h) * L.rows() + row] =
+                i < x.real ? lse_tmp[(b * H + h) * x.real + i] : -kInf;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void ring_attention(MPI_Comm comm, TensorView<const float> q,
+                    TensorView<const float> k, TensorView<const float> v,
+                    TensorView<float> out, const RingOptions& options,
+                    float* lse) {
+  run_ring<float>(comm, q, k, v, nullptr, nullptr, out, options, lse);
+}
+void ring_attention(MPI_Comm comm, TensorView<const float> q,
+                    TensorView<const Float16> k, TensorView<const Float16> v,
+                    TensorView<float> out, const RingOptions& options,
+                    float* lse) {
+  run_ring<Float16>(comm, q, k, v, nullptr, nullptr, out, options, lse);
+}
+void ring_attention(MPI_Comm comm, TensorView<const float> q,
+                    TensorView<const BFloat16> k, TensorView<const BFloat16> v,
+                    TensorView<float> out, const RingOptions& options,
+                    float* lse) {
+  run_ring<BFloat16>(comm, q, k, v, nullptr, nullptr, out, options, lse);
+}
+void ring_attention(MPI_Comm comm, TensorView<const float> q, const Int8KV& k,
+                    const Int8KV& v, TensorView<float> out,
+                    const RingOptions& options, float* lse) {
+  run_ring<std::int8_t>(comm, q, k.values, v.values, &k.scales, &v.scales, out,
+                        options, lse);
+}
+
+}  // namespace softdot::mpi
