@@ -27,7 +27,8 @@
 #   PEERS_MIN_TIME     --benchmark_min_time in seconds (default 0.1)
 #   PEERS_REPETITIONS  --benchmark_repetitions (default 3)
 #   PEERS_SVG          chart path for peers_report.py --svg (default
-#                      docs/img/softmax_peers.svg -> ..._cache.svg, ..._memory.svg)
+#                      docs/img/softmax_peers.svg -> ..._cache.svg, ..._memory.svg; the
+#                      committed charts are softmax_peers_avx3_* and _avx2_*)
 #   SOFTDOT_BENCH_TARGET  e.g. AVX2: softdot's (and Highway's Dot's) SIMD target;
 #                      with OPENBLAS_CORETYPE=Haswell for OpenBLAS's AVX2 kernels
 #   PEERS_TIME         real (default) or cpu: the time of the single-thread

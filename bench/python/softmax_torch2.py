@@ -28,7 +28,6 @@ import argparse
 import json
 import re
 import statistics
-import sys
 import time
 
 import numpy as np
@@ -115,11 +114,18 @@ def main() -> None:
                 state["i"] = i + 1 if i + 1 < copies else 0
 
             raw = median_time(call, args.min_time, reps)
-            # The result is a softmax (a check, as softdot_peers checks its peers).
+            # The result is a softmax: softdot_peers' self-check (max |difference|
+            # at most 1e-5, here against float64); a failure is reported as
+            # softdot_peers reports one, and the run goes on.
             ref = torch.softmax(xs[0].double(), -1)
             err = float((ys[0].double() - ref).abs().max())
-            if not err < 1e-6:
-                sys.exit(f"{name}: max |error| {err} against float64")
+            if not err <= 1e-5:
+                message = f"self-check failed: max |pytorch2 - float64| = {err:.6f} > 1e-5"
+                print(f"{name}: {message}", flush=True)
+                benchmarks.append({"name": name, "run_name": name, "error_occurred": True,
+                                   "error_message": message})
+                del xs, ys
+                continue
             benchmarks.append(entry(name, max(raw - overhead, 0.0), elements, reps))
             benchmarks.append(entry(name + "_raw", raw, elements, reps))
             print(f"{name}: {raw * 1e9:.1f} ns per call, {(raw - overhead) * 1e9 / elements:.3f}"
