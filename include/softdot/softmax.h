@@ -95,7 +95,7 @@ void log_softmax(std::span<const double> x, std::span<double> y,
 // double for double): within 2 ulp, plus about u_W |m| absolute, the
 // rounding of m + log(sum) in the wider type (u_W = 2^-53 for float, 2^-64
 // for double on x86). For float that term exceeds an ulp of the result only
-// when |result| < about 2^-29 |m| (measured 2.31 ulp at |result| = 9.7e-10,
+// when |result| < about 2^-30 |m| (measured 2.31 ulp at |result| = 9.7e-10,
 // |m| near 2). Special values as above. x must not be empty. Does not allocate.
 float logsumexp(std::span<const float> x, const SoftmaxOptions& options = {});
 double logsumexp(std::span<const double> x, const SoftmaxOptions& options = {});
