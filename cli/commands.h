@@ -56,6 +56,8 @@ struct CrossEntropyArgs {
   std::optional<std::string> reduction;
   std::optional<std::string> output;  // per-row losses
   std::optional<std::string> grad;    // the gradient
+  bool ring = false;                  // columns split across MPI ranks
+  bool deterministic = false;  // --ring: bits independent of the rank count
 };
 
 int run_dot(const DotArgs& args);

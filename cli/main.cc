@@ -239,6 +239,12 @@ int run(int argc, char** argv) {
                    "Write the gradient of the printed loss, .npy [rows, "
                    "classes]")
       ->type_name("FILE");
+  xent_cmd->add_flag(
+      "--ring", xent.ring,
+      "Under mpirun: split the classes (columns) across the ranks; rank 0 "
+      "reads and writes the files (needs softdot built with MPI)");
+  xent_cmd->add_flag("--deterministic", xent.deterministic,
+                     "With --ring: the same bits for every number of ranks");
 
   CLI::App* demo_cmd =
       app.add_subcommand("demo", "Run the worked examples of the seed text");
