@@ -132,8 +132,7 @@ int run_ranks(const MpiSession& s, const Header& h, const Matrix<T>* logits,
   }
   if (args.grad) {
     MPI_Gatherv(grad.data(), counts[me], mpi_type<T>(), packed.data(),
-                counts.data(), displs.data(), mpi_type<T>(), 0,
-                MPI_COMM_WORLD);
+                counts.data(), displs.data(), mpi_type<T>(), 0, MPI_COMM_WORLD);
   }
   std::string write_error;
   if (s.rank() == 0) {

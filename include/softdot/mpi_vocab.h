@@ -65,7 +65,8 @@ struct VocabOptions {
 
 // y = softmax over the whole row, for this rank's columns. y: the shape of
 // x, any stride; y may be x (in place), no other overlap. Allocates
-// O(P rows) doubles for the exchange.
+// O(P rows) doubles for the exchange (and, in deterministic mode, one row of
+// this rank's columns in double).
 void softmax(MPI_Comm comm, MatrixView<const float> x, std::size_t vocab_begin,
              MatrixView<float> y, const VocabOptions& options = {});
 void softmax(MPI_Comm comm, MatrixView<const double> x, std::size_t vocab_begin,

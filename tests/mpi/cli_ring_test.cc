@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
   write(dir + "/t.npy", npy("<i8", "(5,)", t));
   const std::string base = mpirun +
                            " --allow-run-as-root --oversubscribe --mca "
-                           "btl self,tcp --mca btl_tcp_if_include lo --mca mpi_yield_when_idle 1 -np ";
+                           "btl self,tcp --mca btl_tcp_if_include lo --mca "
+                           "mpi_yield_when_idle 1 -np ";
   const std::string args = " " + softdot + " cross-entropy --ring --logits " +
                            dir + "/l.npy --targets " + dir +
                            "/t.npy --label-smoothing 0.1 ";
@@ -107,12 +108,12 @@ int main(int argc, char** argv) {
       softdot::MatrixView<const float>(x.data(), rows, V), t, loss,
       softdot::MatrixView<float>(grad.data(), rows, V), o);
 
-  const Run r = run(base + p + args + "-o " + dir + "/loss.npy --grad " + dir +
-                    "/g.npy");
+  const Run r =
+      run(base + p + args + "-o " + dir + "/loss.npy --grad " + dir + "/g.npy");
   check(r.status == 0, "status " + std::to_string(r.status) + ": " + r.out);
-  check(std::fabs(std::stod(r.out.empty() ? "nan" : r.out) - mean) <=
-            1e-6 * mean,
-        "printed loss " + r.out);
+  check(
+      std::fabs(std::stod(r.out.empty() ? "nan" : r.out) - mean) <= 1e-6 * mean,
+      "printed loss " + r.out);
   const std::vector<float> l = npy_values<float>(dir + "/loss.npy");
   const std::vector<float> g = npy_values<float>(dir + "/g.npy");
   check(l.size() == rows && g.size() == rows * V, "file sizes");
@@ -127,10 +128,10 @@ int main(int argc, char** argv) {
     }
   }
   // Deterministic: the same bytes as on one rank.
-  const Run d1 = run(base + "1" + args + "--deterministic --grad " + dir +
-                     "/d1.npy");
-  const Run dp = run(base + p + args + "--deterministic --grad " + dir +
-                     "/dp.npy");
+  const Run d1 =
+      run(base + "1" + args + "--deterministic --grad " + dir + "/d1.npy");
+  const Run dp =
+      run(base + p + args + "--deterministic --grad " + dir + "/dp.npy");
   check(d1.status == 0 && dp.status == 0 && d1.out == dp.out,
         "deterministic printed loss: " + d1.out + " vs " + dp.out);
   const std::vector<float> g1 = npy_values<float>(dir + "/d1.npy");
@@ -139,12 +140,11 @@ int main(int argc, char** argv) {
             std::memcmp(g1.data(), gp.data(), g1.size() * 4) == 0,
         "deterministic gradient bytes differ between 1 and " + p + " ranks");
   // A bad target: status 2 everywhere, one error line, no file.
-  write(dir + "/bad.npy", npy("<i8", "(5,)",
-                              std::vector<std::int64_t>{0, 203, 1, 2, 3}));
-  const Run b = run(base + p + " " + softdot +
-                    " cross-entropy --ring --logits " + dir +
-                    "/l.npy --targets " + dir + "/bad.npy -o " + dir +
-                    "/bad_out.npy");
+  write(dir + "/bad.npy",
+        npy("<i8", "(5,)", std::vector<std::int64_t>{0, 203, 1, 2, 3}));
+  const Run b =
+      run(base + p + " " + softdot + " cross-entropy --ring --logits " + dir +
+          "/l.npy --targets " + dir + "/bad.npy -o " + dir + "/bad_out.npy");
   check(b.status == 2, "bad target status " + std::to_string(b.status));
   check(b.out.find("targets[1] = 203") != std::string::npos,
         "bad target message: " + b.out);
