@@ -32,6 +32,9 @@
 //                 truncation costs at most V 2^-100). The sum of the logits
 //                 (label smoothing) likewise, in fixed point relative to the
 //                 largest |x_j|. One more exchange and a conversion pass.
+//                 Bitwise claims hold for ranks on the same SIMD target
+//                 (softdot::simd_target()); tested for P = 1 to 8 with uneven
+//                 splits, an empty shard and ranks not in vocabulary order.
 // Neither mode is bitwise equal to the one-process softmax_rows (whose sum
 // is ordered differently); both are within its error bound of it: softmax
 // within 1 ulp of the exact weight (faithful), logsumexp and log_softmax as
