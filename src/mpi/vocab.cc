@@ -520,9 +520,8 @@ double cross_entropy_op(MPI_Comm comm, MatrixView<const T> logits,
   detail::DupComm dc(comm, function);
   agree_local(dc.get(), [&] {
     // The target range is checked against V once V is known.
-    softdot::detail::check_cross_entropy<T>(
-        function, logits, std::numeric_limits<std::size_t>::max(), targets,
-        loss, grad, options);
+    softdot::detail::check_cross_entropy<T>(function, logits, 1, targets, loss,
+                                            grad, options, false);
   });
   std::uint64_t h = 0xcbf29ce484222325ull;
   h = fnv(h, targets.data(), targets.size() * sizeof(std::int64_t));
