@@ -4,11 +4,13 @@
 // broadcasts the options and targets, scatters contiguous column blocks
 // (rank r: V / P columns, one more for the first V % P ranks), gathers the
 // gradient, writes the files and prints the loss. Every failure is agreed
-// on by all ranks: rank 0 prints the error, every rank exits with status 2.
+// on by all ranks: rank 0 prints the error, every rank exits with status 2
+// (after a barrier, so that rank 0's line is out first).
 // Built only with softdot::mpi (SOFTDOT_CLI_MPI).
 #include <mpi.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -69,6 +71,23 @@ struct Header {
   double eps = 0.0;
 };
 
+// Every rank's exit after an agreed failure: rank 0 prints the one error
+// line (as main does) before the barrier, so that no rank's early exit can
+// make mpirun kill rank 0 before its message is out.
+int fail_all(const MpiSession& s, const std::string& message) {
+  if (s.rank() == 0) {
+    std::string line = "softdot: error: " + message;
+    for (char& c : line) {
+      if (c == '\n' || c == '\r') c = ' ';
+    }
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return kExitError;
+}
+
 template <class T>
 MPI_Datatype mpi_type() {
   return sizeof(T) == 4 ? MPI_FLOAT : MPI_DOUBLE;
@@ -126,10 +145,7 @@ int run_ranks(const MpiSession& s, const Header& h, const Matrix<T>* logits,
   } catch (const std::exception& e) {
     error = e.what();  // the same on every rank (collective checks)
   }
-  if (!error.empty()) {
-    if (s.rank() == 0) throw CliError(error);
-    return kExitError;
-  }
+  if (!error.empty()) return fail_all(s, error);
   if (args.grad) {
     MPI_Gatherv(grad.data(), counts[me], mpi_type<T>(), packed.data(),
                 counts.data(), displs.data(), mpi_type<T>(), 0, MPI_COMM_WORLD);
@@ -166,10 +182,7 @@ int run_ranks(const MpiSession& s, const Header& h, const Matrix<T>* logits,
       write_error = e.what();
     }
   }
-  if (shared_failure(write_error)) {
-    if (s.rank() == 0) throw CliError(write_error);
-    return kExitError;
-  }
+  if (shared_failure(write_error)) return fail_all(s, write_error);
   return 0;
 }
 
@@ -205,10 +218,7 @@ int run_cross_entropy_ring(const CrossEntropyArgs& args) {
       error = e.what();
     }
   }
-  if (shared_failure(error)) {
-    if (s.rank() == 0) throw CliError(error);
-    return kExitError;
-  }
+  if (shared_failure(error)) return fail_all(s, error);
   MPI_Bcast(&h, sizeof(Header), MPI_BYTE, 0, MPI_COMM_WORLD);
   targets.resize(static_cast<std::size_t>(h.rows));
   MPI_Bcast(targets.data(), static_cast<int>(h.rows), MPI_INT64_T, 0,
