@@ -14,8 +14,10 @@
 // How: each rank reduces its shard of each row to a softmax state (max,
 // sum exp(x - max)); the states are exchanged (MPI_Allgather, 3 to 6
 // doubles per row and rank) and merged, and each rank writes its columns
-// from the merged state. Exchanges per call: one Allgather (two in
-// deterministic mode), plus the checks' two small collectives.
+// from the merged state. Collectives per call: MPI_Comm_dup (and free), an
+// Allreduce of the local checks' verdicts, an Allgather of the layouts,
+// then per round (one, two in deterministic mode) an Allreduce of the local
+// compute's verdict and the Allgather of the partials.
 //
 // Reproducibility, stated bit for bit:
 //   default       the same P and the same column split give the same bits
