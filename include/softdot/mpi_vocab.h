@@ -12,8 +12,9 @@
 // its own columns (and the per-row values: lse, loss) for every row.
 //
 // How: each rank reduces its shard of each row to a softmax state (max,
-// sum exp(x - max)); the states are exchanged (MPI_Allgather, 3 to 6
-// doubles per row and rank) and merged, and each rank writes its columns
+// sum exp(x - max)); the states are exchanged (MPI_Allgather, 6 doubles
+// per row and rank; 5 in each deterministic round) and merged, and each
+// rank writes its columns
 // from the merged state. Collectives per call: MPI_Comm_dup (and free), an
 // Allreduce of the local checks' verdicts, an Allgather of the layouts,
 // then per round (one, two in deterministic mode) an Allreduce of the local
