@@ -80,11 +80,11 @@ int main(int argc, char** argv) {
   const std::size_t n = 101;
   std::mt19937 g(42);
   spit(dir + "/q.npy", softdot_test::make_npy("<f4", "(2, 4, 101, 16)",
-                                              f32(g, 2 * 4 * n * 16, 1.5f)));
+                                              f32(g, n * 2 * 4 * 16, 1.5f)));
   spit(dir + "/k.npy", softdot_test::make_npy("<f4", "(2, 2, 101, 16)",
-                                              f32(g, 2 * 2 * n * 16, 1.5f)));
+                                              f32(g, n * 2 * 2 * 16, 1.5f)));
   spit(dir + "/v.npy", softdot_test::make_npy("<f4", "(2, 2, 101, 8)",
-                                              f32(g, 2 * 2 * n * 8, 1.0f)));
+                                              f32(g, n * 2 * 2 * 8, 1.0f)));
   std::string mask(n * n, '\1');
   for (std::size_t j = 0; j < n; ++j) mask[7 * n + j] = '\0';
   for (std::size_t i = 0; i < n * n; i += 7) mask[i] = '\0';

@@ -12,6 +12,7 @@
 //     and within the tolerance of attention().
 #include <mpi.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -77,7 +78,9 @@ std::vector<T> take_rows(const std::vector<T>& full, std::size_t B,
   return out;
 }
 
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+bool same_bits(float a, float b) {
+  return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b);
+}
 
 // K/V storage of a case: float inputs converted to the case's format.
 struct KVData {
