@@ -15,11 +15,10 @@ int main() {
     return 1;
   }
   // The communicator-taking entry points link.
-  auto* fn = static_cast<void (*)(MPI_Comm, softdot::TensorView<const float>,
-                                  softdot::TensorView<const float>,
-                                  softdot::TensorView<const float>,
-                                  softdot::TensorView<float>,
-                                  const softdot::mpi::RingOptions&, float*)>(
+  auto* fn = static_cast<void (*)(
+      MPI_Comm, softdot::TensorView<const float>,
+      softdot::TensorView<const float>, softdot::TensorView<const float>,
+      softdot::TensorView<float>, const softdot::mpi::RingOptions&, float*)>(
       &softdot::mpi::ring_attention);
   std::printf("softdot::mpi: zigzag layout OK, ring_attention at %p\n",
               reinterpret_cast<void*>(fn));
