@@ -153,9 +153,10 @@ int run(int argc, char** argv) {
       "Run under mpirun -np P: one sequence (n_q = n_kv) split over the P "
       "processes, ring attention (softdot::mpi); rank 0 reads the inputs "
       "and writes the output");
-  attn_cmd->add_flag("--deterministic", attn.deterministic,
-                     "With --ring: the same bits for every number of "
-                     "processes (fixed blocks of 64 keys merged in order)");
+  attn_cmd->add_flag(
+      "--deterministic", attn.deterministic,
+      "With --ring: the same bits for every number of "
+      "processes (fixed blocks of 64 keys, merged by a fixed tree)");
   attn_cmd
       ->add_option("--layout", attn.layout,
                    "With --ring: zigzag (default; causal load balance) or "

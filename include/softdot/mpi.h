@@ -79,9 +79,12 @@ struct RingOptions {
   // arrives (the order of arrival is fixed for a given P, so the bits are
   // the same run to run for a given P; different P give results that differ
   // by roundings, within attention()'s bound).
-  // true: the partial of each fixed block of kRingBlock global key
-  // positions (in the prefill form) is kept and the blocks are merged in
-  // global key order at the end: the bits are the same for every P.
+  // true: every chunk is a multiple of kRingBlock positions; the partial of
+  // each fixed block of kRingBlock global key positions is computed alone
+  // (in the prefill form) and the blocks are merged by a binary tree over
+  // the block indices (its shape a function of seq_len only; merging is
+  // commutative bit for bit, with the empty partial the identity), so the
+  // bits are the same for every P, whatever order the blocks arrive in.
   bool deterministic = false;
 };
 
@@ -118,8 +121,9 @@ struct RingOptions {
 // argument and the first failing rank. An exception in a rank's compute is
 // carried to every rank at the end of that step (std::runtime_error). Memory
 // beyond the inputs: two K/V shard buffers, the partial results (8 (d_v +
-// 2) bytes per local row and query chunk; deterministic: that per kRingBlock
-// keys of the sequence).
+// 2) bytes per local row and query chunk; deterministic: that for each
+// subtree of the block tree not yet complete, at most about
+// P log2(seq_len / kRingBlock) of them per query chunk).
 void ring_attention(MPI_Comm comm, TensorView<const float> q,
                     TensorView<const float> k, TensorView<const float> v,
                     TensorView<float> out, const RingOptions& options,

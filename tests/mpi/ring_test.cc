@@ -7,9 +7,10 @@
 //     bitwise the same on a second run, and bitwise attention() for P = 1
 //     contiguous;
 //   - deterministic: bitwise equal to the one-process merge of the
-//     kRingBlock-key block partials (prefill form) in global key order,
-//     which does not depend on P, so the bits are the same for every P;
-//     and within the tolerance of attention().
+//     kRingBlock-key block partials (prefill form) by a binary tree over
+//     the blocks (the sinks' partial first), which does not depend on P, so
+//     the bits are the same for every P; and within the tolerance of
+//     attention().
 #include <mpi.h>
 
 #include <bit>
@@ -216,12 +217,28 @@ void run_case(const Case& c) {
         softdot::attention_partial(qv, kk, vv, acc, so);
       }
       po.sinks = {};
+      // Every block's partial (those the mask hides are empty rows), then
+      // the binary tree over the blocks padded to a power of two, each
+      // node merging its left child with its right one.
+      std::vector<AttentionPartial> level;
       for (std::size_t j0 = 0; j0 < n; j0 += softdot::mpi::kRingBlock) {
         po.kv_begin = j0;
         po.kv_end = j0 + softdot::mpi::kRingBlock;
         softdot::attention_partial(qv, kk, vv, part, po);
-        softdot::attention_merge(acc, part);
+        level.push_back(part);
       }
+      std::size_t leaves = 1;
+      while (leaves < level.size()) leaves *= 2;
+      level.resize(leaves, AttentionPartial::empty(B, H, n, c.dv));
+      while (level.size() > 1) {
+        std::vector<AttentionPartial> up;
+        for (std::size_t i = 0; i < level.size(); i += 2) {
+          softdot::attention_merge(level[i], level[i + 1]);
+          up.push_back(std::move(level[i]));
+        }
+        level = std::move(up);
+      }
+      softdot::attention_merge(acc, level[0]);
     });
     softdot::attention_finalize(
         acc, TensorView<float>(det.data(), B, H, n, c.dv), det_lse.data());
