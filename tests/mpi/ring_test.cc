@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_reference.h"
 #include "mpi_test_util.h"
 #include "softdot/attention.h"
 #include "softdot/mpi.h"
@@ -285,6 +286,65 @@ void run_case(const Case& c) {
         TensorView<float>(out2.data(), B, H, rows, c.dv), ro, lse2.data());
   });
 
+  // The MPFR reference (long double out, the bound of attention.h) on the
+  // K and V the kernels see (16-bit widened, int8 dequantised), computed on
+  // rank 0 for small cases and sent to every rank.
+  const bool with_exact = n * n * H * B * (c.d + c.dv) <= 3000000;
+  std::vector<double> exact_out, exact_bound;
+  if (with_exact) {
+    exact_out.resize(B * H * n * c.dv);
+    exact_bound.resize(exact_out.size());
+    if (rank == 0) {
+      std::vector<float> kw(k.size()), vw(v.size());
+      for (std::size_t i = 0; i < k.size(); ++i) {
+        const std::size_t row = i / c.d;
+        kw[i] = c.kv == kF16    ? softdot::to_float(full.k16[i])
+                : c.kv == kBF16 ? softdot::to_float(full.kb[i])
+                : c.kv == kI8   ? full.ks[row] * static_cast<float>(full.k8[i])
+                                : k[i];
+      }
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::size_t row = i / c.dv;
+        vw[i] = c.kv == kF16    ? softdot::to_float(full.v16[i])
+                : c.kv == kBF16 ? softdot::to_float(full.vb[i])
+                : c.kv == kI8   ? full.vs[row] * static_cast<float>(full.v8[i])
+                                : v[i];
+      }
+      auto view = [&](const std::vector<float>& x, std::size_t h,
+                      std::size_t cols) {
+        return softdot_ref::AttnTensor<float>{
+            x.data(), B, h, n, cols, h * n * cols, n * cols, cols};
+      };
+      softdot_ref::AttnRefOptions r;
+      r.causal = c.causal;
+      r.window_left = c.wl;
+      r.window_right = c.wr;
+      r.softcap = c.softcap;
+      r.sinks = sinks;
+      if (c.mask) {
+        r.mask = {reinterpret_cast<const bool*>(mask_full.data()),
+                  1,
+                  H,
+                  n,
+                  n,
+                  H * n * n,
+                  n * n,
+                  n};
+      }
+      if (c.bias) r.bias = {bias_full.data(), B, 1, n, n, n * n, n * n, n};
+      const softdot_ref::AttnRef e = softdot_ref::attention_reference(
+          view(q, H, c.d), view(kw, c.Hkv, c.d), view(vw, c.Hkv, c.dv), r);
+      for (std::size_t i = 0; i < exact_out.size(); ++i) {
+        exact_out[i] = static_cast<double>(e.out[i]);
+        exact_bound[i] = e.bound[i];
+      }
+    }
+    MPI_Bcast(exact_out.data(), static_cast<int>(exact_out.size()), MPI_DOUBLE,
+              0, MPI_COMM_WORLD);
+    MPI_Bcast(exact_bound.data(), static_cast<int>(exact_bound.size()),
+              MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  }
+
   const bool exact_attention =
       !c.det && P == 1 && c.layout == Layout::contiguous;
   int bad = 0;
@@ -331,6 +391,19 @@ void run_case(const Case& c) {
       }
       // Against attention(): NaN where it has NaN, -inf lse where it has,
       // otherwise close.
+      if (with_exact) {
+        for (std::size_t x = 0; x < c.dv; ++x) {
+          const double e = exact_out[(bh * n + pos[i]) * c.dv + x];
+          const double bnd = exact_bound[(bh * n + pos[i]) * c.dv + x];
+          if (std::isnan(e) != std::isnan(o[x])) {
+            report(where + " NaN against the reference");
+          } else if (!std::isnan(e) && !(std::fabs(o[x] - e) <= bnd)) {
+            report(where + " out " + std::to_string(o[x]) + " vs exact " +
+                   std::to_string(e) + " beyond the bound " +
+                   std::to_string(bnd));
+          }
+        }
+      }
       if (std::isnan(rl) != std::isnan(l)) report(where + " NaN lse mismatch");
       if (std::isinf(rl) != std::isinf(l) || (std::isinf(rl) && rl != l))
         report(where + " lse " + std::to_string(l) + " vs " +
