@@ -105,10 +105,11 @@ struct RingOptions {
 // P - 1 steps. Each rank keeps AttentionPartial results (unrounded: max,
 // double sum and output) and merges them with attention_merge, finalising
 // once at the end, so there is no rounding to float between the merges.
-// Sinks enter once, as a partial of their own. With `deterministic`
-// (RingOptions) the result is bitwise the same for every P; without, it is
-// bitwise the same run to run for a given P. With P = 1 and not
-// deterministic, the result is attention()'s bit for bit.
+// Sinks enter once: with the rank's own first key chunk (not
+// deterministic) or as a partial of their own (deterministic). With
+// `deterministic` (RingOptions) the result is bitwise the same for every P;
+// without, it is bitwise the same run to run for a given P. With P = 1, the
+// contiguous layout and not deterministic, it is attention()'s bit for bit.
 //
 // Special values as attention(): a row with no visible key anywhere gives
 // zeros and lse -inf; a shard a row cannot see is the identity; a NaN in a
