@@ -352,11 +352,23 @@ class BlockTree {
   bool complete_ = false;
 };
 
-// One query chunk of this rank.
+// Query rows per compute call while a transfer is in flight (P > 1): the
+// rank calls MPI_Testall between calls, and Open MPI moves a nonblocking
+// transfer only inside MPI calls, so shorter calls let more of it overlap.
+// The pieces run in the prefill form, which the whole chunk would take too
+// (it has more than kDecodeMaxRows rows per KV head), and the prefill form
+// computes each row alone: the bits are those of one call on the chunk.
+constexpr std::size_t kPollRows = 256;
+// attention()'s decode form takes at most this many rows per KV head
+// (attention.h).
+constexpr std::size_t kDecodeMaxRowsPerKvHead = 16;
+
+// One piece of a query chunk of this rank (contiguous positions).
 struct QueryChunk {
   std::size_t row0 = 0;  // first local row
   std::size_t pos = 0;   // its global position
-  std::size_t real = 0;  // rows below seq_len
+  std::size_t real = 0;  // rows (all below seq_len)
+  bool prefill = false;  // force the prefill form (a piece of a chunk)
   AttentionPartial acc;
   std::optional<BlockTree> tree;  // deterministic
 };
@@ -409,7 +421,7 @@ void run_ring(MPI_Comm user_comm, const TensorView<const float>& q,
   }
   const std::size_t real_blocks = (n + kRingBlock - 1) / kRingBlock;
 
-  std::vector<QueryChunk> qc(nq);
+  std::vector<QueryChunk> qc;
   std::vector<unsigned char> cur, nxt;
   std::vector<float> lse_tmp;
   try {
@@ -421,13 +433,25 @@ void run_ring(MPI_Comm user_comm, const TensorView<const float>& q,
       pack_view(*ks, cur.data() + pk.ks_off);
       pack_view(*vs, cur.data() + pk.vs_off);
     }
+    const std::size_t g = q.heads / k.heads;
     for (std::size_t s = 0; s < nq; ++s) {
-      QueryChunk& x = qc[s];
-      x.row0 = s * c;
-      x.pos = L.chunk_start(rank, s);
-      x.real = x.pos < n ? std::min(c, n - x.pos) : 0;
-      x.acc = AttentionPartial::empty(B, H, x.real, dv);
-      if (ro.deterministic) x.tree.emplace(real_blocks);
+      const std::size_t pos = L.chunk_start(rank, s);
+      const std::size_t real = pos < n ? std::min(c, n - pos) : 0;
+      // Pieces only with transfers to overlap, and only where the whole
+      // chunk runs the prefill form anyway (see kPollRows).
+      const bool pieces =
+          P > 1 && real > kPollRows && g * real > kDecodeMaxRowsPerKvHead;
+      const std::size_t piece =
+          pieces ? kPollRows : std::max<std::size_t>(real, 1);
+      for (std::size_t r0 = 0; r0 < real; r0 += piece) {
+        QueryChunk& x = qc.emplace_back();
+        x.row0 = s * c + r0;
+        x.pos = pos + r0;
+        x.real = std::min(piece, real - r0);
+        x.prefill = pieces;
+        x.acc = AttentionPartial::empty(B, H, x.real, dv);
+        if (ro.deterministic) x.tree.emplace(real_blocks);
+      }
     }
   } catch (const std::exception& e) {
     err = e.what();
@@ -441,7 +465,7 @@ void run_ring(MPI_Comm user_comm, const TensorView<const float>& q,
     c2.q_position = x.pos;
     c2.kv_position = kpos;
     c2.sinks = {};
-    c2.prefill_form = ro.deterministic;
+    c2.prefill_form = ro.deterministic || x.prefill;
     c2.mask = row_range(o.mask, x.row0, x.real);
     c2.bias = row_range(o.bias, x.row0, x.real);
     return c2;
@@ -572,24 +596,23 @@ void run_ring(MPI_Comm user_comm, const TensorView<const float>& q,
       if (x.tree->root()) attention_merge(x.acc, *x.tree->root());
     }
   }
-  // Finalise each query chunk into its rows; padding rows get +0, -inf.
+  // Padding rows get +0 and lse -inf; each piece's rows are finalised.
+  for (std::size_t b = 0; b < B; ++b) {
+    for (std::size_t h = 0; h < H; ++h) {
+      for (std::size_t row = 0; row < L.rows(); ++row) {
+        std::fill_n(out.row(b, h, row), dv, 0.0f);
+        if (lse) lse[(b * H + h) * L.rows() + row] = -kInf;
+      }
+    }
+  }
   lse_tmp.resize(B * H * c);
   for (const QueryChunk& x : qc) {
-    if (x.real > 0) {
-      attention_finalize(x.acc, row_range(out, x.row0, x.real),
-                         lse ? lse_tmp.data() : nullptr);
-    }
-    for (std::size_t b = 0; b < B; ++b) {
-      for (std::size_t h = 0; h < H; ++h) {
-        for (std::size_t i = 0; i < c; ++i) {
-          const std::size_t row = x.row0 + i;
-          if (i >= x.real) std::fill_n(out.row(b, h, row), dv, 0.0f);
-          if (lse) {
-            lse[(b * H + h) * L.rows() + row] =
-                i < x.real ? lse_tmp[(b * H + h) * x.real + i] : -kInf;
-          }
-        }
-      }
+    attention_finalize(x.acc, row_range(out, x.row0, x.real),
+                       lse ? lse_tmp.data() : nullptr);
+    if (!lse) continue;
+    for (std::size_t bh = 0; bh < B * H; ++bh) {
+      std::copy_n(lse_tmp.data() + bh * x.real, x.real,
+                  lse + bh * L.rows() + x.row0);
     }
   }
 }

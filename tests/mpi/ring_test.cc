@@ -19,6 +19,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -347,6 +348,32 @@ void run_case(const Case& c) {
 
   const bool exact_attention =
       !c.det && P == 1 && c.layout == Layout::contiguous;
+  // Contiguous, not deterministic, chunks in the prefill form: the bits are
+  // those of the one-process merge of the key chunks' partials in the order
+  // they reach this rank (its own chunk, with the sinks, then rank - 1,
+  // rank - 2, ...), whatever pieces the ring cuts the queries into.
+  const std::size_t my_rows =
+      std::min(n, (rank + 1) * L.chunk) - std::min(n, rank * L.chunk);
+  const bool ring_bits =
+      !c.det && c.layout == Layout::contiguous && (H / c.Hkv) * my_rows > 16;
+  std::vector<float> rb(B * H * n * c.dv), rb_lse(B * H * n);
+  if (ring_bits) {
+    AttentionPartial acc = AttentionPartial::empty(B, H, n, c.dv), part;
+    with_kv(c, full, n, [&](auto kk, auto vv) {
+      for (int s = 0; s < P; ++s) {
+        const int owner = (rank - s + P) % P;
+        AttentionOptions po = ao;
+        po.sinks = s == 0 ? ao.sinks : std::span<const float>{};
+        po.kv_begin = std::min(n, owner * L.chunk);
+        po.kv_end = std::min(n, (owner + 1) * L.chunk);
+        softdot::attention_partial(
+            TensorView<const float>(q.data(), B, H, n, c.d), kk, vv, part, po);
+        softdot::attention_merge(acc, part);
+      }
+    });
+    softdot::attention_finalize(
+        acc, TensorView<float>(rb.data(), B, H, n, c.dv), rb_lse.data());
+  }
   int bad = 0;
   auto report = [&](const std::string& what) {
     if (++bad <= 5)
@@ -381,6 +408,16 @@ void run_case(const Case& c) {
               !(std::isnan(o[x]) && std::isnan(dr[x])))
             report(where + " out not the deterministic bits: " +
                    std::to_string(o[x]) + " vs " + std::to_string(dr[x]));
+      }
+      if (ring_bits) {
+        const float* br = &rb[(bh * n + pos[i]) * c.dv];
+        if (!same_bits(l, rb_lse[bh * n + pos[i]]) &&
+            !(std::isnan(l) && std::isnan(rb_lse[bh * n + pos[i]])))
+          report(where + " lse not the bits of the merge in ring order");
+        for (std::size_t x = 0; x < c.dv; ++x)
+          if (!same_bits(o[x], br[x]) &&
+              !(std::isnan(o[x]) && std::isnan(br[x])))
+            report(where + " out not the bits of the merge in ring order");
       }
       if (exact_attention) {
         if (!same_bits(l, rl) && !(std::isnan(l) && std::isnan(rl)))
@@ -520,6 +557,12 @@ int main(int argc, char** argv) {
     Case lng{.name = "long_n700_d64"};
     lng.n = 700, lng.d = 64, lng.dv = 32, lng.q_amp = 4.0f, lng.det = det;
     cs.push_back(lng);
+    // Chunks of more than 256 rows: the ring cuts them into pieces.
+    Case pc{.name = "long_pieces_n1100"};
+    pc.n = 1100, pc.d = 32, pc.dv = 16, pc.H = 2, pc.Hkv = 1, pc.det = det;
+    pc.layout = Layout::contiguous, pc.causal = true, pc.sinks = true;
+    pc.mask = pc.bias = true;
+    cs.push_back(pc);
     Case gqa{.name = "gqa_causal_n101"};
     gqa.n = 101, gqa.H = 4, gqa.Hkv = 1, gqa.B = 2, gqa.causal = true,
     gqa.det = det;
