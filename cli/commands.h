@@ -47,6 +47,10 @@ struct AttentionArgs {
   std::optional<std::string> output;
   bool causal = false;
   bool explain = false;
+  // --ring: one sequence over the ranks of mpirun (softdot::mpi).
+  bool ring = false;
+  bool deterministic = false;
+  std::optional<std::string> layout;  // "zigzag" (default) or "contiguous"
 };
 
 struct CrossEntropyArgs {

@@ -148,6 +148,20 @@ int run(int argc, char** argv) {
   attn_cmd->add_flag("--causal", attn.causal,
                      "Causal mask: query i sees key j only if "
                      "j <= i + n_kv - n_q (the last query sees the last key)");
+  attn_cmd->add_flag(
+      "--ring", attn.ring,
+      "Run under mpirun -np P: one sequence (n_q = n_kv) split over the P "
+      "processes, ring attention (softdot::mpi); rank 0 reads the inputs "
+      "and writes the output");
+  attn_cmd->add_flag(
+      "--deterministic", attn.deterministic,
+      "With --ring: the same bits for every number of "
+      "processes (fixed blocks of 64 keys, merged by a fixed tree)");
+  attn_cmd
+      ->add_option("--layout", attn.layout,
+                   "With --ring: zigzag (default; causal load balance) or "
+                   "contiguous")
+      ->type_name("LAYOUT");
   attn_cmd
       ->add_option("--mask", attn.mask,
                    "Bool .npy, True = attend (as PyTorch's "
@@ -271,6 +285,8 @@ int run(int argc, char** argv) {
       throw CliError("cannot write to standard output");
     }
     return status;
+  } catch (const softdot::cli::CliQuietError&) {
+    return kExitError;
   } catch (const CliError& e) {
     print_error(e.what());
     return kExitError;
