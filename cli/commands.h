@@ -47,6 +47,10 @@ struct AttentionArgs {
   std::optional<std::string> output;
   bool causal = false;
   bool explain = false;
+  // --ring: one sequence over the ranks of mpirun (softdot::mpi).
+  bool ring = false;
+  bool deterministic = false;
+  std::optional<std::string> layout;  // "zigzag" (default) or "contiguous"
 };
 
 struct CrossEntropyArgs {
@@ -56,6 +60,8 @@ struct CrossEntropyArgs {
   std::optional<std::string> reduction;
   std::optional<std::string> output;  // per-row losses
   std::optional<std::string> grad;    // the gradient
+  bool ring = false;                  // columns split across MPI ranks
+  bool deterministic = false;  // --ring: bits independent of the rank count
 };
 
 int run_dot(const DotArgs& args);

@@ -23,6 +23,9 @@
 
 #include "attention_inputs.h"
 #include "commands.h"
+#ifdef SOFTDOT_CLI_MPI
+#include "commands_ring.h"
+#endif
 #include "error.h"
 #include "explain.h"
 #include "format.h"
@@ -204,6 +207,32 @@ int run_attention(const AttentionArgs& args) {
     throw CliError(
         "--explain is for contiguous k and v; leave out --block-table (or "
         "--explain)");
+  }
+  if (args.deterministic && !args.ring) {
+    throw CliError("--deterministic is an option of --ring");
+  }
+  if (args.layout && !args.ring) {
+    throw CliError("--layout is an option of --ring");
+  }
+  if (args.ring) {
+    if (args.layout && *args.layout != "zigzag" &&
+        *args.layout != "contiguous") {
+      throw CliError("--layout " + quote(*args.layout) +
+                     ": must be zigzag or contiguous");
+    }
+    if (args.explain || args.block_table || args.seq_lens) {
+      throw CliError(
+          "--ring takes contiguous q, k and v of one sequence; leave out "
+          "--explain, --block-table and --seq-lens");
+    }
+#ifdef SOFTDOT_CLI_MPI
+    return run_attention_ring(args, options,
+                              [&args] { return read_attention_inputs(args); });
+#else
+    throw CliError(
+        "--ring: this softdot was built without MPI (softdot::mpi); "
+        "configure with MPI installed (-DSOFTDOT_MPI=ON)");
+#endif
   }
   const AttentionInputs in = read_attention_inputs(args);
   const Input &q = in.q, &k = in.k, &v = in.v;

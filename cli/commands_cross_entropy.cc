@@ -1,6 +1,8 @@
 // softdot command: `softdot cross-entropy --logits L.npy --targets T.npy`,
 // the fused cross-entropy of rows of logits (softdot::cross_entropy): prints
 // the reduced loss, writes the per-row losses (-o) and the gradient (--grad).
+#include "commands_cross_entropy.h"
+
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -52,32 +54,11 @@ Reduction parse_reduction(const std::optional<std::string>& text) {
                  " is not one of mean, sum, none");
 }
 
-std::vector<std::int64_t> read_targets(const std::string& path,
-                                       std::size_t rows) {
-  static constexpr NpyDtype kInts[] = {NpyDtype::kInt64, NpyDtype::kInt32};
-  const NpyArray a = read_npy_array(read_file(path), "--targets " + path,
-                                    std::span<const NpyDtype>(kInts));
-  if (a.shape.size() != 1 || a.shape[0] != rows) {
-    std::string shape = "(";
-    for (std::size_t i = 0; i < a.shape.size(); ++i) {
-      shape += (i ? ", " : "") + std::to_string(a.shape[i]);
-    }
-    throw CliError("--targets " + path + ": shape " + shape +
-                   (a.shape.size() == 1 ? ",)" : ")") + " but --logits has " +
-                   std::to_string(rows) + " rows; expected (" +
-                   std::to_string(rows) + ",)");
-  }
-  return int64s_of(a);
-}
-
 template <class T>
 int run_typed(const Matrix<T>& logits, const CrossEntropyArgs& args) {
   const std::vector<std::int64_t> targets =
       read_targets(args.targets, logits.rows);
-  CrossEntropyOptions o;
-  o.ignore_index = parse_ignore_index(args.ignore_index);
-  o.label_smoothing = parse_smoothing(args.label_smoothing);
-  o.reduction = parse_reduction(args.reduction);
+  const CrossEntropyOptions o = parse_cross_entropy_options(args);
   std::vector<T> loss(logits.rows);
   Matrix<T> grad;
   if (args.grad) {
@@ -103,7 +84,47 @@ int run_typed(const Matrix<T>& logits, const CrossEntropyArgs& args) {
 
 }  // namespace
 
+CrossEntropyOptions parse_cross_entropy_options(const CrossEntropyArgs& args) {
+  CrossEntropyOptions o;
+  o.ignore_index = parse_ignore_index(args.ignore_index);
+  o.label_smoothing = parse_smoothing(args.label_smoothing);
+  o.reduction = parse_reduction(args.reduction);
+  return o;
+}
+
+std::vector<std::int64_t> read_targets(const std::string& path,
+                                       std::size_t rows) {
+  static constexpr NpyDtype kInts[] = {NpyDtype::kInt64, NpyDtype::kInt32};
+  const NpyArray a = read_npy_array(read_file(path), "--targets " + path,
+                                    std::span<const NpyDtype>(kInts));
+  if (a.shape.size() != 1 || a.shape[0] != rows) {
+    std::string shape = "(";
+    for (std::size_t i = 0; i < a.shape.size(); ++i) {
+      shape += (i ? ", " : "") + std::to_string(a.shape[i]);
+    }
+    throw CliError("--targets " + path + ": shape " + shape +
+                   (a.shape.size() == 1 ? ",)" : ")") + " but --logits has " +
+                   std::to_string(rows) + " rows; expected (" +
+                   std::to_string(rows) + ",)");
+  }
+  return int64s_of(a);
+}
+
 int run_cross_entropy(const CrossEntropyArgs& args) {
+  if (args.ring) {
+#ifdef SOFTDOT_CLI_MPI
+    return run_cross_entropy_ring(args);
+#else
+    throw CliError(
+        "--ring: this softdot was built without MPI (softdot::mpi); "
+        "configure with MPI installed (SOFTDOT_MPI=ON)");
+#endif
+  }
+  if (args.deterministic) {
+    throw CliError(
+        "--deterministic: only with --ring (one process is "
+        "always deterministic)");
+  }
   const AnyMatrix logits =
       read_npy(read_file(args.logits), "--logits " + args.logits);
   return std::visit([&](const auto& m) { return run_typed(m, args); }, logits);

@@ -15,6 +15,14 @@ class CliError : public std::runtime_error {
   explicit CliError(const std::string& what) : std::runtime_error(what) {}
 };
 
+// An error another process of the same run reports (the ranks of
+// `softdot attention --ring` other than 0): main() exits with kExitError
+// without printing.
+class CliQuietError : public CliError {
+ public:
+  CliQuietError() : CliError("") {}
+};
+
 // Exit status for every error (bad input, unreadable file, failed write).
 inline constexpr int kExitError = 2;
 

@@ -148,6 +148,20 @@ int run(int argc, char** argv) {
   attn_cmd->add_flag("--causal", attn.causal,
                      "Causal mask: query i sees key j only if "
                      "j <= i + n_kv - n_q (the last query sees the last key)");
+  attn_cmd->add_flag(
+      "--ring", attn.ring,
+      "Run under mpirun -np P: one sequence (n_q = n_kv) split over the P "
+      "processes, ring attention (softdot::mpi); rank 0 reads the inputs "
+      "and writes the output");
+  attn_cmd->add_flag(
+      "--deterministic", attn.deterministic,
+      "With --ring: the same bits for every number of "
+      "processes (fixed blocks of 64 keys, merged by a fixed tree)");
+  attn_cmd
+      ->add_option("--layout", attn.layout,
+                   "With --ring: zigzag (default; causal load balance) or "
+                   "contiguous")
+      ->type_name("LAYOUT");
   attn_cmd
       ->add_option("--mask", attn.mask,
                    "Bool .npy, True = attend (as PyTorch's "
@@ -239,6 +253,12 @@ int run(int argc, char** argv) {
                    "Write the gradient of the printed loss, .npy [rows, "
                    "classes]")
       ->type_name("FILE");
+  xent_cmd->add_flag(
+      "--ring", xent.ring,
+      "Under mpirun: split the classes (columns) across the ranks; rank 0 "
+      "reads and writes the files (needs softdot built with MPI)");
+  xent_cmd->add_flag("--deterministic", xent.deterministic,
+                     "With --ring: the same bits for every number of ranks");
 
   CLI::App* demo_cmd =
       app.add_subcommand("demo", "Run the worked examples of the seed text");
@@ -265,6 +285,8 @@ int run(int argc, char** argv) {
       throw CliError("cannot write to standard output");
     }
     return status;
+  } catch (const softdot::cli::CliQuietError&) {
+    return kExitError;
   } catch (const CliError& e) {
     print_error(e.what());
     return kExitError;

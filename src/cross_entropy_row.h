@@ -24,18 +24,48 @@ inline long double log_state_sum(const RowState& s) {
              : std::log(static_cast<long double>(s.sum) + s.sum_lo);
 }
 
-// Sum of n values in long double, four interleaved accumulators (a fixed
-// order: the bits depend on n and the values only). Relative error about
-// n 2^-64 of sum |x|; -inf if any value is -inf and none is +inf or NaN.
+// Sum of n values, in a fixed order (the bits depend on n and the values
+// only): float in eight double-double (TwoSum) lanes, whose error is far
+// below the long double rounding of the total; double in four long double
+// lanes (relative error about n 2^-64 of sum |x|, and no overflow). -inf if
+// a value is -inf and none is +inf or NaN.
 template <class T>
 long double sum_in_long_double(const T* x, std::size_t n) {
-  long double a[4] = {0, 0, 0, 0};
-  std::size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    for (std::size_t k = 0; k < 4; ++k) a[k] += x[i + k];
+  if constexpr (sizeof(T) == 4) {
+    constexpr std::size_t kLanes = 8;
+    double s[kLanes] = {}, c[kLanes] = {};
+    const auto add = [&](std::size_t k, double v) {
+      const double t = s[k] + v;
+      const double b = t - s[k];
+      c[k] += (s[k] - (t - b)) + (v - b);
+      s[k] = t;
+    };
+    std::size_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      for (std::size_t k = 0; k < kLanes; ++k) {
+        add(k, static_cast<double>(x[i + k]));
+      }
+    }
+    for (; i < n; ++i) add(i % kLanes, static_cast<double>(x[i]));
+    bool finite = true;
+    for (std::size_t k = 0; k < kLanes; ++k)
+      finite = finite && std::isfinite(s[k]);
+    long double total = 0;
+    for (std::size_t k = 0; k < kLanes; ++k) {
+      // An infinite lane makes its compensation NaN: the lanes alone then.
+      total += static_cast<long double>(s[k]) +
+               (finite ? static_cast<long double>(c[k]) : 0.0L);
+    }
+    return total;
+  } else {
+    long double a[4] = {0, 0, 0, 0};
+    std::size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      for (std::size_t k = 0; k < 4; ++k) a[k] += x[i + k];
+    }
+    for (; i < n; ++i) a[i % 4] += x[i];
+    return (a[0] + a[1]) + (a[2] + a[3]);
   }
-  for (; i < n; ++i) a[i % 4] += x[i];
-  return (a[0] + a[1]) + (a[2] + a[3]);
 }
 
 // loss = (1 - eps) (lse - x_t) + eps (lse - sum_x / vocab), in long double,

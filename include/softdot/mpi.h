@@ -80,9 +80,12 @@ struct RingOptions {
   // arrives (the order of arrival is fixed for a given P, so the bits are
   // the same run to run for a given P; different P give results that differ
   // by roundings, within attention()'s bound).
-  // true: the partial of each fixed block of kRingBlock global key
-  // positions (in the prefill form) is kept and the blocks are merged in
-  // global key order at the end: the bits are the same for every P.
+  // true: every chunk is a multiple of kRingBlock positions; the partial of
+  // each fixed block of kRingBlock global key positions is computed alone
+  // (in the prefill form) and the blocks are merged by a binary tree over
+  // the block indices (its shape a function of seq_len only; merging is
+  // commutative bit for bit, with the empty partial the identity), so the
+  // bits are the same for every P, whatever order the blocks arrive in.
   bool deterministic = false;
 };
 
@@ -103,10 +106,11 @@ struct RingOptions {
 // P - 1 steps. Each rank keeps AttentionPartial results (unrounded: max,
 // double sum and output) and merges them with attention_merge, finalising
 // once at the end, so there is no rounding to float between the merges.
-// Sinks enter once, as a partial of their own. With `deterministic`
-// (RingOptions) the result is bitwise the same for every P; without, it is
-// bitwise the same run to run for a given P. With P = 1 and not
-// deterministic, the result is attention()'s bit for bit.
+// Sinks enter once: with the rank's own first key chunk (not
+// deterministic) or as a partial of their own (deterministic). With
+// `deterministic` (RingOptions) the result is bitwise the same for every P;
+// without, it is bitwise the same run to run for a given P. With P = 1, the
+// contiguous layout and not deterministic, it is attention()'s bit for bit.
 //
 // Special values as attention(): a row with no visible key anywhere gives
 // zeros and lse -inf; a shard a row cannot see is the identity; a NaN in a
@@ -119,8 +123,9 @@ struct RingOptions {
 // argument and the first failing rank. An exception in a rank's compute is
 // carried to every rank at the end of that step (std::runtime_error). Memory
 // beyond the inputs: two K/V shard buffers, the partial results (8 (d_v +
-// 2) bytes per local row and query chunk; deterministic: that per kRingBlock
-// keys of the sequence).
+// 2) bytes per local row and query chunk; deterministic: that for each
+// subtree of the block tree not yet complete, at most about
+// P log2(seq_len / kRingBlock) of them per query chunk).
 void ring_attention(MPI_Comm comm, TensorView<const float> q,
                     TensorView<const float> k, TensorView<const float> v,
                     TensorView<float> out, const RingOptions& options,

@@ -12,10 +12,13 @@
 // its own columns (and the per-row values: lse, loss) for every row.
 //
 // How: each rank reduces its shard of each row to a softmax state (max,
-// sum exp(x - max)); the states are exchanged (MPI_Allgather, 3 to 6
-// doubles per row and rank) and merged, and each rank writes its columns
-// from the merged state. Exchanges per call: one Allgather (two in
-// deterministic mode), plus the checks' two small collectives.
+// sum exp(x - max)); the states are exchanged (MPI_Allgather, 6 doubles
+// per row and rank; 5 in each deterministic round) and merged, and each
+// rank writes its columns
+// from the merged state. Collectives per call: MPI_Comm_dup (and free), an
+// Allreduce of the local checks' verdicts, an Allgather of the layouts,
+// then per round (one, two in deterministic mode) an Allreduce of the local
+// compute's verdict and the Allgather of the partials.
 //
 // Reproducibility, stated bit for bit:
 //   default       the same P and the same column split give the same bits
@@ -32,6 +35,9 @@
 //                 truncation costs at most V 2^-100). The sum of the logits
 //                 (label smoothing) likewise, in fixed point relative to the
 //                 largest |x_j|. One more exchange and a conversion pass.
+//                 Bitwise claims hold for ranks on the same SIMD target
+//                 (softdot::simd_target()); tested for P = 1 to 8 with uneven
+//                 splits, an empty shard and ranks not in vocabulary order.
 // Neither mode is bitwise equal to the one-process softmax_rows (whose sum
 // is ordered differently); both are within its error bound of it: softmax
 // within 1 ulp of the exact weight (faithful), logsumexp and log_softmax as
@@ -65,7 +71,8 @@ struct VocabOptions {
 
 // y = softmax over the whole row, for this rank's columns. y: the shape of
 // x, any stride; y may be x (in place), no other overlap. Allocates
-// O(P rows) doubles for the exchange.
+// O(P rows) doubles for the exchange (and, in deterministic mode, one row of
+// this rank's columns in double).
 void softmax(MPI_Comm comm, MatrixView<const float> x, std::size_t vocab_begin,
              MatrixView<float> y, const VocabOptions& options = {});
 void softmax(MPI_Comm comm, MatrixView<const double> x, std::size_t vocab_begin,

@@ -47,7 +47,9 @@ def cross_entropy(
     ----------
     logits : array_like or torch.Tensor
         float32 or float64, shape (N, C), or (C,) for one row; any row stride
-        (the last axis contiguous, else copied). Never modified.
+        (the last axis contiguous, else copied). Never modified. A tensor
+        that requires grad raises NotImplementedError (no autograd Function
+        yet): pass a detached tensor and ``grad=True``.
     targets : integer array or torch.Tensor
         Shape (N,) (or 0-d for one row): class indices in [0, C) or
         ``ignore_index``; else ValueError naming the row and the value.

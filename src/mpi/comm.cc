@@ -30,6 +30,13 @@ DupComm::DupComm(MPI_Comm comm, const char* function) {
                                 ": comm is MPI_COMM_NULL");
   }
   check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+  // Errors on the library's communicator come back as codes (check_mpi
+  // turns them into exceptions) instead of aborting the job.
+  if (MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN) != MPI_SUCCESS) {
+    MPI_Comm_free(&comm_);
+    throw std::runtime_error(std::string(function) +
+                             ": MPI_Comm_set_errhandler failed");
+  }
   if (MPI_Comm_rank(comm_, &rank_) != MPI_SUCCESS ||
       MPI_Comm_size(comm_, &size_) != MPI_SUCCESS) {
     MPI_Comm_free(&comm_);

@@ -15,8 +15,10 @@ void check_mpi(int rc, const char* call);
 
 // A duplicate of the caller's communicator (MPI_Comm_dup in the
 // constructor, MPI_Comm_free in the destructor), so that the library's
-// messages never match the caller's. Collective: every rank of the
-// caller's communicator constructs one. Not copyable or movable.
+// messages never match the caller's, with the error handler
+// MPI_ERRORS_RETURN (an MPI error on it is a code for check_mpi, not an
+// abort). Collective: every rank of the caller's communicator constructs
+// one. Not copyable or movable.
 class DupComm {
  public:
   // `function` names the public function (for the error messages).

@@ -17,9 +17,12 @@
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "mpi/comm.h"
@@ -296,14 +299,78 @@ std::string check_same(MPI_Comm comm, const TensorView<const float>& q,
   return "";
 }
 
-// One query chunk of this rank.
+// The deterministic merge: a binary tree over the kRingBlock-key blocks of
+// the sequence (leaves = the real blocks, ceil(seq_len / kRingBlock),
+// padded to a power of two with empty leaves), each node the merge of its
+// two children. Its shape depends on seq_len alone, and merging is
+// commutative bit for bit with the empty partial its identity, so the root
+// has the same bits in whatever order the leaves arrive: the same for every
+// P. A complete subtree is merged as soon as its leaves are in, so at most
+// about log2(leaves) pending subtrees per contiguous run of arrived blocks
+// are kept (O(P log n) partials, not one per block).
+class BlockTree {
+ public:
+  explicit BlockTree(std::size_t real_leaves) {
+    while (leaves_ < real_leaves) {
+      leaves_ *= 2;
+      ++top_;
+    }
+    for (std::size_t i = real_leaves; i < leaves_; ++i) add(i, std::nullopt);
+  }
+  // Leaf i's partial (nullopt: empty, the identity). Each leaf once.
+  void add(std::size_t leaf, std::optional<AttentionPartial> p) {
+    int level = 0;
+    std::size_t idx = leaf;
+    while (level < top_) {
+      const auto sib = pending_.find({level, idx ^ 1});
+      if (sib == pending_.end()) {
+        pending_.emplace(std::make_pair(level, idx), std::move(p));
+        return;
+      }
+      std::optional<AttentionPartial> other = std::move(sib->second);
+      pending_.erase(sib);
+      if (!p) {
+        p = std::move(other);
+      } else if (other) {
+        attention_merge(*p, *other);
+      }
+      ++level;
+      idx >>= 1;
+    }
+    root_ = std::move(p);
+    complete_ = true;
+  }
+  bool complete() const noexcept { return complete_; }
+  const std::optional<AttentionPartial>& root() const noexcept { return root_; }
+
+ private:
+  std::size_t leaves_ = 1;
+  int top_ = 0;
+  std::map<std::pair<int, std::size_t>, std::optional<AttentionPartial>>
+      pending_;
+  std::optional<AttentionPartial> root_;
+  bool complete_ = false;
+};
+
+// Query rows per compute call while a transfer is in flight (P > 1): the
+// rank calls MPI_Testall between calls, and Open MPI moves a nonblocking
+// transfer only inside MPI calls, so shorter calls let more of it overlap.
+// The pieces run in the prefill form, which the whole chunk would take too
+// (it has more than kDecodeMaxRows rows per KV head), and the prefill form
+// computes each row alone: the bits are those of one call on the chunk.
+constexpr std::size_t kPollRows = 256;
+// attention()'s decode form takes at most this many rows per KV head
+// (attention.h).
+constexpr std::size_t kDecodeMaxRowsPerKvHead = 16;
+
+// One piece of a query chunk of this rank (contiguous positions).
 struct QueryChunk {
   std::size_t row0 = 0;  // first local row
   std::size_t pos = 0;   // its global position
-  std::size_t real = 0;  // rows below seq_len
+  std::size_t real = 0;  // rows (all below seq_len)
+  bool prefill = false;  // force the prefill form (a piece of a chunk)
   AttentionPartial acc;
-  std::vector<AttentionPartial> blocks;  // deterministic: by global block
-  std::vector<char> have;
+  std::optional<BlockTree> tree;  // deterministic
 };
 
 // Whether no query of [q0, q1] can see a key of [k0, k1] (the causal mask
@@ -352,10 +419,9 @@ void run_ring(MPI_Comm user_comm, const TensorView<const float>& q,
                                 std::to_string(pk.bytes) +
                                 " bytes is over one message's 2^31 - 1");
   }
-  const std::size_t n_blocks =
-      (L.ranks * L.rows() + kRingBlock - 1) / kRingBlock;
+  const std::size_t real_blocks = (n + kRingBlock - 1) / kRingBlock;
 
-  std::vector<QueryChunk> qc(nq);
+  std::vector<QueryChunk> qc;
   std::vector<unsigned char> cur, nxt;
   std::vector<float> lse_tmp;
   try {
@@ -367,15 +433,24 @@ void run_ring(MPI_Comm user_comm, const TensorView<const float>& q,
       pack_view(*ks, cur.data() + pk.ks_off);
       pack_view(*vs, cur.data() + pk.vs_off);
     }
+    const std::size_t g = q.heads / k.heads;
     for (std::size_t s = 0; s < nq; ++s) {
-      QueryChunk& x = qc[s];
-      x.row0 = s * c;
-      x.pos = L.chunk_start(rank, s);
-      x.real = x.pos < n ? std::min(c, n - x.pos) : 0;
-      x.acc = AttentionPartial::empty(B, H, x.real, dv);
-      if (ro.deterministic) {
-        x.blocks.resize(n_blocks);
-        x.have.assign(n_blocks, 0);
+      const std::size_t pos = L.chunk_start(rank, s);
+      const std::size_t real = pos < n ? std::min(c, n - pos) : 0;
+      // Pieces only with transfers to overlap, and only where the whole
+      // chunk runs the prefill form anyway (see kPollRows).
+      const bool pieces =
+          P > 1 && real > kPollRows && g * real > kDecodeMaxRowsPerKvHead;
+      const std::size_t piece =
+          pieces ? kPollRows : std::max<std::size_t>(real, 1);
+      for (std::size_t r0 = 0; r0 < real; r0 += piece) {
+        QueryChunk& x = qc.emplace_back();
+        x.row0 = s * c + r0;
+        x.pos = pos + r0;
+        x.real = std::min(piece, real - r0);
+        x.prefill = pieces;
+        x.acc = AttentionPartial::empty(B, H, x.real, dv);
+        if (ro.deterministic) x.tree.emplace(real_blocks);
       }
     }
   } catch (const std::exception& e) {
@@ -390,7 +465,7 @@ void run_ring(MPI_Comm user_comm, const TensorView<const float>& q,
     c2.q_position = x.pos;
     c2.kv_position = kpos;
     c2.sinks = {};
-    c2.prefill_form = ro.deterministic;
+    c2.prefill_form = ro.deterministic || x.prefill;
     c2.mask = row_range(o.mask, x.row0, x.real);
     c2.bias = row_range(o.bias, x.row0, x.real);
     return c2;
@@ -455,6 +530,34 @@ void run_ring(MPI_Comm user_comm, const TensorView<const float>& q,
           // key chunk, once per query chunk, whatever that key chunk holds.
           const bool sink_call =
               !ro.deterministic && !o.sinks.empty() && step == 0 && kc == 0;
+          if (ro.deterministic) {
+            // Every real block of this key chunk enters the tree once:
+            // computed, or empty when hidden.
+            for (std::size_t j0 = 0; j0 < kr; j0 += kRingBlock) {
+              const std::size_t j1 = std::min(kr, j0 + kRingBlock);
+              const std::size_t blk = (kpos + j0) / kRingBlock;
+              if (hidden(o, x.pos, x.pos + x.real - 1, kpos + j0,
+                         kpos + j1 - 1)) {
+                x.tree->add(blk, std::nullopt);
+                continue;
+              }
+              AttentionOptions c2 = call_options(x, kpos);
+              c2.kv_begin = j0;
+              c2.kv_end = j1;
+              AttentionPartial p;
+              partial_of<KT>(row_range(q, x.row0, x.real),
+                             row_range(pk.k(cur.data()), krow, kr),
+                             row_range(pk.v(cur.data()), krow, kr),
+                             ks ? row_range(pk.ks(cur.data()), krow, kr)
+                                : TensorView<const float>{},
+                             vs ? row_range(pk.vs(cur.data()), krow, kr)
+                                : TensorView<const float>{},
+                             p, c2);
+              x.tree->add(blk, std::move(p));
+              poke();
+            }
+            continue;
+          }
           if (!sink_call && (kr == 0 || hidden(o, x.pos, x.pos + x.real - 1,
                                                kpos, kpos + kr - 1))) {
             continue;
@@ -465,24 +568,10 @@ void run_ring(MPI_Comm user_comm, const TensorView<const float>& q,
           const auto vv2 = row_range(vv, krow, kr);
           const auto ksv = ks ? row_range(kss, krow, kr) : kss;
           const auto vsv = vs ? row_range(vss, krow, kr) : vss;
-          if (!ro.deterministic) {
-            if (sink_call) c2.sinks = o.sinks;
-            partial_of<KT>(qv, kv, vv2, ksv, vsv, part, c2);
-            attention_merge(x.acc, part);
-            poke();
-            continue;
-          }
-          for (std::size_t j0 = 0; j0 < kr; j0 += kRingBlock) {
-            const std::size_t j1 = std::min(kr, j0 + kRingBlock);
-            if (hidden(o, x.pos, x.pos + x.real - 1, kpos + j0, kpos + j1 - 1))
-              continue;
-            c2.kv_begin = j0;
-            c2.kv_end = j1;
-            const std::size_t blk = (kpos + j0) / kRingBlock;
-            partial_of<KT>(qv, kv, vv2, ksv, vsv, x.blocks[blk], c2);
-            x.have[blk] = 1;
-            poke();
-          }
+          if (sink_call) c2.sinks = o.sinks;
+          partial_of<KT>(qv, kv, vv2, ksv, vsv, part, c2);
+          attention_merge(x.acc, part);
+          poke();
         }
       }
     } catch (const std::exception& e) {
@@ -495,32 +584,35 @@ void run_ring(MPI_Comm user_comm, const TensorView<const float>& q,
     std::swap(cur, nxt);
   }
 
-  // Deterministic: the blocks in global key order.
+  // Deterministic: the sinks' partial (or the empty one), then the root of
+  // the block tree.
   if (ro.deterministic) {
     for (QueryChunk& x : qc) {
-      for (std::size_t b = 0; b < n_blocks; ++b) {
-        if (x.have[b]) attention_merge(x.acc, x.blocks[b]);
+      if (x.real == 0) continue;
+      if (!x.tree->complete()) {
+        throw std::logic_error(std::string(kFn) +
+                               ": internal error: a key block never arrived");
+      }
+      if (x.tree->root()) attention_merge(x.acc, *x.tree->root());
+    }
+  }
+  // Padding rows get +0 and lse -inf; each piece's rows are finalised.
+  for (std::size_t b = 0; b < B; ++b) {
+    for (std::size_t h = 0; h < H; ++h) {
+      for (std::size_t row = 0; row < L.rows(); ++row) {
+        std::fill_n(out.row(b, h, row), dv, 0.0f);
+        if (lse) lse[(b * H + h) * L.rows() + row] = -kInf;
       }
     }
   }
-  // Finalise each query chunk into its rows; padding rows get +0, -inf.
   lse_tmp.resize(B * H * c);
   for (const QueryChunk& x : qc) {
-    if (x.real > 0) {
-      attention_finalize(x.acc, row_range(out, x.row0, x.real),
-                         lse ? lse_tmp.data() : nullptr);
-    }
-    for (std::size_t b = 0; b < B; ++b) {
-      for (std::size_t h = 0; h < H; ++h) {
-        for (std::size_t i = 0; i < c; ++i) {
-          const std::size_t row = x.row0 + i;
-          if (i >= x.real) std::fill_n(out.row(b, h, row), dv, 0.0f);
-          if (lse) {
-            lse[(b * H + h) * L.rows() + row] =
-                i < x.real ? lse_tmp[(b * H + h) * x.real + i] : -kInf;
-          }
-        }
-      }
+    attention_finalize(x.acc, row_range(out, x.row0, x.real),
+                       lse ? lse_tmp.data() : nullptr);
+    if (!lse) continue;
+    for (std::size_t bh = 0; bh < B * H; ++bh) {
+      std::copy_n(lse_tmp.data() + bh * x.real, x.real,
+                  lse + bh * L.rows() + x.row0);
     }
   }
 }

@@ -52,6 +52,13 @@ grep -q "^softdot_DIR:PATH=$prefix/" "$work/build/CMakeCache.txt" || {
 "$cmake" --build "$work/build" -j 2
 step "run (find_package)"
 "$work/build/softdot_consumer"
+if [[ -x "$work/build/softdot_consumer_mpi" ]]; then
+  step "run softdot::mpi (find_package)"
+  "$work/build/softdot_consumer_mpi"
+elif [[ -f "$prefix/include/softdot/mpi.h" ]]; then
+  echo "softdot::mpi is installed but the consumer did not build against it" >&2
+  exit 1
+fi
 
 # ---- 2. pkg-config -----------------------------------------------------------
 # The same relocated install: softdot.pc finds its prefix from its own place.

@@ -81,6 +81,21 @@ void runtime_kind() {
   MPI_EXPECT(threw);
 }
 
+// An MPI error on the duplicate returns (MPI_ERRORS_RETURN) and check_mpi
+// makes it std::runtime_error naming the call.
+void mpi_error_is_runtime_error() {
+  DupComm c(MPI_COMM_WORLD, "test");
+  int x = 0;
+  bool threw = false;
+  try {
+    softdot::mpi::detail::check_mpi(
+        MPI_Send(&x, 1, MPI_INT, c.size() + 5, 0, c.get()), "MPI_Send");
+  } catch (const std::runtime_error& e) {
+    threw = std::string(e.what()).find("MPI_Send failed") != std::string::npos;
+  }
+  MPI_EXPECT(threw);
+}
+
 void null_comm_throws() {
   bool threw = false;
   try {
@@ -105,6 +120,7 @@ int main(int argc, char** argv) {
       {"two_ranks_fail", [p] { one_rank_fails(p - 1, p / 2); }},
       {"runtime_kind", runtime_kind},
       {"null_comm_throws", null_comm_throws},
+      {"mpi_error_is_runtime_error", mpi_error_is_runtime_error},
   });
   MPI_Finalize();
   return rc;

@@ -7,20 +7,24 @@
 //     bitwise the same on a second run, and bitwise attention() for P = 1
 //     contiguous;
 //   - deterministic: bitwise equal to the one-process merge of the
-//     kRingBlock-key block partials (prefill form) in global key order,
-//     which does not depend on P, so the bits are the same for every P;
-//     and within the tolerance of attention().
+//     kRingBlock-key block partials (prefill form) by a binary tree over
+//     the blocks (the sinks' partial first), which does not depend on P, so
+//     the bits are the same for every P; and within the tolerance of
+//     attention().
 #include <mpi.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "attention_reference.h"
 #include "mpi_test_util.h"
 #include "softdot/attention.h"
 #include "softdot/mpi.h"
@@ -77,7 +81,9 @@ std::vector<T> take_rows(const std::vector<T>& full, std::size_t B,
   return out;
 }
 
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+bool same_bits(float a, float b) {
+  return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b);
+}
 
 // K/V storage of a case: float inputs converted to the case's format.
 struct KVData {
@@ -213,12 +219,28 @@ void run_case(const Case& c) {
         softdot::attention_partial(qv, kk, vv, acc, so);
       }
       po.sinks = {};
+      // Every block's partial (those the mask hides are empty rows), then
+      // the binary tree over the blocks padded to a power of two, each
+      // node merging its left child with its right one.
+      std::vector<AttentionPartial> level;
       for (std::size_t j0 = 0; j0 < n; j0 += softdot::mpi::kRingBlock) {
         po.kv_begin = j0;
         po.kv_end = j0 + softdot::mpi::kRingBlock;
         softdot::attention_partial(qv, kk, vv, part, po);
-        softdot::attention_merge(acc, part);
+        level.push_back(part);
       }
+      std::size_t leaves = 1;
+      while (leaves < level.size()) leaves *= 2;
+      level.resize(leaves, AttentionPartial::empty(B, H, n, c.dv));
+      while (level.size() > 1) {
+        std::vector<AttentionPartial> up;
+        for (std::size_t i = 0; i < level.size(); i += 2) {
+          softdot::attention_merge(level[i], level[i + 1]);
+          up.push_back(std::move(level[i]));
+        }
+        level = std::move(up);
+      }
+      softdot::attention_merge(acc, level[0]);
     });
     softdot::attention_finalize(
         acc, TensorView<float>(det.data(), B, H, n, c.dv), det_lse.data());
@@ -265,8 +287,93 @@ void run_case(const Case& c) {
         TensorView<float>(out2.data(), B, H, rows, c.dv), ro, lse2.data());
   });
 
+  // The MPFR reference (long double out, the bound of attention.h) on the
+  // K and V the kernels see (16-bit widened, int8 dequantised), computed on
+  // rank 0 for small cases and sent to every rank.
+  const bool with_exact = n * n * H * B * (c.d + c.dv) <= 3000000;
+  std::vector<double> exact_out, exact_bound;
+  if (with_exact) {
+    exact_out.resize(B * H * n * c.dv);
+    exact_bound.resize(exact_out.size());
+    if (rank == 0) {
+      std::vector<float> kw(k.size()), vw(v.size());
+      for (std::size_t i = 0; i < k.size(); ++i) {
+        const std::size_t row = i / c.d;
+        kw[i] = c.kv == kF16    ? softdot::to_float(full.k16[i])
+                : c.kv == kBF16 ? softdot::to_float(full.kb[i])
+                : c.kv == kI8   ? full.ks[row] * static_cast<float>(full.k8[i])
+                                : k[i];
+      }
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::size_t row = i / c.dv;
+        vw[i] = c.kv == kF16    ? softdot::to_float(full.v16[i])
+                : c.kv == kBF16 ? softdot::to_float(full.vb[i])
+                : c.kv == kI8   ? full.vs[row] * static_cast<float>(full.v8[i])
+                                : v[i];
+      }
+      auto view = [&](const std::vector<float>& x, std::size_t h,
+                      std::size_t cols) {
+        return softdot_ref::AttnTensor<float>{
+            x.data(), B, h, n, cols, h * n * cols, n * cols, cols};
+      };
+      softdot_ref::AttnRefOptions r;
+      r.causal = c.causal;
+      r.window_left = c.wl;
+      r.window_right = c.wr;
+      r.softcap = c.softcap;
+      r.sinks = sinks;
+      if (c.mask) {
+        r.mask = {reinterpret_cast<const bool*>(mask_full.data()),
+                  1,
+                  H,
+                  n,
+                  n,
+                  H * n * n,
+                  n * n,
+                  n};
+      }
+      if (c.bias) r.bias = {bias_full.data(), B, 1, n, n, n * n, n * n, n};
+      const softdot_ref::AttnRef e = softdot_ref::attention_reference(
+          view(q, H, c.d), view(kw, c.Hkv, c.d), view(vw, c.Hkv, c.dv), r);
+      for (std::size_t i = 0; i < exact_out.size(); ++i) {
+        exact_out[i] = static_cast<double>(e.out[i]);
+        exact_bound[i] = e.bound[i];
+      }
+    }
+    MPI_Bcast(exact_out.data(), static_cast<int>(exact_out.size()), MPI_DOUBLE,
+              0, MPI_COMM_WORLD);
+    MPI_Bcast(exact_bound.data(), static_cast<int>(exact_bound.size()),
+              MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  }
+
   const bool exact_attention =
       !c.det && P == 1 && c.layout == Layout::contiguous;
+  // Contiguous, not deterministic, chunks in the prefill form: the bits are
+  // those of the one-process merge of the key chunks' partials in the order
+  // they reach this rank (its own chunk, with the sinks, then rank - 1,
+  // rank - 2, ...), whatever pieces the ring cuts the queries into.
+  const std::size_t my_rows =
+      std::min(n, (rank + 1) * L.chunk) - std::min(n, rank * L.chunk);
+  const bool ring_bits =
+      !c.det && c.layout == Layout::contiguous && (H / c.Hkv) * my_rows > 16;
+  std::vector<float> rb(B * H * n * c.dv), rb_lse(B * H * n);
+  if (ring_bits) {
+    AttentionPartial acc = AttentionPartial::empty(B, H, n, c.dv), part;
+    with_kv(c, full, n, [&](auto kk, auto vv) {
+      for (int s = 0; s < P; ++s) {
+        const int owner = (rank - s + P) % P;
+        AttentionOptions po = ao;
+        po.sinks = s == 0 ? ao.sinks : std::span<const float>{};
+        po.kv_begin = std::min(n, owner * L.chunk);
+        po.kv_end = std::min(n, (owner + 1) * L.chunk);
+        softdot::attention_partial(
+            TensorView<const float>(q.data(), B, H, n, c.d), kk, vv, part, po);
+        softdot::attention_merge(acc, part);
+      }
+    });
+    softdot::attention_finalize(
+        acc, TensorView<float>(rb.data(), B, H, n, c.dv), rb_lse.data());
+  }
   int bad = 0;
   auto report = [&](const std::string& what) {
     if (++bad <= 5)
@@ -302,6 +409,16 @@ void run_case(const Case& c) {
             report(where + " out not the deterministic bits: " +
                    std::to_string(o[x]) + " vs " + std::to_string(dr[x]));
       }
+      if (ring_bits) {
+        const float* br = &rb[(bh * n + pos[i]) * c.dv];
+        if (!same_bits(l, rb_lse[bh * n + pos[i]]) &&
+            !(std::isnan(l) && std::isnan(rb_lse[bh * n + pos[i]])))
+          report(where + " lse not the bits of the merge in ring order");
+        for (std::size_t x = 0; x < c.dv; ++x)
+          if (!same_bits(o[x], br[x]) &&
+              !(std::isnan(o[x]) && std::isnan(br[x])))
+            report(where + " out not the bits of the merge in ring order");
+      }
       if (exact_attention) {
         if (!same_bits(l, rl) && !(std::isnan(l) && std::isnan(rl)))
           report(where + " lse not attention()'s bits");
@@ -311,6 +428,19 @@ void run_case(const Case& c) {
       }
       // Against attention(): NaN where it has NaN, -inf lse where it has,
       // otherwise close.
+      if (with_exact) {
+        for (std::size_t x = 0; x < c.dv; ++x) {
+          const double e = exact_out[(bh * n + pos[i]) * c.dv + x];
+          const double bnd = exact_bound[(bh * n + pos[i]) * c.dv + x];
+          if (std::isnan(e) != std::isnan(o[x])) {
+            report(where + " NaN against the reference");
+          } else if (!std::isnan(e) && !(std::fabs(o[x] - e) <= bnd)) {
+            report(where + " out " + std::to_string(o[x]) + " vs exact " +
+                   std::to_string(e) + " beyond the bound " +
+                   std::to_string(bnd));
+          }
+        }
+      }
       if (std::isnan(rl) != std::isnan(l)) report(where + " NaN lse mismatch");
       if (std::isinf(rl) != std::isinf(l) || (std::isinf(rl) && rl != l))
         report(where + " lse " + std::to_string(l) + " vs " +
@@ -427,6 +557,12 @@ int main(int argc, char** argv) {
     Case lng{.name = "long_n700_d64"};
     lng.n = 700, lng.d = 64, lng.dv = 32, lng.q_amp = 4.0f, lng.det = det;
     cs.push_back(lng);
+    // Chunks of more than 256 rows: the ring cuts them into pieces.
+    Case pc{.name = "long_pieces_n1100"};
+    pc.n = 1100, pc.d = 32, pc.dv = 16, pc.H = 2, pc.Hkv = 1, pc.det = det;
+    pc.layout = Layout::contiguous, pc.causal = true, pc.sinks = true;
+    pc.mask = pc.bias = true;
+    cs.push_back(pc);
     Case gqa{.name = "gqa_causal_n101"};
     gqa.n = 101, gqa.H = 4, gqa.Hkv = 1, gqa.B = 2, gqa.causal = true,
     gqa.det = det;

@@ -357,6 +357,11 @@ void bad_arguments() {
   expect_throw("range", "targets[1] = 40", [&] {
     softdot::mpi::cross_entropy(MPI_COMM_WORLD, x, b, t, std::span<T>());
   });
+  // A negative target: named with the vocabulary's global size.
+  std::vector<std::int64_t> tn = {1, 2, -5};
+  expect_throw("negative", "targets[2] = -5 is not a class in [0, 40)", [&] {
+    softdot::mpi::cross_entropy(MPI_COMM_WORLD, x, b, tn, std::span<T>());
+  });
   // Deterministic on one rank only: caught, not a hang.
   VocabOptions det;
   det.deterministic = r == bad;

@@ -99,3 +99,15 @@ def test_errors():
         softdot.cross_entropy(x, np.array([0, 1, 2]))
     with pytest.raises(TypeError, match="torch"):
         softdot.cross_entropy(torch.zeros(2, 3), np.array([0, 1]))
+    with pytest.raises(NotImplementedError, match="requires grad"):
+        softdot.cross_entropy(torch.zeros(2, 3, requires_grad=True), torch.tensor([0, 1]))
+
+
+def test_strided_and_column_major_layouts(rng):
+    """Column-strided and column-major tensors give torch's values."""
+    x = torch.from_numpy(rng.standard_normal((4, 10)))
+    t = torch.tensor([0, 9, 3, 4])
+    for v in (x[:, ::2], x.T.contiguous().T):
+        tt = t.clamp(max=v.shape[1] - 1)
+        torch.testing.assert_close(softdot.cross_entropy(v, tt), F.cross_entropy(v, tt),
+                                   rtol=1e-15, atol=1e-15)

@@ -1,6 +1,8 @@
 // Attention tests: AttentionOptions::q_position / kv_position (global
 // positions of a call's first query and key rows, mask and bias columns by
 // key position) and prefill_form.
+#include <bit>
+#include <cstdint>
 #include <cstring>
 #include <random>
 
@@ -127,7 +129,8 @@ TEST(AttentionPositions, SliceEqualsWholeSequenceRange) {
           for (std::size_t j = 0; j < r.b - r.a; ++j) {
             const float a = s_got[(h * r.m + i) * (r.b - r.a) + j];
             const float b = s_full[(h * n + r.q0 + i) * n + r.a + j];
-            ASSERT_EQ(std::memcmp(&a, &b, sizeof a), 0)
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(a),
+                      std::bit_cast<std::uint32_t>(b))
                 << label << " score " << h << " " << i << " " << j;
           }
         }
