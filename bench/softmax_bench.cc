@@ -35,6 +35,31 @@ void BM_softmax_fast(benchmark::State& state) {
 }
 BENCHMARK(BM_softmax)->Apply(AddSizes);
 BENCHMARK(BM_softmax_fast)->Apply(AddSizes);
+
+// log_softmax (out of place) and logsumexp (reads only) at the same sizes,
+// default options: issue 14 asks for each at most the time of BM_softmax.
+void BM_log_softmax(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const std::vector<float> x = RandomScores(n);
+  std::vector<float> y(n);
+  for (auto _ : state) {
+    softdot::log_softmax(std::span<const float>(x), std::span<float>(y));
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, state.range(0), 1, 1);
+}
+void BM_logsumexp(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const std::vector<float> x = RandomScores(n);
+  for (auto _ : state) {
+    float lse = softdot::logsumexp(std::span<const float>(x));
+    benchmark::DoNotOptimize(lse);
+  }
+  SetCounters(state, state.range(0), 1, 0);
+}
+BENCHMARK(BM_log_softmax)->Apply(AddSizes);
+BENCHMARK(BM_logsumexp)->Apply(AddSizes);
 // double, in cache and from L3/memory.
 void BM_softmax_f64(benchmark::State& state) {
   RunSoftmax<softdot::Precision::kFaithful, double>(state);

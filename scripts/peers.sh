@@ -4,7 +4,8 @@
 # dots; attention: libtorch, OpenBLAS + Eigen, a naive loop), then prints the
 # tables of scripts/peers_report.py and writes its SVG charts.
 #
-# Two runs of the same binary, each writing its own JSON next to it:
+# Two runs of the same binary, each writing its own JSON next to it (and run
+# 1b between them: PyTorch 2 from Python, see PEERS_TORCH2 below):
 #   1. every single-thread benchmark, pinned to one core
 #      (taskset -c $BENCH_CPU, SOFTDOT_PEERS_SET=single), the 1-thread
 #      attention and decode benchmarks included;
@@ -31,6 +32,10 @@
 #                      with OPENBLAS_CORETYPE=Haswell for OpenBLAS's AVX2 kernels
 #   PEERS_TIME         real (default) or cpu: the time of the single-thread
 #                      tables (cpu leaves out waits for a core on a busy machine)
+#   PEERS_TORCH2       0 skips run 1b (PyTorch 2's softmax from Python,
+#                      bench/python/softmax_torch2.py, after run 1 on its core);
+#                      PEERS_TORCH2_PYTHON a Python with torch 2 and numpy (default:
+#                      a venv build-peers/venv-torch2 with ${SOFTDOT_TORCH:-torch==2.13.0})
 #   and those of scripts/common.sh (SOFTDOT_JOBS, SOFTDOT_NO_APT, SOFTDOT_CMAKE_ARGS).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -79,6 +84,29 @@ log "run 1: SOFTDOT_PEERS_SET=single taskset -c $cpu $bench ${common_args[*]} $*
 SOFTDOT_PEERS_SET=single taskset -c "$cpu" "$bench" "${common_args[@]}" \
   --benchmark_out="$json" "$@"
 
+# Run 1b: PyTorch 2's softmax from Python (bench/python/softmax_torch2.py), on
+# the same core, right after run 1; its results file joins the report.
+json_torch2="$build_dir/bench/peers/softmax_torch2.json"
+rm -f "$json_torch2"
+if [[ "${PEERS_TORCH2:-1}" != 0 ]]; then
+  torch_py="${PEERS_TORCH2_PYTHON:-}"
+  if [[ -z "$torch_py" ]]; then
+    torch_py="$build_dir/venv-torch2/bin/python"
+    if ! "$torch_py" -c 'import torch, numpy' 2>/dev/null; then
+      log "venv $build_dir/venv-torch2: numpy, ${SOFTDOT_TORCH:-torch==2.13.0}"
+      "${SOFTDOT_PYTHON:-python3}" -m venv "$build_dir/venv-torch2"
+      "$torch_py" -m pip install -q numpy "${SOFTDOT_TORCH:-torch==2.13.0}"
+    fi
+  fi
+  filter=""
+  for a in "$@"; do
+    [[ "$a" == --benchmark_filter=* ]] && filter="${a#--benchmark_filter=}"
+  done
+  log "run 1b: taskset -c $cpu softmax_torch2.py (PyTorch 2 from Python)"
+  taskset -c "$cpu" "$torch_py" "$SOFTDOT_ROOT/bench/python/softmax_torch2.py" \
+    --out "$json_torch2" --min-time "$min_time" --repetitions "$reps" --filter "$filter"
+fi
+
 if ((ncpu > 1)); then
   log "run 2: SOFTDOT_PEERS_SET=threads taskset -c $thread_cpus $bench ${common_args[*]} $*"
   SOFTDOT_PEERS_SET=threads taskset -c "$thread_cpus" "$bench" "${common_args[@]}" \
@@ -89,7 +117,7 @@ fi
 log "benchmarks took $(( $(now) - start )) s; medians from $json ${json_threads}"
 
 reports=()
-for f in "$json" "$json_threads"; do
+for f in "$json" "$json_torch2" "$json_threads"; do
   [[ -s "$f" ]] && reports+=("$f")
 done
 ((${#reports[@]} > 0)) || die "no benchmark results (did --benchmark_filter match nothing?)"

@@ -53,7 +53,10 @@ import sys
 UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
 # Column order and display names.
-SOFTMAX_IMPLS = ["softdot", "softdot_fast", "xnnpack", "onednn", "eigen", "libtorch", "naive"]
+SOFTMAX_IMPLS = ["softdot", "softdot_fast", "xnnpack", "onednn", "eigen", "libtorch", "pytorch2",
+                 "naive"]
+# The libraries a user would pick instead (the "fastest peer" of each shape).
+SOFTMAX_PEERS = ["xnnpack", "onednn", "eigen", "libtorch", "pytorch2"]
 DOT_IMPLS = ["softdot", "openblas", "hwy_dot", "eigen", "naive"]
 DOT_PEERS = ["openblas", "hwy_dot", "eigen"]
 DOTS_IMPLS = ["softdot", "openblas_sgemv", "eigen", "libtorch"]
@@ -64,6 +67,7 @@ NAMES = {
     "onednn": "oneDNN",
     "eigen": "Eigen",
     "libtorch": "libtorch",
+    "pytorch2": "PyTorch 2",
     "naive": "naive 3-pass",
     "copy": "copy",
     "roofline_2r1w": "2R+1W",
@@ -270,6 +274,22 @@ def softmax_tables(results, out):
                     copy_row.append(cell(results, base + impl, rel(copy_ns), []))
                 copy_rows.append(copy_row)
         names = [NAMES.get(i, i) for i in impls]
+        peer_rows = []
+        for shape in shapes:
+            base = f"softmax/{case}/{shape}/"
+            best = None
+            for peer in SOFTMAX_PEERS:
+                r = results.get(base + peer)
+                if r is not None and r.error is None and (best is None or r.ns < best[1]):
+                    best = (peer, r.ns)
+            if best is None:
+                continue
+            row = [pretty_shape(shape), NAMES.get(best[0], best[0])]
+            for mine in ("softdot", "softdot_fast"):
+                r = results.get(base + mine)
+                row.append(fmt_ratio(r.ns / best[1]) if r is not None and r.error is None
+                           else "—")
+            peer_rows.append(row)
         out.append(f"### softmax, {case} case: time / 2R+1W loop (lower is better)\n")
         out.append(table(["shape"] + names + ["copy / 2R+1W"], rows))
         out.append(f"\n### softmax, {case} case: ns per element\n")
@@ -277,6 +297,9 @@ def softmax_tables(results, out):
         if copy_rows:
             out.append(f"\n### softmax, {case} case: time / copy loop (2-D shapes)\n")
             out.append(table(["shape"] + names, copy_rows))
+        if peer_rows:
+            out.append(f"\n### softmax, {case} case: time / the fastest peer's (lower is better)\n")
+            out.append(table(["shape", "fastest peer", "softdot", "softdot_fast"], peer_rows))
         if errors:
             out.append("\n" + "\n".join(f"- {e}" for e in errors))
         out.append("")
@@ -478,6 +501,8 @@ def header(context, contexts, time_name):
         f"softdot_peers: softdot {get('softdot_version')}, SIMD target {get('simd_target')}",
     ]
     for ctx in contexts:
+        if "peers_set" not in ctx:
+            continue  # a file of softmax_torch2.py: its lines come below
         lines.append(
             f"run ({ctx.get('peers_set', '?')}): affinity CPUs {ctx.get('affinity_cpus', '?')}, "
             f"OpenMP max threads {ctx.get('omp_max_threads', '?')}, "
@@ -490,6 +515,10 @@ def header(context, contexts, time_name):
         ("oneDNN ISA", "onednn_cpu_isa"), ("Eigen", "eigen_version"), ("Eigen ISA", "eigen_isa"),
         ("libtorch", "torch_version"), ("libtorch CPU capability", "torch_cpu_capability"),
         ("OpenBLAS", "openblas_config"), ("Highway Dot target", "hwy_dot_target"),
+        ("PyTorch 2 from Python (bench/python/softmax_torch2.py): call cost subtracted, ns",
+         "pytorch2_call_ns"),
+        ("PyTorch 2 version", "pytorch2_version"),
+        ("PyTorch 2 CPU capability", "pytorch2_cpu_capability"),
     ]
     for label, key in versions:
         if key in context:
@@ -500,7 +529,8 @@ def header(context, contexts, time_name):
 # ---- SVG ---------------------------------------------------------------------
 COLORS = {
     "softdot": "#d62728", "softdot_fast": "#ff7f0e", "xnnpack": "#1f77b4", "onednn": "#2ca02c",
-    "eigen": "#9467bd", "libtorch": "#8c564b", "naive": "#7f7f7f", "copy": "#17becf",
+    "eigen": "#9467bd", "libtorch": "#8c564b", "pytorch2": "#e377c2", "naive": "#7f7f7f",
+    "copy": "#17becf",
 }
 
 
