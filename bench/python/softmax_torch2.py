@@ -33,21 +33,12 @@ import time
 import numpy as np
 import torch
 
+from bench_softdot import cpu_model  # beside this script
+
 CACHE_SHAPES = [(1, 3), (1, 8), (1, 16), (1, 64), (1, 1000), (1, 4096), (1, 65536),
                 (4096, 1024), (256, 32000)]
 MEMORY_SHAPES = [(1, 1 << 24)]
 MEMORY_ARENA_BYTES = 512 << 20
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def timed_loop(call, min_time: float) -> float:

@@ -9,6 +9,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -132,6 +134,30 @@ struct Walk {
     }
   }
 };
+
+// The int64 targets of a cross-entropy over `rows` rows (one contiguous 1-d
+// array), as a span; ValueError otherwise.
+inline std::span<const std::int64_t> targets_of(const In& targets,
+                                                std::size_t rows) {
+  if (targets.dtype() != nb::dtype<std::int64_t>() || targets.ndim() != 1 ||
+      targets.shape(0) != rows || (rows > 1 && targets.stride(0) != 1))
+    fail("targets must be a contiguous int64 array of shape (" +
+         std::to_string(rows) + ",)");
+  return {static_cast<const std::int64_t*>(targets.data()), rows};
+}
+
+// The optional per-row loss output of a cross-entropy (a contiguous 1-d
+// array of T and `rows` entries), as a span (empty when absent); ValueError
+// otherwise.
+template <class T>
+std::span<T> loss_of(const std::optional<Out>& loss, std::size_t rows) {
+  if (!loss) return {};
+  if (loss->dtype() != nb::dtype<T>() || loss->ndim() != 1 ||
+      loss->shape(0) != rows || (rows > 1 && loss->stride(0) != 1))
+    fail("loss must be a contiguous array of the logits' dtype, shape (" +
+         std::to_string(rows) + ",)");
+  return {static_cast<T*>(loss->data()), rows};
+}
 
 }  // namespace softdot::python
 

@@ -38,18 +38,8 @@ double run(const In& logits, const In& targets, const std::optional<Out>& loss,
            const std::optional<Out>& grad, const CrossEntropyOptions& o) {
   const std::size_t rows = logits.shape(0), cols = logits.shape(1);
   check_rows("logits", logits, rows, cols);
-  if (targets.dtype() != nb::dtype<std::int64_t>() || targets.ndim() != 1 ||
-      targets.shape(0) != rows || (rows > 1 && targets.stride(0) != 1))
-    fail("targets must be a contiguous int64 array of shape (" +
-         std::to_string(rows) + ",)");
-  std::span<T> loss_span;
-  if (loss) {
-    if (loss->dtype() != nb::dtype<T>() || loss->ndim() != 1 ||
-        loss->shape(0) != rows || (rows > 1 && loss->stride(0) != 1))
-      fail("loss must be a contiguous array of the logits' dtype, shape (" +
-           std::to_string(rows) + ",)");
-    loss_span = std::span<T>(static_cast<T*>(loss->data()), rows);
-  }
+  const std::span<const std::int64_t> t = targets_of(targets, rows);
+  const std::span<T> loss_span = loss_of<T>(loss, rows);
   MatrixView<T> grad_view;
   if (grad) {
     if (grad->dtype() != nb::dtype<T>())
@@ -62,8 +52,6 @@ double run(const In& logits, const In& targets, const std::optional<Out>& loss,
   const MatrixView<const T> x(
       static_cast<const T*>(logits.data()), rows, cols,
       rows > 1 ? static_cast<std::size_t>(logits.stride(0)) : cols);
-  const std::span<const std::int64_t> t(
-      static_cast<const std::int64_t*>(targets.data()), rows);
   nb::gil_scoped_release release;
   return cross_entropy(x, t, loss_span, grad_view, o);
 }

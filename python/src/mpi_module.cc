@@ -218,26 +218,14 @@ double vocab_xent_py(std::int64_t comm, const In& logits,
     using T = decltype(t);
     const auto xv = matrix_of<const T>("logits", logits);
     const std::size_t rows = xv.rows;
-    if (targets.dtype() != nb::dtype<std::int64_t>() || targets.ndim() != 1 ||
-        targets.shape(0) != rows || (rows > 1 && targets.stride(0) != 1))
-      fail("targets must be a contiguous int64 array of shape (" +
-           std::to_string(rows) + ",)");
-    std::span<T> ls;
-    if (loss) {
-      if (loss->dtype() != nb::dtype<T>() || loss->ndim() != 1 ||
-          loss->shape(0) != rows || (rows > 1 && loss->stride(0) != 1))
-        fail("loss must be a contiguous array of the logits' dtype, shape (" +
-             std::to_string(rows) + ",)");
-      ls = std::span<T>(static_cast<T*>(loss->data()), rows);
-    }
+    const std::span<const std::int64_t> ts = targets_of(targets, rows);
+    const std::span<T> ls = loss_of<T>(loss, rows);
     MatrixView<T> gv;
     if (grad) {
       if (grad->dtype() != nb::dtype<T>())
         throw nb::type_error("grad must have the logits' dtype");
       gv = matrix_of<T>("grad", *grad);
     }
-    const std::span<const std::int64_t> ts(
-        static_cast<const std::int64_t*>(targets.data()), rows);
     nb::gil_scoped_release release;
     value = mpi::cross_entropy(c, xv, vocab_begin, ts, ls, gv, o, vo);
   });
