@@ -6,7 +6,11 @@
 # of ssh, and the TCP BTL and the runtime use only that subnet, so every
 # byte between ranks crosses a network interface. Needs root and `ip netns`;
 # exits 77 (skipped) when either is missing. Everything made is removed on
-# exit.
+# exit; mpirun runs under `timeout` (SOFTDOT_NETNS_TIMEOUT seconds, default
+# 90, below the tests' ctest TIMEOUT of 120) so that a hang still ends here
+# and cleans up. A run killed outright (SIGKILL) cannot clean up: each run
+# first removes what runs whose process is gone left behind (the owner's PID
+# is kept in $state/<bridge>), and picks a subnet that no interface uses.
 # Usage: run_netns.sh P PROGRAM [ARGS...]   (mpirun from PATH or $MPIRUN)
 set -euo pipefail
 if (($# < 2)); then
@@ -21,10 +25,42 @@ if ((EUID != 0)) || ! command -v ip >/dev/null || ! ip netns list >/dev/null 2>&
   echo "run_netns.sh: needs root and ip netns; skipped" >&2
   exit 77
 fi
-# A short id unique to this run (names are limited to 15 characters).
+state=/run/softdot-netns
+mkdir -p "$state"
+# Leftovers of runs whose process is gone (or that predate the state files).
+remove_run() {
+  local rid="$1" ns
+  for ns in $(ip netns list | awk '{print $1}' | grep "^sdns$rid-" || true); do
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  for link in $(ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' |
+    grep -E "^sd(v|br)$rid" || true); do
+    ip link del "$link" 2>/dev/null || true
+  done
+  rm -f "$state/sdbr$rid"
+}
+for link in $(ip -o link show type bridge | awk -F': ' '{print $2}' | grep -E '^sdbr[0-9a-f]{4}$' || true); do
+  owner="$(cat "$state/$link" 2>/dev/null || true)"
+  if [[ -z "$owner" ]] || ! kill -0 "$owner" 2>/dev/null; then
+    remove_run "${link#sdbr}"
+  fi
+done
+for ns in $(ip netns list | awk '{print $1}' | grep -E '^sdns[0-9a-f]{4}-' || true); do
+  rid="${ns#sdns}"
+  rid="${rid%%-*}"
+  [[ -e "/sys/class/net/sdbr$rid" ]] || remove_run "$rid"
+done
+# A short id unique to this run (names are limited to 15 characters), and a
+# /24 that no interface on this machine has yet.
 id="$(printf '%04x' $(($$ % 65536)))"
+while [[ -e "/sys/class/net/sdbr$id" ]]; do
+  id="$(printf '%04x' $(((16#$id + 1) % 65536)))"
+done
 a=$((10 + $$ % 200))
 b=$(($$ / 200 % 250))
+while ip -o addr show | grep -q " inet 10\.$a\.$b\."; do
+  b=$(((b + 1) % 250))
+done
 subnet="10.$a.$b"
 br="sdbr$id"
 dir="$(mktemp -d)"
@@ -34,9 +70,13 @@ cleanup() {
     ip link del "sdv$id-$i" 2>/dev/null || true
   done
   ip link del "$br" 2>/dev/null || true
+  rm -f "$state/$br"
   rm -rf "$dir"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+echo $$ >"$state/$br"
 ip link add "$br" type bridge
 ip addr add "$subnet.254/24" dev "$br"
 ip link set "$br" up
@@ -59,7 +99,8 @@ export SOFTDOT_NETNS_DIR="$dir"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Every rank on its own "host": the shared-memory BTL cannot be used
 # between them, and the runtime and the TCP BTL are held to the subnet.
-"$mpirun" --hostfile "$dir/hosts" -np "$P" \
+timeout --kill-after=5 "${SOFTDOT_NETNS_TIMEOUT:-90}" \
+  "$mpirun" --hostfile "$dir/hosts" -np "$P" \
   --mca plm_rsh_agent "$here/netns_agent.sh" \
   --mca plm_rsh_no_tree_spawn 1 \
   --mca btl self,tcp \
