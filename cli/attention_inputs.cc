@@ -223,7 +223,8 @@ std::string dtype_of(const Input& x) {
 }
 
 // The scales of int8 keys or values: [n_kv x 1] or
-// [batch x kv_heads x n_kv x 1] as kv's rows, each finite and >= 0.
+// [batch x kv_heads x n_kv x 1] as kv's rows (pages: [pages x kv_heads x
+// page_size x 1]), each finite and >= 0.
 void check_scales(const Input& s, const Input& kv) {
   if (s.rank() != kv.rank() || s.batch() != kv.batch() ||
       s.heads() != kv.heads() || s.rows() != kv.rows() || s.cols() != 1) {
@@ -285,11 +286,15 @@ void read_int8_scales(const AttentionArgs& args, AttentionInputs* in) {
     if (!*it.path) {
       throw CliError(it.kv->option + " " + it.kv->file +
                      " is int8 and needs its scales: " + it.option +
-                     " FILE.npy, float32 [n_kv x 1] or "
-                     "[batch x kv_heads x n_kv x 1]");
+                     " FILE.npy, float32 " +
+                     (in->paged() ? "[pages x kv_heads x page_size x 1]"
+                                  : "[n_kv x 1] or "
+                                    "[batch x kv_heads x n_kv x 1]"));
     }
-    *it.scales = read_input(it.option, **it.path, kF32, "[n_kv x 1]",
-                            "[batch x kv_heads x n_kv x 1]");
+    *it.scales = in->paged()
+                     ? read_any(it.option, **it.path, kF32)
+                     : read_input(it.option, **it.path, kF32, "[n_kv x 1]",
+                                  "[batch x kv_heads x n_kv x 1]");
     check_scales(*it.scales, *it.kv);
   }
 }
@@ -369,18 +374,14 @@ AttentionInputs read_attention_inputs(const AttentionArgs& args) {
       read_input("--q", args.q, kF32, "[n_q x d]", "[batch x heads x n_q x d]");
   std::size_t n_kv = 0;
   if (args.block_table) {
-    if (in.quantize || args.k_scales || args.v_scales) {
-      throw CliError(std::string(in.quantize ? "--kv int8" : "--k-scales") +
-                     ": int8 pages are not read by the command; with "
-                     "--block-table, k and v are float32 or float16 pages");
-    }
-    static constexpr NpyDtype kPage[] = {NpyDtype::kFloat32,
-                                         NpyDtype::kFloat16};
-    in.k = read_any("--k", args.k, kPage);
-    in.v = read_any("--v", args.v, kPage);
+    // Pages of float32, float16 or int8 (with scales [pages x kv_heads x
+    // page_size x 1], or quantised per page row by --kv int8).
+    in.k = read_any("--k", args.k, kKV);
+    in.v = read_any("--v", args.v, kKV);
     in.block_table = read_any("--block-table", *args.block_table, kI32);
     in.seq_lens = read_any("--seq-lens", *args.seq_lens, kI32);
     check_paged(in.q, in.k, in.v, in.block_table, in.seq_lens);
+    read_int8_scales(args, &in);
     for (std::int32_t n : int32s_of(in.seq_lens.array)) {
       if (n > 0) n_kv = std::max(n_kv, static_cast<std::size_t>(n));
     }

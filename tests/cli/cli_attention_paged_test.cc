@@ -4,6 +4,7 @@
 // tables and shapes as one error line naming the file, the shape or the
 // sequence and entry, with no output file left behind.
 #include <bit>
+#include <cstring>
 
 #include "cli_attention_util.h"
 
@@ -183,27 +184,148 @@ TEST(CliAttentionPaged, BadTablesAndShapesAreOneErrorLine) {
                run(f.dir.path("t.npy"), lens,
                    f.put("k2.npy", f32_npy(make_array({6, 8}, 2)))),
                {"--k is [6 x 8]", "[pages x kv_heads x page_size x d]"});
-  // int8 pages are for the library and Python: --kv int8 and --k-scales are
-  // refused with a paged cache.
-  {
-    std::vector<std::string> args = {"attention",
-                                     "--q",
-                                     f.q,
-                                     "--k",
-                                     f.k,
-                                     "--v",
-                                     f.v,
-                                     "-o",
-                                     f.out,
-                                     "--block-table",
-                                     f.dir.path("t.npy"),
-                                     "--seq-lens",
-                                     lens,
-                                     "--kv",
-                                     "int8"};
-    expect_error("--kv int8 with pages", run_softdot(args),
-                 {"--kv int8", "int8 pages are not read by the command"});
+}
+
+std::string i8_npy(const std::vector<std::size_t>& shape,
+                   const std::vector<std::int8_t>& values) {
+  std::string data(values.size(), '\0');
+  std::memcpy(data.data(), values.data(), values.size());
+  return make_npy("|i1", npy_shape(shape), data);
+}
+
+// int8 pages: read with their scales, or quantised from float pages by --kv
+// int8 (one scale per page row, which is one per (token, KV head), as for
+// contiguous keys); each sequence bit for bit the command on its keys
+// gathered in order, in the same format.
+TEST(CliAttentionPaged, Int8PagesMatchContiguousBitwise) {
+  Files f;
+  const PagedCase c;
+  using C = PagedCase;
+  // int8 values and scales for every page row; a row of page 2 has scale 0.
+  std::vector<std::int8_t> kq(C::P * C::Hkv * C::ps * C::d),
+      vq(C::P * C::Hkv * C::ps * C::dv);
+  std::vector<float> ks(C::P * C::Hkv * C::ps), vs(ks.size());
+  for (std::size_t i = 0; i < kq.size(); ++i)
+    kq[i] =
+        static_cast<std::int8_t>(static_cast<int>((i * 37 + 11) % 255) - 127);
+  for (std::size_t i = 0; i < vq.size(); ++i)
+    vq[i] =
+        static_cast<std::int8_t>(static_cast<int>((i * 53 + 7) % 255) - 127);
+  for (std::size_t i = 0; i < ks.size(); ++i) {
+    ks[i] = 0.01f * static_cast<float>(1 + i % 7);
+    vs[i] = 0.02f * static_cast<float>(1 + i % 5);
   }
+  ks[(2 * C::Hkv + 1) * C::ps + 1] = 0.0f;
+  const std::string table = f.put("table.npy", i32_npy({2, 4}, c.table));
+  const std::string lens = f.put("lens.npy", i32_npy({2}, c.lens));
+  f.put("q.npy", f32_npy(c.q));
+  f.put("k.npy", i8_npy({C::P, C::Hkv, C::ps, C::d}, kq));
+  f.put("v.npy", i8_npy({C::P, C::Hkv, C::ps, C::dv}, vq));
+  const std::string kf = f.put("kf.npy", f32_npy(c.kp));
+  const std::string vf = f.put("vf.npy", f32_npy(c.vp));
+  const std::string kss =
+      f.put("ks.npy", f32_npy(Array{{C::P, C::Hkv, C::ps, 1}, ks}));
+  const std::string vss =
+      f.put("vs.npy", f32_npy(Array{{C::P, C::Hkv, C::ps, 1}, vs}));
+  const CommandResult r = run_softdot(
+      {"attention", "--q",        f.q,  "--k",        f.k,  "--v",
+       f.v,         "--k-scales", kss,  "--v-scales", vss,  "--block-table",
+       table,       "--seq-lens", lens, "--causal",   "-o", f.out,
+       "--lse",     f.lse});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  const std::vector<float> got = read_output(f.out);
+  const std::vector<float> got_lse = read_output(f.lse);
+  const std::string out2 = f.dir.path("out2.npy");
+  const CommandResult rq = run_softdot(
+      {"attention", "--q", f.q, "--k", kf, "--v", vf, "--kv", "int8",
+       "--block-table", table, "--seq-lens", lens, "--causal", "-o", out2});
+  ASSERT_EQ(rq.status, 0) << rq.err;
+  const std::vector<float> got_q = read_output(out2);
+  const std::size_t per_b = C::H * C::n_q * C::dv;
+  ASSERT_EQ(got.size(), 2 * per_b);
+  ASSERT_EQ(got_q.size(), 2 * per_b);
+  for (std::size_t b = 0; b < 2; ++b) {
+    // Sequence b's keys in position order: values, scales and floats.
+    const auto n = static_cast<std::size_t>(c.lens[b]);
+    std::vector<std::int8_t> kb, vb;
+    std::vector<float> ksb, vsb;
+    for (std::size_t h = 0; h < C::Hkv; ++h) {
+      for (std::size_t t = 0; t < n; ++t) {
+        const auto page =
+            static_cast<std::size_t>(c.table[b * C::bps + t / C::ps]);
+        const std::size_t row = (page * C::Hkv + h) * C::ps + t % C::ps;
+        kb.insert(kb.end(),
+                  kq.begin() + static_cast<std::ptrdiff_t>(row * C::d),
+                  kq.begin() + static_cast<std::ptrdiff_t>((row + 1) * C::d));
+        vb.insert(vb.end(),
+                  vq.begin() + static_cast<std::ptrdiff_t>(row * C::dv),
+                  vq.begin() + static_cast<std::ptrdiff_t>((row + 1) * C::dv));
+        ksb.push_back(ks[row]);
+        vsb.push_back(vs[row]);
+      }
+    }
+    f.put("qb.npy", f32_npy(c.q_of(b)));
+    f.put("kb.npy", i8_npy({1, C::Hkv, n, C::d}, kb));
+    f.put("vb.npy", i8_npy({1, C::Hkv, n, C::dv}, vb));
+    f.put("ksb.npy", f32_npy(Array{{1, C::Hkv, n, 1}, ksb}));
+    f.put("vsb.npy", f32_npy(Array{{1, C::Hkv, n, 1}, vsb}));
+    ASSERT_EQ(run_softdot({"attention", "--q", f.dir.path("qb.npy"), "--k",
+                           f.dir.path("kb.npy"), "--v", f.dir.path("vb.npy"),
+                           "--k-scales", f.dir.path("ksb.npy"), "--v-scales",
+                           f.dir.path("vsb.npy"), "--causal", "-o",
+                           f.dir.path("ob.npy"), "--lse", f.dir.path("lb.npy")})
+                  .status,
+              0);
+    const std::vector<float> ob = read_output(f.dir.path("ob.npy"));
+    const std::vector<float> lb = read_output(f.dir.path("lb.npy"));
+    ASSERT_EQ(ob.size(), per_b);
+    EXPECT_EQ(bits_of(ob, 0, per_b), bits_of(got, b * per_b, per_b))
+        << "int8 pages, sequence " << b;
+    EXPECT_EQ(bits_of(lb, 0, lb.size()),
+              bits_of(got_lse, b * lb.size(), lb.size()))
+        << "int8 pages, sequence " << b;
+    // --kv int8 on float pages: the contiguous command with --kv int8.
+    f.put("kfb.npy", f32_npy(c.seq_k[b]));
+    f.put("vfb.npy", f32_npy(c.seq_v[b]));
+    ASSERT_EQ(
+        run_softdot({"attention", "--q", f.dir.path("qb.npy"), "--k",
+                     f.dir.path("kfb.npy"), "--v", f.dir.path("vfb.npy"),
+                     "--kv", "int8", "--causal", "-o", f.dir.path("oq.npy")})
+            .status,
+        0);
+    const std::vector<float> oq = read_output(f.dir.path("oq.npy"));
+    ASSERT_EQ(oq.size(), per_b);
+    EXPECT_EQ(bits_of(oq, 0, per_b), bits_of(got_q, b * per_b, per_b))
+        << "--kv int8 pages, sequence " << b;
+  }
+  // The errors of int8 keys hold for pages too: missing scales, and scales
+  // shaped for contiguous keys; one line, no output file.
+  const std::string none = f.dir.path("none.npy");
+  auto expect_error = [&](const std::string& what, const CommandResult& e,
+                          const std::vector<std::string>& needles) {
+    EXPECT_EQ(e.status, 2) << what;
+    EXPECT_EQ(e.err.rfind("softdot: error: ", 0), 0u) << what << ": " << e.err;
+    EXPECT_EQ(std::count(e.err.begin(), e.err.end(), '\n'), 1) << e.err;
+    for (const std::string& n : needles)
+      EXPECT_NE(e.err.find(n), std::string::npos)
+          << what << ": \"" << e.err << "\" does not name " << n;
+    EXPECT_FALSE(file_exists(none)) << what << ": left an output file";
+  };
+  expect_error(
+      "int8 pages without scales",
+      run_softdot({"attention", "--q", f.q, "--k", f.k, "--v", f.v,
+                   "--block-table", table, "--seq-lens", lens, "-o", none}),
+      {"is int8 and needs its scales", "--k-scales",
+       "[pages x kv_heads x page_size x 1]"});
+  const std::string flat =
+      f.put("flat.npy", f32_npy(Array{{C::P * C::Hkv * C::ps, 1}, ks}));
+  expect_error(
+      "2-D scales for pages",
+      run_softdot({"attention", "--q", f.q, "--k", f.k, "--v", f.v,
+                   "--k-scales", flat, "--v-scales", vss, "--block-table",
+                   table, "--seq-lens", lens, "-o", none}),
+      {"--k-scales is [48 x 1]", "[6 x 2 x 4 x 1]"});
 }
 
 }  // namespace
