@@ -23,11 +23,19 @@ namespace softdot::python {
 
 // A TensorView of a 4-d array of element type T (checked by the caller)
 // with its strides; negative strides and a strided last axis are refused.
+// An array with no elements has no element to address, and numpy and torch
+// give such arrays any strides (numpy: 0): its view gets the contiguous ones.
 template <class T, class A>
 TensorView<T> view4(const char* name, const A& a) {
   if (a.ndim() != 4)
     fail(std::string(name) + " has " + std::to_string(a.ndim()) +
          " axes; expected 4");
+  if (a.size() == 0) {
+    using U = std::remove_const_t<T>;
+    auto* p = reinterpret_cast<T*>(const_cast<U*>(
+        static_cast<const U*>(static_cast<const void*>(a.data()))));
+    return TensorView<T>(p, a.shape(0), a.shape(1), a.shape(2), a.shape(3));
+  }
   for (std::size_t i = 0; i < 4; ++i)
     if (a.stride(i) < 0)
       fail(std::string(name) + " has a negative stride on axis " +

@@ -565,3 +565,25 @@ def test_precise_wide_scores(rng, causal):
         err[precise] = float(np.max(np.abs(got - want) / (U32 * W)))
     assert err[True] <= 8, err
     assert err[False] > 8 * err[True], err
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+def test_no_keys_gives_zeros_and_minus_inf(lib):
+    # S = 0: numpy gives empty arrays strides of 0 and torch any strides; the
+    # result is the library's for an empty key range (zeros, lse -inf), and
+    # with a sink the sink's lse.
+    q = np.arange(2 * 3 * 4, dtype=np.float32).reshape(1, 2, 3, 4)
+    k = np.ones((1, 2, 0, 4), dtype=np.float32)
+    v = np.ones((1, 2, 0, 5), dtype=np.float32)
+    if lib == "torch":
+        q, k, v = torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v)
+    out, lse = sdpa(q, k, v, return_lse=True)
+    assert tuple(out.shape) == (1, 2, 3, 5)
+    assert np.all(np.asarray(out) == 0)
+    assert np.all(np.asarray(lse) == -np.inf)
+    sinks = np.array([0.5, -1.0], dtype=np.float32)
+    if lib == "torch":
+        sinks = torch.from_numpy(sinks)
+    out, lse = sdpa(q, k, v, return_lse=True, sinks=sinks)
+    assert np.all(np.asarray(out) == 0)
+    np.testing.assert_array_equal(np.asarray(lse)[0, :, 0], [0.5, -1.0])
