@@ -160,6 +160,20 @@ Plan check_and_plan(const char* fn, const TensorView<const float>& q,
     fail(fn, "n_q = " + count(q.rows) + " and n_kv = " + count(k.rows) +
                  " must be below 2^30");
   }
+  // Every query row gets an lse and, split into decode chunks, a state of
+  // 8 (d_v + 2) bytes; their count must not wrap (strides of 0 make a view
+  // span less than its rows).
+  std::size_t rows_total = 0, row_bytes = 0, state_bytes = 0;
+  if (__builtin_mul_overflow(q.batch, q.heads, &rows_total) ||
+      __builtin_mul_overflow(rows_total, q.rows, &rows_total) ||
+      __builtin_mul_overflow(dv + 2, sizeof(double), &row_bytes) ||
+      __builtin_mul_overflow(rows_total, row_bytes, &state_bytes) ||
+      state_bytes > static_cast<std::size_t>(PTRDIFF_MAX)) {
+    fail(fn, shape("q", q) +
+                 " has more query rows (batch x heads x n_q) "
+                 "than fit in memory with d_v = " +
+                 count(dv));
+  }
   Plan p{};
   p.B = q.batch;
   p.H = q.heads;
@@ -284,7 +298,9 @@ Plan check_paged_and_plan(const char* fn, const TensorView<const float>& q,
     if (len < 0) fail(fn, seq + " is negative");
     const auto n = static_cast<std::size_t>(len);
     if (n >= kMaxIndex) fail(fn, seq + " must be below 2^30");
-    if (n > bps * ps) {
+    // bps x ps may wrap (a huge blocks_per_seq): it then holds any n.
+    std::size_t capacity = 0;
+    if (!__builtin_mul_overflow(bps, ps, &capacity) && n > capacity) {
       fail(fn, seq + " is longer than its blocks_per_seq " + count(bps) +
                    " pages of page_size " + count(ps) + " hold (" +
                    shape("k_pages", k) + ")");

@@ -60,14 +60,30 @@ std::string partial_shape(const char* name, const AttentionPartial& p) {
 }
 
 // The vectors hold what batch, heads, rows and dv say.
+// rows = batch x heads x rows and outputs = rows x dv, or a failure naming
+// the partial when either product wraps.
+void partial_counts(const char* fn, const char* name, std::size_t batch,
+                    std::size_t heads, std::size_t rows, std::size_t dv,
+                    std::size_t* n, std::size_t* outputs) {
+  if (__builtin_mul_overflow(batch, heads, n) ||
+      __builtin_mul_overflow(*n, rows, n) ||
+      __builtin_mul_overflow(*n, dv, outputs) ||
+      *outputs > static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(double)) {
+    fail(fn, std::string(name) + " [" + count(batch) + ", " + count(heads) +
+                 ", " + count(rows) + "] with d_v " + count(dv) +
+                 " has more outputs than fit in memory");
+  }
+}
+
 void check_partial(const char* fn, const char* name,
                    const AttentionPartial& p) {
-  const std::size_t n = p.row_count();
-  if (p.max.size() != n || p.sum.size() != n || p.out.size() != n * p.dv) {
+  std::size_t n = 0, outputs = 0;
+  partial_counts(fn, name, p.batch, p.heads, p.rows, p.dv, &n, &outputs);
+  if (p.max.size() != n || p.sum.size() != n || p.out.size() != outputs) {
     fail(fn, partial_shape(name, p) + " holds " + count(p.max.size()) +
                  " maxima, " + count(p.sum.size()) + " sums and " +
                  count(p.out.size()) + " outputs; expected " + count(n) + ", " +
-                 count(n) + " and " + count(n * p.dv));
+                 count(n) + " and " + count(outputs));
   }
 }
 
@@ -80,10 +96,12 @@ AttentionPartial AttentionPartial::empty(std::size_t batch, std::size_t heads,
   p.heads = heads;
   p.rows = rows;
   p.dv = dv;
-  const std::size_t n = batch * heads * rows;
+  std::size_t n = 0, outputs = 0;
+  partial_counts("AttentionPartial::empty", "the partial", batch, heads, rows,
+                 dv, &n, &outputs);
   p.max.assign(n, -std::numeric_limits<float>::infinity());
   p.sum.assign(n, 0.0);
-  p.out.assign(n * dv, 0.0);
+  p.out.assign(outputs, 0.0);
   return p;
 }
 

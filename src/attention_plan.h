@@ -19,6 +19,8 @@ namespace softdot::detail::attn {
 using detail::count;
 using detail::fail;
 using detail::number;
+using detail::span_error;
+using detail::span_fits;
 
 // Decode split: chunk size, and the most rows per KV head that use it.
 constexpr std::size_t kDecodeChunk = 512;
@@ -37,7 +39,19 @@ std::string shape(const char* name, const TensorView<T>& t) {
 
 template <class T>
 void check_tensor(const char* fn, const char* name, const TensorView<T>& t) {
-  if (t.data == nullptr && t.batch * t.heads * t.rows * t.cols != 0) {
+  std::size_t elements = 0;
+  const std::size_t dims[3] = {t.batch, t.heads, t.rows};
+  const std::size_t strides[3] = {t.batch_stride, t.head_stride, t.row_stride};
+  if (!span_fits(dims, strides, 3, t.cols, sizeof(T), &elements)) {
+    fail(fn,
+         span_error(shape(name, t) + " with strides [" + count(t.batch_stride) +
+                        ", " + count(t.head_stride) + ", " +
+                        count(t.row_stride) + "]",
+                    sizeof(T)));
+  }
+  // elements is 0 exactly when a dimension is 0 (a product of the
+  // dimensions could wrap to 0 and let a null view through).
+  if (t.data == nullptr && elements != 0) {
     fail(fn, shape(name, t) + " has null data");
   }
   if (t.rows > 1 && t.row_stride < t.cols) {

@@ -311,6 +311,8 @@ struct AttentionPartial {
 
   // The identity of attention_merge: every row empty (max -inf, sum 0,
   // out 0), the partial result of an empty key range.
+  // std::invalid_argument when batch x heads x rows x dv doubles would not
+  // fit in memory (the product wraps or exceeds PTRDIFF_MAX bytes).
   static AttentionPartial empty(std::size_t batch, std::size_t heads,
                                 std::size_t rows, std::size_t dv);
   std::size_t row_count() const noexcept { return batch * heads * rows; }

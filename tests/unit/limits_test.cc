@@ -1,0 +1,153 @@
+// The largest arrays the API accepts (docs/limits.md): a view whose span,
+// (n_0 - 1) s_0 + ... + cols elements, does not fit in PTRDIFF_MAX bytes is
+// rejected with std::invalid_argument before anything is read, written or
+// allocated, and no size product is allowed to wrap. The pointers passed
+// here point at a few valid elements: a check that let a view through would
+// read far outside them (ASan reports it; without ASan it would crash).
+#include <gtest/gtest.h>
+#include <softdot/softdot.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr std::size_t k2_32 = std::size_t{1} << 32;
+
+// Runs f, expecting std::invalid_argument whose message contains every
+// piece of `parts`.
+template <class F>
+void ExpectInvalid(F f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    for (const std::string& p : parts) {
+      EXPECT_NE(what.find(p), std::string::npos)
+          << "message \"" << what << "\" lacks \"" << p << "\"";
+    }
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "unexpected exception: " << e.what();
+  }
+}
+
+TEST(Limits, NullViewWhoseElementCountWrapsToZeroIsRejected) {
+  // 2^32 x 2^32 x 1 x 1 elements: the product is 2^64, 0 in size_t; the
+  // null check used to multiply the dimensions and let this through.
+  std::vector<float> k(4, 1.0f), v(4, 1.0f), o(4, 0.0f);
+  const softdot::TensorView<const float> q(nullptr, k2_32, k2_32, 1, 1);
+  const softdot::TensorView<const float> kv(k.data(), 1, 1, 1, 1);
+  const softdot::TensorView<const float> vv(v.data(), 1, 1, 1, 1);
+  const softdot::TensorView<float> ov(o.data(), 1, 1, 1, 1);
+  ExpectInvalid([&] { softdot::attention(q, kv, vv, ov); },
+                {"softdot::attention: ", "q [4294967296, 4294967296, 1, 1]",
+                 "spans more than PTRDIFF_MAX (9223372036854775807) bytes"});
+}
+
+TEST(Limits, TensorSpanBeyondPtrdiffMaxIsRejected) {
+  // k: 2^31 rows of stride 2^31 floats: 2^62 elements, 2^64 bytes.
+  std::vector<float> q(4, 1.0f), buf(4, 1.0f), o(4, 0.0f);
+  const softdot::TensorView<const float> qv(q.data(), 1, 1, 1, 1);
+  const softdot::TensorView<const float> k(buf.data(), 1, 1, std::size_t{1}
+                                           << 31, 1, 0, 0, std::size_t{1}
+                                                               << 31);
+  const softdot::TensorView<const float> v(buf.data(), 1, 1, std::size_t{1}
+                                           << 31, 1, 0, 0, 1);
+  const softdot::TensorView<float> ov(o.data(), 1, 1, 1, 1);
+  ExpectInvalid([&] { softdot::attention(qv, k, v, ov); },
+                {"k [1, 1, 2147483648, 1] with strides [0, 0, 2147483648]",
+                 "spans more than PTRDIFF_MAX", "4-byte elements"});
+}
+
+TEST(Limits, SpanJustBelowTheLimitPassesTheSpanCheck) {
+  // 2^61 - 1 float elements (just under 2^63 bytes) fit; the call then fails
+  // on the next rule (n_kv must be below 2^30), which shows that the span
+  // check itself accepted the view.
+  std::vector<float> q(4, 1.0f), buf(4, 1.0f), o(4, 0.0f);
+  const softdot::TensorView<const float> qv(q.data(), 1, 1, 1, 1);
+  const std::size_t rows = (std::size_t{1} << 61) - 1;
+  const softdot::TensorView<const float> k(buf.data(), 1, 1, rows, 1, 0, 0,
+                                           1);
+  ExpectInvalid(
+      [&] {
+        softdot::attention(qv, k, k, softdot::TensorView<float>(o.data(), 1,
+                                                                1, 1, 1));
+      },
+      {"must be below 2^30"});
+}
+
+TEST(Limits, MatrixSpanBeyondPtrdiffMaxIsRejected) {
+  // 2^61 rows of stride 16 doubles: 2^65 elements.
+  std::vector<double> buf(16, 0.0), out(16, 0.0);
+  const softdot::MatrixView<const double> x(buf.data(), std::size_t{1} << 61,
+                                            16, 16);
+  const softdot::MatrixView<double> y(out.data(), std::size_t{1} << 61, 16,
+                                      16);
+  ExpectInvalid([&] { softdot::softmax_rows(x, y); },
+                {"softdot::softmax_rows: x (2305843009213693952 x 16, stride 16)",
+                 "spans more than PTRDIFF_MAX", "8-byte elements"});
+  std::vector<double> query(16, 1.0), scores(4, 0.0);
+  ExpectInvalid([&] { softdot::dots(query, x, scores); },
+                {"softdot::dots: keys", "spans more than PTRDIFF_MAX"});
+}
+
+TEST(Limits, AttentionWeightsRowsTimesKeysBeyondMemoryIsRejected) {
+  // weights [2^21, 2^21, 2^21, 1]: 2^63 floats, 2^65 bytes (q of the same
+  // rows is rejected first, naming q).
+  std::vector<float> q(4, 1.0f), k(4, 1.0f), w(4, 0.0f);
+  const std::size_t n = std::size_t{1} << 21;
+  const softdot::TensorView<const float> qv(q.data(), n, n, n, 1);
+  const softdot::TensorView<const float> kv(k.data(), n, 1, 1, 1);
+  const softdot::TensorView<float> wv(w.data(), n, n, n, 1);
+  ExpectInvalid([&] { softdot::attention_weights(qv, kv, wv); },
+                {"softdot::attention_weights: q [2097152, 2097152, 2097152, 1]",
+                 "spans more than PTRDIFF_MAX"});
+}
+
+TEST(Limits, QueryRowsWithZeroStridesThatWouldWrapAreRejected) {
+  // Strides of 0 make q span one element, but 2^32 x 2^32 query rows each
+  // need an lse and a state: their count wraps.
+  std::vector<float> one(4, 1.0f), o(4, 0.0f);
+  const softdot::TensorView<const float> q(one.data(), k2_32, k2_32, 1, 1, 0,
+                                           0, 1);
+  const softdot::TensorView<const float> kv(one.data(), k2_32, 1, 1, 1, 0, 0,
+                                            1);
+  const softdot::TensorView<float> ov(o.data(), k2_32, k2_32, 1, 1, 0, 0, 1);
+  ExpectInvalid([&] { softdot::attention(q, kv, kv, ov); },
+                {"softdot::attention: q [4294967296, 4294967296, 1, 1]",
+                 "more query rows", "than fit in memory"});
+}
+
+TEST(Limits, AttentionPartialOfWrappingSizeIsRejected) {
+  ExpectInvalid(
+      [] { (void)softdot::AttentionPartial::empty(k2_32, k2_32, 1, 1); },
+      {"softdot::AttentionPartial::empty: the partial [4294967296, "
+       "4294967296, 1] with d_v 1",
+       "more outputs than fit in memory"});
+  // A partial whose declared shape wraps cannot be merged either.
+  softdot::AttentionPartial a = softdot::AttentionPartial::empty(1, 1, 1, 1);
+  softdot::AttentionPartial b = a;
+  b.batch = k2_32;
+  b.heads = k2_32;
+  ExpectInvalid([&] { softdot::attention_merge(a, b); },
+                {"softdot::attention_merge: b [4294967296, 4294967296, 1]",
+                 "more outputs than fit in memory"});
+}
+
+TEST(Limits, QuantizeKvOfHugeViewIsRejected) {
+  std::vector<float> x(4, 1.0f), scales(4, 0.0f);
+  std::vector<std::int8_t> values(4, 0);
+  const std::size_t n = std::size_t{1} << 40;
+  const softdot::TensorView<const float> xv(x.data(), n, n, 1, 1);
+  const softdot::TensorView<std::int8_t> vv(values.data(), 1, 1, 1, 1);
+  const softdot::TensorView<float> sv(scales.data(), 1, 1, 1, 1);
+  ExpectInvalid([&] { softdot::quantize_kv(xv, vv, sv); },
+                {"softdot::quantize_kv: x [1099511627776, 1099511627776, 1, 1]",
+                 "spans more than PTRDIFF_MAX"});
+}
+
+}  // namespace
