@@ -3,11 +3,14 @@
 #include "output_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -31,6 +34,99 @@ int write_all(int fd, std::string_view content) {
   return 0;
 }
 
+// Files to remove if SIGINT, SIGTERM or SIGHUP ends the command: the
+// temporary file being written, and the files write_files_all_or_none has
+// created so far. Slots are changed with those signals blocked; the handler
+// only reads them and calls unlink, which is async-signal-safe.
+constexpr int kPendingSlots = 64;
+constexpr std::size_t kPendingPath = 4096;
+char g_pending[kPendingSlots][kPendingPath];
+volatile std::sig_atomic_t g_pending_used[kPendingSlots];
+constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+extern "C" void remove_pending_and_reraise(int sig) {
+  for (int i = 0; i < kPendingSlots; ++i) {
+    if (g_pending_used[i] != 0) ::unlink(g_pending[i]);
+  }
+  // The default action, so the parent sees the command killed by `sig`.
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+// Blocks the cleanup signals for its lifetime.
+class CleanupSignalsBlocked {
+ public:
+  CleanupSignalsBlocked() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : kCleanupSignals) sigaddset(&set, sig);
+    ::sigprocmask(SIG_BLOCK, &set, &old_);
+  }
+  ~CleanupSignalsBlocked() { ::sigprocmask(SIG_SETMASK, &old_, nullptr); }
+  CleanupSignalsBlocked(const CleanupSignalsBlocked&) = delete;
+  CleanupSignalsBlocked& operator=(const CleanupSignalsBlocked&) = delete;
+
+ private:
+  sigset_t old_;
+};
+
+// Installs the handler once, for each signal whose action is still the
+// default (a signal the caller ignores, as nohup does with SIGHUP, stays
+// ignored).
+void install_cleanup_handlers() {
+  static bool installed = false;
+  if (installed) return;
+  installed = true;
+  for (int sig : kCleanupSignals) {
+    struct sigaction old_action {};
+    if (::sigaction(sig, nullptr, &old_action) != 0) continue;
+    if (old_action.sa_handler != SIG_DFL) continue;
+    struct sigaction action {};
+    action.sa_handler = remove_pending_and_reraise;
+    sigemptyset(&action.sa_mask);
+    for (int other : kCleanupSignals) sigaddset(&action.sa_mask, other);
+    ::sigaction(sig, &action, nullptr);
+  }
+}
+
+// Records `path` for removal on a cleanup signal; returns its slot, or -1
+// when the path is too long or every slot is taken (the file is then not
+// removed by a signal, as before this existed).
+int add_pending(const std::string& path) {
+  if (path.size() >= kPendingPath) return -1;
+  const CleanupSignalsBlocked blocked;
+  install_cleanup_handlers();
+  for (int i = 0; i < kPendingSlots; ++i) {
+    if (g_pending_used[i] == 0) {
+      std::memcpy(g_pending[i], path.c_str(), path.size() + 1);
+      g_pending_used[i] = 1;
+      return i;
+    }
+  }
+  return -1;
+}
+
+void drop_pending(int slot) {
+  if (slot < 0) return;
+  const CleanupSignalsBlocked blocked;
+  g_pending_used[slot] = 0;
+}
+
+// SOFTDOT_TEST_WRITE_DELAY_MS: a pause between writing a temporary file and
+// renaming it, so that tests can send a signal mid-write. Not for users.
+void test_write_delay() {
+  const char* ms = std::getenv("SOFTDOT_TEST_WRITE_DELAY_MS");
+  if (ms == nullptr) return;
+  const long n = std::strtol(ms, nullptr, 10);
+  if (n > 0) ::usleep(static_cast<useconds_t>(n) * 1000);
+}
+
+// Holds the slot of a created file until the whole group is written.
+struct CreatedFile {
+  std::string path;
+  int slot = -1;
+};
+
 }  // namespace
 
 void write_file_atomically(const std::string& path, std::string_view content) {
@@ -48,6 +144,7 @@ void write_file_atomically(const std::string& path, std::string_view content) {
     throw CliError(path + ": cannot create a file there: " + errno_text(errno));
   }
   temp.assign(temp_buffer.data());
+  const int slot = add_pending(temp);
   // mkstemp creates the file 0600; give it the mode a plain creat() would.
   const mode_t mask = ::umask(0);
   ::umask(mask);
@@ -56,9 +153,18 @@ void write_file_atomically(const std::string& path, std::string_view content) {
   if (err == 0) err = write_all(fd, content);
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;
-  if (err == 0 && std::rename(temp.c_str(), path.c_str()) != 0) err = errno;
+  if (err == 0) test_write_delay();
+  if (err == 0) {
+    // The rename and the end of the temporary file's slot happen with the
+    // cleanup signals blocked: a signal then finds either the temporary
+    // file (removed) or the finished output, never a dangling slot.
+    const CleanupSignalsBlocked blocked;
+    if (std::rename(temp.c_str(), path.c_str()) != 0) err = errno;
+    if (err == 0) drop_pending(slot);
+  }
   if (err != 0) {
     ::unlink(temp.c_str());
+    drop_pending(slot);
     throw CliError(path + ": cannot write: " + errno_text(err));
   }
 }
@@ -88,18 +194,34 @@ std::string read_file(const std::string& path) {
 
 void write_files_all_or_none(
     const std::vector<std::pair<std::string, std::string>>& files) {
-  std::vector<std::string> created;
+  std::vector<CreatedFile> created;
+  auto release = [&created] {
+    for (const CreatedFile& c : created) drop_pending(c.slot);
+  };
   try {
     for (const auto& [path, content] : files) {
       struct stat st;
       const bool existed = ::stat(path.c_str(), &st) == 0;
-      write_file_atomically(path, content);
-      if (!existed) created.push_back(path);
+      // A signal before the last file is in place removes the files created
+      // so far, as an error does (registered before the rename, so there is
+      // no moment when a new file exists unregistered).
+      if (!existed) created.push_back({path, add_pending(path)});
+      try {
+        write_file_atomically(path, content);
+      } catch (const CliError&) {
+        if (!existed) {
+          drop_pending(created.back().slot);
+          created.pop_back();
+        }
+        throw;
+      }
     }
   } catch (const CliError&) {
-    for (const std::string& path : created) ::unlink(path.c_str());
+    for (const CreatedFile& c : created) ::unlink(c.path.c_str());
+    release();
     throw;
   }
+  release();
 }
 
 }  // namespace softdot::cli
