@@ -22,6 +22,9 @@ SOFTDOT_PACKAGES=(
   libbenchmark-dev # bench/ (optional for the build, installed for bench.sh)
   clang-format     # scripts/format.sh --check, run by scripts/test.sh
   clang-tidy       # scripts/tidy.sh, run by scripts/test.sh
+  clang            # the clang build of scripts/test.sh, and scripts/fuzz.sh
+  libclang-rt-14-dev  # clang's sanitizer runtimes (ASan, UBSan, LSan)
+  libfuzzer-14-dev    # libFuzzer, for fuzz/ (scripts/fuzz.sh)
   libomp-dev       # omp.h for clang-tidy (GCC's omp.h does not parse with clang)
   libopenmpi-dev openmpi-bin  # softdot::mpi (ring attention) and its mpirun tests
 )
@@ -31,9 +34,14 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 # Prints the packages of SOFTDOT_PACKAGES that are not installed.
 missing_packages() {
-  local p status
+  local p status arch
+  arch="$(dpkg --print-architecture)"
   for p in "${SOFTDOT_PACKAGES[@]}"; do
-    status="$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)"
+    # The native architecture's package first: with a foreign one installed
+    # too (scripts/test_arm64.sh adds arm64 -dev packages), the bare name
+    # matches both. Architecture: all packages only answer to the bare name.
+    status="$(dpkg-query -W -f='${db:Status-Status}' "$p:$arch" 2>/dev/null ||
+      dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)"
     [[ "$status" == installed ]] || printf '%s\n' "$p"
   done
 }
@@ -68,6 +76,24 @@ configure_build() {
   cmake -S "$SOFTDOT_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="$type" "$@" "${extra[@]}"
   log "build $dir (-j$SOFTDOT_JOBS)"
   cmake --build "$dir" -j "$SOFTDOT_JOBS"
+}
+
+# lsan_works COMPILER: succeeds when LeakSanitizer works here with that
+# compiler's runtime (it needs ptrace-like access that some VMs and
+# containers deny): a program that leaks must be reported.
+lsan_works() {
+  local cxx="$1" dir out
+  dir="$(mktemp -d)"
+  printf '#include <cstdlib>\nint main() { void* volatile p = std::malloc(64); p = nullptr; return 0; }\n' \
+    >"$dir/leak.cc"
+  if ! "$cxx" -fsanitize=address -g "$dir/leak.cc" -o "$dir/leak" 2>/dev/null; then
+    rm -rf "$dir"
+    return 1
+  fi
+  # The probe exits non-zero when LSan works, so read its output.
+  out="$(ASAN_OPTIONS=detect_leaks=1 "$dir/leak" 2>&1 || true)"
+  rm -rf "$dir"
+  grep -q 'detected memory leaks' <<<"$out"
 }
 
 # Seconds since the epoch, for the timing summaries.

@@ -65,18 +65,8 @@ python_s=$((SECONDS - t0))
 # it as a failure. LeakSanitizer needs ptrace-like access that some VMs and
 # containers deny; probe it and switch leak checks off only where it cannot run.
 t0=$SECONDS
-probe_dir="$(mktemp -d)"
-trap 'rm -rf "$probe_dir"' EXIT
-printf '#include <cstdlib>\nint main() { void* volatile p = std::malloc(64); p = nullptr; return 0; }\n' \
-  >"$probe_dir/leak.cc"
 detect_leaks=0
-if g++ -fsanitize=address -g "$probe_dir/leak.cc" -o "$probe_dir/leak" 2>/dev/null; then
-  # The probe exits non-zero when LSan works, so read its output, not its status.
-  probe_out="$(ASAN_OPTIONS=detect_leaks=1 "$probe_dir/leak" 2>&1 || true)"
-  if grep -q 'detected memory leaks' <<<"$probe_out"; then
-    detect_leaks=1
-  fi
-fi
+lsan_works g++ && detect_leaks=1
 ((detect_leaks)) || log "LeakSanitizer does not work here: leak checks are off"
 export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=${detect_leaks}:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1"
 export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1"

@@ -1,0 +1,312 @@
+// Fuzz target: the argument checks of softdot::attention (src/
+// attention_checks.cc, src/attention_plan.h, src/check.h). The fuzzer picks
+// shapes, strides, options and the K/V format; each view gets a buffer of
+// exactly the elements it spans (a separate allocation, so AddressSanitizer
+// sees any read past it), or one element when its span exceeds PTRDIFF_MAX
+// bytes (the call must then be rejected). Cases with a view that fits in
+// memory but exceeds the harness's cap are not run.
+// Every call either throws std::invalid_argument or returns; a call that
+// returns is repeated and must give the same bits.
+#include <fuzzer/FuzzedDataProvider.h>
+#include <softdot/softdot.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "fuzz_util.h"
+
+namespace {
+
+// Most elements a view may span here (the rest get a one-element buffer).
+constexpr std::size_t kCapElements = std::size_t{1} << 16;
+
+struct Shape {
+  std::size_t batch = 1, heads = 1, rows = 1, cols = 1;
+  std::size_t bs = 0, hs = 0, rs = 0;
+};
+
+// (n_0 - 1) s_0 + ... + cols, or SIZE_MAX when it wraps; 0 when empty.
+std::size_t span_of(const Shape& s) {
+  if (s.batch == 0 || s.heads == 0 || s.rows == 0 || s.cols == 0) return 0;
+  std::size_t total = s.cols, step = 0;
+  const std::size_t n[3] = {s.batch, s.heads, s.rows};
+  const std::size_t st[3] = {s.bs, s.hs, s.rs};
+  for (int i = 0; i < 3; ++i) {
+    if (__builtin_mul_overflow(n[i] - 1, st[i], &step) ||
+        __builtin_add_overflow(total, step, &total)) {
+      return std::numeric_limits<std::size_t>::max();
+    }
+  }
+  return total;
+}
+
+// A dimension: usually small, sometimes 0 or huge.
+std::size_t pick_dim(FuzzedDataProvider& f, std::size_t typical) {
+  switch (f.ConsumeIntegralInRange<int>(0, 15)) {
+    case 0:
+      return 0;
+    case 1:
+      return f.ConsumeIntegral<std::size_t>();
+    case 2:
+      return std::size_t{1} << f.ConsumeIntegralInRange<int>(20, 63);
+    default:
+      return f.ConsumeIntegralInRange<std::size_t>(1, typical);
+  }
+}
+
+// Strides: dense, padded, zero (broadcast), too small, or arbitrary.
+void pick_strides(FuzzedDataProvider& f, Shape& s) {
+  const int mode = f.ConsumeIntegralInRange<int>(0, 7);
+  if (mode <= 3) {
+    s.rs = s.cols + (mode == 1 ? f.ConsumeIntegralInRange<std::size_t>(0, 5)
+                               : 0);
+    s.hs = s.rs * s.rows + (mode == 2 ? f.ConsumeIntegralInRange<std::size_t>(0, 9) : 0);
+    s.bs = s.hs * s.heads;
+    if (mode == 3) s.bs = 0;
+  } else if (mode == 4) {
+    s.rs = s.cols > 0 ? s.cols - 1 : 0;
+    s.hs = s.rs * s.rows;
+    s.bs = s.hs * s.heads;
+  } else {
+    s.rs = f.ConsumeIntegral<std::size_t>() >> f.ConsumeIntegralInRange<int>(0, 63);
+    s.hs = f.ConsumeIntegral<std::size_t>() >> f.ConsumeIntegralInRange<int>(0, 63);
+    s.bs = f.ConsumeIntegral<std::size_t>() >> f.ConsumeIntegralInRange<int>(0, 63);
+  }
+}
+
+float pick_value(FuzzedDataProvider& f) {
+  switch (f.ConsumeIntegralInRange<int>(0, 31)) {
+    case 0:
+      return std::numeric_limits<float>::quiet_NaN();
+    case 1:
+      return std::numeric_limits<float>::infinity();
+    case 2:
+      return -std::numeric_limits<float>::infinity();
+    case 3:
+      return f.ConsumeFloatingPoint<float>();
+    default:
+      return f.ConsumeFloatingPointInRange<float>(-4.0f, 4.0f);
+  }
+}
+
+// A buffer for a view of shape s: exactly its span, or one element.
+template <class T>
+struct Buffer {
+  std::unique_ptr<T[]> data;
+  std::size_t size = 0;
+};
+
+// Set when a view spans more than kCapElements but fits in memory: the
+// library accepts such a view (it cannot know the caller's buffer), so the
+// case is not run.
+bool g_skip = false;
+
+template <class T, class Fill>
+Buffer<T> buffer_for(const Shape& s, Fill fill) {
+  std::size_t n = span_of(s);
+  if (n > kCapElements) {
+    const bool fits =
+        n != std::numeric_limits<std::size_t>::max() &&
+        n <= static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T);
+    if (fits) g_skip = true;
+    n = 1;  // a view too large for memory must be rejected
+  }
+  if (n == 0) n = 1;
+  Buffer<T> b;
+  b.data = std::make_unique<T[]>(n);
+  b.size = n;
+  for (std::size_t i = 0; i < n; ++i) b.data[i] = fill();
+  return b;
+}
+
+Shape pick_shape(FuzzedDataProvider& f, std::size_t b, std::size_t h,
+                 std::size_t r, std::size_t c) {
+  Shape s;
+  s.batch = f.ConsumeIntegralInRange<int>(0, 9) == 0 ? pick_dim(f, 3) : b;
+  s.heads = f.ConsumeIntegralInRange<int>(0, 9) == 0 ? pick_dim(f, 4) : h;
+  s.rows = f.ConsumeIntegralInRange<int>(0, 9) == 0 ? pick_dim(f, 40) : r;
+  s.cols = f.ConsumeIntegralInRange<int>(0, 9) == 0 ? pick_dim(f, 20) : c;
+  pick_strides(f, s);
+  return s;
+}
+
+template <class T>
+softdot::TensorView<const T> view_of(const Buffer<T>& b, const Shape& s) {
+  return softdot::TensorView<const T>(b.data.get(), s.batch, s.heads, s.rows,
+                                      s.cols, s.bs, s.hs, s.rs);
+}
+
+// Runs attention twice; the second run must give the same bits.
+template <class Call>
+void run_twice(Call call, float* out, std::size_t out_n, float* lse,
+               std::size_t lse_n) {
+  if (g_skip) return;
+  try {
+    call();
+  } catch (const std::invalid_argument&) {
+    return;
+  }
+  std::vector<float> first(out, out + out_n), first_lse;
+  if (lse != nullptr) first_lse.assign(lse, lse + lse_n);
+  call();
+  FUZZ_CHECK(std::memcmp(first.data(), out, out_n * sizeof(float)) == 0);
+  if (lse != nullptr) {
+    FUZZ_CHECK(std::memcmp(first_lse.data(), lse, lse_n * sizeof(float)) ==
+               0);
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
+                                      std::size_t size) {
+  FuzzedDataProvider f(data, size);
+  g_skip = false;
+  const std::size_t B = f.ConsumeIntegralInRange<std::size_t>(1, 2);
+  const std::size_t Hkv = f.ConsumeIntegralInRange<std::size_t>(1, 3);
+  const std::size_t H = Hkv * f.ConsumeIntegralInRange<std::size_t>(1, 3);
+  const std::size_t n_q = f.ConsumeIntegralInRange<std::size_t>(1, 40);
+  const std::size_t n_kv = f.ConsumeIntegralInRange<std::size_t>(0, 140);
+  const std::size_t d = f.ConsumeIntegralInRange<std::size_t>(1, 20);
+  const std::size_t dv = f.ConsumeIntegralInRange<std::size_t>(1, 20);
+  const int format = f.ConsumeIntegralInRange<int>(0, 3);
+
+  const Shape qs = pick_shape(f, B, H, n_q, d);
+  const Shape ks = pick_shape(f, B, Hkv, n_kv, d);
+  const Shape vs = pick_shape(f, B, Hkv, n_kv, dv);
+  Shape os = pick_shape(f, B, H, n_q, dv);
+  auto value = [&f] { return pick_value(f); };
+  const Buffer<float> q = buffer_for<float>(qs, value);
+  Buffer<float> out = buffer_for<float>(os, [] { return 0.0f; });
+  const softdot::TensorView<float> ov(out.data.get(), os.batch, os.heads,
+                                      os.rows, os.cols, os.bs, os.hs, os.rs);
+
+  softdot::AttentionOptions o;
+  if (f.ConsumeBool()) o.causal = true;
+  if (f.ConsumeIntegralInRange<int>(0, 3) == 0) {
+    o.window_left = f.ConsumeIntegralInRange<std::ptrdiff_t>(-2, 50);
+    o.window_right = f.ConsumeIntegralInRange<std::ptrdiff_t>(-2, 50);
+  }
+  if (f.ConsumeIntegralInRange<int>(0, 3) == 0) o.softcap = pick_value(f);
+  if (f.ConsumeIntegralInRange<int>(0, 3) == 0) {
+    o.scale = f.ConsumeFloatingPoint<double>();
+  }
+  Buffer<bool> mask;
+  if (f.ConsumeIntegralInRange<int>(0, 3) == 0) {
+    const Shape ms = pick_shape(f, B, H, n_q, n_kv);
+    mask = buffer_for<bool>(ms, [&f] { return f.ConsumeBool(); });
+    o.mask = view_of(mask, ms);
+  }
+  Buffer<float> bias;
+  if (f.ConsumeIntegralInRange<int>(0, 3) == 0) {
+    const Shape bs = pick_shape(f, B, H, n_q, n_kv);
+    bias = buffer_for<float>(bs, value);
+    o.bias = view_of(bias, bs);
+  }
+  std::vector<float> sinks;
+  if (f.ConsumeIntegralInRange<int>(0, 3) == 0) {
+    sinks.resize(f.ConsumeIntegralInRange<int>(0, 9) == 0
+                     ? f.ConsumeIntegralInRange<std::size_t>(0, 12)
+                     : H);
+    for (float& s : sinks) s = pick_value(f);
+    o.sinks = sinks;
+  }
+  if (f.ConsumeIntegralInRange<int>(0, 3) == 0) {
+    o.kv_begin = f.ConsumeIntegralInRange<std::size_t>(0, n_kv + 2);
+    o.kv_end = f.ConsumeIntegralInRange<std::size_t>(0, n_kv + 2);
+  }
+  if (f.ConsumeIntegralInRange<int>(0, 7) == 0) {
+    o.kv_position = f.ConsumeIntegralInRange<std::size_t>(0, 100);
+    o.q_position = f.ConsumeIntegralInRange<std::size_t>(0, 100);
+  }
+  o.prefill_form = f.ConsumeIntegralInRange<int>(0, 7) == 0;
+  o.precise = f.ConsumeIntegralInRange<int>(0, 7) == 0;
+  // lse holds batch x heads x n_q of q (the caller's side of the contract),
+  // when that is small enough to allocate here.
+  std::vector<float> lse;
+  std::size_t lse_n = 0;
+  if (f.ConsumeBool() &&
+      !__builtin_mul_overflow(qs.batch, qs.heads, &lse_n) &&
+      !__builtin_mul_overflow(lse_n, qs.rows, &lse_n) && lse_n > 0 &&
+      lse_n <= kCapElements) {
+    lse.resize(lse_n);
+  }
+  float* lse_p = lse.empty() ? nullptr : lse.data();
+  const softdot::TensorView<const float> qv = view_of(q, qs);
+  if (std::getenv("FUZZ_VERBOSE") != nullptr) {
+    // The case, for reading a reproducer: FUZZ_VERBOSE=1 fuzz_attention FILE.
+    auto print = [](const char* name, const Shape& s, std::size_t buffer) {
+      std::fprintf(stderr,
+                   "%s [%zu, %zu, %zu, %zu] strides [%zu, %zu, %zu] buffer %zu\n",
+                   name, s.batch, s.heads, s.rows, s.cols, s.bs, s.hs, s.rs,
+                   buffer);
+    };
+    print("q", qs, q.size);
+    print("k", ks, span_of(ks));
+    print("v", vs, span_of(vs));
+    print("out", os, out.size);
+    std::fprintf(stderr,
+                 "format %d causal %d window %td %td softcap %g scale %g mask %d "
+                 "bias %d sinks %zu kv [%zu, %zu) positions %zu %zu prefill %d "
+                 "precise %d lse %zu\n",
+                 format, o.causal, o.window_left, o.window_right,
+                 static_cast<double>(o.softcap), o.scale, !o.mask.data ? 0 : 1,
+                 !o.bias.data ? 0 : 1, o.sinks.size(), o.kv_begin, o.kv_end,
+                 o.q_position, o.kv_position, o.prefill_form, o.precise,
+                 lse.size());
+  }
+
+  switch (format) {
+    case 0: {
+      const Buffer<float> k = buffer_for<float>(ks, value);
+      const Buffer<float> v = buffer_for<float>(vs, value);
+      run_twice([&] { softdot::attention(qv, view_of(k, ks), view_of(v, vs), ov, o, lse_p); },
+                out.data.get(), out.size, lse_p, lse.size());
+      break;
+    }
+    case 1: {
+      auto half = [&] { return softdot::to_float16(pick_value(f)); };
+      const Buffer<softdot::Float16> k = buffer_for<softdot::Float16>(ks, half);
+      const Buffer<softdot::Float16> v = buffer_for<softdot::Float16>(vs, half);
+      run_twice([&] { softdot::attention(qv, view_of(k, ks), view_of(v, vs), ov, o, lse_p); },
+                out.data.get(), out.size, lse_p, lse.size());
+      break;
+    }
+    case 2: {
+      auto bf = [&] { return softdot::to_bfloat16(pick_value(f)); };
+      const Buffer<softdot::BFloat16> k = buffer_for<softdot::BFloat16>(ks, bf);
+      const Buffer<softdot::BFloat16> v = buffer_for<softdot::BFloat16>(vs, bf);
+      run_twice([&] { softdot::attention(qv, view_of(k, ks), view_of(v, vs), ov, o, lse_p); },
+                out.data.get(), out.size, lse_p, lse.size());
+      break;
+    }
+    default: {
+      auto i8 = [&] { return f.ConsumeIntegral<std::int8_t>(); };
+      const Buffer<std::int8_t> k = buffer_for<std::int8_t>(ks, i8);
+      const Buffer<std::int8_t> v = buffer_for<std::int8_t>(vs, i8);
+      const Shape kss = pick_shape(f, ks.batch, ks.heads, ks.rows, 1);
+      const Shape vss = pick_shape(f, vs.batch, vs.heads, vs.rows, 1);
+      auto scale = [&] {
+        return f.ConsumeIntegralInRange<int>(0, 15) == 0
+                   ? pick_value(f)
+                   : f.ConsumeFloatingPointInRange<float>(0.0f, 0.1f);
+      };
+      const Buffer<float> ksc = buffer_for<float>(kss, scale);
+      const Buffer<float> vsc = buffer_for<float>(vss, scale);
+      const softdot::Int8KV kk{view_of(k, ks), view_of(ksc, kss)};
+      const softdot::Int8KV vv{view_of(v, vs), view_of(vsc, vss)};
+      run_twice([&] { softdot::attention(qv, kk, vv, ov, o, lse_p); },
+                out.data.get(), out.size, lse_p, lse.size());
+      break;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (fuzz/, clang with ASan + UBSan + fuzzer
+# coverage, one Highway target: AVX2) and runs each for SECONDS from its
+# committed corpus. Fails on any crash, leak, timeout or failed check, and
+# prints where the reproducer was saved. docs/fuzzing.md has the details.
+#
+#   bash scripts/fuzz.sh 60                 # every target, 60 s each
+#   bash scripts/fuzz.sh 3600 fuzz_npy      # one target for an hour
+#
+# Settings (environment):
+#   FUZZ_BUILD_DIR  the build tree (default build-fuzz/)
+#   FUZZ_WORK_DIR   where each run's corpus copy, log and crashes go
+#                   (default $FUZZ_BUILD_DIR/fuzz-work)
+#   FUZZ_PARALLEL   targets run at once (default: SOFTDOT_JOBS, 2)
+# Each target's new corpus entries stay in its work directory; the committed
+# corpus (fuzz/corpus/<target>/) is only read. Ends with
+# "fuzz.sh: N passed, M failed".
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+seconds="${1:-}"
+[[ "$seconds" =~ ^[0-9]+$ && "$seconds" -gt 0 ]] ||
+  die "usage: bash scripts/fuzz.sh SECONDS [target...] (SECONDS a positive integer)"
+shift
+all_targets=(fuzz_npy fuzz_csv fuzz_parse fuzz_attention)
+targets=("$@")
+((${#targets[@]})) || targets=("${all_targets[@]}")
+for t in "${targets[@]}"; do
+  [[ " ${all_targets[*]} " == *" $t "* ]] || die "unknown target $t (known: ${all_targets[*]})"
+done
+
+build_dir="${FUZZ_BUILD_DIR:-$SOFTDOT_ROOT/build-fuzz}"
+work_dir="${FUZZ_WORK_DIR:-$build_dir/fuzz-work}"
+parallel="${FUZZ_PARALLEL:-$SOFTDOT_JOBS}"
+
+ensure_deps
+command -v clang++ >/dev/null || die "clang++ not found (Debian package clang)"
+configure_build "$build_dir" RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_C_COMPILER=clang -DSOFTDOT_BUILD_FUZZ=ON -DSOFTDOT_WERROR=ON \
+  -DSOFTDOT_BUILD_TESTS=OFF -DSOFTDOT_BUILD_BENCH=OFF -DSOFTDOT_MPI=OFF
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=$(lsan_works clang++ && echo 1 || echo 0)}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}"
+
+# run_one TARGET: fuzzes TARGET for $seconds; its status is libFuzzer's.
+run_one() {
+  local t="$1" dir="$work_dir/$1"
+  rm -rf "$dir"
+  mkdir -p "$dir/corpus" "$dir/crashes"
+  cp "$SOFTDOT_ROOT/fuzz/corpus/$t/"* "$dir/corpus/"
+  "$build_dir/fuzz/$t" "$dir/corpus" -max_total_time="$seconds" -timeout=30 \
+    -rss_limit_mb=2048 -artifact_prefix="$dir/crashes/" -print_final_stats=1 \
+    >"$dir/log" 2>&1
+}
+
+log "fuzzing ${targets[*]} for ${seconds}s each, $parallel at a time; logs in $work_dir/<target>/log"
+declare -A status
+pids=()
+names=()
+next=0
+while ((next < ${#targets[@]})) || ((${#pids[@]})); do
+  while ((next < ${#targets[@]} && ${#pids[@]} < parallel)); do
+    run_one "${targets[next]}" &
+    pids+=($!)
+    names+=("${targets[next]}")
+    next=$((next + 1))
+  done
+  # Wait for the oldest run.
+  st=0
+  wait "${pids[0]}" || st=$?
+  status[${names[0]}]=$st
+  pids=("${pids[@]:1}")
+  names=("${names[@]:1}")
+done
+
+passed=0
+failed=0
+for t in "${targets[@]}"; do
+  dir="$work_dir/$t"
+  stats="$(grep -E '^(#[0-9]+\s+DONE|stat::number_of_executed_units|stat::peak_rss_mb)' "$dir/log" | tr -s ' ' | tr '\n' ' ')"
+  cov="$(grep -oE 'cov: [0-9]+ ft: [0-9]+ corp: [0-9]+/[0-9A-Za-z]+' "$dir/log" | tail -1)"
+  execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$dir/log")"
+  if ((status[$t] == 0)); then
+    passed=$((passed + 1))
+    log "$t: OK, ${execs:-?} executions in ${seconds}s, $cov"
+  else
+    failed=$((failed + 1))
+    log "$t: FAILED (status ${status[$t]}); reproducer(s): $(ls "$dir/crashes" 2>/dev/null | sed "s|^|$dir/crashes/|" | tr '\n' ' ')"
+    grep -E 'ERROR|check failed|SUMMARY|runtime error' "$dir/log" | head -5 >&2 || true
+  fi
+  : "$stats"
+done
+echo "fuzz.sh: ${passed} passed, ${failed} failed"
+((failed == 0))
