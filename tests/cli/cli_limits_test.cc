@@ -70,9 +70,9 @@ void write_attention_inputs(const TempDir& dir) {
 }
 
 std::vector<std::string> attention_args(const TempDir& dir) {
-  return {"attention", "--q", dir.path("q.npy"), "--k", dir.path("k.npy"),
-          "--v",       dir.path("v.npy"),        "-o",  dir.path("out.npy"),
-          "--lse",     dir.path("lse.npy")};
+  return {"attention",         "--q",   dir.path("q.npy"),  "--k",
+          dir.path("k.npy"),   "--v",   dir.path("v.npy"),  "-o",
+          dir.path("out.npy"), "--lse", dir.path("lse.npy")};
 }
 
 class CliSignal : public ::testing::TestWithParam<int> {};
@@ -83,8 +83,8 @@ TEST_P(CliSignal, DuringTheFirstFileLeavesNothing) {
   TempDir dir;
   write_attention_inputs(dir);
   const std::vector<std::string> before = dir.list();
-  const pid_t pid = spawn_softdot(attention_args(dir),
-                                  {"SOFTDOT_TEST_WRITE_DELAY_MS=30000"});
+  const pid_t pid =
+      spawn_softdot(attention_args(dir), {"SOFTDOT_TEST_WRITE_DELAY_MS=30000"});
   ASSERT_GT(pid, 0);
   ASSERT_TRUE(wait_for_entry(dir, ".out.npy.")) << "no temporary file";
   ASSERT_EQ(::kill(pid, sig), 0);
@@ -102,8 +102,8 @@ TEST_P(CliSignal, DuringTheSecondFileRemovesTheFirst) {
   TempDir dir;
   write_attention_inputs(dir);
   const std::vector<std::string> before = dir.list();
-  const pid_t pid = spawn_softdot(attention_args(dir),
-                                  {"SOFTDOT_TEST_WRITE_DELAY_MS=1500"});
+  const pid_t pid =
+      spawn_softdot(attention_args(dir), {"SOFTDOT_TEST_WRITE_DELAY_MS=1500"});
   ASSERT_GT(pid, 0);
   ASSERT_TRUE(wait_for_entry(dir, ".lse.npy.")) << "no temporary lse file";
   EXPECT_TRUE(file_exists(dir.path("out.npy")));
@@ -123,8 +123,8 @@ TEST_P(CliSignal, ExistingOutputKeepsItsContent) {
   write_attention_inputs(dir);
   write_whole_file(dir.path("out.npy"), "precious");
   const std::vector<std::string> before = dir.list();
-  const pid_t pid = spawn_softdot(attention_args(dir),
-                                  {"SOFTDOT_TEST_WRITE_DELAY_MS=30000"});
+  const pid_t pid =
+      spawn_softdot(attention_args(dir), {"SOFTDOT_TEST_WRITE_DELAY_MS=30000"});
   ASSERT_GT(pid, 0);
   ASSERT_TRUE(wait_for_entry(dir, ".out.npy.")) << "no temporary file";
   ASSERT_EQ(::kill(pid, sig), 0);

@@ -52,11 +52,10 @@ TEST(Limits, TensorSpanBeyondPtrdiffMaxIsRejected) {
   // k: 2^31 rows of stride 2^31 floats: 2^62 elements, 2^64 bytes.
   std::vector<float> q(4, 1.0f), buf(4, 1.0f), o(4, 0.0f);
   const softdot::TensorView<const float> qv(q.data(), 1, 1, 1, 1);
-  const softdot::TensorView<const float> k(buf.data(), 1, 1, std::size_t{1}
-                                           << 31, 1, 0, 0, std::size_t{1}
-                                                               << 31);
-  const softdot::TensorView<const float> v(buf.data(), 1, 1, std::size_t{1}
-                                           << 31, 1, 0, 0, 1);
+  const softdot::TensorView<const float> k(
+      buf.data(), 1, 1, std::size_t{1} << 31, 1, 0, 0, std::size_t{1} << 31);
+  const softdot::TensorView<const float> v(buf.data(), 1, 1,
+                                           std::size_t{1} << 31, 1, 0, 0, 1);
   const softdot::TensorView<float> ov(o.data(), 1, 1, 1, 1);
   ExpectInvalid([&] { softdot::attention(qv, k, v, ov); },
                 {"k [1, 1, 2147483648, 1] with strides [0, 0, 2147483648]",
@@ -70,12 +69,11 @@ TEST(Limits, SpanJustBelowTheLimitPassesTheSpanCheck) {
   std::vector<float> q(4, 1.0f), buf(4, 1.0f), o(4, 0.0f);
   const softdot::TensorView<const float> qv(q.data(), 1, 1, 1, 1);
   const std::size_t rows = (std::size_t{1} << 61) - 1;
-  const softdot::TensorView<const float> k(buf.data(), 1, 1, rows, 1, 0, 0,
-                                           1);
+  const softdot::TensorView<const float> k(buf.data(), 1, 1, rows, 1, 0, 0, 1);
   ExpectInvalid(
       [&] {
-        softdot::attention(qv, k, k, softdot::TensorView<float>(o.data(), 1,
-                                                                1, 1, 1));
+        softdot::attention(qv, k, k,
+                           softdot::TensorView<float>(o.data(), 1, 1, 1, 1));
       },
       {"must be below 2^30"});
 }
@@ -85,11 +83,11 @@ TEST(Limits, MatrixSpanBeyondPtrdiffMaxIsRejected) {
   std::vector<double> buf(16, 0.0), out(16, 0.0);
   const softdot::MatrixView<const double> x(buf.data(), std::size_t{1} << 61,
                                             16, 16);
-  const softdot::MatrixView<double> y(out.data(), std::size_t{1} << 61, 16,
-                                      16);
-  ExpectInvalid([&] { softdot::softmax_rows(x, y); },
-                {"softdot::softmax_rows: x (2305843009213693952 x 16, stride 16)",
-                 "spans more than PTRDIFF_MAX", "8-byte elements"});
+  const softdot::MatrixView<double> y(out.data(), std::size_t{1} << 61, 16, 16);
+  ExpectInvalid(
+      [&] { softdot::softmax_rows(x, y); },
+      {"softdot::softmax_rows: x (2305843009213693952 x 16, stride 16)",
+       "spans more than PTRDIFF_MAX", "8-byte elements"});
   std::vector<double> query(16, 1.0), scores(4, 0.0);
   ExpectInvalid([&] { softdot::dots(query, x, scores); },
                 {"softdot::dots: keys", "spans more than PTRDIFF_MAX"});
@@ -112,8 +110,8 @@ TEST(Limits, QueryRowsWithZeroStridesThatWouldWrapAreRejected) {
   // Strides of 0 make q span one element, but 2^32 x 2^32 query rows each
   // need an lse and a state: their count wraps.
   std::vector<float> one(4, 1.0f), o(4, 0.0f);
-  const softdot::TensorView<const float> q(one.data(), k2_32, k2_32, 1, 1, 0,
-                                           0, 1);
+  const softdot::TensorView<const float> q(one.data(), k2_32, k2_32, 1, 1, 0, 0,
+                                           1);
   const softdot::TensorView<const float> kv(one.data(), k2_32, 1, 1, 1, 0, 0,
                                             1);
   const softdot::TensorView<float> ov(o.data(), k2_32, k2_32, 1, 1, 0, 0, 1);
