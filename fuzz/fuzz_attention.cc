@@ -66,9 +66,10 @@ std::size_t pick_dim(FuzzedDataProvider& f, std::size_t typical) {
 void pick_strides(FuzzedDataProvider& f, Shape& s) {
   const int mode = f.ConsumeIntegralInRange<int>(0, 7);
   if (mode <= 3) {
-    s.rs = s.cols + (mode == 1 ? f.ConsumeIntegralInRange<std::size_t>(0, 5)
-                               : 0);
-    s.hs = s.rs * s.rows + (mode == 2 ? f.ConsumeIntegralInRange<std::size_t>(0, 9) : 0);
+    s.rs =
+        s.cols + (mode == 1 ? f.ConsumeIntegralInRange<std::size_t>(0, 5) : 0);
+    s.hs = s.rs * s.rows +
+           (mode == 2 ? f.ConsumeIntegralInRange<std::size_t>(0, 9) : 0);
     s.bs = s.hs * s.heads;
     if (mode == 3) s.bs = 0;
   } else if (mode == 4) {
@@ -76,9 +77,12 @@ void pick_strides(FuzzedDataProvider& f, Shape& s) {
     s.hs = s.rs * s.rows;
     s.bs = s.hs * s.heads;
   } else {
-    s.rs = f.ConsumeIntegral<std::size_t>() >> f.ConsumeIntegralInRange<int>(0, 63);
-    s.hs = f.ConsumeIntegral<std::size_t>() >> f.ConsumeIntegralInRange<int>(0, 63);
-    s.bs = f.ConsumeIntegral<std::size_t>() >> f.ConsumeIntegralInRange<int>(0, 63);
+    s.rs = f.ConsumeIntegral<std::size_t>() >>
+           f.ConsumeIntegralInRange<int>(0, 63);
+    s.hs = f.ConsumeIntegral<std::size_t>() >>
+           f.ConsumeIntegralInRange<int>(0, 63);
+    s.bs = f.ConsumeIntegral<std::size_t>() >>
+           f.ConsumeIntegralInRange<int>(0, 63);
   }
 }
 
@@ -113,9 +117,8 @@ template <class T, class Fill>
 Buffer<T> buffer_for(const Shape& s, Fill fill) {
   std::size_t n = span_of(s);
   if (n > kCapElements) {
-    const bool fits =
-        n != std::numeric_limits<std::size_t>::max() &&
-        n <= static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T);
+    const bool fits = n != std::numeric_limits<std::size_t>::max() &&
+                      n <= static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T);
     if (fits) g_skip = true;
     n = 1;  // a view too large for memory must be rejected
   }
@@ -159,8 +162,7 @@ void run_twice(Call call, float* out, std::size_t out_n, float* lse,
   call();
   FUZZ_CHECK(std::memcmp(first.data(), out, out_n * sizeof(float)) == 0);
   if (lse != nullptr) {
-    FUZZ_CHECK(std::memcmp(first_lse.data(), lse, lse_n * sizeof(float)) ==
-               0);
+    FUZZ_CHECK(std::memcmp(first_lse.data(), lse, lse_n * sizeof(float)) == 0);
   }
 }
 
@@ -233,8 +235,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
   // when that is small enough to allocate here.
   std::vector<float> lse;
   std::size_t lse_n = 0;
-  if (f.ConsumeBool() &&
-      !__builtin_mul_overflow(qs.batch, qs.heads, &lse_n) &&
+  if (f.ConsumeBool() && !__builtin_mul_overflow(qs.batch, qs.heads, &lse_n) &&
       !__builtin_mul_overflow(lse_n, qs.rows, &lse_n) && lse_n > 0 &&
       lse_n <= kCapElements) {
     lse.resize(lse_n);
@@ -244,48 +245,60 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
   if (std::getenv("FUZZ_VERBOSE") != nullptr) {
     // The case, for reading a reproducer: FUZZ_VERBOSE=1 fuzz_attention FILE.
     auto print = [](const char* name, const Shape& s, std::size_t buffer) {
-      std::fprintf(stderr,
-                   "%s [%zu, %zu, %zu, %zu] strides [%zu, %zu, %zu] buffer %zu\n",
-                   name, s.batch, s.heads, s.rows, s.cols, s.bs, s.hs, s.rs,
-                   buffer);
+      std::fprintf(
+          stderr,
+          "%s [%zu, %zu, %zu, %zu] strides [%zu, %zu, %zu] buffer %zu\n", name,
+          s.batch, s.heads, s.rows, s.cols, s.bs, s.hs, s.rs, buffer);
     };
     print("q", qs, q.size);
     print("k", ks, span_of(ks));
     print("v", vs, span_of(vs));
     print("out", os, out.size);
-    std::fprintf(stderr,
-                 "format %d causal %d window %td %td softcap %g scale %g mask %d "
-                 "bias %d sinks %zu kv [%zu, %zu) positions %zu %zu prefill %d "
-                 "precise %d lse %zu\n",
-                 format, o.causal, o.window_left, o.window_right,
-                 static_cast<double>(o.softcap), o.scale, !o.mask.data ? 0 : 1,
-                 !o.bias.data ? 0 : 1, o.sinks.size(), o.kv_begin, o.kv_end,
-                 o.q_position, o.kv_position, o.prefill_form, o.precise,
-                 lse.size());
+    std::fprintf(
+        stderr,
+        "format %d causal %d window %td %td softcap %g scale %g mask %d "
+        "bias %d sinks %zu kv [%zu, %zu) positions %zu %zu prefill %d "
+        "precise %d lse %zu\n",
+        format, o.causal, o.window_left, o.window_right,
+        static_cast<double>(o.softcap), o.scale, !o.mask.data ? 0 : 1,
+        !o.bias.data ? 0 : 1, o.sinks.size(), o.kv_begin, o.kv_end,
+        o.q_position, o.kv_position, o.prefill_form, o.precise, lse.size());
   }
 
   switch (format) {
     case 0: {
       const Buffer<float> k = buffer_for<float>(ks, value);
       const Buffer<float> v = buffer_for<float>(vs, value);
-      run_twice([&] { softdot::attention(qv, view_of(k, ks), view_of(v, vs), ov, o, lse_p); },
-                out.data.get(), out.size, lse_p, lse.size());
+      run_twice(
+          [&] {
+            softdot::attention(qv, view_of(k, ks), view_of(v, vs), ov, o,
+                               lse_p);
+          },
+          out.data.get(), out.size, lse_p, lse.size());
       break;
     }
     case 1: {
       auto half = [&] { return softdot::to_float16(pick_value(f)); };
       const Buffer<softdot::Float16> k = buffer_for<softdot::Float16>(ks, half);
       const Buffer<softdot::Float16> v = buffer_for<softdot::Float16>(vs, half);
-      run_twice([&] { softdot::attention(qv, view_of(k, ks), view_of(v, vs), ov, o, lse_p); },
-                out.data.get(), out.size, lse_p, lse.size());
+      run_twice(
+          [&] {
+            softdot::attention(qv, view_of(k, ks), view_of(v, vs), ov, o,
+                               lse_p);
+          },
+          out.data.get(), out.size, lse_p, lse.size());
       break;
     }
     case 2: {
       auto bf = [&] { return softdot::to_bfloat16(pick_value(f)); };
       const Buffer<softdot::BFloat16> k = buffer_for<softdot::BFloat16>(ks, bf);
       const Buffer<softdot::BFloat16> v = buffer_for<softdot::BFloat16>(vs, bf);
-      run_twice([&] { softdot::attention(qv, view_of(k, ks), view_of(v, vs), ov, o, lse_p); },
-                out.data.get(), out.size, lse_p, lse.size());
+      run_twice(
+          [&] {
+            softdot::attention(qv, view_of(k, ks), view_of(v, vs), ov, o,
+                               lse_p);
+          },
+          out.data.get(), out.size, lse_p, lse.size());
       break;
     }
     default: {

@@ -1,8 +1,8 @@
 // Fuzz target: the CSV reader of the softdot command (cli/io_csv.cc). Every
 // input is either rejected with CliError naming the file or read; a matrix
 // that is read, written in the shortest form that reads back (kShortest)
-// and read again gives the same values (NaN for NaN), and read_number_list agrees with it when the
-// text has one row.
+// and read again gives the same values (NaN for NaN), and read_number_list
+// agrees with it when the text has one row.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -32,7 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
         softdot::cli::read_csv(text, "fuzz.csv");
     FUZZ_CHECK(m.rows >= 1 && m.cols >= 1);
     FUZZ_CHECK(m.values.size() == m.rows * m.cols);
-    const std::string again = softdot::cli::write_rows(m, softdot::cli::kShortest, ",");
+    const std::string again =
+        softdot::cli::write_rows(m, softdot::cli::kShortest, ",");
     const softdot::cli::Matrix<double> back =
         softdot::cli::read_csv(again, "again.csv");
     FUZZ_CHECK(back.rows == m.rows && back.cols == m.cols);

@@ -38,19 +38,19 @@ void check_array(const NpyArray& a) {
   const std::size_t n = a.size();
   switch (a.dtype) {
     case NpyDtype::kFloat16:
-      FUZZ_CHECK(softdot::cli::halves_of(a).size() == std::max<std::size_t>(n, 1));
+      FUZZ_CHECK(softdot::cli::halves_of(a).size() ==
+                 std::max<std::size_t>(n, 1));
       [[fallthrough]];
     case NpyDtype::kFloat32: {
       const std::vector<float> f = softdot::cli::floats_of(a);
       FUZZ_CHECK(f.size() == std::max<std::size_t>(n, 1));
       if (a.dtype == NpyDtype::kFloat32 && n > 0) {
         // float32 arrays of any rank encode and read back bit for bit.
-        const std::string bytes = softdot::cli::encode_npy(
-            std::span<const float>(f.data(), n),
-            std::span<const std::size_t>(a.shape));
+        const std::string bytes =
+            softdot::cli::encode_npy(std::span<const float>(f.data(), n),
+                                     std::span<const std::size_t>(a.shape));
         const NpyDtype f32[] = {NpyDtype::kFloat32};
-        const NpyArray back =
-            softdot::cli::read_npy_array(bytes, "again", f32);
+        const NpyArray back = softdot::cli::read_npy_array(bytes, "again", f32);
         FUZZ_CHECK(back.shape == a.shape);
         FUZZ_CHECK(back.data == a.data);
       }

@@ -68,7 +68,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
     if (softdot::cli::split_fields(line, &fields, &error_column)) {
       for (const softdot::cli::Field& f : fields) {
         FUZZ_CHECK(!f.text.empty());
-        FUZZ_CHECK(f.column >= 1 && f.column - 1 + f.text.size() <= line.size());
+        FUZZ_CHECK(f.column >= 1 &&
+                   f.column - 1 + f.text.size() <= line.size());
         FUZZ_CHECK(line.substr(f.column - 1, f.text.size()) == f.text);
         check_number(f.text);
       }

@@ -9,13 +9,13 @@
 #include <cstring>
 
 // Aborts with a message when `cond` is false (active in every build type).
-#define FUZZ_CHECK(cond)                                                   \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
+#define FUZZ_CHECK(cond)                                                    \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
       std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
-                   #cond);                                                 \
-      std::abort();                                                        \
-    }                                                                      \
+                   #cond);                                                  \
+      std::abort();                                                         \
+    }                                                                       \
   } while (false)
 
 namespace softdot_fuzz {
