@@ -130,6 +130,10 @@ struct PlainDot {
   static constexpr std::size_t kLanes = B::kLanes;
   struct State {
     V acc[B::kVecs];
+    // Declared with the target's attributes: the implicit constructor is
+    // not, and GCC for aarch64 refuses to inline the vector constructors
+    // (always_inline, target "+...") into it.
+    HWY_ATTR State() {}
   };
   static HWY_INLINE void Init(State& s) {
     for (auto& v : s.acc) v = hn::Zero(typename B::D());
@@ -203,6 +207,7 @@ struct CompensatedDot {
   struct State {
     V s[B::kVecs];
     V c[B::kVecs];
+    HWY_ATTR State() {}  // as PlainDot::State's
   };
   static HWY_INLINE void Init(State& st) {
     for (std::size_t v = 0; v < B::kVecs; ++v) {

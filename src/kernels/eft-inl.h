@@ -35,7 +35,7 @@ inline void TwoSumScalar(double& hi, double& lo, double x) {
 // overflows for |a| near the largest finite value) is replaced by 0.
 template <class V>
 HWY_INLINE V ProductLow(V a, V b, V p) {
-  const hn::DFromV<V> d;
+  [[maybe_unused]] const hn::DFromV<V> d;  // unused where HWY_NATIVE_FMA
 #if HWY_NATIVE_FMA
   const V lo = hn::MulAdd(a, b, hn::Neg(p));
 #else

@@ -202,21 +202,38 @@ alignas(64) inline constexpr float kExp2j8Lo[16] = {0.0f,
                                                     -0x1.a94b14p-26f,
                                                     -0x1.822dbcp-27f};
 
+// table[j] for j in [0, 7] in every lane: one permute of the 8 entries
+// where a vector holds 8 floats or more; with 4 lanes (NEON) entries 0-3
+// and 4-7 are looked up apart and bit 2 of j picks one. The same values
+// either way, so the same bits.
+template <class D, class VI>
+HWY_INLINE hn::Vec<D> LookupExp2j8(D d, VI j, const float* table) {
+  if constexpr (hn::MaxLanes(D()) >= 8) {
+    return hn::TableLookupLanes(hn::Load(d, table), hn::IndicesFromVec(d, j));
+  } else {
+    const hn::RebindToSigned<D> di;
+    const auto low = hn::IndicesFromVec(d, hn::And(j, hn::Set(di, 3)));
+    const auto upper =
+        hn::RebindMask(d, hn::Ne(hn::And(j, hn::Set(di, 4)), hn::Zero(di)));
+    return hn::IfThenElse(upper,
+                          hn::TableLookupLanes(hn::LoadU(d, table + 4), low),
+                          hn::TableLookupLanes(hn::Load(d, table), low));
+  }
+}
+
 // hi, lo as above; n is the shifted sum (k and j in its low bits), kf =
 // 8 k + j. Valid for t in [-104, 0] and |c| <= 2^-11.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE void ExpPairF32(D d, V t, V c, V& hi, V& lo, V& n, V& kf) {
-  static_assert(hn::MaxLanes(D()) >= 8, "the table is one vector of 8");
   const hn::RebindToSigned<D> di;
   const V shifter = hn::Set(d, kPairShifter);
   n = hn::MulAdd(t, hn::Set(d, kPairLog2e8), shifter);
   kf = hn::Sub(n, shifter);
   const V r_hi = hn::NegMulAdd(kf, hn::Set(d, kPairC8Hi), t);  // exact
   const V r_lo = hn::NegMulAdd(kf, hn::Set(d, kPairC8Lo), c);
-  const auto j = hn::IndicesFromVec(
-      d, hn::And(hn::BitCast(di, n), hn::Set(di, std::int32_t{7})));
-  const V t_hi = hn::TableLookupLanes(hn::Load(d, kExp2j8Hi), j);
-  const V t_lo = hn::TableLookupLanes(hn::Load(d, kExp2j8Lo), j);
+  const auto j = hn::And(hn::BitCast(di, n), hn::Set(di, std::int32_t{7}));
+  const V t_hi = LookupExp2j8(d, j, kExp2j8Hi);
+  const V t_lo = LookupExp2j8(d, j, kExp2j8Lo);
   const V r = hn::Add(r_hi, r_lo);
   V q = hn::MulAdd(hn::Set(d, kPairQ2), r, hn::Set(d, kPairQ1));
   q = hn::MulAdd(q, r, hn::Set(d, 0.5f));

@@ -194,6 +194,8 @@ struct FloatPairBlock {
   using V = typename B::V;
   V hi[B::kVecs], lo[B::kVecs], f[B::kVecs];
   hn::Mask<typename B::D> dead[B::kVecs];
+  // With the target's attributes, as PlainDot::State's (dot-inl.h).
+  HWY_ATTR FloatPairBlock() {}
 
   template <class S>
   HWY_INLINE void Compute(const S& scores, const float* xb,
@@ -302,7 +304,6 @@ HWY_INLINE void FloatPairSingleBlock(const S& scores, const float* xb,
                                      const std::uint8_t* mb, float c,
                                      float* yb) {
   using B = Block<float>;
-  using V = typename B::V;
   constexpr std::size_t kW = kDoubleVecs<float>;
   const typename B::D d;
   const typename Block<double>::D dd;

@@ -7,9 +7,10 @@
 //   touch (or fault on) the lanes outside the mask: vmaskmov on AVX2, masked
 //   moves on AVX-512.
 // SOFTDOT_FLOAT_PAIR_EXP: the faithful float softmax evaluates exp in float
-//   lanes as a pair (exp_faithful-inl.h): targets with FMA and at least 8
-//   float lanes per vector (its 8-entry table is one permute), AVX2 and
-//   AVX-512; the others keep the double-lane exp.
+//   lanes as a pair (exp_faithful-inl.h): the targets with FMA, AVX2,
+//   AVX-512 and NEON on aarch64 (its 8-entry table is one permute, or two
+//   and a select with 4 lanes), so that all of them give the same bits; the
+//   others keep the double-lane exp.
 // SOFTDOT_AVX512: the AVX-512 instructions Highway 1.0.3 does not wrap
 //   (vscalefps/pd, byte-masked loads) may be used on full 512-bit vectors.
 
@@ -21,6 +22,9 @@
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || \
     HWY_TARGET == HWY_AVX3_DL
 #define SOFTDOT_MASKED_TAIL 1
+#define SOFTDOT_FLOAT_PAIR_EXP 1
+#elif HWY_TARGET == HWY_NEON && HWY_ARCH_ARM_A64
+#define SOFTDOT_MASKED_TAIL 0
 #define SOFTDOT_FLOAT_PAIR_EXP 1
 #else
 #define SOFTDOT_FLOAT_PAIR_EXP 0

@@ -38,6 +38,19 @@ TEST(Simd, TargetListAndDefault) {
   std::printf("\n");
 }
 
+#if defined(__aarch64__)
+// softdot leaves Highway's SVE targets out (fixed-width blocks fix its
+// reduction orders), so an Arm CPU with SVE, of any vector length, runs
+// NEON: scripts/test_arm64.sh runs this under qemu with SVE of 128, 256 and
+// 512 bits.
+TEST(Simd, ArmPicksNeon) {
+  EXPECT_EQ(softdot::simd_target(), "NEON");
+  for (const std::string& t : softdot::simd_targets()) {
+    EXPECT_EQ(t.find("SVE"), std::string::npos) << t;
+  }
+}
+#endif
+
 TEST(Simd, ForceEachTargetAndRestore) {
   const auto targets = softdot::simd_targets();
   for (const auto& t : targets) {

@@ -66,7 +66,8 @@ inline std::string TargetParamName(
 
 // Targets with fused multiply-add, whose results must be bitwise identical.
 inline bool is_fma_target(const std::string& name) {
-  return name.rfind("AVX2", 0) == 0 || name.rfind("AVX3", 0) == 0;
+  return name.rfind("AVX2", 0) == 0 || name.rfind("AVX3", 0) == 0 ||
+         name == "NEON";
 }
 
 // The bits of a float (as std::uint32_t) or a double (as std::uint64_t).
