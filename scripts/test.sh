@@ -5,17 +5,23 @@
 #                     compile_commands.json (scripts/tidy.sh), findings are errors;
 #   2. build/python/  the Python package: `pip wheel .`, the wheel in a fresh
 #                     venv, pytest on tests/python (scripts/python.sh);
-#   3. build-asan/    RelWithDebInfo with AddressSanitizer + UndefinedBehaviorSanitizer.
-# Both runs include the consumer-package test (tests/consumer: cmake --install,
-# then find_package(softdot) and pkg-config from a separate project).
+#   3. build-asan/    RelWithDebInfo with AddressSanitizer + UndefinedBehaviorSanitizer;
+#   4. build-clang/   Release with clang, warnings are errors;
+#   5. build-fuzz/    the libFuzzer targets, 30 s each (SOFTDOT_FUZZ_SECONDS),
+#                     and their corpora as regression tests (scripts/fuzz.sh);
+#   6. build-arm64/   aarch64 cross build, the bit-comparison subset under
+#                     qemu-user (scripts/test_arm64.sh --ci).
+# The x86 runs include the consumer-package test (tests/consumer: cmake
+# --install, then find_package(softdot) and pkg-config from a separate project).
 # Usage: bash scripts/test.sh   (from a clone, as root). This is what CI runs.
-# BUILD_DIR / ASAN_BUILD_DIR override the two build trees.
+# BUILD_DIR / ASAN_BUILD_DIR / CLANG_BUILD_DIR override those build trees.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/python.sh"
 
 release_dir="${BUILD_DIR:-$SOFTDOT_ROOT/build}"
 asan_dir="${ASAN_BUILD_DIR:-$SOFTDOT_ROOT/build-asan}"
+clang_dir="${CLANG_BUILD_DIR:-$SOFTDOT_ROOT/build-clang}"
 start=$SECONDS
 
 # run_suite BUILD_DIR LABEL: runs ctest, fails on any failure or on an empty
@@ -75,6 +81,40 @@ configure_build "$asan_dir" RelWithDebInfo -DSOFTDOT_SANITIZE=ON -DSOFTDOT_WERRO
 run_suite "$asan_dir" "ASan+UBSan"
 asan_s=$((SECONDS - t0))
 
+# 4. clang: the library, the command and the tests with Debian's clang,
+# warnings as errors, and the whole suite again.
+t0=$SECONDS
+configure_build "$clang_dir" Release -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_C_COMPILER=clang -DSOFTDOT_WERROR=ON -DSOFTDOT_BUILD_TESTS=ON \
+  -DSOFTDOT_BUILD_BENCH=OFF
+run_suite "$clang_dir" "clang"
+clang_s=$((SECONDS - t0))
+
+# 5. Fuzzing: every libFuzzer target for ${SOFTDOT_FUZZ_SECONDS:-30} s from
+# its corpus (scripts/fuzz.sh builds build-fuzz/), then each committed corpus
+# once more as a regression test (ctest fuzz_seeds_<target>).
+t0=$SECONDS
+unset ASAN_OPTIONS UBSAN_OPTIONS
+fuzz_log="$(mktemp)"
+bash "$SOFTDOT_ROOT/scripts/fuzz.sh" "${SOFTDOT_FUZZ_SECONDS:-30}" 2>&1 | tee "$fuzz_log"
+fuzz_n="$(sed -n 's/^fuzz.sh: \([0-9]*\) passed, 0 failed$/\1/p' "$fuzz_log")"
+[[ -n "$fuzz_n" ]] || die "fuzz.sh: no pass line"
+total_tests=$((total_tests + fuzz_n))
+ctest --test-dir "$SOFTDOT_ROOT/build-fuzz" --output-on-failure --no-tests=error -L fuzz
+total_tests=$((total_tests + $(ctest --test-dir "$SOFTDOT_ROOT/build-fuzz" -N -L fuzz | sed -n 's/^Total Tests: //p')))
+fuzz_s=$((SECONDS - t0))
+
+# 6. Arm64: cross-built, the tests that compare bits with x86 run under
+# qemu-user on NEON and on SVE CPUs (scripts/test_arm64.sh --ci).
+t0=$SECONDS
+arm_log="$(mktemp)"
+bash "$SOFTDOT_ROOT/scripts/test_arm64.sh" --ci 2>&1 | tee "$arm_log"
+arm_n="$(sed -n 's/^test_arm64.sh: \([0-9]*\) passed, 0 failed$/\1/p' "$arm_log")"
+[[ -n "$arm_n" ]] || die "test_arm64.sh: no pass line"
+total_tests=$((total_tests + arm_n))
+arm_s=$((SECONDS - t0))
+rm -f "$fuzz_log" "$arm_log"
+
 elapsed=$((SECONDS - start))
-log "Release ${release_s}s, clang-tidy ${tidy_s}s, Python ${python_s}s (${python_tests} tests), ASan+UBSan ${asan_s}s (detect_leaks=${detect_leaks}), consumer package OK in both; total $((elapsed / 60))m$((elapsed % 60))s"
+log "Release ${release_s}s, clang-tidy ${tidy_s}s, Python ${python_s}s (${python_tests} tests), ASan+UBSan ${asan_s}s (detect_leaks=${detect_leaks}), clang ${clang_s}s, fuzz ${fuzz_s}s (${fuzz_n} targets), Arm64 ${arm_s}s (${arm_n} tests), consumer package OK in the three x86 trees; total $((elapsed / 60))m$((elapsed % 60))s"
 echo "test.sh: ${total_tests} passed, 0 failed"
