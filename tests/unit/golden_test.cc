@@ -4,11 +4,13 @@
 // change": the bits of every function on every target stay the same).
 //
 // The inputs come from an integer generator defined here, so they are the
-// same with every compiler and standard library. FMA targets (AVX2, AVX3)
-// share one row of hashes: the library promises the same bits on all of
-// them. SSE4, SSSE3 and SCALAR round products separately and have rows of
-// their own. A target with no recorded row (NEON, say) is reported and
-// skipped.
+// same with every compiler and standard library, on x86 and on Arm. FMA
+// targets (AVX2, AVX3, and NEON on aarch64, run under qemu by
+// scripts/test_arm64.sh) share one row of hashes: the library promises the
+// same bits on all of them, so NEON checks the hashes x86 recorded (except
+// the long double rows, see uses_long_double). SSE4, SSSE3 and SCALAR round
+// products separately and have rows of their own. A target with no
+// recorded row is reported and skipped.
 //
 // To record: SOFTDOT_GOLDEN_PRINT=1 build/tests/unit/softdot_golden_test
 // prints the table for every target; paste it over kGolden below, and say
