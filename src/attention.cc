@@ -235,14 +235,20 @@ void run_attention(const char* fn, const TensorView<const float>& q,
       a.kv_type = kv_type<KT>();
       // Paged: the rows of this KV head in page 0, and the table.
       const std::size_t kb = table ? 0 : b;
-      a.k = k.row(kb, kh, 0);
+      // A view with no keys spans nothing, so its strides were not checked
+      // against anything and may point anywhere: its base pointer, not a
+      // row's (computing that row's address overflowed: fuzz_attention).
+      auto first_row = [kb, kh](const auto& t) {
+        return t.rows == 0 ? t.data : t.row(kb, kh, 0);
+      };
+      a.k = first_row(k);
       a.k_stride = k.row_stride;
-      a.v = v.row(kb, kh, 0);
+      a.v = first_row(v);
       a.v_stride = v.row_stride;
       if (k_scales) {
-        a.k_scale = k_scales->row(kb, kh, 0);
+        a.k_scale = first_row(*k_scales);
         a.k_scale_stride = k_scales->row_stride;
-        a.v_scale = v_scales->row(kb, kh, 0);
+        a.v_scale = first_row(*v_scales);
         a.v_scale_stride = v_scales->row_stride;
       }
       if (table) {

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -146,6 +147,40 @@ TEST(Limits, QuantizeKvOfHugeViewIsRejected) {
   ExpectInvalid([&] { softdot::quantize_kv(xv, vv, sv); },
                 {"softdot::quantize_kv: x [1099511627776, 1099511627776, 1, 1]",
                  "spans more than PTRDIFF_MAX"});
+}
+
+TEST(Limits, NoKeysWithHugeStridesGiveZeroRows) {
+  // n_kv = 0: K, V and their int8 scales span nothing, so their strides are
+  // unchecked; the library must not compute addresses from them (found by
+  // fuzz_attention: the address of "row 0 of batch 1" overflowed, which
+  // UBSan reports in the ASan + UBSan tree). Every row is fully masked:
+  // zeros, lse -inf.
+  std::vector<float> q(2 * 2 * 6, 1.0f), out(2 * 2 * 7, -1.0f), lse(4, 0.0f);
+  std::vector<std::int8_t> kv(1, 0);
+  std::vector<float> scale(1, 1.0f);
+  const std::size_t huge = std::size_t{1} << 62;
+  const softdot::TensorView<const std::int8_t> k(kv.data(), 2, 2, 0, 6, huge,
+                                                 huge, huge);
+  const softdot::TensorView<const std::int8_t> v(kv.data(), 2, 2, 0, 7, huge,
+                                                 huge, huge);
+  const softdot::TensorView<const float> s(scale.data(), 2, 2, 0, 1, huge, huge,
+                                           huge);
+  softdot::AttentionOptions o;
+  o.causal = true;
+  softdot::attention(softdot::TensorView<const float>(q.data(), 2, 2, 1, 6),
+                     softdot::Int8KV{k, s}, softdot::Int8KV{v, s},
+                     softdot::TensorView<float>(out.data(), 2, 2, 1, 7), o,
+                     lse.data());
+  for (float x : out) EXPECT_EQ(x, 0.0f);
+  for (float x : lse) EXPECT_EQ(x, -std::numeric_limits<float>::infinity());
+  const softdot::TensorView<const float> kf(q.data(), 2, 2, 0, 6, huge, huge,
+                                            huge);
+  const softdot::TensorView<const float> vf(q.data(), 2, 2, 0, 7, huge, huge,
+                                            huge);
+  softdot::attention(softdot::TensorView<const float>(q.data(), 2, 2, 1, 6), kf,
+                     vf, softdot::TensorView<float>(out.data(), 2, 2, 1, 7), o,
+                     lse.data());
+  for (float x : out) EXPECT_EQ(x, 0.0f);
 }
 
 }  // namespace
