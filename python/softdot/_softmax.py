@@ -256,6 +256,11 @@ def logsumexp(
     xa = A.float_input(fn, "x", x, kind)
     nd = xa.ndim
     if nd == 0:
+        # A 0-d x is one entry, reduced like a 1-d array of one: axis None,
+        # 0 or -1 (as scipy's logsumexp); any other axis is out of bounds.
+        if axis is not None:
+            for a in axis if isinstance(axis, (tuple, list)) else (axis,):
+                A.normalize_axis(fn, a, 1)
         xa = xa.reshape(1)
         nd = 1
         axes: Tuple[int, ...] = (0,)

@@ -27,6 +27,12 @@ def ro(a):
 SHIFT = np.arange(13.0)  # a buffer for partially overlapping views
 
 CASES = [
+    # --- a 0-d x is one entry: axis 0 and -1 reduce it, others are out of
+    # bounds (found by test_fuzz_api.py: any axis was ignored)
+    ("logsumexp 0-d axis out of bounds", lambda: softdot.logsumexp(np.float32(0), axis=-4),
+     ValueError, r"logsumexp: axis -4 is out of bounds for an array of 1 dimensions"),
+    ("logsumexp 0-d axis in tuple", lambda: softdot.logsumexp(np.float64(1), axis=(0, 2)),
+     ValueError, r"axis 2 is out of bounds"),
     # --- shapes
     ("out wrong shape", lambda: softdot.softmax(X, out=np.empty((3, 5))), ValueError,
      r"out has shape \(3, 5\); expected \(3, 4\)"),

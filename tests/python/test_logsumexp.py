@@ -187,3 +187,10 @@ def test_against_scipy(rng, dtype, axis):
     ref = scipy.special.logsumexp(x.astype(np.float64), axis=axis, b=b.astype(np.float64))
     np.testing.assert_allclose(softdot.logsumexp(x, axis=axis, where=b), ref,
                                rtol=2 * eps + 8 * 2.0**-53, atol=0)
+
+
+def test_zero_d_reduces_along_axis_0_or_minus_1():
+    """A 0-d x is one entry: logsumexp is that entry for axis None, 0 or -1
+    (as scipy.special.logsumexp)."""
+    for axis in (None, 0, -1, (0,)):
+        assert softdot.logsumexp(np.float32(2.5), axis=axis) == np.float32(2.5)
