@@ -194,3 +194,16 @@ def test_zero_d_reduces_along_axis_0_or_minus_1():
     (as scipy.special.logsumexp)."""
     for axis in (None, 0, -1, (0,)):
         assert softdot.logsumexp(np.float32(2.5), axis=axis) == np.float32(2.5)
+
+
+@pytest.mark.xfail(strict=True, reason="known limitation, docs/limits.md: the rounding "
+                   "error of x * (1/T) enters exp as a correction; beyond about 88 "
+                   "(float32) it overflows")
+def test_huge_scores_with_inexact_inverse_temperature():
+    """[1e20, 0] at T = 3: the exact logsumexp is 1e20 / 3 and log_softmax
+    [0, -1e20 / 3]; softdot gives -inf and NaN today."""
+    x = np.array([1e20, 0.0], dtype=np.float32)
+    want = np.float32(np.float64(x[0]) * np.float64(np.float32(1 / 3)))
+    assert softdot.logsumexp(x, temperature=3.0) == pytest.approx(want, rel=2**-22)
+    ls = softdot.log_softmax(x, temperature=3.0)
+    assert ls[0] == 0.0 and ls[1] == pytest.approx(-want, rel=2**-22)
