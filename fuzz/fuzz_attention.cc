@@ -254,6 +254,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
     print("k", ks, span_of(ks));
     print("v", vs, span_of(vs));
     print("out", os, out.size);
+    if (o.mask.data != nullptr) {
+      print("mask",
+            Shape{o.mask.batch, o.mask.heads, o.mask.rows, o.mask.cols,
+                  o.mask.batch_stride, o.mask.head_stride, o.mask.row_stride},
+            mask.size);
+    }
+    if (o.bias.data != nullptr) {
+      print("bias",
+            Shape{o.bias.batch, o.bias.heads, o.bias.rows, o.bias.cols,
+                  o.bias.batch_stride, o.bias.head_stride, o.bias.row_stride},
+            bias.size);
+    }
     std::fprintf(
         stderr,
         "format %d causal %d window %td %td softcap %g scale %g mask %d "

@@ -217,14 +217,16 @@ void run_attention(const char* fn, const TensorView<const float>& q,
         const std::size_t i = row % p.n_q;
         q_rows[r] = q.row(b, h, i);
         visible_keys(ps, i, first[r], last[r]);
-        if (!o.mask.empty()) {
+        // A mask or bias of 0 columns (n_kv = 0) spans nothing: its strides
+        // are unchecked and it has nothing to read (fuzz_attention).
+        if (!o.mask.empty() && o.mask.cols != 0) {
           const std::size_t mb = o.mask.batch == 1 ? 0 : b;
           const std::size_t mh = o.mask.heads == 1 ? 0 : h;
           mrows[r] =
               reinterpret_cast<const std::uint8_t*>(o.mask.row(mb, mh, i)) +
               ps.mask_col0;
         }
-        if (!o.bias.empty()) {
+        if (!o.bias.empty() && o.bias.cols != 0) {
           const std::size_t bb = o.bias.batch == 1 ? 0 : b;
           const std::size_t bh = o.bias.heads == 1 ? 0 : h;
           brows[r] = o.bias.row(bb, bh, i) + ps.mask_col0;

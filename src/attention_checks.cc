@@ -82,6 +82,20 @@ void plan_options(const char* fn, const TensorView<const float>& q,
   }
   auto check_extra = [&](const char* name, auto& t) {
     if (t.data == nullptr) return;
+    // The span rule of every view (docs/limits.md); row_stride 0 (one row
+    // for every query) is allowed here, so not check_tensor. Found by
+    // fuzz_attention: a mask whose span wrapped was read far out of bounds.
+    std::size_t elements = 0;
+    const std::size_t dims[3] = {t.batch, t.heads, t.rows};
+    const std::size_t strides[3] = {t.batch_stride, t.head_stride,
+                                    t.row_stride};
+    if (!span_fits(dims, strides, 3, t.cols, sizeof(*t.data), &elements)) {
+      fail(fn,
+           span_error(shape(name, t) + " with strides [" +
+                          count(t.batch_stride) + ", " + count(t.head_stride) +
+                          ", " + count(t.row_stride) + "]",
+                      sizeof(*t.data)));
+    }
     if (positioned) {
       if (t.rows != p.n_q || t.cols < o.kv_position + p.n_kv) {
         fail(fn, shape(name, t) + " must have n_q = " + count(p.n_q) +

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -149,6 +150,32 @@ TEST(Limits, QuantizeKvOfHugeViewIsRejected) {
                  "spans more than PTRDIFF_MAX"});
 }
 
+TEST(Limits, MaskAndBiasSpansBeyondPtrdiffMaxAreRejected) {
+  // Found by fuzz_attention: the mask and bias views skipped the span rule
+  // (they may broadcast rows with row_stride 0, so they are not checked
+  // like q, k and v), and a mask whose span wrapped was read out of bounds.
+  std::vector<float> q(11, 1.0f), k(48, 1.0f), v(48, 1.0f), o(11, 0.0f);
+  std::vector<float> bias(1, 0.0f);
+  std::unique_ptr<bool[]> mask = std::make_unique<bool[]>(1);
+  const softdot::TensorView<const float> qv(q.data(), 1, 1, 11, 1);
+  const softdot::TensorView<const float> kv(k.data(), 1, 1, 48, 1);
+  const softdot::TensorView<float> ov(o.data(), 1, 1, 11, 1);
+  const std::size_t wraps = 11781794683991405395ull;  // 10 x this wraps
+  softdot::AttentionOptions opt;
+  opt.mask =
+      softdot::TensorView<const bool>(mask.get(), 1, 1, 11, 48, 0, 0, wraps);
+  ExpectInvalid([&] { softdot::attention(qv, kv, kv, ov, opt); },
+                {"softdot::attention: mask [1, 1, 11, 48] with strides [0, 0, "
+                 "11781794683991405395]",
+                 "spans more than PTRDIFF_MAX"});
+  softdot::AttentionOptions opt2;
+  opt2.bias = softdot::TensorView<const float>(bias.data(), 1, 1, 11, 48, 0, 0,
+                                               std::size_t{1} << 60);
+  ExpectInvalid([&] { softdot::attention(qv, kv, kv, ov, opt2); },
+                {"bias [1, 1, 11, 48]", "spans more than PTRDIFF_MAX",
+                 "4-byte elements"});
+}
+
 TEST(Limits, NoKeysWithHugeStridesGiveZeroRows) {
   // n_kv = 0: K, V and their int8 scales span nothing, so their strides are
   // unchecked; the library must not compute addresses from them (found by
@@ -177,6 +204,17 @@ TEST(Limits, NoKeysWithHugeStridesGiveZeroRows) {
                                             huge);
   const softdot::TensorView<const float> vf(q.data(), 2, 2, 0, 7, huge, huge,
                                             huge);
+  softdot::attention(softdot::TensorView<const float>(q.data(), 2, 2, 1, 6), kf,
+                     vf, softdot::TensorView<float>(out.data(), 2, 2, 1, 7), o,
+                     lse.data());
+  for (float x : out) EXPECT_EQ(x, 0.0f);
+  // A mask and a bias of 0 columns (n_kv = 0) with huge strides: nothing to
+  // read, no address computed from them (fuzz_attention).
+  std::unique_ptr<bool[]> mask = std::make_unique<bool[]>(1);
+  o.mask =
+      softdot::TensorView<const bool>(mask.get(), 2, 2, 1, 0, huge, huge, huge);
+  o.bias = softdot::TensorView<const float>(scale.data(), 2, 2, 1, 0, huge,
+                                            huge, huge);
   softdot::attention(softdot::TensorView<const float>(q.data(), 2, 2, 1, 6), kf,
                      vf, softdot::TensorView<float>(out.data(), 2, 2, 1, 7), o,
                      lse.data());
