@@ -12,6 +12,11 @@
 #   FUZZ_WORK_DIR   where each run's corpus copy, log and crashes go
 #                   (default $FUZZ_BUILD_DIR/fuzz-work)
 #   FUZZ_PARALLEL   targets run at once (default: SOFTDOT_JOBS, 2)
+#   FUZZ_SEED, FUZZ_RUNS  a fixed libFuzzer seed and at most this many inputs
+#                   per target: the run is then the same sequence of inputs
+#                   on every machine (scripts/test.sh uses it, so that CI
+#                   fails only on a change, never on a lucky find; finding
+#                   new faults is what longer runs without them are for)
 # Each target's new corpus entries stay in its work directory; the committed
 # corpus (fuzz/corpus/<target>/) is only read. Ends with
 # "fuzz.sh: N passed, M failed".
@@ -48,9 +53,12 @@ run_one() {
   rm -rf "$dir"
   mkdir -p "$dir/corpus" "$dir/crashes"
   cp "$SOFTDOT_ROOT/fuzz/corpus/$t/"* "$dir/corpus/"
+  local fixed=()
+  [[ -n "${FUZZ_SEED:-}" ]] && fixed+=(-seed="$FUZZ_SEED")
+  [[ -n "${FUZZ_RUNS:-}" ]] && fixed+=(-runs="$FUZZ_RUNS")
   "$build_dir/fuzz/$t" "$dir/corpus" -max_total_time="$seconds" -timeout=30 \
     -rss_limit_mb=2048 -artifact_prefix="$dir/crashes/" -print_final_stats=1 \
-    >"$dir/log" 2>&1
+    "${fixed[@]}" >"$dir/log" 2>&1
 }
 
 log "fuzzing ${targets[*]} for ${seconds}s each, $parallel at a time; logs in $work_dir/<target>/log"
@@ -82,7 +90,7 @@ for t in "${targets[@]}"; do
   execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$dir/log")"
   if ((status[$t] == 0)); then
     passed=$((passed + 1))
-    log "$t: OK, ${execs:-?} executions in ${seconds}s, $cov"
+    log "$t: OK, ${execs:-?} executions (at most ${seconds}s), $cov"
   else
     failed=$((failed + 1))
     log "$t: FAILED (status ${status[$t]}); reproducer(s): $(ls "$dir/crashes" 2>/dev/null | sed "s|^|$dir/crashes/|" | tr '\n' ' ')"
