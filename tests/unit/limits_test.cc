@@ -182,7 +182,8 @@ TEST(Limits, NoKeysWithHugeStridesGiveZeroRows) {
   // fuzz_attention: the address of "row 0 of batch 1" overflowed, which
   // UBSan reports in the ASan + UBSan tree). Every row is fully masked:
   // zeros, lse -inf.
-  std::vector<float> q(2 * 2 * 6, 1.0f), out(2 * 2 * 7, -1.0f), lse(4, 0.0f);
+  std::vector<float> q(24, 1.0f), out(28, -1.0f),
+      lse(4, 0.0f);  // [2, 2, 1, 6], [2, 2, 1, 7]
   std::vector<std::int8_t> kv(1, 0);
   std::vector<float> scale(1, 1.0f);
   const std::size_t huge = std::size_t{1} << 62;
