@@ -92,60 +92,54 @@ std::vector<std::string> attention_args(const TempDir& dir) {
 
 class CliSignal : public ::testing::TestWithParam<int> {};
 
-// Killed while the first output is a temporary file: nothing is left.
-TEST_P(CliSignal, DuringTheFirstFileLeavesNothing) {
-  const int sig = GetParam();
-  TempDir dir;
-  write_attention_inputs(dir);
-  const std::vector<std::string> before = dir.list();
-  const pid_t pid =
-      spawn_softdot(attention_args(dir), {"SOFTDOT_TEST_WRITE_DELAY_MS=30000"});
+// Runs the attention command on dir's inputs with writes paused for
+// `delay_ms`, waits until a temporary file starting with `temp_prefix`
+// appears (and, if `renamed` is non-empty, that file is already in place),
+// sends `sig`, and checks that the command died of it.
+void kill_while_writing(const TempDir& dir, const std::string& delay_ms,
+                        const std::string& temp_prefix, int sig,
+                        const std::string& renamed = "") {
+  const pid_t pid = spawn_softdot(attention_args(dir),
+                                  {"SOFTDOT_TEST_WRITE_DELAY_MS=" + delay_ms});
   ASSERT_GT(pid, 0);
-  ASSERT_TRUE(wait_for_entry(dir, ".out.npy.")) << "no temporary file";
+  const bool seen = wait_for_entry(dir, temp_prefix);
+  const bool in_place = renamed.empty() || file_exists(dir.path(renamed));
   ASSERT_EQ(::kill(pid, sig), 0);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(seen) << "no temporary file " << temp_prefix;
+  EXPECT_TRUE(in_place) << renamed << " was not in place";
   ASSERT_TRUE(WIFSIGNALED(status)) << "status " << status;
   EXPECT_EQ(WTERMSIG(status), sig);
+}
+
+// Killed while the first output is a temporary file: nothing is left.
+TEST_P(CliSignal, DuringTheFirstFileLeavesNothing) {
+  TempDir dir;
+  write_attention_inputs(dir);
+  const std::vector<std::string> before = dir.list();
+  kill_while_writing(dir, "30000", ".out.npy.", GetParam());
   EXPECT_EQ(dir.list(), before);
 }
 
 // Killed while the second output (the lse) is a temporary file: the first,
 // already renamed into place, is removed too (all or none).
 TEST_P(CliSignal, DuringTheSecondFileRemovesTheFirst) {
-  const int sig = GetParam();
   TempDir dir;
   write_attention_inputs(dir);
   const std::vector<std::string> before = dir.list();
-  const pid_t pid =
-      spawn_softdot(attention_args(dir), {"SOFTDOT_TEST_WRITE_DELAY_MS=1500"});
-  ASSERT_GT(pid, 0);
-  ASSERT_TRUE(wait_for_entry(dir, ".lse.npy.")) << "no temporary lse file";
-  EXPECT_TRUE(file_exists(dir.path("out.npy")));
-  ASSERT_EQ(::kill(pid, sig), 0);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFSIGNALED(status)) << "status " << status;
-  EXPECT_EQ(WTERMSIG(status), sig);
+  kill_while_writing(dir, "1500", ".lse.npy.", GetParam(), "out.npy");
   EXPECT_EQ(dir.list(), before);
 }
 
 // An existing output keeps its old content when the command is killed
 // before its new content is renamed over it.
 TEST_P(CliSignal, ExistingOutputKeepsItsContent) {
-  const int sig = GetParam();
   TempDir dir;
   write_attention_inputs(dir);
   write_whole_file(dir.path("out.npy"), "precious");
   const std::vector<std::string> before = dir.list();
-  const pid_t pid =
-      spawn_softdot(attention_args(dir), {"SOFTDOT_TEST_WRITE_DELAY_MS=30000"});
-  ASSERT_GT(pid, 0);
-  ASSERT_TRUE(wait_for_entry(dir, ".out.npy.")) << "no temporary file";
-  ASSERT_EQ(::kill(pid, sig), 0);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFSIGNALED(status)) << "status " << status;
+  kill_while_writing(dir, "30000", ".out.npy.", GetParam());
   EXPECT_EQ(dir.list(), before);
   EXPECT_EQ(read_whole_file(dir.path("out.npy")), "precious");
 }
