@@ -1,5 +1,5 @@
 // Fuzz target: the argument checks of softdot::attention (src/
-// attention_checks.cc, src/attention_plan.h, src/check.h). The fuzzer picks
+// attention_checks.cc, src/attention_checks.h, src/check.h). The fuzzer picks
 // shapes, strides, options and the K/V format; each view gets a buffer of
 // exactly the elements it spans (a separate allocation, so AddressSanitizer
 // sees any read past it), or one element when its span exceeds PTRDIFF_MAX

@@ -33,10 +33,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "attention_plan.h"
+#include "attention_checks.h"
 #include "kernels.h"
 #include "kernels/attention_args.h"
 #include "kernels/state_merge.h"
+#include "softdot/attention_request.h"
 
 namespace softdot {
 
@@ -65,32 +66,31 @@ T* thread_buffer(int slot, std::size_t n) {
   return reinterpret_cast<T*>(b.p.get());
 }
 
-// attention() (partial null: the rows are finalised into out and lse) or
-// attention_partial() (out unused: the rows' states go into *partial); with
-// a table, paged_attention() or paged_attention_partial() (k and v are the
-// pages, each sequence has its own n_kv). int8 K and V come with their
-// scales (k_scales, v_scales non-null).
+}  // namespace
+
+namespace detail::attn {
+
+// The rows of a checked plan: finalised into the output and lse, or kept as
+// the partial result (AttentionPartial). With a paged source (k and v are
+// the pages) each sequence has its own n_kv; int8 K and V come with their
+// scales.
 template <class KT>
-void run_attention(const char* fn, const TensorView<const float>& q,
-                   const TensorView<const KT>& k, const TensorView<const KT>& v,
-                   const TensorView<float>& out, const AttentionOptions& o,
-                   float* lse, AttentionPartial* partial,
-                   const TensorView<const float>* k_scales = nullptr,
-                   const TensorView<const float>* v_scales = nullptr,
-                   const PagedKVTable* table = nullptr) {
-  const char* out_name = partial ? nullptr : "out";
-  const Plan p =
-      table ? check_paged_and_plan(fn, q, k, v, *table, out, out_name, o)
-            : check_and_plan(fn, q, k, &v, out, out_name, 0, o);
-  if constexpr (std::is_same_v<KT, std::int8_t>) {
-    if (table) {
-      check_paged_scales(fn, "k_pages", k, *k_scales, *table);
-      check_paged_scales(fn, "v_pages", v, *v_scales, *table);
-    } else {
-      check_scales(fn, "k", k, *k_scales);
-      check_scales(fn, "v", v, *v_scales);
-    }
-  }
+void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
+  const AttentionRequest& req = plan.request();
+  const Plan& p = plan.data();
+  const AttentionOptions& o = req.options;
+  const TensorView<const float>& q = req.q;
+  const TensorView<const KT>& k = kv.k;
+  const TensorView<const KT>& v = kv.v;
+  const TensorView<float>& out = req.target.out;
+  float* lse = req.target.lse;
+  AttentionPartial* partial = req.target.kind == AttentionTarget::Kind::kPartial
+                                  ? req.target.partial
+                                  : nullptr;
+  const PagedKVTable* table = req.kv.paged ? &req.kv.table : nullptr;
+  const bool int8 = std::is_same_v<KT, std::int8_t>;
+  const TensorView<const float>* k_scales = int8 ? &kv.k_scales : nullptr;
+  const TensorView<const float>* v_scales = int8 ? &kv.v_scales : nullptr;
   // Sequence b's plan: its own n_kv and key range when paged.
   auto plan_of = [&](std::size_t b) {
     return table
@@ -336,123 +336,146 @@ void run_attention(const char* fn, const TensorView<const float>& q,
   }
 }
 
+#define SOFTDOT_RUNNERS(KT) \
+  template void run_rows<KT>(const AttentionPlan&, const KVViews<KT>&);
+SOFTDOT_RUNNERS(float)
+SOFTDOT_RUNNERS(Float16)
+SOFTDOT_RUNNERS(BFloat16)
+SOFTDOT_RUNNERS(std::int8_t)
+#undef SOFTDOT_RUNNERS
+
+}  // namespace detail::attn
+
+namespace {
+
+void output(const char* fn, TensorView<const float> q, KVSource kv,
+            TensorView<float> out, const AttentionOptions& o, float* lse) {
+  AttentionRequest r;
+  r.name = fn;
+  r.q = q;
+  r.kv = kv;
+  r.target = AttentionTarget::output(out, lse);
+  r.options = o;
+  run_attention(r);
+}
+
+void partial(const char* fn, TensorView<const float> q, KVSource kv,
+             AttentionPartial& part, const AttentionOptions& o) {
+  AttentionRequest r;
+  r.name = fn;
+  r.q = q;
+  r.kv = kv;
+  r.target = AttentionTarget::partial_result(part);
+  r.options = o;
+  run_attention(r);
+}
+
 }  // namespace
 
+// The public entry points: each builds a request (attention_request.h).
 void attention(TensorView<const float> q, TensorView<const float> k,
                TensorView<const float> v, TensorView<float> out,
                const AttentionOptions& options, float* lse) {
-  run_attention("attention", q, k, v, out, options, lse, nullptr);
-}
-void attention_partial(TensorView<const float> q, TensorView<const float> k,
-                       TensorView<const float> v, AttentionPartial& partial,
-                       const AttentionOptions& options) {
-  run_attention("attention_partial", q, k, v, TensorView<float>{}, options,
-                nullptr, &partial);
+  output("attention", q, KVSource::contiguous(k, v), out, options, lse);
 }
 void attention(TensorView<const float> q, TensorView<const Float16> k,
                TensorView<const Float16> v, TensorView<float> out,
                const AttentionOptions& options, float* lse) {
-  run_attention("attention", q, k, v, out, options, lse, nullptr);
-}
-void attention_partial(TensorView<const float> q, TensorView<const Float16> k,
-                       TensorView<const Float16> v, AttentionPartial& partial,
-                       const AttentionOptions& options) {
-  run_attention("attention_partial", q, k, v, TensorView<float>{}, options,
-                nullptr, &partial);
+  output("attention", q, KVSource::contiguous(k, v), out, options, lse);
 }
 void attention(TensorView<const float> q, TensorView<const BFloat16> k,
                TensorView<const BFloat16> v, TensorView<float> out,
                const AttentionOptions& options, float* lse) {
-  run_attention("attention", q, k, v, out, options, lse, nullptr);
+  output("attention", q, KVSource::contiguous(k, v), out, options, lse);
 }
-void attention_partial(TensorView<const float> q, TensorView<const BFloat16> k,
-                       TensorView<const BFloat16> v, AttentionPartial& partial,
-                       const AttentionOptions& options) {
-  run_attention("attention_partial", q, k, v, TensorView<float>{}, options,
-                nullptr, &partial);
-}
-
 void attention(TensorView<const float> q, const Int8KV& k, const Int8KV& v,
                TensorView<float> out, const AttentionOptions& options,
                float* lse) {
-  run_attention("attention", q, k.values, v.values, out, options, lse, nullptr,
-                &k.scales, &v.scales);
+  output("attention", q, KVSource::contiguous(k, v), out, options, lse);
+}
+
+void attention_partial(TensorView<const float> q, TensorView<const float> k,
+                       TensorView<const float> v, AttentionPartial& p,
+                       const AttentionOptions& options) {
+  partial("attention_partial", q, KVSource::contiguous(k, v), p, options);
+}
+void attention_partial(TensorView<const float> q, TensorView<const Float16> k,
+                       TensorView<const Float16> v, AttentionPartial& p,
+                       const AttentionOptions& options) {
+  partial("attention_partial", q, KVSource::contiguous(k, v), p, options);
+}
+void attention_partial(TensorView<const float> q, TensorView<const BFloat16> k,
+                       TensorView<const BFloat16> v, AttentionPartial& p,
+                       const AttentionOptions& options) {
+  partial("attention_partial", q, KVSource::contiguous(k, v), p, options);
 }
 void attention_partial(TensorView<const float> q, const Int8KV& k,
-                       const Int8KV& v, AttentionPartial& partial,
+                       const Int8KV& v, AttentionPartial& p,
                        const AttentionOptions& options) {
-  run_attention("attention_partial", q, k.values, v.values, TensorView<float>{},
-                options, nullptr, &partial, &k.scales, &v.scales);
+  partial("attention_partial", q, KVSource::contiguous(k, v), p, options);
 }
 
 void paged_attention(TensorView<const float> q, TensorView<const float> k_pages,
                      TensorView<const float> v_pages, const PagedKVTable& table,
                      TensorView<float> out, const AttentionOptions& options,
                      float* lse) {
-  run_attention("paged_attention", q, k_pages, v_pages, out, options, lse,
-                nullptr, nullptr, nullptr, &table);
+  output("paged_attention", q, KVSource::pages(k_pages, v_pages, table), out,
+         options, lse);
 }
 void paged_attention(TensorView<const float> q,
                      TensorView<const Float16> k_pages,
                      TensorView<const Float16> v_pages,
                      const PagedKVTable& table, TensorView<float> out,
                      const AttentionOptions& options, float* lse) {
-  run_attention("paged_attention", q, k_pages, v_pages, out, options, lse,
-                nullptr, nullptr, nullptr, &table);
+  output("paged_attention", q, KVSource::pages(k_pages, v_pages, table), out,
+         options, lse);
 }
 void paged_attention(TensorView<const float> q,
                      TensorView<const BFloat16> k_pages,
                      TensorView<const BFloat16> v_pages,
                      const PagedKVTable& table, TensorView<float> out,
                      const AttentionOptions& options, float* lse) {
-  run_attention("paged_attention", q, k_pages, v_pages, out, options, lse,
-                nullptr, nullptr, nullptr, &table);
+  output("paged_attention", q, KVSource::pages(k_pages, v_pages, table), out,
+         options, lse);
 }
 void paged_attention(TensorView<const float> q, const Int8KV& k_pages,
                      const Int8KV& v_pages, const PagedKVTable& table,
                      TensorView<float> out, const AttentionOptions& options,
                      float* lse) {
-  run_attention("paged_attention", q, k_pages.values, v_pages.values, out,
-                options, lse, nullptr, &k_pages.scales, &v_pages.scales,
-                &table);
+  output("paged_attention", q, KVSource::pages(k_pages, v_pages, table), out,
+         options, lse);
 }
+
 void paged_attention_partial(TensorView<const float> q,
                              TensorView<const float> k_pages,
                              TensorView<const float> v_pages,
-                             const PagedKVTable& table,
-                             AttentionPartial& partial,
+                             const PagedKVTable& table, AttentionPartial& p,
                              const AttentionOptions& options) {
-  run_attention("paged_attention_partial", q, k_pages, v_pages,
-                TensorView<float>{}, options, nullptr, &partial, nullptr,
-                nullptr, &table);
+  partial("paged_attention_partial", q,
+          KVSource::pages(k_pages, v_pages, table), p, options);
 }
 void paged_attention_partial(TensorView<const float> q,
                              TensorView<const Float16> k_pages,
                              TensorView<const Float16> v_pages,
-                             const PagedKVTable& table,
-                             AttentionPartial& partial,
+                             const PagedKVTable& table, AttentionPartial& p,
                              const AttentionOptions& options) {
-  run_attention("paged_attention_partial", q, k_pages, v_pages,
-                TensorView<float>{}, options, nullptr, &partial, nullptr,
-                nullptr, &table);
+  partial("paged_attention_partial", q,
+          KVSource::pages(k_pages, v_pages, table), p, options);
 }
 void paged_attention_partial(TensorView<const float> q,
                              TensorView<const BFloat16> k_pages,
                              TensorView<const BFloat16> v_pages,
-                             const PagedKVTable& table,
-                             AttentionPartial& partial,
+                             const PagedKVTable& table, AttentionPartial& p,
                              const AttentionOptions& options) {
-  run_attention("paged_attention_partial", q, k_pages, v_pages,
-                TensorView<float>{}, options, nullptr, &partial, nullptr,
-                nullptr, &table);
+  partial("paged_attention_partial", q,
+          KVSource::pages(k_pages, v_pages, table), p, options);
 }
 void paged_attention_partial(TensorView<const float> q, const Int8KV& k_pages,
                              const Int8KV& v_pages, const PagedKVTable& table,
-                             AttentionPartial& partial,
+                             AttentionPartial& p,
                              const AttentionOptions& options) {
-  run_attention("paged_attention_partial", q, k_pages.values, v_pages.values,
-                TensorView<float>{}, options, nullptr, &partial,
-                &k_pages.scales, &v_pages.scales, &table);
+  partial("paged_attention_partial", q,
+          KVSource::pages(k_pages, v_pages, table), p, options);
 }
 
 }  // namespace softdot

@@ -1,13 +1,18 @@
-// softdot: the argument checks of attention(), paged_attention(),
-// attention_weights() and attention_scores(), and the plan they produce
-// (src/attention_plan.h).
+// softdot: the argument checks of an attention request (every entry point:
+// attention(), paged_attention(), attention_weights(), attention_scores()
+// and their partial forms), AttentionPlan::make, which runs them in one
+// fixed order, and the plan they produce (src/attention_checks.h). Each
+// option is checked here and nowhere else: the bindings and the command
+// pass the user's values through a request and show this file's messages.
+#include "attention_checks.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
-
-#include "attention_plan.h"
+#include <type_traits>
+#include <variant>
 
 namespace softdot::detail::attn {
 
@@ -50,11 +55,19 @@ void plan_options(const char* fn, const TensorView<const float>& q,
                    count(o.kv_end));
     }
   } else {
+    // kv_end is clamped to n_kv (attention.h); the message shows the
+    // caller's own kv_end and says so.
     p.kv_end = std::min(o.kv_end, p.n_kv);
     p.kv_begin = o.kv_begin;
-    if (p.kv_begin > p.kv_end) {
+    if (o.kv_begin > o.kv_end) {
       fail(fn, "kv_begin " + count(o.kv_begin) + " is past kv_end " +
-                   count(p.kv_end) + " (n_kv = " + count(p.n_kv) + ")");
+                   count(o.kv_end));
+    }
+    if (p.kv_begin > p.kv_end) {
+      const bool open = o.kv_end == std::numeric_limits<std::size_t>::max();
+      fail(fn, "kv_begin " + count(o.kv_begin) +
+                   " is past n_kv = " + count(p.n_kv) +
+                   (open ? "" : " (kv_end " + count(o.kv_end) + ")"));
     }
   }
   const bool positioned =
@@ -391,3 +404,162 @@ void check_paged_scales(const char* fn, const char* name,
 }
 
 }  // namespace softdot::detail::attn
+
+namespace softdot {
+
+using detail::attn::check_and_plan;
+using detail::attn::check_paged_and_plan;
+using detail::attn::check_paged_scales;
+using detail::attn::check_scales;
+using detail::attn::fail;
+using detail::attn::KVViews;
+using detail::attn::Plan;
+
+const char* kv_format_name(KVFormat f) noexcept {
+  switch (f) {
+    case KVFormat::kFloat32:
+      return "float32";
+    case KVFormat::kFloat16:
+      return "float16";
+    case KVFormat::kBFloat16:
+      return "bfloat16";
+    case KVFormat::kInt8:
+      return "int8";
+  }
+  return "unknown";
+}
+
+namespace {
+
+template <class T>
+const TensorView<const T>& values_of(const TensorView<const T>& t) {
+  return t;
+}
+const TensorView<const std::int8_t>& values_of(const Int8KV& t) {
+  return t.values;
+}
+
+// The checks of a request whose keys (and values) have element type KT.
+template <class KT>
+Plan check_typed(const char* fn, const AttentionRequest& r,
+                 const KVViews<KT>& w) {
+  using Kind = AttentionTarget::Kind;
+  const KVSource& s = r.kv;
+  const AttentionTarget& t = r.target;
+  const char* out_name = nullptr;
+  std::size_t out_cols = 0;
+  switch (t.kind) {
+    case Kind::kOutput:
+      out_name = "out";
+      break;
+    case Kind::kPartial:
+      break;
+    case Kind::kWeights:
+      out_name = "weights";
+      out_cols = w.k.rows;
+      break;
+    case Kind::kScores:
+      out_name = "scores";
+      out_cols = w.k.rows;
+      break;
+  }
+  Plan p;
+  if (s.paged) {
+    p = check_paged_and_plan(fn, r.q, w.k, w.v, s.table, t.out, out_name,
+                             r.options);
+  } else {
+    p = check_and_plan(fn, r.q, w.k, s.has_v ? &w.v : nullptr, t.out, out_name,
+                       out_cols, r.options);
+  }
+  if constexpr (std::is_same_v<KT, std::int8_t>) {
+    if (s.paged) {
+      check_paged_scales(fn, "k_pages", w.k, w.k_scales, s.table);
+      check_paged_scales(fn, "v_pages", w.v, w.v_scales, s.table);
+    } else {
+      check_scales(fn, "k", w.k, w.k_scales);
+      if (s.has_v) check_scales(fn, "v", w.v, w.v_scales);
+    }
+  }
+  return p;
+}
+
+}  // namespace
+
+std::size_t KVTensor::batch() const noexcept {
+  return std::visit([](const auto& t) { return values_of(t).batch; }, v_);
+}
+std::size_t KVTensor::heads() const noexcept {
+  return std::visit([](const auto& t) { return values_of(t).heads; }, v_);
+}
+std::size_t KVTensor::rows() const noexcept {
+  return std::visit([](const auto& t) { return values_of(t).rows; }, v_);
+}
+std::size_t KVTensor::cols() const noexcept {
+  return std::visit([](const auto& t) { return values_of(t).cols; }, v_);
+}
+
+AttentionPlan AttentionPlan::make(const AttentionRequest& r) {
+  using Kind = AttentionTarget::Kind;
+  const char* fn = r.name != nullptr ? r.name : "attention";
+  const KVSource& s = r.kv;
+  const Kind kind = r.target.kind;
+  const bool explicit_target = kind == Kind::kWeights || kind == Kind::kScores;
+  if (kind == Kind::kPartial && r.target.partial == nullptr) {
+    fail(fn, "the partial target has no AttentionPartial");
+  }
+  if (explicit_target && s.paged) {
+    fail(fn,
+         "the weights and scores of a paged cache are not computed; "
+         "gather the sequence's keys into a contiguous k");
+  }
+  if (!explicit_target && !s.has_v) fail(fn, "the request has no values (v)");
+  if (s.has_v && s.k.format() != s.v.format()) {
+    const std::string k = s.paged ? "k_pages" : "k";
+    const std::string v = s.paged ? "v_pages" : "v";
+    fail(fn, k + " is " + kv_format_name(s.k.format()) + " but " + v + " is " +
+                 kv_format_name(s.v.format()) +
+                 "; they must have the same format");
+  }
+  Plan p;
+  detail::attn::visit_kv(s, [&](const auto& w) { p = check_typed(fn, r, w); });
+  AttentionRequest copy = r;
+  copy.name = fn;
+  return AttentionPlan(copy, p);
+}
+
+std::size_t AttentionPlan::keys(std::size_t b) const noexcept {
+  if (r_.kv.paged) return static_cast<std::size_t>(r_.kv.table.seq_lens[b]);
+  return p_.n_kv;
+}
+
+KeyRange AttentionPlan::visible_keys(std::size_t b,
+                                     std::size_t i) const noexcept {
+  const Plan s = r_.kv.paged ? detail::attn::sequence_plan(p_, keys(b)) : p_;
+  std::int32_t first = 0, last = 0;
+  detail::attn::visible_keys(s, i, first, last);
+  if (first > last) return {};
+  return {static_cast<std::size_t>(first), static_cast<std::size_t>(last) + 1};
+}
+
+bool AttentionPlan::decode_form() const noexcept {
+  return p_.g * p_.n_q <= detail::attn::kDecodeRows && !r_.options.precise &&
+         !r_.options.prefill_form;
+}
+
+void AttentionPlan::run() const {
+  using Kind = AttentionTarget::Kind;
+  const Kind kind = r_.target.kind;
+  detail::attn::visit_kv(r_.kv, [&](const auto& w) {
+    if (kind == Kind::kWeights || kind == Kind::kScores) {
+      detail::attn::run_explicit(*this, w);
+    } else {
+      detail::attn::run_rows(*this, w);
+    }
+  });
+}
+
+void run_attention(const AttentionRequest& request) {
+  AttentionPlan::make(request).run();
+}
+
+}  // namespace softdot

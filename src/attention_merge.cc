@@ -13,7 +13,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "attention_plan.h"
+#include "attention_checks.h"
 #include "kernels/state_merge.h"
 #include "softdot/attention.h"
 

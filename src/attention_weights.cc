@@ -13,11 +13,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "attention_plan.h"
+#include "attention_checks.h"
 #include "kernels.h"
 #include "kernels/dequantize.h"
 #include "kernels/weights_row.h"
 #include "softdot/attention.h"
+#include "softdot/attention_request.h"
 
 namespace softdot {
 
@@ -94,45 +95,64 @@ void for_each_score_row(const Plan& p, const TensorView<const float>& q,
   }
 }
 
+}  // namespace
+
+namespace detail::attn {
+
+// The explicit scores or weights of a checked plan (no values).
 template <class KT>
-void run_scores(const TensorView<const float>& q, const TensorView<const KT>& k,
-                const TensorView<float>& out, const AttentionOptions& o,
-                const TensorView<const float>* k_scales = nullptr) {
-  const Plan p = check_and_plan<KT>("attention_scores", q, k, nullptr, out,
-                                    "scores", k.rows, o);
-  if constexpr (std::is_same_v<KT, std::int8_t>) {
-    check_scales("attention_scores", "k", k, *k_scales);
-  }
+void run_explicit(const AttentionPlan& plan, const KVViews<KT>& kv) {
+  const AttentionRequest& r = plan.request();
+  const Plan& p = plan.data();
+  const AttentionOptions& o = r.options;
+  const TensorView<float>& out = r.target.out;
+  const TensorView<const float>* k_scales =
+      std::is_same_v<KT, std::int8_t> ? &kv.k_scales : nullptr;
   constexpr float kInf = std::numeric_limits<float>::infinity();
+  if (r.target.kind == AttentionTarget::Kind::kScores) {
+    for_each_score_row(
+        p, r.q, kv.k, o,
+        [&](std::size_t b, std::size_t h, std::size_t i, const float* s,
+            const char* vis) {
+          float* row = out.row(b, h, i);
+          for (std::size_t j = 0; j < p.n_kv; ++j) {
+            row[j] = vis[j] ? s[j] : -kInf;
+          }
+        },
+        k_scales);
+    return;
+  }
   for_each_score_row(
-      p, q, k, o,
+      p, r.q, kv.k, o,
       [&](std::size_t b, std::size_t h, std::size_t i, const float* s,
           const char* vis) {
-        float* r = out.row(b, h, i);
-        for (std::size_t j = 0; j < p.n_kv; ++j) r[j] = vis[j] ? s[j] : -kInf;
+        const float sink = o.sinks.empty() ? -kInf : o.sinks[h];
+        detail::weights_row(s, vis, p.n_kv, sink, out.row(b, h, i));
       },
       k_scales);
 }
 
-template <class KT>
-void run_weights(const TensorView<const float>& q,
-                 const TensorView<const KT>& k, const TensorView<float>& w,
-                 const AttentionOptions& o,
-                 const TensorView<const float>* k_scales = nullptr) {
-  const Plan p = check_and_plan<KT>("attention_weights", q, k, nullptr, w,
-                                    "weights", k.rows, o);
-  if constexpr (std::is_same_v<KT, std::int8_t>) {
-    check_scales("attention_weights", "k", k, *k_scales);
-  }
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  for_each_score_row(
-      p, q, k, o,
-      [&](std::size_t b, std::size_t h, std::size_t i, const float* s,
-          const char* vis) {
-        const float sink = o.sinks.empty() ? -kInf : o.sinks[h];
-        detail::weights_row(s, vis, p.n_kv, sink, w.row(b, h, i));
-      },
-      k_scales);
+#define SOFTDOT_RUNNERS(KT) \
+  template void run_explicit<KT>(const AttentionPlan&, const KVViews<KT>&);
+SOFTDOT_RUNNERS(float)
+SOFTDOT_RUNNERS(Float16)
+SOFTDOT_RUNNERS(BFloat16)
+SOFTDOT_RUNNERS(std::int8_t)
+#undef SOFTDOT_RUNNERS
+
+}  // namespace detail::attn
+
+namespace {
+
+void explicit_target(const char* fn, TensorView<const float> q, KVTensor k,
+                     AttentionTarget target, const AttentionOptions& o) {
+  AttentionRequest r;
+  r.name = fn;
+  r.q = q;
+  r.kv = KVSource::keys(k);
+  r.target = target;
+  r.options = o;
+  run_attention(r);
 }
 
 }  // namespace
@@ -140,44 +160,51 @@ void run_weights(const TensorView<const float>& q,
 void attention_weights(TensorView<const float> q, TensorView<const float> k,
                        TensorView<float> weights,
                        const AttentionOptions& options) {
-  run_weights(q, k, weights, options);
+  explicit_target("attention_weights", q, k, AttentionTarget::weights(weights),
+                  options);
 }
 void attention_weights(TensorView<const float> q, TensorView<const Float16> k,
                        TensorView<float> weights,
                        const AttentionOptions& options) {
-  run_weights(q, k, weights, options);
+  explicit_target("attention_weights", q, k, AttentionTarget::weights(weights),
+                  options);
 }
 void attention_weights(TensorView<const float> q, TensorView<const BFloat16> k,
                        TensorView<float> weights,
                        const AttentionOptions& options) {
-  run_weights(q, k, weights, options);
+  explicit_target("attention_weights", q, k, AttentionTarget::weights(weights),
+                  options);
+}
+void attention_weights(TensorView<const float> q, const Int8KV& k,
+                       TensorView<float> weights,
+                       const AttentionOptions& options) {
+  explicit_target("attention_weights", q, k, AttentionTarget::weights(weights),
+                  options);
 }
 
 void attention_scores(TensorView<const float> q, TensorView<const float> k,
                       TensorView<float> scores,
                       const AttentionOptions& options) {
-  run_scores(q, k, scores, options);
+  explicit_target("attention_scores", q, k, AttentionTarget::scores(scores),
+                  options);
 }
 void attention_scores(TensorView<const float> q, TensorView<const Float16> k,
                       TensorView<float> scores,
                       const AttentionOptions& options) {
-  run_scores(q, k, scores, options);
+  explicit_target("attention_scores", q, k, AttentionTarget::scores(scores),
+                  options);
 }
 void attention_scores(TensorView<const float> q, TensorView<const BFloat16> k,
                       TensorView<float> scores,
                       const AttentionOptions& options) {
-  run_scores(q, k, scores, options);
-}
-
-void attention_weights(TensorView<const float> q, const Int8KV& k,
-                       TensorView<float> weights,
-                       const AttentionOptions& options) {
-  run_weights(q, k.values, weights, options, &k.scales);
+  explicit_target("attention_scores", q, k, AttentionTarget::scores(scores),
+                  options);
 }
 void attention_scores(TensorView<const float> q, const Int8KV& k,
                       TensorView<float> scores,
                       const AttentionOptions& options) {
-  run_scores(q, k.values, scores, options, &k.scales);
+  explicit_target("attention_scores", q, k, AttentionTarget::scores(scores),
+                  options);
 }
 
 }  // namespace softdot

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "attention_plan.h"
+#include "attention_checks.h"
 #include "kernels/dequantize.h"
 #include "softdot/attention.h"
 

@@ -4,6 +4,7 @@
 #define SOFTDOT_SOFTDOT_H_
 
 #include "softdot/attention.h"
+#include "softdot/attention_request.h"
 #include "softdot/cross_entropy.h"
 #include "softdot/dot.h"
 #include "softdot/float16.h"

@@ -3,16 +3,13 @@ numpy arrays and CPU torch tensors. See docs/python.md."""
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional, Tuple
 
 import numpy as np
 
 from . import _arrays as A
-from . import _softdot as _core
-from ._attention import _CAUSAL_DOC, _SIZE_MAX, _array, _kv_format, _no_grad, _np, _ready, _target
+from . import _request as R
 
-_KV_I8 = 3
 _I32 = np.dtype(np.int32)
 _I8 = np.dtype(np.int8)
 
@@ -26,13 +23,14 @@ def _cache(fn: str, name: str, c: Any, kind: str, layout: str):
     if isinstance(c, tuple):
         if len(c) != 2:
             raise TypeError(f"{fn}: {name} as a tuple must be (values, scales) of an int8 cache")
-        vals = _array(fn, f"{name} values", c[0], kind)
-        sc = _array(fn, f"{name} scales", c[1], kind)
+        vals = R.array(fn, f"{name} values", c[0], kind)
+        sc = R.array(fn, f"{name} scales", c[1], kind)
         if A.dtype_str(vals) != "int8":
             raise A.accepted(fn, f"{name} values", vals, "int8")
         if A.dtype_str(sc) != "float32":
             raise A.accepted(fn, f"{name} scales", sc, "float32")
-        vals, sc = _np(fn, f"{name} values", vals, kind), _np(fn, f"{name} scales", sc, kind)
+        vals = R.as_numpy(fn, f"{name} values", vals, kind)
+        sc = R.as_numpy(fn, f"{name} scales", sc, kind)
         if vals.ndim != 4:
             raise ValueError(f"{fn}: {name} values has shape {vals.shape}; expected 4 axes "
                              f"{_PAGE_AXES[layout]}")
@@ -44,20 +42,20 @@ def _cache(fn: str, name: str, c: Any, kind: str, layout: str):
         raw = [(f"{name} values", vals), (f"{name} scales", sc)]
         if layout == "NHD":
             vals, sc = vals.transpose(0, 2, 1, 3), sc.transpose(0, 2, 1, 3)
-        return _ready(vals), _ready(sc), _KV_I8, raw
-    a, fmt = _kv_format(fn, name, _array(fn, name, c, kind), kind)
+        return R.ready(vals), R.ready(sc), R.KV_I8, raw
+    a, fmt = R.kv_format(fn, name, R.array(fn, name, c, kind), kind)
     if a.ndim != 4:
         raise ValueError(f"{fn}: {name} has shape {a.shape}; expected 4 axes {_PAGE_AXES[layout]}")
     raw = [(name, a)]
     if layout == "NHD":
         a = a.transpose(0, 2, 1, 3)
-    return _ready(a), None, fmt, raw
+    return R.ready(a), None, fmt, raw
 
 
 def _int32(fn: str, name: str, a: Any, kind: str, ndim: int) -> np.ndarray:
     """An integer table as C-contiguous int32 (a copy only when it is not
     one already)."""
-    a = _np(fn, name, _array(fn, name, a, kind), kind)
+    a = R.as_numpy(fn, name, R.array(fn, name, a, kind), kind)
     if a.dtype.kind not in "iu":
         raise A.accepted(fn, name, a, "int32 (or another integer dtype, converted)")
     if a.ndim != ndim:
@@ -138,17 +136,10 @@ def paged_attention(
     if kv_layout not in ("NHD", "HND"):
         raise ValueError(f"{fn}: kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
     kind = A.kind_of(query)
-    _no_grad(fn, kind, query, attn_mask, bias, sinks,
-             *(key_cache if isinstance(key_cache, tuple) else (key_cache,)),
-             *(value_cache if isinstance(value_cache, tuple) else (value_cache,)))
-    q = query if kind == "torch" else A.secondary(fn, "query", query, kind)
-    if kind == "torch":
-        A.check_device(fn, "query", q)
-        if q.dtype != A.torch_module().float32:
-            raise A.accepted(fn, "query", q, "float32")
-    elif q.dtype != A.F32:
-        raise A.accepted(fn, "query", q, "float32")
-    q = _np(fn, "query", q, kind)
+    R.no_grad(fn, kind, query, attn_mask, bias, sinks,
+              *(key_cache if isinstance(key_cache, tuple) else (key_cache,)),
+              *(value_cache if isinstance(value_cache, tuple) else (value_cache,)))
+    q = R.query(fn, query, kind)
     if q.ndim != 4:
         raise ValueError(f"{fn}: query has shape {q.shape}; expected [B, Hq, L, E]")
     k, ks, fk, raw_k = _cache(fn, "key_cache", key_cache, kind, kv_layout)
@@ -164,80 +155,35 @@ def paged_attention(
                          f"both need B = {B} rows (query {q.shape})")
     S = max(int(sl.max()), 0) if sl.size else 0
     Ev = v.shape[-1]
-
-    def extra(name, a):
-        a = _np(fn, name, a, kind)
-        cols = a.shape[-1] if a.ndim >= 1 else S
-        try:
-            return np.broadcast_to(a, (B, Hq, L, cols))
-        except ValueError:
-            raise ValueError(f"{fn}: {name} has shape {a.shape}, which does not broadcast to "
-                             f"{(B, Hq, L, cols)}") from None
-
-    mask = None
-    biases = []
-    if attn_mask is not None:
-        m = _array(fn, "attn_mask", attn_mask, kind)
-        if A.dtype_str(m) == "bool":
-            mask = _ready(extra("attn_mask", m))
-        elif (m.is_floating_point() if kind == "torch" else m.dtype.kind == "f"):
-            if kind == "torch" and m.dtype != A.torch_module().float32:
-                m = m.float()
-            biases.append(extra("attn_mask", m))
-        else:
-            raise A.accepted(fn, "attn_mask", m, "bool (True = attend) or a float dtype (added)")
-    if bias is not None:
-        b = _array(fn, "bias", bias, kind)
-        if not (b.is_floating_point() if kind == "torch" else b.dtype.kind == "f"):
-            raise A.accepted(fn, "bias", b, "a float dtype")
-        if kind == "torch" and b.dtype != A.torch_module().float32:
-            b = b.float()
-        biases.append(extra("bias", b))
-    bias4 = None
-    if biases:
-        s = biases[0] if len(biases) == 1 else biases[0] + biases[1]
-        bias4 = _ready(s.astype(A.F32) if s.dtype != A.F32 else s)
-    sc = math.nan if scale is None else float(scale)
-    if scale is not None and not (math.isfinite(sc) and sc > 0):
-        raise ValueError(f"{fn}: scale must be finite and > 0, got {scale!r}")
-    try:
-        wl, wr = (int(x) for x in window)
-    except (TypeError, ValueError):
-        raise ValueError(f"{fn}: window must be a pair (left, right) of ints, got {window!r}") from None
-    sk = None
-    if sinks is not None:
-        s = _array(fn, "sinks", sinks, kind)
-        if kind == "torch":
-            s = _np(fn, "sinks", s.float() if s.dtype != A.torch_module().float32 else s, kind)
-        if s.ndim != 1 or s.shape[0] != Hq:
-            raise ValueError(f"{fn}: sinks has shape {s.shape}; expected ({Hq},), one logit per "
-                             f"query head")
-        sk = np.ascontiguousarray(s, dtype=A.F32)
-    kv_begin, kv_end = 0, _SIZE_MAX
-    if kv_range is not None:
-        try:
-            b0, e0 = kv_range
-        except (TypeError, ValueError):
-            raise ValueError(f"{fn}: kv_range must be a pair (begin, end), got {kv_range!r}") from None
-        kv_begin, kv_end = int(b0), (_SIZE_MAX if e0 is None else int(e0))
-        if kv_begin < 0 or kv_end < 0:
-            raise ValueError(f"{fn}: kv_range {tuple(kv_range)!r} has a negative bound")
-
+    # Mask and bias columns are key positions: as many as the caller gives
+    # (at least max(seq_lens), which the library checks).
+    cols = [a.shape[-1] for a in (attn_mask, bias) if a is not None and getattr(a, "ndim", 0)]
+    mask, bias4 = R.masks(fn, attn_mask, bias, kind, (B, Hq, L, max(cols) if cols else S),
+                          "B, Hq, L, key positions")
+    sk = R.sinks_array(fn, sinks, kind)
+    opts = R.options(fn, scale=scale, causal=causal, window=window, softcap=softcap,
+                     kv_range=kv_range, mask=mask, bias=bias4, sinks=sk)
     shape = (B, Hq, L, Ev)
+    if L == 0:  # no query rows: an empty result, as torch gives
+        user, lse_user = R.empty_rows(shape, kind, out, fn)
+        return (user, lse_user) if return_lse else user
     user, o = A.output(fn, out, shape, A.F32, kind)
     if out is not None:
-        for name, a in [("query", q)] + raw_k + raw_v + [("attn_mask", mask), ("bias", bias4),
-                                                        ("sinks", sk), ("block_table", bt),
-                                                        ("seq_lens", sl)]:
-            A.check_overlap(fn, o, name, a, False)
-    target, direct = _target(o)
+        R.check_out_overlap(fn, o, [("query", q)] + raw_k + raw_v + [
+            ("attn_mask", mask), ("bias", bias4), ("sinks", sk), ("block_table", bt),
+            ("seq_lens", sl)])
+    out4, direct = R.target(o)
     lse_user, lse = A.new_output((B, Hq, L), A.F32, kind) if return_lse else (None, None)
-    _core.paged_attention(_ready(q), k, v, ks, vs, bt.reshape(-1), bt.shape[1], sl, target, fk,
-                          mask, bias4, sk, lse, sc, bool(causal), wl, wr, float(softcap),
-                          kv_begin, kv_end)
+    kv = {"format": fk, "k": k, "v": v, "k_name": "key_cache", "v_name": "value_cache",
+          "block_table": bt.reshape(-1), "blocks_per_seq": bt.shape[1], "seq_lens": sl}
+    if ks is not None:
+        kv["k_scales"], kv["v_scales"] = ks, vs
+    # The library names a bad scale by page, head, row, sequence and position
+    # (only the scales a key reads are checked; unused pages may hold anything).
+    R.run(fn, R.ready(q), kv, "output", out4, lse, opts, [])
     if not direct:
-        np.copyto(o, target.reshape(shape))
+        np.copyto(o, out4.reshape(shape))
     return (user, lse_user) if return_lse else user
 
 
-paged_attention.__doc__ += _CAUSAL_DOC
+paged_attention.__doc__ += R.CAUSAL_DOC

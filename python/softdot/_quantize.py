@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _arrays as A
 from . import _softdot as _core
-from ._attention import _ready, _target, _to4
+from ._request import ready, target, to4
 from ._int8 import I8, is_dtype
 
 
@@ -107,10 +107,10 @@ def quantize_kv(x: Any, *, out: Any = None) -> Tuple[Any, Any]:
     if xa.size == 0:
         so[...] = 0  # a row of no elements holds no magnitude: scale 0
         return values, scales
-    vt, vdirect = _target(vo)
-    st, sdirect = _target(so)
+    vt, vdirect = target(vo)
+    st, sdirect = target(so)
     try:
-        _core.quantize_kv(_ready(_to4(xa)), vt, st)
+        _core.quantize_kv(ready(to4(xa)), vt, st)
     except ValueError:
         with np.errstate(invalid="ignore"):
             bad = ~np.isfinite(xa)

@@ -32,9 +32,9 @@ except ImportError as e:  # pragma: no cover - depends on the build
     ) from e
 
 from . import _arrays as A
-from . import _attention as _att
 from . import _cross_entropy as _xent
 from . import _int8
+from . import _request as R
 
 __all__ = ["RingLayout", "ring_layout", "ring_attention", "softmax", "log_softmax", "logsumexp",
            "cross_entropy"]
@@ -115,45 +115,6 @@ def _handle(fn: str, comm: Any) -> int:
     return int(f())
 
 
-def _global_masks(fn: str, attn_mask: Any, bias: Any, kind: str, full: Tuple[int, ...]):
-    """(mask, bias) broadcast to [..., Hq, rows, seq_len] as 4-d views."""
-
-    def bcast(name, a):
-        try:
-            return np.broadcast_to(a, full)
-        except ValueError:
-            raise ValueError(
-                f"{fn}: {name} has shape {a.shape}, which does not broadcast to {full} "
-                f"(query's batch axes, the rank's rows, seq_len)") from None
-
-    mask = None
-    biases = []
-    if attn_mask is not None:
-        m = _att._array(fn, "attn_mask", attn_mask, kind)
-        if A.dtype_str(m) == "bool":
-            mask = _att._ready(_att._to4(bcast("attn_mask", _att._np(fn, "attn_mask", m, kind))))
-        elif _att._is_float(m, kind):
-            if kind == "torch" and m.dtype != A.torch_module().float32:
-                m = m.float()
-            biases.append(("attn_mask", _att._np(fn, "attn_mask", m, kind)))
-        else:
-            raise A.accepted(fn, "attn_mask", m, "bool (True = attend) or a float dtype (added)")
-    if bias is not None:
-        b = _att._array(fn, "bias", bias, kind)
-        if not _att._is_float(b, kind):
-            raise A.accepted(fn, "bias", b, "a float dtype")
-        if kind == "torch" and b.dtype != A.torch_module().float32:
-            b = b.float()
-        biases.append(("bias", _att._np(fn, "bias", b, kind)))
-    bias4 = None
-    if biases:
-        s = bcast(*biases[0])
-        if len(biases) == 2:
-            s = s + bcast(*biases[1])
-        bias4 = _att._ready(_att._to4(s.astype(A.F32, copy=False)))
-    return mask, bias4
-
-
 def ring_attention(
     comm: Any,
     query: Any,
@@ -223,22 +184,28 @@ def ring_attention(
         raise TypeError(f"{fn}: seq_len must be an int, not {seq_len!r}") from None
     if n < 1:
         raise ValueError(f"{fn}: seq_len must be >= 1, got {n}")
-    p = _att._prepare(fn, query, key, value, None, None, scale, causal, window, softcap, sinks,
-                      None)
-    mask, bias4 = _global_masks(fn, attn_mask, bias, p.kind, p.lead + (p.L, n))
+    R.no_grad(fn, A.kind_of(query), query, key, value, attn_mask, bias, sinks)
+    p = R.prepare(fn, query, key, value)
+    mask, bias4 = R.masks(fn, attn_mask, bias, p.kind, p.lead + (p.L, n),
+                          "query's batch axes, the rank's rows, seq_len")
+    sinks1 = R.sinks_array(fn, sinks, p.kind)
+    opts = R.options(fn, scale=scale, causal=causal, window=window, softcap=softcap,
+                     precise=precise, mask=mask, bias=bias4, sinks=sinks1)
     shape = p.lead + (p.L, p.Ev)
     user, o = A.output(fn, out, shape, A.F32, p.kind)
     if out is not None:
-        _att._check_out_overlap(fn, o, p)
-    target, direct = _att._target(o)
+        R.check_out_overlap(fn, o, p.raw + [("attn_mask", mask), ("bias", bias4),
+                                            ("sinks", sinks1)])
+    target, direct = R.target(o)
     lse_user, lse = A.new_output(p.lead + (p.L,), A.F32, p.kind) if return_lse else (None, None)
-    common = (mask, bias4, p.sinks, lse, p.scale, p.causal, p.wl, p.wr, p.softcap, bool(precise),
-              n, zig, bool(deterministic))
-    if p.fmt == _att._KV_I8:
-        _int8.check_scales_on_error(fn, p.scales, lambda: _mpi.ring_attention_int8(
-            h, p.q, p.k, p.ks, p.v, p.vs, target, *common))
+
+    def call() -> None:
+        _mpi.ring_attention(h, p.q, p.kv, target, lse, opts, n, zig, bool(deterministic))
+
+    if p.scales:
+        _int8.check_scales_on_error(fn, p.scales, call)
     else:
-        _mpi.ring_attention(h, p.q, p.k, p.v, target, p.fmt, *common)
+        call()
     if not direct:
         np.copyto(o, target.reshape(shape))
     return (user, lse_user) if return_lse else user

@@ -10,6 +10,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -21,48 +22,43 @@
 #include "arrays.h"
 #include "attention_views.h"
 #include "bindings.h"
+#include "request_views.h"
 #include "softdot/attention.h"
+#include "softdot/attention_request.h"
 
 namespace softdot::python {
 namespace {
 
-void attention_py(const In& q, const In& k, const In& v, const Out& out,
-                  int kv_format, const std::optional<In>& mask,
-                  const std::optional<In>& bias, const std::optional<In>& sinks,
-                  const std::optional<Out>& lse, double scale, bool causal,
-                  std::ptrdiff_t window_left, std::ptrdiff_t window_right,
-                  double softcap, std::size_t kv_begin, std::size_t kv_end,
-                  bool precise) {
+// One attention request (attention_request.h): kind "output" (out and,
+// when given, lse), "weights" or "scores" (out [B, H, L, S]); kv and options
+// are the dicts of request_views.h; name is the Python function the
+// library's messages name.
+void request_py(const std::string& name, const In& q, const nb::dict& kv,
+                const std::string& kind, const Out& out,
+                const std::optional<Out>& lse, const nb::dict& options) {
   check_dtype("query", q, nb::dtype<float>(), "float32");
   check_dtype("out", out, nb::dtype<float>(), "float32");
-  const auto qv = view4<const float>("query", q);
+  AttentionRequest r;
+  r.name = name.c_str();
+  r.q = view4<const float>("query", q);
+  r.kv = kv_source_of(kv);
+  r.options = options_of(options);
   const auto ov = view4<float>("out", out);
-  AttentionOptions o =
-      make_options(mask, bias, sinks, scale, causal, window_left, window_right,
-                   softcap, kv_begin, kv_end);
-  o.precise = precise;
-  float* l = lse ? lse_data("lse", *lse, qv) : nullptr;
-  with_kv(kv_format, k, &v, [&](const auto& kv, const auto& vv) {
+  if (kind == "output") {
+    r.target =
+        AttentionTarget::output(ov, lse ? lse_data("lse", *lse, r.q) : nullptr);
+  } else if (kind == "weights") {
+    r.target = AttentionTarget::weights(ov);
+  } else if (kind == "scores") {
+    r.target = AttentionTarget::scores(ov);
+  } else {
+    fail("kind must be 'output', 'weights' or 'scores', got '" + kind + "'");
+  }
+  // Checked with the GIL held (the messages are built then), run without.
+  with_python_messages([&] {
+    const AttentionPlan plan = AttentionPlan::make(r);
     nb::gil_scoped_release release;
-    attention(qv, kv, vv, ov, o, l);
-  });
-}
-
-void weights_py(const In& q, const In& k, const Out& w, int kv_format,
-                const std::optional<In>& mask, const std::optional<In>& bias,
-                const std::optional<In>& sinks, double scale, bool causal,
-                std::ptrdiff_t window_left, std::ptrdiff_t window_right,
-                double softcap, std::size_t kv_begin, std::size_t kv_end) {
-  check_dtype("query", q, nb::dtype<float>(), "float32");
-  check_dtype("out", w, nb::dtype<float>(), "float32");
-  const auto qv = view4<const float>("query", q);
-  const auto wv = view4<float>("out", w);
-  AttentionOptions o =
-      make_options(mask, bias, sinks, scale, causal, window_left, window_right,
-                   softcap, kv_begin, kv_end);
-  with_kv(kv_format, k, nullptr, [&](const auto& kv, const auto&) {
-    nb::gil_scoped_release release;
-    attention_weights(qv, kv, wv, o);
+    plan.run();
   });
 }
 
@@ -85,15 +81,9 @@ void merge_py(const In& oa, const In& la, const In& ob, const In& lb,
 
 void bind_attention(nb::module_& m) {
   using namespace nb::literals;
-  m.def("attention", &attention_py, "query"_a, "key"_a, "value"_a, "out"_a,
-        "kv_format"_a, "mask"_a.none(), "bias"_a.none(), "sinks"_a.none(),
-        "lse"_a.none(), "scale"_a, "causal"_a, "window_left"_a,
-        "window_right"_a, "softcap"_a, "kv_begin"_a, "kv_end"_a,
-        "precise"_a = false, "Fused attention on 4-d arrays.");
-  m.def("attention_weights", &weights_py, "query"_a, "key"_a, "out"_a,
-        "kv_format"_a, "mask"_a.none(), "bias"_a.none(), "sinks"_a.none(),
-        "scale"_a, "causal"_a, "window_left"_a, "window_right"_a, "softcap"_a,
-        "kv_begin"_a, "kv_end"_a, "Explicit attention weights on 4-d arrays.");
+  m.def("attention_request", &request_py, "name"_a, "query"_a, "kv"_a, "kind"_a,
+        "out"_a, "lse"_a.none(), "options"_a,
+        "One attention request: query, K/V source, target, options.");
   m.def("attention_merge", &merge_py, "out_a"_a, "lse_a"_a, "out_b"_a,
         "lse_b"_a, "out"_a, "lse"_a, "Merges two partial attention results.");
 }

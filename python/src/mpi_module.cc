@@ -19,11 +19,14 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "arrays.h"
 #include "attention_views.h"
+#include "request_views.h"
 #include "softdot/attention.h"
+#include "softdot/attention_request.h"
 #include "softdot/cross_entropy.h"
 #include "softdot/matrix.h"
 #include "softdot/mpi.h"
@@ -48,66 +51,42 @@ mpi::Layout layout_of(bool zigzag) {
   return zigzag ? mpi::Layout::zigzag : mpi::Layout::contiguous;
 }
 
-mpi::RingOptions ring_options(const std::optional<In>& mask,
-                              const std::optional<In>& bias,
-                              const std::optional<In>& sinks, double scale,
-                              bool causal, std::ptrdiff_t window_left,
-                              std::ptrdiff_t window_right, double softcap,
-                              bool precise, std::size_t seq_len, bool zigzag,
-                              bool deterministic) {
-  mpi::RingOptions r;
-  r.attention =
-      make_options(mask, bias, sinks, scale, causal, window_left, window_right,
-                   softcap, 0, static_cast<std::size_t>(-1));
-  r.attention.precise = precise;
-  r.seq_len = seq_len;
-  r.layout = layout_of(zigzag);
-  r.deterministic = deterministic;
-  return r;
-}
-
-void ring_py(std::int64_t comm, const In& q, const In& k, const In& v,
-             const Out& out, int kv_format, const std::optional<In>& mask,
-             const std::optional<In>& bias, const std::optional<In>& sinks,
-             const std::optional<Out>& lse, double scale, bool causal,
-             std::ptrdiff_t window_left, std::ptrdiff_t window_right,
-             double softcap, bool precise, std::size_t seq_len, bool zigzag,
-             bool deterministic) {
+// ring_attention on the K/V source and options dicts of every attention
+// entry point (request_views.h): the options' key range and positions keep
+// their defaults (the ring sets them per step).
+void ring_py(std::int64_t comm, const In& q, const nb::dict& kv, const Out& out,
+             const std::optional<Out>& lse, const nb::dict& options,
+             std::size_t seq_len, bool zigzag, bool deterministic) {
   const MPI_Comm c = comm_of(comm);
   check_dtype("query", q, nb::dtype<float>(), "float32");
   check_dtype("out", out, nb::dtype<float>(), "float32");
   const auto qv = view4<const float>("query", q);
   const auto ov = view4<float>("out", out);
-  const mpi::RingOptions o =
-      ring_options(mask, bias, sinks, scale, causal, window_left, window_right,
-                   softcap, precise, seq_len, zigzag, deterministic);
+  const KVSource source = kv_source_of(kv);
+  if (source.paged || !source.has_v) {
+    fail("ring_attention takes contiguous keys and values");
+  }
+  mpi::RingOptions o;
+  o.attention = options_of(options);
+  o.seq_len = seq_len;
+  o.layout = layout_of(zigzag);
+  o.deterministic = deterministic;
   float* l = lse ? lse_data("lse", *lse, qv) : nullptr;
-  with_kv(kv_format, k, &v, [&](const auto& kv, const auto& vv) {
-    nb::gil_scoped_release release;
-    mpi::ring_attention(c, qv, kv, vv, ov, o, l);
-  });
-}
-
-void ring_int8_py(std::int64_t comm, const In& q, const In& k, const In& ks,
-                  const In& v, const In& vs, const Out& out,
-                  const std::optional<In>& mask, const std::optional<In>& bias,
-                  const std::optional<In>& sinks, const std::optional<Out>& lse,
-                  double scale, bool causal, std::ptrdiff_t window_left,
-                  std::ptrdiff_t window_right, double softcap, bool precise,
-                  std::size_t seq_len, bool zigzag, bool deterministic) {
-  const MPI_Comm c = comm_of(comm);
-  check_dtype("query", q, nb::dtype<float>(), "float32");
-  check_dtype("out", out, nb::dtype<float>(), "float32");
-  const auto qv = view4<const float>("query", q);
-  const auto ov = view4<float>("out", out);
-  const Int8KV kk = int8_kv("key", k, ks);
-  const Int8KV vk = int8_kv("value", v, vs);
-  const mpi::RingOptions o =
-      ring_options(mask, bias, sinks, scale, causal, window_left, window_right,
-                   softcap, precise, seq_len, zigzag, deterministic);
-  float* l = lse ? lse_data("lse", *lse, qv) : nullptr;
-  nb::gil_scoped_release release;
-  mpi::ring_attention(c, qv, kk, vk, ov, o, l);
+  if (source.k.format() != source.v.format()) {
+    fail(std::string("ring_attention: key is ") +
+         kv_format_name(source.k.format()) + " but value is " +
+         kv_format_name(source.v.format()));
+  }
+  std::visit(
+      [&](const auto& k) {
+        using K = std::decay_t<decltype(k)>;
+        const K& v = std::get<K>(source.v.variant());
+        with_python_messages([&] {
+          nb::gil_scoped_release release;
+          mpi::ring_attention(c, qv, k, v, ov, o, l);
+        });
+      },
+      source.k.variant());
 }
 
 // (rows per rank, chunk, the global positions of `rank`'s rows).
@@ -239,28 +218,10 @@ NB_MODULE(_softdot_mpi, m) {
   using namespace nanobind::literals;
   using namespace softdot::python;
   m.doc() = "softdot over MPI (softdot::mpi); use softdot.distributed.";
-  m.def("ring_attention", &ring_py, "comm"_a, "query"_a, "key"_a, "value"_a,
-        "out"_a, "kv_format"_a, "mask"_a.none(), "bias"_a.none(),
-        "sinks"_a.none(), "lse"_a.none(), "scale"_a, "causal"_a,
-        "window_left"_a, "window_right"_a, "softcap"_a, "precise"_a,
-        "seq_len"_a, "zigzag"_a, "deterministic"_a,
-        "Ring attention over the communicator with Fortran handle comm.");
-  m.def("ring_attention_int8", &ring_int8_py, "comm"_a, "query"_a, "key"_a,
-        "key_scales"_a, "value"_a, "value_scales"_a, "out"_a, "mask"_a.none(),
-        "bias"_a.none(), "sinks"_a.none(), "lse"_a.none(), "scale"_a,
-        "causal"_a, "window_left"_a, "window_right"_a, "softcap"_a, "precise"_a,
-        "seq_len"_a, "zigzag"_a, "deterministic"_a,
-        "Ring attention with int8 K and V.");
-  m.def("vocab_rows", &vocab_rows_py, "comm"_a, "x"_a, "out"_a, "vocab_begin"_a,
-        "op"_a, "deterministic"_a,
-        "softmax (op 0) or log_softmax (op 1) of rows split by columns.");
-  m.def("vocab_logsumexp", &vocab_lse_py, "comm"_a, "x"_a, "lse"_a,
-        "vocab_begin"_a, "deterministic"_a,
-        "logsumexp of rows split by columns.");
-  m.def("vocab_cross_entropy", &vocab_xent_py, "comm"_a, "logits"_a,
-        "vocab_begin"_a, "targets"_a, "loss"_a.none(), "grad"_a.none(),
-        "ignore_index"_a, "label_smoothing"_a, "reduction"_a, "deterministic"_a,
-        "Cross-entropy of rows split by columns; returns the reduced loss.");
+  m.def("ring_attention", &ring_py, "comm"_a, "query"_a, "kv"_a, "out"_a,
+        "lse"_a.none(), "options"_a, "seq_len"_a, "zigzag"_a, "deterministic"_a,
+        "Ring attention over an MPI communicator (one attention request per "
+        "rank).");
   m.def("ring_layout", &layout_py, "seq_len"_a, "ranks"_a, "zigzag"_a,
         "deterministic"_a, "rank"_a,
         "(rows per rank, chunk, global positions of rank's rows).");

@@ -227,7 +227,8 @@ CASES = [
     ("attention softcap negative", lambda: sdpa(Q, K, V, softcap=-1), ValueError,
      r"softcap must be finite and >= 0"),
     ("attention window", lambda: sdpa(Q, K, V, window=(-2, 0)), ValueError,
-     r"-1 means unbounded"),
+     r"^scaled_dot_product_attention: window_left and window_right must be >= -1, "
+     r"got -2 and 0$"),
     ("attention window not a pair", lambda: sdpa(Q, K, V, window=3), ValueError,
      r"window must be a pair"),
     ("attention kv_range negative", lambda: sdpa(Q, K, V, kv_range=(-1, 2)), ValueError,

@@ -6,7 +6,7 @@
 //   [ attn-err ] <case>  err/(uW) max ...  err/bound max ...  lse err/u max ...
 // with err = |O - O*| and W = sum_j w_j |V_jc| (u = 2^-24): the measured
 // figure that docs/accuracy.md quotes.
-#include "attention_plan.h"  // kDecodeChunk (src/)
+#include "attention_checks.h"  // kDecodeChunk (src/)
 #include "attention_test_util.h"
 #include "kernels/attention_args.h"  // kKeyTile, kDecodeMaxRows, kMaxKernelRows
 

@@ -3,7 +3,7 @@
 // function on float K/V holding the dequantised values, on every target.
 #include <limits>
 
-#include "attention_plan.h"
+#include "attention_checks.h"
 #include "attention_test_util.h"
 
 namespace softdot_test {

@@ -3,7 +3,7 @@
 // attention_partial()) on contiguous K and V holding that sequence's keys,
 // for every format, option, page size, page order, layout, thread count and
 // SIMD target; and every bad table is an error that writes nothing.
-#include "attention_plan.h"
+#include "attention_checks.h"
 #include "attention_test_util.h"
 
 namespace softdot_test {

@@ -3,7 +3,7 @@
 // the one-call bound; identity, commutativity, special values and errors.
 #include <gtest/gtest-spi.h>
 
-#include "attention_plan.h"
+#include "attention_checks.h"
 #include "attention_test_util.h"
 
 namespace softdot_test {

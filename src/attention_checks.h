@@ -1,18 +1,21 @@
-// softdot: what the attention entry points share: the argument checks and
-// the checked plan (shapes, options), the decode split constants, and each
-// query's visible key range. Internal (src/ only).
-#ifndef SOFTDOT_SRC_ATTENTION_PLAN_H_
-#define SOFTDOT_SRC_ATTENTION_PLAN_H_
+// softdot: the argument checks of an attention request (defined in
+// attention_checks.cc) and what the runners share with them: the plan's
+// values (detail::AttentionPlanData, softdot/attention_request.h), the decode
+// split constants, and each query's visible key range. Internal (src/ only).
+#ifndef SOFTDOT_SRC_ATTENTION_CHECKS_H_
+#define SOFTDOT_SRC_ATTENTION_CHECKS_H_
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <variant>
 
 #include "check.h"
 #include "kernels/attention_args.h"
 #include "softdot/attention.h"
+#include "softdot/attention_request.h"
 
 namespace softdot::detail::attn {
 
@@ -68,18 +71,8 @@ constexpr int kv_type() {
   return detail::kKvF32;
 }
 
-// Everything the row loop needs, checked.
-struct Plan {
-  std::size_t B, H, Hkv, g, n_q, n_kv, d, dv;
-  std::size_t kv_begin, kv_end;
-  float scale, softcap;
-  std::int64_t wl, wr;  // -1: unbounded
-  // Query i sees key j at the distance (q_shift + i) - j (positions in key
-  // index units): n_kv - n_q by default, q_position - kv_position when set.
-  std::int64_t q_shift;
-  // Column of key j in the mask and bias rows: mask_col0 + j.
-  std::size_t mask_col0;
-};
+// Everything the row loop needs, checked (AttentionPlan::data()).
+using Plan = detail::AttentionPlanData;
 
 // Checks every argument of attention() (v non-null) or of
 // attention_weights() and attention_scores() (v null; out is the weights or
@@ -120,6 +113,50 @@ void check_paged_scales(const char* fn, const char* name,
                         const TensorView<const float>& scales,
                         const PagedKVTable& table);
 
+// A request's K/V views typed by format (int8: the values, and the scales).
+template <class KT>
+struct KVViews {
+  TensorView<const KT> k, v;
+  TensorView<const float> k_scales, v_scales;  // int8 only
+};
+
+// Calls f(KVViews<KT>) with the request's keys and values in their format
+// (v empty when the source has none). The formats of k and v must agree
+// (AttentionPlan::make checks that first).
+template <class F>
+void visit_kv(const KVSource& s, F&& f) {
+  std::visit(
+      [&](const auto& k) {
+        using K = std::decay_t<decltype(k)>;
+        if constexpr (std::is_same_v<K, Int8KV>) {
+          KVViews<std::int8_t> w;
+          w.k = k.values;
+          w.k_scales = k.scales;
+          if (s.has_v) {
+            const auto& v = std::get<Int8KV>(s.v.variant());
+            w.v = v.values;
+            w.v_scales = v.scales;
+          }
+          f(w);
+        } else {
+          using KT =
+              std::remove_const_t<std::remove_pointer_t<decltype(k.data)>>;
+          KVViews<KT> w;
+          w.k = k;
+          if (s.has_v) w.v = std::get<K>(s.v.variant());
+          f(w);
+        }
+      },
+      s.k.variant());
+}
+
+// The runners of a checked plan: the output or the partial result
+// (attention.cc), the explicit weights or scores (attention_weights.cc).
+template <class KT>
+void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv);
+template <class KT>
+void run_explicit(const AttentionPlan& plan, const KVViews<KT>& kv);
+
 // The plan of one sequence of n_kv keys: positions from its own n_kv, the
 // key range clamped to it.
 inline Plan sequence_plan(const Plan& p, std::size_t n_kv) {
@@ -149,4 +186,4 @@ inline void visible_keys(const Plan& p, std::size_t i, std::int32_t& first,
 
 }  // namespace softdot::detail::attn
 
-#endif  // SOFTDOT_SRC_ATTENTION_PLAN_H_
+#endif  // SOFTDOT_SRC_ATTENTION_CHECKS_H_

@@ -1,0 +1,207 @@
+// softdot: one attention call, described once. Every attention entry point
+// (attention, attention_partial, paged_attention, paged_attention_partial,
+// attention_weights, attention_scores, and softdot::mpi::ring_attention's
+// steps) builds an AttentionRequest — the query, a K/V source, a target and
+// the options — which AttentionPlan checks once and then runs. The bindings
+// (Python) and the softdot command build requests too, so an option is
+// checked in one place with one message, and the values the plan derives
+// (the float scale, each query's visible keys, the form) are read from it
+// rather than derived again.
+//
+// Where things plug in (docs/design.md, "The attention request"):
+//   a new K/V storage format  a KVTensor alternative, its checks in
+//                             attention_checks.cc and its reader in
+//                             src/kernels/attention_kv-inl.h;
+//   a new option              a field of AttentionOptions, checked in
+//                             plan_options (attention_checks.cc);
+//   a new entry point         a wrapper that builds a request (attention.cc).
+#ifndef SOFTDOT_ATTENTION_REQUEST_H_
+#define SOFTDOT_ATTENTION_REQUEST_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <variant>
+
+#include "softdot/attention.h"
+
+namespace softdot {
+
+// The storage format of keys and values.
+enum class KVFormat : int {
+  kFloat32 = 0,
+  kFloat16 = 1,
+  kBFloat16 = 2,
+  kInt8 = 3
+};
+
+// "float32", "float16", "bfloat16" or "int8".
+const char* kv_format_name(KVFormat f) noexcept;
+
+// Keys or values in one of the formats attention reads. Implicit from each
+// view, so a TensorView or an Int8KV can be passed where one is expected.
+class KVTensor {
+ public:
+  using Variant =
+      std::variant<TensorView<const float>, TensorView<const Float16>,
+                   TensorView<const BFloat16>, Int8KV>;
+  KVTensor() = default;
+  KVTensor(TensorView<const float> t) : v_(t) {}     // NOLINT: implicit
+  KVTensor(TensorView<const Float16> t) : v_(t) {}   // NOLINT: implicit
+  KVTensor(TensorView<const BFloat16> t) : v_(t) {}  // NOLINT: implicit
+  KVTensor(const Int8KV& t) : v_(t) {}               // NOLINT: implicit
+
+  KVFormat format() const noexcept { return static_cast<KVFormat>(v_.index()); }
+  const Variant& variant() const noexcept { return v_; }
+  // The values' shape (for int8, of the values, not of the scales).
+  std::size_t batch() const noexcept;
+  std::size_t heads() const noexcept;
+  std::size_t rows() const noexcept;
+  std::size_t cols() const noexcept;
+
+ private:
+  Variant v_;
+};
+
+// Where the keys and values come from: contiguous tensors
+// [B, H_kv, n_kv, d] (and d_v), or the pages of a paged cache read through a
+// page table (paged_attention()'s layout and rules, attention.h). v is left
+// empty (has_v false) by attention_weights() and attention_scores().
+struct KVSource {
+  KVTensor k;
+  KVTensor v;
+  bool has_v = false;
+  bool paged = false;
+  PagedKVTable table;  // paged only
+
+  static KVSource contiguous(KVTensor k, KVTensor v) {
+    KVSource s;
+    s.k = k;
+    s.v = v;
+    s.has_v = true;
+    return s;
+  }
+  static KVSource keys(KVTensor k) {
+    KVSource s;
+    s.k = k;
+    return s;
+  }
+  static KVSource pages(KVTensor k_pages, KVTensor v_pages,
+                        const PagedKVTable& table) {
+    KVSource s = contiguous(k_pages, v_pages);
+    s.paged = true;
+    s.table = table;
+    return s;
+  }
+};
+
+// What a request writes.
+struct AttentionTarget {
+  enum class Kind {
+    kOutput,   // out [B, H, n_q, d_v] and, when lse is non-null, lse
+    kPartial,  // *partial (AttentionPartial), unnormalised
+    kWeights,  // out = the weights [B, H, n_q, n_kv]
+    kScores,   // out = the final scores [B, H, n_q, n_kv]
+  };
+  Kind kind = Kind::kOutput;
+  TensorView<float> out;
+  float* lse = nullptr;
+  AttentionPartial* partial = nullptr;
+
+  static AttentionTarget output(TensorView<float> out, float* lse = nullptr) {
+    return {Kind::kOutput, out, lse, nullptr};
+  }
+  static AttentionTarget partial_result(AttentionPartial& p) {
+    return {Kind::kPartial, {}, nullptr, &p};
+  }
+  static AttentionTarget weights(TensorView<float> w) {
+    return {Kind::kWeights, w, nullptr, nullptr};
+  }
+  static AttentionTarget scores(TensorView<float> s) {
+    return {Kind::kScores, s, nullptr, nullptr};
+  }
+};
+
+// One attention call. name is the entry point the caller's messages name
+// ("attention", "paged_attention", a Python function's name, ...); every
+// std::invalid_argument the request raises starts with "softdot::<name>: "
+// (the Python bindings show it without "softdot::").
+struct AttentionRequest {
+  const char* name = "attention";
+  TensorView<const float> q;
+  KVSource kv;
+  AttentionTarget target;
+  AttentionOptions options;
+};
+
+// The visible keys of one query row: [begin, end), empty when begin >= end.
+// Mask and bias entries and -inf biases are not counted: only the key range,
+// causal and the window.
+struct KeyRange {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  bool empty() const noexcept { return begin >= end; }
+  std::size_t size() const noexcept { return empty() ? 0 : end - begin; }
+};
+
+namespace detail {
+// The checked, derived values of a request (plain data: AttentionPlan's).
+struct AttentionPlanData {
+  std::size_t B = 0, H = 0, Hkv = 0, g = 0, n_q = 0, n_kv = 0, d = 0, dv = 0;
+  std::size_t kv_begin = 0, kv_end = 0;
+  float scale = 0.0f, softcap = 0.0f;
+  std::int64_t wl = -1, wr = -1;  // -1: unbounded
+  // Query i sees key j at the distance (q_shift + i) - j (positions in key
+  // index units): n_kv - n_q by default, q_position - kv_position when set.
+  std::int64_t q_shift = 0;
+  // Column of key j in the mask and bias rows: mask_col0 + j.
+  std::size_t mask_col0 = 0;
+};
+}  // namespace detail
+
+// A checked request. make() validates every argument (shapes, strides and
+// spans, the options, the page table, int8 scales), in a fixed order, and
+// throws std::invalid_argument naming the request's name, the argument and
+// the shapes; nothing is read beyond what the checks need and nothing is
+// written. run() then computes (threads, allocation and bits as the entry
+// point the request stands for, attention.h). The plan refers to the
+// caller's memory: the views must stay valid until run() returns.
+class AttentionPlan {
+ public:
+  static AttentionPlan make(const AttentionRequest& request);
+  void run() const;
+
+  const AttentionRequest& request() const noexcept { return r_; }
+  // The float the scaled dot products are multiplied by (options.scale, or
+  // 1/sqrt(d), rounded to float).
+  float scale() const noexcept { return p_.scale; }
+  float softcap() const noexcept { return p_.softcap; }
+  std::size_t batch() const noexcept { return p_.B; }
+  std::size_t heads() const noexcept { return p_.H; }
+  std::size_t kv_heads() const noexcept { return p_.Hkv; }
+  std::size_t query_rows() const noexcept { return p_.n_q; }
+  std::size_t head_dim() const noexcept { return p_.d; }
+  std::size_t value_dim() const noexcept { return p_.dv; }
+  // The keys of sequence b (n_kv; seq_lens[b] for a paged cache).
+  std::size_t keys(std::size_t b) const noexcept;
+  // The keys query row i of sequence b can see: the key range, causal and
+  // the window applied (the mask and the bias are not).
+  KeyRange visible_keys(std::size_t b, std::size_t i) const noexcept;
+  // True when the shapes take the decode form (at most 16 query rows per KV
+  // head, not precise, not prefill_form); attention.h, "two forms".
+  bool decode_form() const noexcept;
+  // The derived values (internal use: src/, the command's --explain).
+  const detail::AttentionPlanData& data() const noexcept { return p_; }
+
+ private:
+  AttentionPlan(const AttentionRequest& r, const detail::AttentionPlanData& p)
+      : r_(r), p_(p) {}
+  AttentionRequest r_;
+  detail::AttentionPlanData p_;
+};
+
+// AttentionPlan::make(request).run().
+void run_attention(const AttentionRequest& request);
+
+}  // namespace softdot
+
+#endif  // SOFTDOT_ATTENTION_REQUEST_H_

@@ -1,0 +1,171 @@
+// softdot Python bindings: one attention request from Python objects. The
+// Python layer (python/softdot/_request.py) turns every entry point's
+// keyword arguments into two dicts — the options and the K/V source — and
+// this header turns them into the library's AttentionOptions and KVSource
+// (attention_request.h), with the arrays' own strides, nothing copied. The
+// library checks every value (one place, one message); the converters only
+// check what a view needs (dtypes, 4 axes, a contiguous last axis) and that
+// no key is misspelt.
+#ifndef SOFTDOT_PYTHON_REQUEST_VIEWS_H_
+#define SOFTDOT_PYTHON_REQUEST_VIEWS_H_
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "arrays.h"
+#include "attention_views.h"
+#include "softdot/attention.h"
+#include "softdot/attention_request.h"
+
+namespace softdot::python {
+
+// Runs f; a std::invalid_argument from the library comes out with its C++
+// namespace ("softdot::", "softdot::mpi::") removed from the front, so a
+// Python caller reads the name of the function it called
+// ("scaled_dot_product_attention: softcap must be ...").
+template <class F>
+void with_python_messages(F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    std::string m = e.what();
+    for (const char* ns : {"softdot::mpi::", "softdot::"}) {
+      const std::string p = ns;
+      if (m.rfind(p, 0) == 0) {
+        m.erase(0, p.size());
+        break;
+      }
+    }
+    throw std::invalid_argument(m);
+  }
+}
+
+// Fails naming the first key of d that is not in `known` (a caller's typo
+// in the Python layer would otherwise drop an option silently).
+inline void check_keys(const char* what, const nb::dict& d,
+                       std::initializer_list<const char*> known) {
+  for (auto item : d) {
+    const std::string key = nb::cast<std::string>(item.first);
+    bool ok = false;
+    for (const char* k : known) ok = ok || key == k;
+    if (!ok) fail(std::string(what) + " has an unknown key '" + key + "'");
+  }
+}
+
+template <class T>
+T get_or(const nb::dict& d, const char* key, T fallback) {
+  if (!d.contains(key)) return fallback;
+  nb::handle h = d[key];
+  if (h.is_none()) return fallback;
+  return nb::cast<T>(h);
+}
+
+inline std::optional<In> array_or_none(const nb::dict& d, const char* key) {
+  if (!d.contains(key)) return std::nullopt;
+  nb::handle h = d[key];
+  if (h.is_none()) return std::nullopt;
+  return nb::cast<In>(h);
+}
+
+// The options dict: scale (None: 1/sqrt(d)), causal, window_left,
+// window_right, softcap, kv_begin, kv_end (None: every key), precise,
+// prefill_form, q_position (None: automatic), kv_position, and the arrays
+// mask (bool), bias (float32) and sinks (float32, 1-d). The arrays must
+// outlive the call (the dict holds them).
+inline AttentionOptions options_of(const nb::dict& d) {
+  check_keys("options", d,
+             {"scale", "causal", "window_left", "window_right", "softcap",
+              "kv_begin", "kv_end", "precise", "prefill_form", "q_position",
+              "kv_position", "mask", "bias", "sinks"});
+  AttentionOptions o = make_options(
+      array_or_none(d, "mask"), array_or_none(d, "bias"),
+      array_or_none(d, "sinks"),
+      get_or<double>(d, "scale", std::numeric_limits<double>::quiet_NaN()),
+      get_or<bool>(d, "causal", false),
+      get_or<std::ptrdiff_t>(d, "window_left", -1),
+      get_or<std::ptrdiff_t>(d, "window_right", -1),
+      get_or<double>(d, "softcap", 0.0), get_or<std::size_t>(d, "kv_begin", 0),
+      get_or<std::size_t>(d, "kv_end",
+                          std::numeric_limits<std::size_t>::max()));
+  o.precise = get_or<bool>(d, "precise", false);
+  o.prefill_form = get_or<bool>(d, "prefill_form", false);
+  o.q_position =
+      get_or<std::size_t>(d, "q_position", AttentionOptions::kAutoPosition);
+  o.kv_position = get_or<std::size_t>(d, "kv_position", 0);
+  return o;
+}
+
+// One K or V tensor of the source dict: its array under `key` (and, for
+// int8, the scales under `key`_scales), named `name` in errors.
+inline KVTensor kv_tensor(KVFormat f, const nb::dict& d, const char* key,
+                          const char* name) {
+  const In a = nb::cast<In>(d[key]);
+  switch (f) {
+    case KVFormat::kFloat32:
+      check_dtype(name, a, nb::dtype<float>(), "float32");
+      return view4<const float>(name, a);
+    case KVFormat::kFloat16:
+    case KVFormat::kBFloat16:
+      if (a.itemsize() != 2) {
+        throw nb::type_error(
+            (std::string(name) + " must be " + kv_format_name(f) + " (16-bit)")
+                .c_str());
+      }
+      if (f == KVFormat::kFloat16) return view4<const Float16>(name, a);
+      return view4<const BFloat16>(name, a);
+    case KVFormat::kInt8: {
+      const std::string skey = std::string(key) + "_scales";
+      const std::optional<In> s = array_or_none(d, skey.c_str());
+      if (!s) fail(std::string(name) + " is int8 and needs its scales");
+      return int8_kv(name, a, *s);
+    }
+  }
+  fail("unknown K/V format");
+}
+
+// A C-contiguous int32 array as a span (the block table, the lengths).
+inline std::span<const std::int32_t> int32_span(const char* name, const In& a) {
+  check_dtype(name, a, nb::dtype<std::int32_t>(), "int32");
+  return {static_cast<const std::int32_t*>(a.data()), contiguous_size(name, a)};
+}
+
+// The source dict: format (0 float32, 1 float16, 2 bfloat16, 3 int8), k, v
+// (None for weights and scores), k_scales, v_scales (int8), k_name, v_name
+// (the arrays' names in errors), and for a paged cache block_table (int32),
+// blocks_per_seq and seq_lens (int32).
+inline KVSource kv_source_of(const nb::dict& d) {
+  check_keys("kv", d,
+             {"format", "k", "v", "k_scales", "v_scales", "k_name", "v_name",
+              "block_table", "blocks_per_seq", "seq_lens"});
+  const int code = nb::cast<int>(d["format"]);
+  if (code < 0 || code > 3) fail("kv format must be 0, 1, 2 or 3");
+  const auto f = static_cast<KVFormat>(code);
+  const std::string k_name = get_or<std::string>(d, "k_name", "key");
+  const std::string v_name = get_or<std::string>(d, "v_name", "value");
+  const KVTensor k = kv_tensor(f, d, "k", k_name.c_str());
+  const bool has_v = d.contains("v") && !d["v"].is_none();
+  if (!d.contains("block_table") || d["block_table"].is_none()) {
+    if (!has_v) return KVSource::keys(k);
+    return KVSource::contiguous(k, kv_tensor(f, d, "v", v_name.c_str()));
+  }
+  if (!has_v) fail("a paged cache needs its values");
+  const PagedKVTable table{
+      int32_span("block_table", nb::cast<In>(d["block_table"])),
+      nb::cast<std::size_t>(d["blocks_per_seq"]),
+      int32_span("seq_lens", nb::cast<In>(d["seq_lens"]))};
+  return KVSource::pages(k, kv_tensor(f, d, "v", v_name.c_str()), table);
+}
+
+}  // namespace softdot::python
+
+#endif  // SOFTDOT_PYTHON_REQUEST_VIEWS_H_
