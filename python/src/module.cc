@@ -26,6 +26,5 @@ NB_MODULE(_softdot, m) {
   softdot::python::bind_int8(m);
   softdot::python::bind_paged(m);
   softdot::python::bind_numpy_fast_path(m);
-  softdot::python::bind_timing_hooks(m);
   softdot::python::bind_cross_entropy(m);
 }
