@@ -76,5 +76,10 @@ print(" ".join(n for n in zipfile.ZipFile(sys.argv[1]).namelist() if n.startswit
 [[ "$libs" == *softdot.libs/libhwy-* ]] || die "wheel: no libhwy in $repaired ($libs)"
 [[ "$libs" == *softdot.libs/libgomp-* ]] || die "wheel: no libgomp in $repaired ($libs)"
 [[ "$libs" != *libmpi* ]] || die "wheel: libmpi was vendored into $repaired"
+"$py" -c '
+import sys, zipfile
+bench = [n for n in zipfile.ZipFile(sys.argv[1]).namelist() if "_softdot_bench" in n]
+sys.exit(f"wheel: the benchmark hooks are in {sys.argv[1]}: {bench}" if bench else 0)
+' "$repaired"
 log "wheel: $repaired holds $libs"
 printf '%s\n' "$repaired"
