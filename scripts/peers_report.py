@@ -46,9 +46,14 @@ import argparse
 import json
 import math
 import os
-import shutil
-import subprocess
 import sys
+
+# The tables, charts and files are written by bench/python/report_writer.py,
+# the one writer of the benchmark reports (standard library only too).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench",
+                                "python"))
+from report_writer import (  # noqa: E402
+    esc, md_bullets, md_table, svg_close, svg_open, svg_series, write_svg)
 
 UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
@@ -213,15 +218,6 @@ def pretty_shape(shape):
     return "×".join(out)
 
 
-def table(header, rows, text_columns=1):
-    """Markdown table; the first text_columns columns left-aligned, numbers right."""
-    align = ["---"] * text_columns + ["---:"] * (len(header) - text_columns)
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
-    for row in rows:
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
-
-
 def cell(results, run, value, errors):
     """Formats value(Result) for a run: '—' if absent, FAILED if errored."""
     r = results.get(run)
@@ -291,17 +287,17 @@ def softmax_tables(results, out):
                            else "—")
             peer_rows.append(row)
         out.append(f"### softmax, {case} case: time / 2R+1W loop (lower is better)\n")
-        out.append(table(["shape"] + names + ["copy / 2R+1W"], rows))
+        out.append(md_table(["shape"] + names + ["copy / 2R+1W"], rows))
         out.append(f"\n### softmax, {case} case: ns per element\n")
-        out.append(table(["shape"] + names + ["copy", "2R+1W"], ns_rows))
+        out.append(md_table(["shape"] + names + ["copy", "2R+1W"], ns_rows))
         if copy_rows:
             out.append(f"\n### softmax, {case} case: time / copy loop (2-D shapes)\n")
-            out.append(table(["shape"] + names, copy_rows))
+            out.append(md_table(["shape"] + names, copy_rows))
         if peer_rows:
             out.append(f"\n### softmax, {case} case: time / the fastest peer's (lower is better)\n")
-            out.append(table(["shape", "fastest peer", "softdot", "softdot_fast"], peer_rows))
+            out.append(md_table(["shape", "fastest peer", "softdot", "softdot_fast"], peer_rows))
         if errors:
-            out.append("\n" + "\n".join(f"- {e}" for e in errors))
+            out.append("\n" + md_bullets(errors))
         out.append("")
 
 
@@ -337,10 +333,10 @@ def dot_tables(results, out):
             row.append(f"{fmt_ratio(ratio)} ({DOT_NAMES.get(best, best)})" if ratio else "—")
             rows.append(row)
         out.append(f"### dot, {case} case: GB/s (2 x 4n bytes read; higher is better)\n")
-        out.append(table(["n"] + [DOT_NAMES.get(i, i) for i in impls] +
+        out.append(md_table(["n"] + [DOT_NAMES.get(i, i) for i in impls] +
                          ["softdot speed / best peer"], rows))
         if errors:
-            out.append("\n" + "\n".join(f"- {e}" for e in errors))
+            out.append("\n" + md_bullets(errors))
         out.append("")
 
 
@@ -361,10 +357,10 @@ def dots_tables(results, out):
             rows.append(row)
         out.append(f"### dots (one query, keys n_keys × 128), {case} case: GB/s "
                    "(keys + query + scores bytes)\n")
-        out.append(table(["keys × d"] + [NAMES.get(i, i) for i in impls] +
+        out.append(md_table(["keys × d"] + [NAMES.get(i, i) for i in impls] +
                          ["softdot speed / sgemv"], rows))
         if errors:
-            out.append("\n" + "\n".join(f"- {e}" for e in errors))
+            out.append("\n" + md_bullets(errors))
         out.append("")
 
 
@@ -389,10 +385,10 @@ def thread_tables(results, out, cpus):
     if not rows:
         return
     out.append(f"### thread scaling (OpenMP threads; the run had {cpus} CPUs)\n")
-    out.append(table(["case", "function", "shape", "1 thread ms", "2 threads ms",
+    out.append(md_table(["case", "function", "shape", "1 thread ms", "2 threads ms",
                       "speed-up 2 vs 1"], rows, text_columns=3))
     if errors:
-        out.append("\n" + "\n".join(f"- {e}" for e in errors))
+        out.append("\n" + md_bullets(errors))
     out.append("")
 
 
@@ -452,14 +448,14 @@ def attention_tables(results, out):
     names = [ATTN_NAMES.get(i, i) for i in impls]
     out.append("### attention prefill (one head, float32, n_q = n_kv = n, d = d_v): GFLOP/s at "
                "4·n²·d (causal: dense-equivalent, the same 4·n²·d; higher is better)\n")
-    out.append(table(["mask", "n × d", "threads"] + names + ["softdot speed / best peer"],
+    out.append(md_table(["mask", "n × d", "threads"] + names + ["softdot speed / best peer"],
                      rate_rows, text_columns=3))
     out.append("\n### attention prefill: fraction of the FMA peak (useful flops: 4·n²·d, causal "
                "2·n·(n+1)·d; peak of as many cores, measured in the same run)\n")
-    out.append(table(["mask", "n × d", "threads"] + names + ["peak GFLOP/s"], peak_rows,
+    out.append(md_table(["mask", "n × d", "threads"] + names + ["peak GFLOP/s"], peak_rows,
                      text_columns=3))
     if errors:
-        out.append("\n" + "\n".join(f"- {e}" for e in errors))
+        out.append("\n" + md_bullets(errors))
     out.append("")
 
 
@@ -486,10 +482,10 @@ def decode_tables(results, out):
     out.append(f"### attention decode (n_q = 1, {DECODE_HEADS} query heads on {DECODE_KV_HEADS} "
                "KV heads, d = 128, float32; K and V from DRAM): GB/s of K + V (higher is "
                "better)\n")
-    out.append(table(["n_kv × d", "threads"] + [DECODE_NAMES.get(i, i) for i in impls] +
+    out.append(md_table(["n_kv × d", "threads"] + [DECODE_NAMES.get(i, i) for i in impls] +
                      ["softdot / read loop", "softdot speed / libtorch"], rows, text_columns=2))
     if errors:
-        out.append("\n" + "\n".join(f"- {e}" for e in errors))
+        out.append("\n" + md_bullets(errors))
     out.append("")
 
 
@@ -523,7 +519,7 @@ def header(context, contexts, time_name):
     for label, key in versions:
         if key in context:
             lines.append(f"{label}: {context[key]}")
-    return "\n".join(f"- {line}" for line in lines)
+    return md_bullets(lines)
 
 
 # ---- SVG ---------------------------------------------------------------------
@@ -532,11 +528,6 @@ COLORS = {
     "eigen": "#9467bd", "libtorch": "#8c564b", "pytorch2": "#e377c2", "naive": "#7f7f7f",
     "copy": "#17becf",
 }
-
-
-def esc(text):
-    return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace('"', "&quot;"))
 
 
 def y_ticks(lo, hi):
@@ -589,11 +580,9 @@ def svg_chart(results, case, context):
     target = context.get("simd_target", "?")
     title = (f"softmax 1×n, {case} case: time / 2R+1W loop "
              f"(single thread, SIMD target {target})")
-    s = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="13">',
-         f'<rect width="{width}" height="{height}" fill="white"/>',
-         f'<text x="{width / 2:.0f}" y="28" text-anchor="middle" font-size="16" '
-         f'font-weight="bold">{esc(title)}</text>']
+    s = svg_open(width, height, 13)
+    s.append(f'<text x="{width / 2:.0f}" y="28" text-anchor="middle" font-size="16" '
+             f'font-weight="bold">{esc(title)}</text>')
     # Grid and ticks.
     for v in y_ticks(y_lo, y_hi):
         y = py(v)
@@ -626,11 +615,7 @@ def svg_chart(results, case, context):
         color = COLORS.get(impl, "#000000")
         dash = ' stroke-dasharray="3,3"' if impl in ("copy", "naive") else ""
         width_px = 3 if impl.startswith("softdot") else 2
-        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
-        s.append(f'<polyline points="{path}" fill="none" stroke="{color}" '
-                 f'stroke-width="{width_px}"{dash}/>')
-        for x, y in pts:
-            s.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}"/>')
+        s += svg_series([(px(x), py(y)) for x, y in pts], color, width_px, dash)
         legend.append((NAMES.get(impl, impl) + (" loop" if impl == "copy" else ""), color, dash,
                        width_px))
     legend.append(("2R+1W loop (= 1)", "black", ' stroke-dasharray="6,4"', 1))
@@ -640,8 +625,7 @@ def svg_chart(results, case, context):
         s.append(f'<line x1="{lx}" y1="{y}" x2="{lx + 28}" y2="{y}" stroke="{color}" '
                  f'stroke-width="{width_px}"{dash}/>')
         s.append(f'<text x="{lx + 36}" y="{y + 4}">{esc(label)}</text>')
-    s.append("</svg>")
-    return "\n".join(s) + "\n"
+    return svg_close(s)
 
 
 def write_charts(results, context, svg_path, png):
@@ -651,17 +635,7 @@ def write_charts(results, context, svg_path, png):
         svg = svg_chart(results, case, context)
         if svg is None:
             continue
-        path = f"{root}_{case}{ext or '.svg'}"
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w") as f:
-            f.write(svg)
-        written.append(path)
-        converter = shutil.which("rsvg-convert")
-        if png and converter:
-            png_path = os.path.splitext(path)[0] + ".png"
-            subprocess.run([converter, "-o", png_path, path], check=False)
-            if os.path.exists(png_path):
-                written.append(png_path)
+        written += write_svg(f"{root}_{case}{ext or '.svg'}", svg, png)
     return written
 
 

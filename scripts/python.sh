@@ -4,7 +4,9 @@
 #      isolation: scikit-build-core, nanobind and numpy come from PyPI), into
 #      DIR/dist; the CMake tree is build/python/<wheel tag> (pyproject.toml).
 #   2. A fresh venv DIR/venv-fresh installs that wheel alone (numpy is its one
-#      dependency) and imports it from outside the repository.
+#      dependency) and imports it from outside the repository; then
+#      python_wheel_smoke (below) repairs it into a manylinux wheel and runs
+#      that with the system's libhwy and libgomp hidden.
 #   3. The test venv DIR/venv gets torch 2.13.0 (the CPU build on this
 #      machine's disk) and the wheel with its [test] extras ([test,mpi] where
 #      mpirun is on PATH), and runs pytest
@@ -51,6 +53,8 @@ assert abs(w.sum() - 1) < 1e-15 and w.dtype == np.float64, w
 print("fresh venv: softdot", softdot.__version__, softdot.simd_target(), np.round(w, 3))
 ')
 
+  python_wheel_smoke "$dir" "$wheel"
+
   log "python: test venv (torch, scipy, ml_dtypes, pytest, hypothesis, dask, distributed)"
   [[ -x "$dir/venv/bin/python" ]] || "$py" -m venv "$dir/venv"
   "$dir/venv/bin/python" -m pip install -q "${SOFTDOT_TORCH:-torch==2.13.0}"
@@ -72,4 +76,70 @@ print("fresh venv: softdot", softdot.__version__, softdot.simd_target(), np.roun
   python_tests="$(grep -Eo '[0-9]+ passed' "$log" | tail -1 | cut -d' ' -f1)"
   [[ -n "$python_tests" && "$python_tests" -gt 0 ]] || die "python: no passed tests in $log"
   log "python: $python_tests tests passed"
+}
+
+# python_wheel_smoke DIR WHEEL: the wheel a user without Debian's Highway and
+# OpenMP packages installs. scripts/wheel.sh repairs WHEEL (the one
+# python_suite built: nothing is compiled again) into DIR/dist-manylinux; a
+# fresh venv DIR/venv-manylinux installs it, and Python runs in a private
+# mount namespace (unshare -m, as root) where /dev/null is bind-mounted over
+# the system's libhwy and libgomp files, so that loading them fails there.
+# The import must then load the copies in softdot.libs/ (checked in
+# /proc/self/maps), and softmax and attention must give their known values.
+python_wheel_smoke() {
+  local dir="$1" wheel="$2" py repaired venv="$1/venv-manylinux"
+  py="$(find_python)"
+  log "python: manylinux wheel (scripts/wheel.sh $(basename "$wheel"))"
+  repaired="$(WHEEL_DIR="$dir/dist-manylinux" bash "$SOFTDOT_ROOT/scripts/wheel.sh" "$wheel" |
+    tail -1)"
+  [[ -f "$repaired" ]] || die "python: scripts/wheel.sh gave no wheel"
+  rm -rf "$venv"
+  "$py" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q "$repaired"
+  command -v unshare >/dev/null || die "python: unshare (util-linux) is needed to hide libhwy"
+  log "python: $(basename "$repaired") with the system's libhwy and libgomp hidden"
+  (cd "$dir" && unshare --mount --propagation private bash -euo pipefail -c '
+    hidden=0
+    for name in libhwy.so.1 libhwy_contrib.so.1 libgomp.so.1; do
+      while read -r path; do
+        mount --bind /dev/null "$(readlink -f "$path")"
+        hidden=$((hidden + 1))
+      done < <(ldconfig -p | awk -v n="$name" "\$1 == n {print \$NF}")
+    done
+    echo "hid $hidden system libraries" >&2
+    exec "$1" -c "$2"' bash "$venv/bin/python" '
+import ctypes
+for name in ("libhwy.so.1", "libgomp.so.1"):
+    try:
+        ctypes.CDLL(name)
+    except OSError:
+        pass
+    else:
+        raise SystemExit(f"{name} still loads: the system copy is not hidden")
+
+import numpy as np
+import softdot
+
+maps = {line.split()[-1] for line in open("/proc/self/maps") if "/" in line}
+for lib in ("libhwy", "libgomp"):
+    paths = {p for p in maps if lib in p.rsplit("/", 1)[-1]}
+    assert paths and all("/softdot.libs/" in p for p in paths), (lib, paths)
+assert not hasattr(softdot._softdot, "_time_cpp"), "benchmark hooks in the shipped module"
+
+w = softdot.softmax(np.array([1.0, 2.0, 3.0]))
+want = np.array([0.09003057317038046, 0.24472847105479767, 0.6652409557748219])
+assert w.dtype == np.float64 and np.max(np.abs(w - want)) <= 2e-16, w
+
+# One head, L = S = 2, E = 2, scale 1/sqrt(2): the weights of row 0 are
+# sigmoid(+-1/sqrt(2)) = 0.669761, 0.330239.
+q = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
+v = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
+o = softdot.scaled_dot_product_attention(q, q, v)
+want = np.array([[1.660478, 2.660478], [2.339522, 3.339522]])
+assert o.shape == (2, 2) and np.max(np.abs(o - want)) < 2e-6, o
+oc = softdot.scaled_dot_product_attention(q, q, v, causal=True)
+assert np.max(np.abs(oc - [[1.0, 2.0], [2.339522, 3.339522]])) < 2e-6, oc
+print("manylinux wheel:", sorted(p.rsplit("/", 1)[-1] for p in maps if "softdot.libs" in p),
+      softdot.simd_target(), np.round(o, 6).tolist())
+')
 }

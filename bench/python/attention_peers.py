@@ -20,11 +20,17 @@ Implementations (all on the same arrays, one after another for each case):
                  writes the last n_q keys, which it is given, in place);
                  prefill with MultiHeadAttention (non-causal) or
                  GroupQueryAttention (causal); MatMul+Softmax+MatMul where the
-                 contrib op does not load (the table's note says which ran);
+                 contrib op does not load (the table's note says which ran).
+                 The models name ai.onnx opset 17 and the oldest IR version it
+                 needs (8), not the installed onnx's newest, so an older
+                 onnxruntime loads them too (e.g. onnx 1.23 writes IR 14,
+                 onnxruntime 1.30 reads up to 13);
   OpenVINO       an opset13 ScaledDotProductAttention model (16-bit K/V through
                  a Convert to f32), compiled for CPU with INFERENCE_NUM_THREADS
                  and INFERENCE_PRECISION_HINT=f32 (no silent bf16); GQA as for
                  torch matmul.
+onnx + onnxruntime and openvino are optional: one not installed is a "not
+run" line under the table, saying so.
 int8 decode (K, V quantised by softdot.quantize_kv: int8 values and one float32
 scale per row; the bytes counted are the values plus the scales): no peer here
 reads int8 K and V inside its attention kernel from Python. torch SDPA runs on
@@ -72,6 +78,7 @@ import time
 
 from attention_peers_report import decode_chart, report
 from bench_softdot import cpu_model
+from report_writer import write_json, write_svg
 
 AVX2_ENV = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
             "ONEDNN_MAX_CPU_ISA": "AVX2",
@@ -338,19 +345,54 @@ def run_torch_matmul(c, q, kv, env):
             "all 16-bit" if dt != "f32" else "")
 
 
-def onnx_model(nodes, inputs, outputs, opset=17):
+ONNX_OPSET = 17  # ai.onnx opset of the models: every onnxruntime since 1.13 runs it
+
+
+def onnx_model(nodes, inputs, outputs, opset=ONNX_OPSET):
+    """A model stamped with the oldest IR version its opset needs (IR 8 for
+    opset 17), not the installed onnx's newest: make_model's default
+    (onnx.IR_VERSION, 11 and up) is refused by an older onnxruntime
+    ("Unsupported model IR version"); ort_session also steps down on that
+    message."""
     from onnx import helper
     g = helper.make_graph(nodes, "attention", inputs, outputs)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset),
-                                               helper.make_opsetid("com.microsoft", 1)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset),
+                                            helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = min(m.ir_version,
+                       helper.find_min_ir_version_for([helper.make_opsetid("", opset)]))
+    return m
+
+
+IR_REFUSED = re.compile(r"Unsupported model IR version: (\d+), max supported IR version: (\d+)")
 
 
 def ort_session(model, threads):
+    """A CPU session; a model whose IR version the runtime refuses is
+    stamped with the runtime's newest one (from its message) and loaded again."""
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(model.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types
+        refused = IR_REFUSED.search(str(e))
+        if not refused or int(refused.group(2)) >= model.ir_version:
+            raise
+        model.ir_version = int(refused.group(2))
+        return ort.InferenceSession(model.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+
+
+def require(module: str, impl: str):
+    """Imports an optional peer's module, or skips the implementation."""
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise Skip(f"{module} is not installed ({e}); pip install {module} to run {impl}") \
+            from None
 
 
 def bsh(a):
@@ -361,7 +403,8 @@ def bsh(a):
 
 def run_ort(c, q, kv, env):
     import numpy as np
-    import onnxruntime as ort
+    require("onnx", "ONNX Runtime")
+    ort = require("onnxruntime", "ONNX Runtime")
     from onnx import TensorProto as TP
     from onnx import helper
     B, Hq, Hkv, L, S, E = (c[x] for x in ("B", "Hq", "Hkv", "L", "S", "E"))
@@ -487,7 +530,7 @@ def run_ort_matmul(c, q, kv, env):
 
 def run_openvino(c, q, kv, env):
     import numpy as np
-    import openvino as ov
+    ov = require("openvino", "OpenVINO")
     from openvino import opset13 as ops
     B, Hq, Hkv, L, S, E = (c[x] for x in ("B", "Hq", "Hkv", "L", "S", "E"))
     G = Hq // Hkv
@@ -564,11 +607,17 @@ def rooflines(arena, threads, min_time):
     return res
 
 
+def version_of(module: str) -> str:
+    """The installed version of an optional peer, or "not installed"."""
+    import importlib
+    try:
+        return importlib.import_module(module).__version__
+    except ImportError:
+        return "not installed"
+
+
 def child(args) -> dict:
     import numpy as np
-    import onnx
-    import onnxruntime
-    import openvino
     import softdot
     import torch
     th = args.child
@@ -587,8 +636,8 @@ def child(args) -> dict:
               "softdot": softdot.__version__, "target": softdot.simd_target(),
               "numpy": np.__version__, "torch": torch.__version__,
               "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-              "onnxruntime": onnxruntime.__version__, "onnx": onnx.__version__,
-              "openvino": openvino.__version__,
+              "onnxruntime": version_of("onnxruntime"), "onnx": version_of("onnx"),
+              "openvino": version_of("openvino"),
               "isa_limits": {k: os.environ[k] for k in AVX2_ENV if k in os.environ}}
     run = {"threads": th, "results": [], "roofline": {}, "sgemm_gflops": None}
     if decode_bytes:
@@ -683,15 +732,13 @@ def main() -> None:
         runs.append(out["run"])
     print(report(header, runs, args.target))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"header": header, "target": args.target, "runs": runs}, f, indent=1)
+        write_json(args.json, {"header": header, "target": args.target, "runs": runs})
     if args.svg:
         svg = decode_chart(header, runs)
         if svg is None:
             print("no decode results: no chart", file=sys.stderr)
         else:
-            with open(args.svg, "w") as f:
-                f.write(svg)
+            write_svg(args.svg, svg)
             print(f"wrote {args.svg}")
 
 

@@ -1,9 +1,9 @@
 """Tables and chart of attention_peers.py's results: the Markdown tables it
 prints, and an SVG of decode K+V GB/s against n_kv, one line per
 implementation, one panel per (thread count, K/V dtype), the read roofline
-dashed. Standard library only (the SVG is written by hand, as
-scripts/peers_report.py does), so both can be made again from the --json
-file without running the benchmark:
+dashed. Standard library only (written with report_writer.py, as
+scripts/peers_report.py's), so both can be made again from the --json file
+without running the benchmark:
 
     python bench/python/attention_peers_report.py peers.json [--svg peers.svg]
 """
@@ -14,14 +14,11 @@ import json
 import math
 import sys
 
+from report_writer import esc, md_bullets, md_table, svg_close, svg_open, svg_series, write_svg
+
 COLORS = {"softdot": "#d62728", "torch SDPA": "#1f77b4", "torch matmul": "#8c564b",
           "ONNX Runtime": "#2ca02c", "OpenVINO": "#9467bd",
           "torch SDPA (dequantised f32)": "#17becf"}  # int8 cases: a reference
-
-
-def esc(text) -> str:
-    return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace('"', "&quot;"))
 
 
 def pick_config(runs):
@@ -51,12 +48,10 @@ def decode_chart(header, runs):
     subtitle = (f"batch {cfg[0]}, {cfg[1]} query heads on {cfg[2]} KV heads, n_q = {cfg[3]}, "
                 f"d = 128; {header['cpu']}, softdot target {header['target']}")
     title = "Attention decode: K+V GB/s against n_kv (higher is better)"
-    s = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-          f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">'),
-         f'<rect width="{width}" height="{height}" fill="white"/>',
-         (f'<text x="{width / 2:.0f}" y="24" text-anchor="middle" font-size="15" '
-          f'font-weight="bold">{esc(title)}</text>'),
-         f'<text x="{width / 2:.0f}" y="44" text-anchor="middle">{esc(subtitle)}</text>']
+    s = svg_open(width, height, 12)
+    s += [(f'<text x="{width / 2:.0f}" y="24" text-anchor="middle" font-size="15" '
+           f'font-weight="bold">{esc(title)}</text>'),
+          f'<text x="{width / 2:.0f}" y="44" text-anchor="middle">{esc(subtitle)}</text>']
     impls = []
     for row, run in enumerate(runs):
         roof = max(run["roofline"].values(), default=0) / 1e9
@@ -102,11 +97,7 @@ def decode_chart(header, runs):
                 p.sort()
                 color = COLORS.get(impl, "#000000")
                 w = 3 if impl == "softdot" else 2
-                line = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in p)
-                s.append(f'<polyline points="{line}" fill="none" stroke="{color}" '
-                         f'stroke-width="{w}"/>')
-                s += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}"/>'
-                      for x, y in p]
+                s += svg_series([(px(x), py(y)) for x, y in p], color, w)
         s.append(f'<text transform="translate(18,{top + row * (ph + gap) + ph / 2:.0f}) '
                  f'rotate(-90)" text-anchor="middle">GB/s of K + V</text>')
     s.append(f'<text x="{left + len(dtypes) * (pw + gap) / 2:.0f}" y="{height - 12}" '
@@ -119,8 +110,7 @@ def decode_chart(header, runs):
         y = ly + 20 * j
         s.append(f'<line x1="{lx}" y1="{y}" x2="{lx + 26}" y2="{y}" stroke="{color}" '
                  f'stroke-width="2"{dash}/><text x="{lx + 32}" y="{y + 4}">{esc(name)}</text>')
-    s.append("</svg>")
-    return "\n".join(s) + "\n"
+    return svg_close(s)
 
 
 
@@ -155,12 +145,13 @@ def report(header, runs, target) -> str:
                 L.append(f"### Decode, {th} thread(s): K+V GB/s; read roofline "
                          + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in roof.items())
                          + " (\"of roofline\" divides by the better one)")
-                cols = "| case | implementation | ms | K+V GB/s | of roofline | vs best peer | max abs diff |"
+                rate_cols = ["K+V GB/s", "of roofline"]
             else:
                 L.append(f"### Prefill, {th} thread(s): GFLOP/s at 4·L·S·d (causal: half); "
                          f"MKL sgemm (torch.mm 1024³) {fmt(run['sgemm_gflops'], 4)} GFLOP/s")
-                cols = "| case | implementation | ms | GFLOP/s | of sgemm | vs best peer | max abs diff |"
-            L += ["", cols, "|---|---|---:|---:|---:|---:|---:|"]
+                rate_cols = ["GFLOP/s", "of sgemm"]
+            cols = ["case", "implementation", "ms"] + rate_cols + ["vs best peer", "max abs diff"]
+            rows = []
             labels = list(dict.fromkeys(r["case"]["label"] for r in rs))
             for lab in labels:
                 row = [r for r in rs if r["case"]["label"] == lab]
@@ -177,17 +168,18 @@ def report(header, runs, target) -> str:
                     vs = f"{best / r['seconds']:.2f}" if best else "—"
                     diff = "ref." if r["impl"] == "softdot" else f"{r['max_abs_diff']:.1e}"
                     frac = "—" if rate[1] is None else f"{rate[1]:.2f}"
-                    L.append(f"| {lab} | {r['impl']} | {r['seconds'] * 1e3:.3f} | {rate[0]:.1f} | "
-                             f"{frac} | {vs} | {diff} |")
-            L.append("")
+                    rows.append([lab, r["impl"], f"{r['seconds'] * 1e3:.3f}", f"{rate[0]:.1f}",
+                                 frac, vs, diff])
+            L += ["", md_table(cols, rows, text_columns=2), ""]
         L.append("\"vs best peer\": the best peer's time / this one's (softdot's speed-up; "
                  "1.00 for the best peer). \"max abs diff\": against softdot's output, same "
                  "inputs.")
         L.append("")
-        for (impl, note), labs in notes.items():
-            L.append(f"- {impl}: {note} ({len(labs)} case(s))")
-        for (impl, why), labs in skipped.items():
-            L.append(f"- {impl} not run: {why} ({len(labs)} case(s), e.g. {labs[0]})")
+        items = [f"{impl}: {note} ({len(labs)} case(s))" for (impl, note), labs in notes.items()]
+        items += [f"{impl} not run: {why} ({len(labs)} case(s), e.g. {labs[0]})"
+                  for (impl, why), labs in skipped.items()]
+        if items:
+            L.append(md_bullets(items))
         L.append("")
     return "\n".join(L)
 
@@ -204,8 +196,7 @@ def main() -> None:
         svg = decode_chart(data["header"], data["runs"])
         if svg is None:
             sys.exit("no decode results: no chart")
-        with open(args.svg, "w") as f:
-            f.write(svg)
+        write_svg(args.svg, svg)
         print(f"wrote {args.svg}")
 
 

@@ -10,7 +10,11 @@ and torch.softmax. Attention (float32): softdot.scaled_dot_product_attention
 against torch 2.x's F.scaled_dot_product_attention, prefill (L = S) and
 decode (L = 1, grouped-query heads). Then the binding's own cost: a Python
 call against the same C++ call timed in a C++ loop on the same arrays
-(softdot._softdot._time_cpp).
+(softdot._softdot_bench.time_cpp). That module is not in the shipped wheel;
+build the package with it to get this table (it is skipped, with a note,
+otherwise):
+
+    pip install . -C cmake.define.SOFTDOT_PYTHON_BENCH=ON
 
 Each figure is the best of 5 timed loops of >= 0.1 s (the minimum is the
 least disturbed by the other work on a shared machine). Ratios are taken
@@ -29,6 +33,12 @@ import platform
 import subprocess
 import sys
 import time
+
+from report_writer import md_table, write_json  # beside this script
+
+
+BENCH_HOOKS_MISSING = ("skipped: softdot._softdot_bench is not installed "
+                       "(pip install . -C cmake.define.SOFTDOT_PYTHON_BENCH=ON)")
 
 
 def cpu_model() -> str:
@@ -144,15 +154,20 @@ def run_cases(threads: int, quick: bool) -> dict:
                                      "kv_gbs": kv_bytes / t / 1e9, "max_abs_diff": diff})
 
     # The binding's own cost: Python call minus the same C++ call, same arrays.
+    try:
+        from softdot import _softdot_bench
+    except ImportError:
+        out["binding_skipped"] = BENCH_HOOKS_MISSING
+        return out
     for n in (3, 64):
         x2 = rng.standard_normal((1, n), dtype=np.float32)
         y2 = np.empty_like(x2)
         x1 = x2[0]
         reps = 200000 if not quick else 50000
-        cpp = min(softdot._softdot._time_cpp("softmax", x2, y2, reps) for _ in range(5))
+        cpp = min(_softdot_bench.time_cpp("softmax", x2, y2, reps) for _ in range(5))
         py_new = best_time(lambda: softdot.softmax(x1), mt)
         py_out = best_time(lambda: softdot.softmax(x1, out=y2[0]), mt)
-        cpp_dot = min(softdot._softdot._time_cpp("dot", x2, y2, reps) for _ in range(5))
+        cpp_dot = min(_softdot_bench.time_cpp("dot", x2, y2, reps) for _ in range(5))
         py_dot = best_time(lambda: softdot.dot(x1, x1), mt)
         xt1 = torch.from_numpy(x1)
         py_torch = best_time(lambda: softdot.softmax(xt1), mt)
@@ -175,8 +190,8 @@ def report(runs: list, header: dict) -> str:
         for e in r["softmax"]:
             if e["impl"] not in impls:
                 impls.append(e["impl"])
-        lines.append("| shape | " + " | ".join(impls) + " | best peer / softdot |")
-        lines.append("|---" * (len(impls) + 2) + "|")
+        cols = ["shape"] + impls + ["best peer / softdot"]
+        rows = []
         shapes = []
         for e in r["softmax"]:
             if e["shape"] not in shapes:
@@ -185,13 +200,14 @@ def report(runs: list, header: dict) -> str:
             row = {e["impl"]: e for e in r["softmax"] if e["shape"] == s}
             peers = [row[i]["seconds"] for i in impls if not i.startswith("softdot")]
             cells = [f"{row[i]['ns_per_element']:.3g} ({row[i]['max_rel_err']:.1e})" for i in impls]
-            lines.append(f"| {s[0]}x{s[1]} | " + " | ".join(cells) +
-                         f" | {min(peers) / row['softdot']['seconds']:.2f} |")
-        lines.append("")
+            rows.append([f"{s[0]}x{s[1]}"] + cells +
+                        [f"{min(peers) / row['softdot']['seconds']:.2f}"])
+        lines += [md_table(cols, rows, text_columns=len(cols)), ""]
         lines.append(f"### Attention, float32, {th} thread(s)")
         lines.append("")
-        lines.append("| case | softdot ms | torch SDPA ms | torch / softdot | softdot GFLOP/s | K+V GB/s | max |diff| |")
-        lines.append("|---|---|---|---|---|---|---|")
+        cols = ["case", "softdot ms", "torch SDPA ms", "torch / softdot", "softdot GFLOP/s",
+                "K+V GB/s", "max |diff|"]
+        rows = []
         cases = []
         for e in r["attention"]:
             if e["case"] not in cases:
@@ -199,21 +215,25 @@ def report(runs: list, header: dict) -> str:
         for c in cases:
             row = {e["impl"]: e for e in r["attention"] if e["case"] == c}
             s, t = row["softdot"], row["torch SDPA"]
-            lines.append(f"| {c} | {s['seconds'] * 1e3:.3f} | {t['seconds'] * 1e3:.3f} | "
-                         f"{t['seconds'] / s['seconds']:.2f} | {s['gflops']:.1f} | "
-                         f"{s['kv_gbs']:.1f} | {s['max_abs_diff']:.1e} |")
-        lines.append("")
+            rows.append([c, f"{s['seconds'] * 1e3:.3f}", f"{t['seconds'] * 1e3:.3f}",
+                         f"{t['seconds'] / s['seconds']:.2f}", f"{s['gflops']:.1f}",
+                         f"{s['kv_gbs']:.1f}", f"{s['max_abs_diff']:.1e}"])
+        lines += [md_table(cols, rows, text_columns=len(cols)), ""]
         lines.append(f"### Binding cost per call, {th} thread(s): microseconds")
         lines.append("")
-        lines.append("| n | C++ softmax | Python softmax(x) | over C++ | softmax(x, out=) | softmax(torch) | torch.softmax | C++ dot | Python dot | over C++ |")
-        lines.append("|---|---|---|---|---|---|---|---|---|---|")
+        if r.get("binding_skipped"):
+            lines += [r["binding_skipped"], ""]
+            continue
+        cols = ["n", "C++ softmax", "Python softmax(x)", "over C++", "softmax(x, out=)",
+                "softmax(torch)", "torch.softmax", "C++ dot", "Python dot", "over C++"]
+        rows = []
         for b in r["binding"]:
             us = {k: v * 1e6 for k, v in b.items() if k != "n"}
-            lines.append(f"| {b['n']} | {us['cpp_softmax']:.3f} | {us['py_softmax']:.3f} | "
-                         f"{us['py_softmax'] - us['cpp_softmax']:.3f} | {us['py_softmax_out']:.3f} | "
-                         f"{us['py_softmax_torch']:.3f} | {us['torch_softmax']:.3f} | "
-                         f"{us['cpp_dot']:.3f} | {us['py_dot']:.3f} | {us['py_dot'] - us['cpp_dot']:.3f} |")
-        lines.append("")
+            rows.append([b["n"]] + [f"{x:.3f}" for x in (
+                us["cpp_softmax"], us["py_softmax"], us["py_softmax"] - us["cpp_softmax"],
+                us["py_softmax_out"], us["py_softmax_torch"], us["torch_softmax"],
+                us["cpp_dot"], us["py_dot"], us["py_dot"] - us["cpp_dot"])])
+        lines += [md_table(cols, rows, text_columns=len(cols)), ""]
     return "\n".join(lines)
 
 
@@ -247,8 +267,7 @@ def main() -> None:
               "numpy": numpy.__version__, "scipy": scipy.__version__, "torch": torch.__version__}
     print(report(runs, header))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"header": header, "runs": runs}, f, indent=1)
+        write_json(args.json, {"header": header, "runs": runs})
 
 
 if __name__ == "__main__":

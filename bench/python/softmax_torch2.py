@@ -25,7 +25,6 @@ ATEN_CPU_CAPABILITY=avx2 to force AVX2) go into the file's context.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import time
@@ -34,6 +33,7 @@ import numpy as np
 import torch
 
 from bench_softdot import cpu_model  # beside this script
+from report_writer import write_json
 
 CACHE_SHAPES = [(1, 3), (1, 8), (1, 16), (1, 64), (1, 1000), (1, 4096), (1, 65536),
                 (4096, 1024), (256, 32000)]
@@ -130,8 +130,7 @@ def main() -> None:
         "pytorch2_call_ns": f"{overhead * 1e9:.0f}",
         "pytorch2_cpu": cpu_model(),
     }
-    with open(args.out, "w") as f:
-        json.dump({"context": context, "benchmarks": benchmarks}, f, indent=1)
+    write_json(args.out, {"context": context, "benchmarks": benchmarks})
     print(f"wrote {args.out} (call cost {overhead * 1e9:.0f} ns, "
           f"torch {torch.__version__}, {context['pytorch2_cpu_capability']})")
 

@@ -25,6 +25,5 @@ NB_MODULE(_softdot, m) {
   softdot::python::bind_attention(m);
   softdot::python::bind_int8(m);
   softdot::python::bind_numpy_fast_path(m);
-  softdot::python::bind_timing_hooks(m);
   softdot::python::bind_cross_entropy(m);
 }
