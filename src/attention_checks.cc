@@ -336,10 +336,13 @@ Plan check_paged_and_plan(const char* fn, const TensorView<const float>& q,
     for (std::size_t i = 0; i < (n + ps - 1) / ps; ++i) {
       const std::int32_t page = t.block_table[b * bps + i];
       if (page < 0 || static_cast<std::size_t>(page) >= k.batch) {
-        fail(fn, "block_table[" + count(b) + " * " + count(bps) + " + " +
-                     count(i) + "] = " + std::to_string(page) + " (sequence " +
-                     count(b) + ", entry " + count(i) + ") is not a page of " +
-                     shape("k_pages", k) + " (0 to " +
+        // The table is [batch, blocks_per_seq]; the cache's page count is
+        // its first axis in every layout (its other axes are not shown: a
+        // caller's layout may differ from this view's).
+        fail(fn, "block_table[" + count(b) + ", " + count(i) +
+                     "] = " + std::to_string(page) + " (sequence " + count(b) +
+                     ", entry " + count(i) + ") is not a page: k_pages has " +
+                     count(k.batch) + " pages (0 to " +
                      std::to_string(std::int64_t(k.batch) - 1) + ")");
       }
     }

@@ -10,7 +10,6 @@ void bind_softmax(nanobind::module_& m);          // softmax family, states, dot
 void bind_attention(nanobind::module_& m);        // attention requests, merge
 void bind_int8(nanobind::module_& m);             // quantize_kv
 void bind_numpy_fast_path(nanobind::module_& m);  // no-option numpy calls
-void bind_timing_hooks(nanobind::module_& m);     // for bench/python
 void bind_cross_entropy(nanobind::module_& m);    // cross_entropy
 
 }  // namespace softdot::python

@@ -222,6 +222,16 @@ NB_MODULE(_softdot_mpi, m) {
         "lse"_a.none(), "options"_a, "seq_len"_a, "zigzag"_a, "deterministic"_a,
         "Ring attention over an MPI communicator (one attention request per "
         "rank).");
+  m.def("vocab_rows", &vocab_rows_py, "comm"_a, "x"_a, "out"_a, "vocab_begin"_a,
+        "op"_a, "deterministic"_a,
+        "softmax (op 0) or log_softmax (op 1) of rows split by columns.");
+  m.def("vocab_logsumexp", &vocab_lse_py, "comm"_a, "x"_a, "lse"_a,
+        "vocab_begin"_a, "deterministic"_a,
+        "logsumexp of rows split by columns.");
+  m.def("vocab_cross_entropy", &vocab_xent_py, "comm"_a, "logits"_a,
+        "vocab_begin"_a, "targets"_a, "loss"_a.none(), "grad"_a.none(),
+        "ignore_index"_a, "label_smoothing"_a, "reduction"_a, "deterministic"_a,
+        "Cross-entropy of rows split by columns; returns the reduced loss.");
   m.def("ring_layout", &layout_py, "seq_len"_a, "ranks"_a, "zigzag"_a,
         "deterministic"_a, "rank"_a,
         "(rows per rank, chunk, global positions of rank's rows).");

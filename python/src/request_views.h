@@ -30,7 +30,8 @@
 namespace softdot::python {
 
 // Runs f; a std::invalid_argument from the library comes out with its C++
-// namespace ("softdot::", "softdot::mpi::") removed from the front, so a
+// namespace ("softdot::", "softdot::mpi::", after a collective check's
+// "rank N: ") removed, so a
 // Python caller reads the name of the function it called
 // ("scaled_dot_product_attention: softcap must be ...").
 template <class F>
@@ -39,10 +40,16 @@ void with_python_messages(F&& f) {
     f();
   } catch (const std::invalid_argument& e) {
     std::string m = e.what();
+    // A collective check puts "rank N: " first (softdot::mpi).
+    std::size_t at = 0;
+    if (m.rfind("rank ", 0) == 0) {
+      const std::size_t colon = m.find(": ");
+      if (colon != std::string::npos) at = colon + 2;
+    }
     for (const char* ns : {"softdot::mpi::", "softdot::"}) {
       const std::string p = ns;
-      if (m.rfind(p, 0) == 0) {
-        m.erase(0, p.size());
+      if (m.compare(at, p.size(), p) == 0) {
+        m.erase(at, p.size());
         break;
       }
     }

@@ -27,6 +27,7 @@
 
 #include "mpi/comm.h"
 #include "softdot/attention.h"
+#include "softdot/attention_request.h"
 #include "softdot/mpi.h"
 
 namespace softdot::mpi {
@@ -232,15 +233,20 @@ std::string check_local(const RingLayout& L, int rank,
   c.mask = {};
   c.bias = {};
   AttentionPartial tmp;
+  AttentionRequest r;
+  r.name = "mpi::ring_attention";
+  r.q = q;
+  if constexpr (std::is_same_v<KT, std::int8_t>) {
+    r.kv = KVSource::contiguous(Int8KV{k, *ks}, Int8KV{v, *vs});
+  } else {
+    r.kv = KVSource::contiguous(k, v);
+  }
+  r.target = AttentionTarget::partial_result(tmp);
+  r.options = c;
   try {
-    partial_of<KT>(q, k, v, ks ? *ks : TensorView<const float>{},
-                   vs ? *vs : TensorView<const float>{}, tmp, c);
+    (void)AttentionPlan::make(r);
   } catch (const std::invalid_argument& ex) {
-    std::string m = ex.what();
-    const std::string from = "attention_partial";
-    const auto at = m.find(from);
-    if (at != std::string::npos) m.replace(at, from.size(), fn);
-    return m;
+    return ex.what();
   }
   return "";
 }

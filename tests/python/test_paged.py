@@ -164,13 +164,13 @@ def test_zero_copy_caches(monkeypatch):
     ks, vs, kc, vc, table, sl = make_cache(rng, [30, 50], 16, 2, 16, 16)
     q = rng.standard_normal((2, 2, 1, 16)).astype(np.float32)
     seen = {}
-    real = softdot._paged._core.paged_attention
+    real = softdot._request._core.attention_request
 
-    def spy(qq, k, v, *rest):
-        seen["k"], seen["v"] = k, v
-        return real(qq, k, v, *rest)
+    def spy(name, qq, kv, *rest):
+        seen["k"], seen["v"] = kv["k"], kv["v"]
+        return real(name, qq, kv, *rest)
 
-    monkeypatch.setattr(softdot._paged._core, "paged_attention", spy)
+    monkeypatch.setattr(softdot._request._core, "attention_request", spy)
     out = np.empty((2, 2, 1, 16), dtype=np.float32)
     res = softdot.paged_attention(q, kc, vc, table, sl, out=out)
     assert res is out
@@ -196,7 +196,8 @@ def test_bad_tables_raise_and_write_nothing():
 
     t = table.copy()
     t[1, 1] = P
-    expect(r"block_table\[1 \* 4 \+ 1\] = %d \(sequence 1, entry 1\)" % P, t, sl)
+    expect(r"^paged_attention: block_table\[1, 1\] = %d \(sequence 1, entry 1\) is not a page: "
+           r"k_pages has %d pages \(0 to %d\)$" % (P, P, P - 1), t, sl)
     t[1, 1] = -3
     expect(r"sequence 1, entry 1", t, sl)
     expect(r"seq_lens\[0\] = 40 \(sequence 0\) is longer", table, np.array([40, 20], np.int32))

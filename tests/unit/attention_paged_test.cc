@@ -525,10 +525,11 @@ TEST(AttentionPaged, BadTablesAreErrors) {
 
   table[4] = 5;  // one past the last page
   expect("page index out of range", 3,
-         {"block_table[1 * 3 + 1] = 5", "sequence 1, entry 1", "k_pages [5, "});
+         {"block_table[1, 1] = 5 (sequence 1, entry 1) is not a page: k_pages "
+          "has 5 pages (0 to 4)"});
   table[4] = -1;
   expect("negative page index", 3,
-         {"block_table[1 * 3 + 1] = -1", "sequence 1, entry 1"});
+         {"block_table[1, 1] = -1", "sequence 1, entry 1"});
   table[4] = 2;
   table[1] = std::numeric_limits<std::int32_t>::min();
   expect("most negative page index", 3, {"sequence 0, entry 1"});
@@ -538,7 +539,7 @@ TEST(AttentionPaged, BadTablesAreErrors) {
          {"seq_lens[1] = 13", "sequence 1", "blocks_per_seq 3"});
   lens[1] = 9;  // fits 3 pages of 4, but entry 2 is 99
   expect("length reaching a bad entry", 3,
-         {"block_table[1 * 3 + 2] = 99", "sequence 1, entry 2"});
+         {"block_table[1, 2] = 99", "sequence 1, entry 2"});
   lens[1] = -1;
   expect("negative length", 3, {"seq_lens[1] = -1", "negative"});
   lens[1] = 8;
