@@ -56,6 +56,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess test
     ) from e
 
 from . import _softdot as _core
+from ._rowops import temperature_value
 from ._softmax import log_softmax as _log_softmax_np
 from ._softmax import logsumexp as _logsumexp_np
 from ._softmax import softmax as _softmax_np
@@ -93,26 +94,6 @@ def _axis(fn: str, axis: Any, nd: int) -> int:
     return a % nd
 
 
-def _temperature(fn: str, temperature: Any, dtype: np.dtype) -> float:
-    """The temperature as a float, checked as the library does: finite, > 0,
-    and with a finite, non-zero reciprocal in x's dtype."""
-    try:
-        t = float(temperature)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"{fn}: temperature must be a real number, not {temperature!r}"
-        ) from None
-    if not (math.isfinite(t) and t > 0):
-        raise ValueError(f"{fn}: temperature must be finite and > 0, got {t!r}")
-    with np.errstate(over="ignore", under="ignore"):
-        s = dtype.type(1.0 / t)
-    if not (np.isfinite(s) and s > 0):
-        raise ValueError(
-            f"{fn}: temperature {t!r} has no finite, non-zero reciprocal in {dtype.name}"
-        )
-    return t
-
-
 def _where(fn: str, where: Any, x: "da.Array") -> "da.Array":
     """where as booleans broadcast to x's shape and chunked as x."""
     w = where if isinstance(where, da.Array) else da.asarray(np.asarray(where))
@@ -144,7 +125,7 @@ def _prepare(fn: str, x: Any, axis: Any, where: Any, temperature: Any):
         raise ValueError(f"{fn}: x has unknown chunk sizes {xa.shape}; call compute_chunk_sizes()")
     if xa.shape[ax] == 0:
         raise ValueError(f"{fn}: x has shape {xa.shape}: axis {ax} is empty")
-    t = _temperature(fn, temperature, xa.dtype)
+    t = temperature_value(fn, temperature, xa.dtype)
     w = None if where is None else _where(fn, where, xa)
     if ax != nd - 1:
         xa = da.moveaxis(xa, ax, -1)
