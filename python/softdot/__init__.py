@@ -6,7 +6,15 @@ Every function takes its array positionally and its options by keyword,
 returns the same kind of array it was given (numpy in, numpy out; torch in,
 torch out), reads any layout whose last axis is contiguous without a copy,
 and releases the GIL while it computes. See docs/python.md.
+
+The optional submodules softdot.torch (autograd), softdot.dask and
+softdot.distributed (MPI) are imported on first use, ``softdot.torch.softmax``
+after a plain ``import softdot`` (PEP 562), so that ``import softdot`` imports
+neither torch nor dask nor mpi4py.
 """
+
+import importlib
+from typing import Any, List
 
 from ._softdot import __version__, force_simd_target, simd_target, simd_targets
 from ._softmax import (
@@ -46,3 +54,18 @@ __all__ = [
     "force_simd_target",
     "__version__",
 ]
+
+# Submodules imported by the first attribute access (module __getattr__).
+_LAZY_SUBMODULES = ("torch", "dask", "distributed")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_SUBMODULES:
+        # Importing sets the attribute, so this runs once per submodule; an
+        # ImportError (dask or mpi4py missing) says what to install.
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))

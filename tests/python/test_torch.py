@@ -2,8 +2,9 @@
 log_softmax and logsumexp against torch 2.13 (torch.softmax,
 torch.log_softmax, torch.logsumexp) and the exact reference; softdot.torch's
 autograd Functions (gradients against torch's, torch.autograd.gradcheck in
-float64 with temperature and dim=0, no double backward); the softmax family
-dispatching to them for tensors that require grad."""
+float64 with temperature and dim=0; second and third derivatives against
+torch's, gradgradcheck and torch.func.grad); the softmax family dispatching
+to them for tensors that require grad."""
 
 import numpy as np
 import pytest
@@ -187,12 +188,116 @@ def test_gradcheck(rng, fn, kw):
                                     rtol=1e-5)
 
 
-def test_double_backward_raises(rng):
-    x = randn(rng, (3, 4), torch.float64).requires_grad_()
-    y = st.softmax(x)
-    (g,) = torch.autograd.grad(y[:, 0].sum(), x, create_graph=True)
-    with pytest.raises(RuntimeError):
-        g.sum().backward()
+def _penalty_grad(f, x0, w):
+    """The gradient of a gradient penalty: g = d<f(x), w>/dx with the graph
+    kept, then d(sum g^2)/dx."""
+    x = x0.clone().requires_grad_()
+    (g,) = torch.autograd.grad((f(x) * w).sum(), x, create_graph=True)
+    (g**2).sum().backward()
+    return g.detach(), x.grad
+
+
+MASKED = float("-inf")
+
+
+def _second_order_inputs(rng, dtype):
+    x0 = randn(rng, (5, 9), dtype)
+    x0[1, 3] = MASKED  # masked entries (weight 0), as masked_fill(-inf) makes them
+    x0[4, ::2] = MASKED
+    w = randn(rng, (5, 9), dtype, 1.0)
+    return x0, w
+
+
+@pytest.mark.parametrize("dim", [-1, 0])
+@pytest.mark.parametrize("T", [1.0, 0.7, 2.5])
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_double_backward_matches_torch_float64(rng, dim, T, log):
+    """A gradient penalty through softdot.torch equals torch's in float64, to
+    a few ulp: the issue's case (row 0 was [3.081992, -0.586858, ...] where
+    torch gives [2.817773, -0.534101, ...]), with -inf entries and temperature."""
+    x0, w = _second_order_inputs(rng, torch.float64)
+    if log:  # log-weights of masked entries are -inf; weight them by 0
+        w = torch.where(torch.isinf(x0), torch.zeros_like(w), w)
+        ours = _penalty_grad(lambda t: st.log_softmax(t, dim=dim, temperature=T), x0, w)
+        ref = _penalty_grad(lambda t: torch.log_softmax(t / T, dim=dim), x0, w)
+    else:
+        ours = _penalty_grad(lambda t: st.softmax(t, dim=dim, temperature=T), x0, w)
+        ref = _penalty_grad(lambda t: torch.softmax(t / T, dim=dim), x0, w)
+    for a, b in zip(ours, ref):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-14)
+    assert (ours[1][torch.isinf(x0)] == 0).all()  # masked entries: no gradient
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_double_backward_matches_torch_float32(rng, log):
+    x0, w = _second_order_inputs(rng, torch.float32)
+    w = torch.where(torch.isinf(x0), torch.zeros_like(w), w)
+    f, tf = (st.log_softmax, torch.log_softmax) if log else (st.softmax, torch.softmax)
+    ours = _penalty_grad(lambda t: f(t, dim=1, temperature=0.7), x0, w)
+    ref = _penalty_grad(lambda t: tf(t / 0.7, dim=1), x0.double(), w.double())
+    for a, b in zip(ours, ref):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-6)
+
+
+def test_double_backward_issue_example():
+    """The issue's penalty: softdot's row 0 was [3.081992, -0.586858, -4.357579,
+    ...] where torch gives [2.817773, -0.534101, -4.35203, ...]."""
+    gen = torch.Generator().manual_seed(0)
+    x0 = torch.randn(4, 6, dtype=torch.float64, generator=gen) * 2
+    w = torch.randn(4, 6, dtype=torch.float64, generator=gen)
+    ours = _penalty_grad(lambda t: st.softmax(t), x0, w)[1]
+    ref = _penalty_grad(lambda t: torch.softmax(t, dim=-1), x0, w)[1]
+    torch.testing.assert_close(ours, ref, rtol=1e-13, atol=1e-15)
+    # The dispatching front end (softdot.softmax on a tensor that requires grad).
+    ours = _penalty_grad(lambda t: softdot.softmax(t), x0, w)[1]
+    torch.testing.assert_close(ours, ref, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    "fn,kw",
+    [
+        (st.softmax, {}),
+        (st.softmax, {"dim": 0, "temperature": 0.7}),
+        (st.log_softmax, {}),
+        (st.log_softmax, {"dim": 1, "temperature": 2.5}),
+    ],
+)
+def test_gradgradcheck(rng, fn, kw):
+    x = randn(rng, (3, 4, 2), torch.float64, 1.0).requires_grad_()
+    assert torch.autograd.gradgradcheck(lambda t: fn(t, **kw), (x,), eps=1e-6, atol=1e-7,
+                                        rtol=1e-5)
+
+
+def test_third_derivative_matches_torch(rng):
+    x0 = randn(rng, (2, 5), torch.float64, 1.0)
+    for f, tf in ((st.softmax, torch.softmax), (st.log_softmax, torch.log_softmax)):
+        res = []
+        for g in (lambda t: f(t, dim=-1, temperature=1.5), lambda t: tf(t / 1.5, dim=-1)):
+            x = x0.clone().requires_grad_()
+            (g1,) = torch.autograd.grad(g(x)[:, 0].sum(), x, create_graph=True)
+            (g2,) = torch.autograd.grad((g1 * g1).sum(), x, create_graph=True)
+            (g3,) = torch.autograd.grad(g2[:, 1].sum(), x)
+            res.append(g3)
+        torch.testing.assert_close(res[0], res[1], rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", TFLOATS)
+def test_torch_func_grad(rng, dtype):
+    x = randn(rng, (3, 7), dtype)
+    eps = torch.finfo(dtype).eps
+    g = torch.func.grad(lambda t: st.softmax(t)[..., 0].sum())(x)
+    gt = torch.func.grad(lambda t: torch.softmax(t, dim=-1)[..., 0].sum())(x)
+    torch.testing.assert_close(g, gt, rtol=16 * eps, atol=4 * eps)
+    g = torch.func.grad(lambda t: st.log_softmax(t, temperature=2.0)[..., 2].sum())(x)
+    gt = torch.func.grad(lambda t: torch.log_softmax(t / 2.0, dim=-1)[..., 2].sum())(x)
+    torch.testing.assert_close(g, gt, rtol=16 * eps, atol=4 * eps)
+    # grad of grad: the second derivative through torch.func.
+    h = torch.func.grad(lambda t: torch.func.grad(lambda s: st.softmax(s)[0, 0])(t).sum())(x)
+    ht = torch.func.grad(
+        lambda t: torch.func.grad(lambda s: torch.softmax(s, dim=-1)[0, 0])(t).sum())(x)
+    torch.testing.assert_close(h, ht, rtol=64 * eps, atol=8 * eps)
 
 
 def test_softmax_dispatches_to_autograd(rng):
