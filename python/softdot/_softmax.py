@@ -90,7 +90,9 @@ def softmax(
     """
     # The common call (a row-major array, last axis, no options) goes straight
     # to the core's NumPy fast path: most of the binding's cost per call.
-    if (where is None and axis == -1 and temperature == 1.0
+    # (type checks: a bool is == 1 but is refused, a float axis -1.0 too)
+    if (where is None and type(axis) is int and axis == -1
+            and type(temperature) is float and temperature == 1.0
             and (precision == "faithful" or precision == "fast")):
         r = _fast_call(x, out, False, precision == "fast")
         if r is not None:
@@ -130,7 +132,8 @@ def log_softmax(
     -------
     numpy.ndarray or torch.Tensor
     """
-    if where is None and axis == -1 and temperature == 1.0:
+    if (where is None and type(axis) is int and axis == -1
+            and type(temperature) is float and temperature == 1.0):
         r = _fast_call(x, out, True, False)
         if r is not None:
             return r

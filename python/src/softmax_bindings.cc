@@ -31,6 +31,9 @@
 #include <utility>
 #include <vector>
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #include <xmmintrin.h>
@@ -327,6 +330,16 @@ struct LineBuffer {
   }
 };
 
+#if defined(_OPENMP)
+int max_threads() { return omp_get_max_threads(); }
+std::size_t thread_index() {
+  return static_cast<std::size_t>(omp_get_thread_num());
+}
+#else
+int max_threads() { return 1; }
+std::size_t thread_index() { return 0; }
+#endif
+
 template <class T>
 void softmax_strided_t(const In& x, const Out& y,
                        const std::optional<In>& where, bool log,
@@ -352,7 +365,15 @@ void softmax_strided_t(const In& x, const Out& y,
   const std::size_t block =
       std::min(rows, std::max(kTile, kScratchElements / n));
   const std::size_t ld = scratch_stride(n, sizeof(T));
-  const bool parallel = rows * n >= kParallelElements;
+  const int threads = rows * n >= kParallelElements ? max_threads() : 1;
+  // One scratch matrix (and mask) per thread, allocated here, outside the
+  // parallel loop.
+  std::vector<LineBuffer<T>> bufs;
+  std::vector<std::unique_ptr<bool[]>> masks;
+  for (int t = 0; t < threads; ++t) {
+    bufs.emplace_back(block * ld);
+    masks.emplace_back(where ? new bool[block * n] : nullptr);
+  }
 
   nb::gil_scoped_release release;
   std::exception_ptr error;
@@ -364,33 +385,31 @@ void softmax_strided_t(const In& x, const Out& y,
     const auto b64 = static_cast<std::int64_t>(block);
     const std::int64_t blocks = (run + b64 - 1) / b64;
     // Blocks are independent (each thread its own scratch), so the bits do
-    // not depend on the thread count. No exception leaves the region: the
-    // first is kept and rethrown after it.
-#pragma omp parallel if (parallel && blocks > 1)
-    {
+    // not depend on the thread count. No exception may leave an OpenMP
+    // loop's body: the first is kept and rethrown after the loop.
+#pragma omp parallel for num_threads(threads) if (threads > 1 && blocks > 1) \
+    schedule(static)
+    for (std::int64_t bi = 0; bi < blocks; ++bi) {
       try {
-        LineBuffer<T> buf(block * ld);
-        // The mask as the library reads it: r * n flags, row after row.
-        std::unique_ptr<bool[]> mask(ms ? new bool[block * n] : nullptr);
-#pragma omp for schedule(static)
-        for (std::int64_t bi = 0; bi < blocks; ++bi) {
-          const std::int64_t i0 = bi * b64;
-          const auto r = static_cast<std::size_t>(std::min(b64, run - i0));
-          gather_rows(xs + i0 * step[0], step[0], kx, r, n, buf.data, ld);
-          SoftmaxOptions o = opt;
-          if (ms) {
-            gather_rows(ms + i0 * step[2], step[2], km, r, n, mask.get(), n);
-            o.mask = std::span<const bool>(mask.get(), r * n);
-          }
-          MatrixView<const T> in(buf.data, r, n, ld);
-          MatrixView<T> res(buf.data, r, n, ld);
-          if (log)
-            log_softmax_rows(in, res, o);
-          else
-            softmax_rows(in, res, o);
-          scatter_rows(static_cast<const T*>(buf.data), ld, r, n,
-                       ys + i0 * step[1], step[1], ky);
+        const std::size_t t = thread_index();
+        T* scratch = bufs[t].data;
+        bool* flags = masks[t].get();
+        const std::int64_t i0 = bi * b64;
+        const auto r = static_cast<std::size_t>(std::min(b64, run - i0));
+        gather_rows(xs + i0 * step[0], step[0], kx, r, n, scratch, ld);
+        SoftmaxOptions o = opt;
+        if (ms) {
+          gather_rows(ms + i0 * step[2], step[2], km, r, n, flags, n);
+          o.mask = std::span<const bool>(flags, r * n);
         }
+        MatrixView<const T> in(scratch, r, n, ld);
+        MatrixView<T> res(scratch, r, n, ld);
+        if (log)
+          log_softmax_rows(in, res, o);
+        else
+          softmax_rows(in, res, o);
+        scatter_rows(static_cast<const T*>(scratch), ld, r, n,
+                     ys + i0 * step[1], step[1], ky);
       } catch (...) {
 #pragma omp critical(softdot_strided_error)
         if (!error) error = std::current_exception();
