@@ -16,7 +16,12 @@ neither torch nor dask nor mpi4py.
 import importlib
 from typing import Any, List
 
-from ._softdot import __version__, force_simd_target, simd_target, simd_targets
+from . import _softdot
+from ._attention import attention_merge, attention_weights, scaled_dot_product_attention
+from ._cross_entropy import cross_entropy
+from ._paged import paged_attention
+from ._quantize import quantize_kv
+from ._softdot import force_simd_target, simd_target, simd_targets
 from ._softmax import (
     SoftmaxState,
     dot,
@@ -28,10 +33,10 @@ from ._softmax import (
     softmax_backward,
     softmax_state,
 )
-from ._cross_entropy import cross_entropy
-from ._attention import attention_merge, attention_weights, scaled_dot_product_attention
-from ._quantize import quantize_kv
-from ._paged import paged_attention
+
+# The core sets __version__ as a module attribute, which nanobind's
+# generated stub (_softdot.pyi) does not list.
+__version__: str = _softdot.__version__  # type: ignore[attr-defined]
 
 __all__ = [
     "softmax",

@@ -70,13 +70,12 @@ def where_of(fn: str, where: Any, shape: tuple, kind: str) -> np.ndarray:
 def needs_grad(x: Any) -> bool:
     """True for a torch tensor that requires grad, with grad mode on."""
     t = _sys_modules.get("torch")
-    return (
-        t is not None and isinstance(x, t.Tensor) and x.requires_grad and t.is_grad_enabled()
-    )
+    return t is not None and isinstance(x, t.Tensor) and x.requires_grad and t.is_grad_enabled()
 
 
-def row_op(fn: str, x: Any, axis: Any, where: Any, temperature: Any, out: Any, log: bool,
-           fast: bool) -> Any:
+def row_op(
+    fn: str, x: Any, axis: Any, where: Any, temperature: Any, out: Any, log: bool, fast: bool
+) -> Any:
     """softmax (log False) or log_softmax of x along `axis`, no autograd."""
     kind = A.kind_of(x)
     if kind == "torch" and needs_grad(x):

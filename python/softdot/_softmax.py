@@ -91,9 +91,14 @@ def softmax(
     # The common call (a row-major array, last axis, no options) goes straight
     # to the core's NumPy fast path: most of the binding's cost per call.
     # (type checks: a bool is == 1 but is refused, a float axis -1.0 too)
-    if (where is None and type(axis) is int and axis == -1
-            and type(temperature) is float and temperature == 1.0
-            and (precision == "faithful" or precision == "fast")):
+    if (
+        where is None
+        and type(axis) is int
+        and axis == -1
+        and type(temperature) is float
+        and temperature == 1.0
+        and (precision == "faithful" or precision == "fast")
+    ):
         r = _fast_call(x, out, False, precision == "fast")
         if r is not None:
             return r
@@ -104,7 +109,7 @@ def softmax(
     return R.row_op(fn, x, axis, where, temperature, out, False, fast)
 
 
-softmax.__doc__ += _SPECIAL
+softmax.__doc__ = (softmax.__doc__ or "") + _SPECIAL
 
 
 def log_softmax(
@@ -132,8 +137,13 @@ def log_softmax(
     -------
     numpy.ndarray or torch.Tensor
     """
-    if (where is None and type(axis) is int and axis == -1
-            and type(temperature) is float and temperature == 1.0):
+    if (
+        where is None
+        and type(axis) is int
+        and axis == -1
+        and type(temperature) is float
+        and temperature == 1.0
+    ):
         r = _fast_call(x, out, True, False)
         if r is not None:
             return r
@@ -143,7 +153,7 @@ def log_softmax(
     return R.row_op(fn, x, axis, where, temperature, out, True, False)
 
 
-log_softmax.__doc__ += _SPECIAL
+log_softmax.__doc__ = (softmax.__doc__ or "") + _SPECIAL
 
 
 def logsumexp(
@@ -279,7 +289,9 @@ class SoftmaxState:
         """The state of both chunks: ``m = max(m1, m2)``,
         ``s = s1 exp(m1 - m) + s2 exp(m2 - m)`` in double-double arithmetic."""
         if not isinstance(other, SoftmaxState):
-            raise TypeError(f"SoftmaxState.merge: expected a SoftmaxState, got {type(other).__name__}")
+            raise TypeError(
+                f"SoftmaxState.merge: expected a SoftmaxState, got {type(other).__name__}"
+            )
         if other.dtype != self.dtype:
             raise TypeError(
                 f"SoftmaxState.merge: states of {self.dtype.name} and {other.dtype.name} chunks"
@@ -331,8 +343,13 @@ def softmax_state(chunk: Any, /, *, where: Any = None, temperature: float = 1.0)
 
 
 def softmax_apply(
-    chunk: Any, total: SoftmaxState, /, *, where: Any = None, temperature: float = 1.0,
-    out: Any = None
+    chunk: Any,
+    total: SoftmaxState,
+    /,
+    *,
+    where: Any = None,
+    temperature: float = 1.0,
+    out: Any = None,
 ) -> Any:
     """Final weights of one chunk, ``exp(x_i - total.max) / total.sum``, given the
     state of the whole row (which must include this chunk). Same ``where`` and

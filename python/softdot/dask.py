@@ -308,8 +308,15 @@ def _tree(blocks: "da.Array", merge, kw: dict, nd: int) -> "da.Array":
     level: List[da.Array] = [blocks.blocks[idx + (j,)] for j in range(blocks.numblocks[-1])]
     while len(level) > 1:
         nxt = [
-            da.map_blocks(merge, level[i], level[i + 1], **kw, dtype=np.float64,
-                          meta=_meta(nd, np.float64), token="softdot-merge")
+            da.map_blocks(
+                merge,
+                level[i],
+                level[i + 1],
+                **kw,
+                dtype=np.float64,
+                meta=_meta(nd, np.float64),
+                token="softdot-merge",
+            )
             for i in range(0, len(level) - 1, 2)
         ]
         if len(level) % 2:
@@ -324,14 +331,27 @@ def _total_state(x: "da.Array", w: Any, t: float) -> "da.Array":
     nd = x.ndim
     args = [x] if w is None else [x, w]
     states = da.map_blocks(
-        _block_states, *args, t=t, dtype=np.float64,
+        _block_states,
+        *args,
+        t=t,
+        dtype=np.float64,
         chunks=x.chunks[:-1] + ((3,) * x.numblocks[-1],),
-        meta=_meta(nd, np.float64), token="softdot-state")
+        meta=_meta(nd, np.float64),
+        token="softdot-state",
+    )
     return _tree(states, _merge_states, {"is_double": x.dtype == _F64}, nd)
 
 
-def _per_chunk(block_fn, x: "da.Array", total: "da.Array", w: Any, t: float,
-               token: str, dtype: Any = None, chunks: Any = None) -> "da.Array":
+def _per_chunk(
+    block_fn,
+    x: "da.Array",
+    total: "da.Array",
+    w: Any,
+    t: float,
+    token: str,
+    dtype: Any = None,
+    chunks: Any = None,
+) -> "da.Array":
     """block_fn(x block, total state of its rows[, where block]) over x."""
     nd = x.ndim
     ind = tuple(range(nd))
@@ -341,8 +361,17 @@ def _per_chunk(block_fn, x: "da.Array", total: "da.Array", w: Any, t: float,
         args += [w, ind]
     dtype = x.dtype if dtype is None else dtype
     kw = {} if chunks is None else {"adjust_chunks": {nd - 1: chunks[-1]}}
-    return da.blockwise(block_fn, ind, *args, t=t, dtype=dtype, concatenate=True,
-                        meta=_meta(nd, dtype), token=token, **kw)
+    return da.blockwise(
+        block_fn,
+        ind,
+        *args,
+        t=t,
+        dtype=dtype,
+        concatenate=True,
+        meta=_meta(nd, dtype),
+        token=token,
+        **kw,
+    )
 
 
 def _softmax_like(fn: str, x, axis, where, temperature, log: bool):
@@ -351,16 +380,23 @@ def _softmax_like(fn: str, x, axis, where, temperature, log: bool):
     args = [xa] if w is None else [xa, w]
     if xa.numblocks[-1] == 1:
         inner = _log_softmax_np if log else _softmax_np
-        y = da.map_blocks(functools.partial(_whole_row, inner), *args, t=t, dtype=xa.dtype,
-                          meta=_meta(nd, xa.dtype), token=f"softdot-{fn}")
+        y = da.map_blocks(
+            functools.partial(_whole_row, inner),
+            *args,
+            t=t,
+            dtype=xa.dtype,
+            meta=_meta(nd, xa.dtype),
+            token=f"softdot-{fn}",
+        )
     else:
         total = _total_state(xa, w, t)
-        y = _per_chunk(_block_log_apply if log else _block_apply, xa, total, w, t,
-                       f"softdot-{fn}")
+        y = _per_chunk(_block_log_apply if log else _block_apply, xa, total, w, t, f"softdot-{fn}")
     return y if ax == nd - 1 else da.moveaxis(y, -1, ax)
 
 
-def softmax(x: Any, /, *, axis: int = -1, where: Any = None, temperature: float = 1.0) -> "da.Array":
+def softmax(
+    x: Any, /, *, axis: int = -1, where: Any = None, temperature: float = 1.0
+) -> "da.Array":
     """Softmax of a dask array along ``axis``, which may be split into any
     number of chunks (any chunking of the other axes too).
 
@@ -384,8 +420,9 @@ def softmax(x: Any, /, *, axis: int = -1, where: Any = None, temperature: float 
     return _softmax_like("softmax", x, axis, where, temperature, False)
 
 
-def log_softmax(x: Any, /, *, axis: int = -1, where: Any = None,
-                temperature: float = 1.0) -> "da.Array":
+def log_softmax(
+    x: Any, /, *, axis: int = -1, where: Any = None, temperature: float = 1.0
+) -> "da.Array":
     """Log-softmax of a dask array along ``axis`` (chunked as for
     :func:`softmax`): ``x_i / T - logsumexp(x / T)`` from the row's merged
     state, formed in double (float32) or long double (float64) and rounded
@@ -395,8 +432,15 @@ def log_softmax(x: Any, /, *, axis: int = -1, where: Any = None,
     return _softmax_like("log_softmax", x, axis, where, temperature, True)
 
 
-def logsumexp(x: Any, /, *, axis: int = -1, where: Any = None, temperature: float = 1.0,
-              keepdims: bool = False) -> "da.Array":
+def logsumexp(
+    x: Any,
+    /,
+    *,
+    axis: int = -1,
+    where: Any = None,
+    temperature: float = 1.0,
+    keepdims: bool = False,
+) -> "da.Array":
     """``log(sum(exp(x / T)))`` of a dask array along one ``axis`` (default the
     last, unlike the in-memory :func:`softdot.logsumexp`, which reduces every
     axis by default).
@@ -415,22 +459,45 @@ def logsumexp(x: Any, /, *, axis: int = -1, where: Any = None, temperature: floa
     xa, w, ax, t = _prepare(fn, x, axis, where, temperature)
     args = [xa] if w is None else [xa, w]
     if xa.numblocks[-1] == 1:
-        r = da.map_blocks(functools.partial(_whole_row, _logsumexp_np), *args, t=t,
-                          dtype=xa.dtype, drop_axis=xa.ndim - 1,
-                          meta=_meta(xa.ndim - 1, xa.dtype), token="softdot-logsumexp")
+        r = da.map_blocks(
+            functools.partial(_whole_row, _logsumexp_np),
+            *args,
+            t=t,
+            dtype=xa.dtype,
+            drop_axis=xa.ndim - 1,
+            meta=_meta(xa.ndim - 1, xa.dtype),
+            token="softdot-logsumexp",
+        )
     else:
         # As in memory: the logsumexp of the merged state, and a second pass
         # in the wider type for the rows where it cancels.
         nd = xa.ndim
         total = _total_state(xa, w, t)
-        pairs = _per_chunk(_block_wide_sum, xa, total, w, t, "softdot-lse-wide",
-                           dtype=np.float64, chunks=xa.chunks[:-1] + ((2,) * xa.numblocks[-1],))
+        pairs = _per_chunk(
+            _block_wide_sum,
+            xa,
+            total,
+            w,
+            t,
+            "softdot-lse-wide",
+            dtype=np.float64,
+            chunks=xa.chunks[:-1] + ((2,) * xa.numblocks[-1],),
+        )
         pair = _tree(pairs, _add_pairs, {}, nd)
         ind = tuple(range(nd))
-        r = da.blockwise(_lse_final, ind[:-1], total, ind, pair, ind[:-1] + (nd,),
-                         out_dtype=xa.dtype,
-                         dtype=xa.dtype, concatenate=True, meta=_meta(nd - 1, xa.dtype),
-                         token="softdot-logsumexp")
+        r = da.blockwise(
+            _lse_final,
+            ind[:-1],
+            total,
+            ind,
+            pair,
+            ind[:-1] + (nd,),
+            out_dtype=xa.dtype,
+            dtype=xa.dtype,
+            concatenate=True,
+            meta=_meta(nd - 1, xa.dtype),
+            token="softdot-logsumexp",
+        )
     if keepdims:
         r = da.expand_dims(r, ax)
     return r

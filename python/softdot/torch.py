@@ -40,8 +40,12 @@ class Softmax(torch.autograd.Function):
     """y = softdot.softmax(x, axis=dim); dx = softdot.softmax_backward(y, dy) / T."""
 
     @staticmethod
-    def forward(x: torch.Tensor, dim: int, temperature: float,  # type: ignore[override]
-                precision: str) -> torch.Tensor:
+    def forward(
+        x: torch.Tensor,
+        dim: int,
+        temperature: float,
+        precision: str,
+    ) -> torch.Tensor:
         fast = R.precision_flag("softmax", precision)
         return R.row_op("softmax", x.detach(), dim, None, temperature, None, False, fast)
 
@@ -53,7 +57,7 @@ class Softmax(torch.autograd.Function):
         ctx.temperature = float(temperature)
 
     @staticmethod
-    def backward(ctx: Any, dy: torch.Tensor):  # type: ignore[override]
+    def backward(ctx: Any, dy: torch.Tensor):
         (y,) = ctx.saved_tensors
         return SoftmaxGrad.apply(y, dy, ctx.dim, ctx.temperature), None, None, None
 
@@ -64,8 +68,12 @@ class SoftmaxGrad(torch.autograd.Function):
     d/d(dy) = y (u - q) / T (this Function again), d/dy = (u (dy - s) - dy q) / T."""
 
     @staticmethod
-    def forward(y: torch.Tensor, dy: torch.Tensor, dim: int,  # type: ignore[override]
-                temperature: float) -> torch.Tensor:
+    def forward(
+        y: torch.Tensor,
+        dy: torch.Tensor,
+        dim: int,
+        temperature: float,
+    ) -> torch.Tensor:
         yd = y.detach()
         dx = R.softmax_backward(yd, dy.detach().to(yd.dtype), axis=dim)
         return _scaled(dx, temperature)
@@ -78,7 +86,7 @@ class SoftmaxGrad(torch.autograd.Function):
         ctx.temperature = float(temperature)
 
     @staticmethod
-    def backward(ctx: Any, u: torch.Tensor):  # type: ignore[override]
+    def backward(ctx: Any, u: torch.Tensor):
         y, dy = ctx.saved_tensors
         dim, t = ctx.dim, ctx.temperature
         dy = dy.to(y.dtype)
@@ -97,8 +105,11 @@ class LogSoftmax(torch.autograd.Function):
     p = softdot.softmax(x, axis=dim)."""
 
     @staticmethod
-    def forward(x: torch.Tensor, dim: int,  # type: ignore[override]
-                temperature: float) -> torch.Tensor:
+    def forward(
+        x: torch.Tensor,
+        dim: int,
+        temperature: float,
+    ) -> torch.Tensor:
         return R.row_op("log_softmax", x.detach(), dim, None, temperature, None, True, False)
 
     @staticmethod
@@ -109,7 +120,7 @@ class LogSoftmax(torch.autograd.Function):
         ctx.temperature = float(temperature)
 
     @staticmethod
-    def backward(ctx: Any, dy: torch.Tensor):  # type: ignore[override]
+    def backward(ctx: Any, dy: torch.Tensor):
         (x,) = ctx.saved_tensors
         return LogSoftmaxGrad.apply(x, dy, ctx.dim, ctx.temperature), None, None
 
@@ -120,8 +131,12 @@ class LogSoftmaxGrad(torch.autograd.Function):
     d/dx = -S p (u - <u, p>) / T^2 = -S softmax_backward(p, u) / T^2."""
 
     @staticmethod
-    def forward(x: torch.Tensor, dy: torch.Tensor, dim: int,  # type: ignore[override]
-                temperature: float) -> torch.Tensor:
+    def forward(
+        x: torch.Tensor,
+        dy: torch.Tensor,
+        dim: int,
+        temperature: float,
+    ) -> torch.Tensor:
         xd = x.detach()
         p = R.row_op("log_softmax", xd, dim, None, temperature, None, False, False)
         dy = dy.detach().to(p.dtype)
@@ -135,7 +150,7 @@ class LogSoftmaxGrad(torch.autograd.Function):
         ctx.temperature = float(temperature)
 
     @staticmethod
-    def backward(ctx: Any, u: torch.Tensor):  # type: ignore[override]
+    def backward(ctx: Any, u: torch.Tensor):
         x, dy = ctx.saved_tensors
         dim, t = ctx.dim, ctx.temperature
         # p as a differentiable function of x, for derivatives past the second.
@@ -149,8 +164,9 @@ class LogSoftmaxGrad(torch.autograd.Function):
         return g_x, g_dy, None, None
 
 
-def softmax(x: torch.Tensor, dim: int = -1, *, temperature: float = 1.0,
-            precision: str = "faithful") -> torch.Tensor:
+def softmax(
+    x: torch.Tensor, dim: int = -1, *, temperature: float = 1.0, precision: str = "faithful"
+) -> torch.Tensor:
     """softdot.softmax with autograd (same special values and bounds), to any
     order of derivative."""
     _check("softmax", x)

@@ -12,8 +12,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_python(code: str) -> str:
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=120, cwd=HERE)
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=HERE
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
 
@@ -87,8 +88,10 @@ def test_lazy_dask_without_dask_says_what_to_install():
         "except ImportError as e:\n"
         "    print(str(e).splitlines()[0])\n"
     )
-    assert out == ("softdot.dask needs dask's array module: pip install 'dask[array]' "
-                   "(and 'distributed' to run on a cluster)")
+    assert out == (
+        "softdot.dask needs dask's array module: pip install 'dask[array]' "
+        "(and 'distributed' to run on a cluster)"
+    )
 
 
 def test_lazy_distributed_is_the_import_statement():

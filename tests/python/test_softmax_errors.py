@@ -29,25 +29,40 @@ def raises(exc, message, call):
 # ---- numpy and torch in one call ----------------------------------------------------------
 
 MIXED = [
-    ("softmax", lambda w: softdot.softmax(X64, where=w),
-     lambda w: softdot.softmax(T64, where=w)),
-    ("log_softmax", lambda w: softdot.log_softmax(X64, where=w, axis=1),
-     lambda w: softdot.log_softmax(T64, where=w, axis=1)),
-    ("logsumexp", lambda w: softdot.logsumexp(X64, where=w, axis=-1),
-     lambda w: softdot.logsumexp(T64, where=w, axis=-1)),
-    ("softmax_state", lambda w: softdot.softmax_state(X64[0], where=w),
-     lambda w: softdot.softmax_state(T64[0], where=w)),
+    ("softmax", lambda w: softdot.softmax(X64, where=w), lambda w: softdot.softmax(T64, where=w)),
+    (
+        "log_softmax",
+        lambda w: softdot.log_softmax(X64, where=w, axis=1),
+        lambda w: softdot.log_softmax(T64, where=w, axis=1),
+    ),
+    (
+        "logsumexp",
+        lambda w: softdot.logsumexp(X64, where=w, axis=-1),
+        lambda w: softdot.logsumexp(T64, where=w, axis=-1),
+    ),
+    (
+        "softmax_state",
+        lambda w: softdot.softmax_state(X64[0], where=w),
+        lambda w: softdot.softmax_state(T64[0], where=w),
+    ),
 ]
 
 
 @pytest.mark.parametrize("fn,numpy_call,torch_call", MIXED, ids=[m[0] for m in MIXED])
 def test_where_of_the_other_library_is_a_type_error(fn, numpy_call, torch_call):
-    raises(TypeError, f"{fn}: where is a torch.Tensor but x is a numpy array",
-           lambda: numpy_call(TKEEP))
-    raises(TypeError, f"{fn}: where is a numpy array but x is a torch.Tensor",
-           lambda: torch_call(KEEP))
-    raises(TypeError, f"{fn}: where is a numpy array but x is a torch.Tensor",
-           lambda: torch_call(np.bool_(True)))
+    raises(
+        TypeError,
+        f"{fn}: where is a torch.Tensor but x is a numpy array",
+        lambda: numpy_call(TKEEP),
+    )
+    raises(
+        TypeError, f"{fn}: where is a numpy array but x is a torch.Tensor", lambda: torch_call(KEEP)
+    )
+    raises(
+        TypeError,
+        f"{fn}: where is a numpy array but x is a torch.Tensor",
+        lambda: torch_call(np.bool_(True)),
+    )
     # Each library's own mask, and a plain list, are accepted and agree.
     a, b, c = numpy_call(KEEP), torch_call(TKEEP), torch_call([True, False, True])
     if isinstance(a, softdot.SoftmaxState):
@@ -58,10 +73,16 @@ def test_where_of_the_other_library_is_a_type_error(fn, numpy_call, torch_call):
 
 def test_softmax_apply_where_of_the_other_library():
     total = softdot.softmax_state(X64[0])
-    raises(TypeError, "softmax_apply: where is a torch.Tensor but x is a numpy array",
-           lambda: softdot.softmax_apply(X64[0], total, where=TKEEP))
-    raises(TypeError, "softmax_apply: where is a numpy array but x is a torch.Tensor",
-           lambda: softdot.softmax_apply(T64[0], total, where=KEEP))
+    raises(
+        TypeError,
+        "softmax_apply: where is a torch.Tensor but x is a numpy array",
+        lambda: softdot.softmax_apply(X64[0], total, where=TKEEP),
+    )
+    raises(
+        TypeError,
+        "softmax_apply: where is a numpy array but x is a torch.Tensor",
+        lambda: softdot.softmax_apply(T64[0], total, where=KEEP),
+    )
 
 
 # ---- temperature -----------------------------------------------------------------------
@@ -77,11 +98,13 @@ TEMPERATURE_FUNCTIONS = [
 
 
 @pytest.mark.parametrize("fn,call", TEMPERATURE_FUNCTIONS)
-@pytest.mark.parametrize("bad", ["2", b"2", True, False, np.bool_(True), None, [2.0], 2j,
-                                 torch.tensor(2.0)])
+@pytest.mark.parametrize(
+    "bad", ["2", b"2", True, False, np.bool_(True), None, [2.0], 2j, torch.tensor(2.0)]
+)
 def test_temperature_must_be_a_real_number(fn, call, bad):
-    raises(TypeError, f"{fn}: temperature must be a real number, not {bad!r}",
-           lambda: call(X64, bad))
+    raises(
+        TypeError, f"{fn}: temperature must be a real number, not {bad!r}", lambda: call(X64, bad)
+    )
 
 
 @pytest.mark.parametrize("fn,call", TEMPERATURE_FUNCTIONS)
@@ -97,22 +120,36 @@ def test_temperature_numbers_accepted(fn, call):
 
 @pytest.mark.parametrize("fn,call", TEMPERATURE_FUNCTIONS)
 def test_temperature_reciprocal_must_be_finite_in_the_dtype(fn, call):
-    raises(ValueError, f"{fn}: temperature 1e-45 has no finite, non-zero reciprocal in float32",
-           lambda: call(X32, 1e-45))
-    raises(ValueError, f"{fn}: temperature 1e-320 has no finite, non-zero reciprocal in float64",
-           lambda: call(X64, 1e-320))
-    raises(ValueError, f"{fn}: temperature must be finite and > 0, got -2.0",
-           lambda: call(X64, -2))
+    raises(
+        ValueError,
+        f"{fn}: temperature 1e-45 has no finite, non-zero reciprocal in float32",
+        lambda: call(X32, 1e-45),
+    )
+    raises(
+        ValueError,
+        f"{fn}: temperature 1e-320 has no finite, non-zero reciprocal in float64",
+        lambda: call(X64, 1e-320),
+    )
+    raises(ValueError, f"{fn}: temperature must be finite and > 0, got -2.0", lambda: call(X64, -2))
     call(X64, 1e-45)  # float64 has the reciprocal of 1e-45
 
 
 def test_temperature_one_as_a_bool_is_not_the_fast_path():
-    raises(TypeError, "softmax: temperature must be a real number, not True",
-           lambda: softdot.softmax(X64, temperature=True))
-    raises(TypeError, "log_softmax: temperature must be a real number, not True",
-           lambda: softdot.log_softmax(T64, temperature=True))
-    raises(TypeError, "softmax: axis must be an integer, not -1.0",
-           lambda: softdot.softmax(X64, axis=-1.0))
+    raises(
+        TypeError,
+        "softmax: temperature must be a real number, not True",
+        lambda: softdot.softmax(X64, temperature=True),
+    )
+    raises(
+        TypeError,
+        "log_softmax: temperature must be a real number, not True",
+        lambda: softdot.log_softmax(T64, temperature=True),
+    )
+    raises(
+        TypeError,
+        "softmax: axis must be an integer, not -1.0",
+        lambda: softdot.softmax(X64, axis=-1.0),
+    )
 
 
 # ---- messages name the Python function, never the C++ one -----------------------------------
@@ -123,48 +160,93 @@ def test_core_messages_name_the_python_function():
     softdot::<C++ function>) reach Python under the Python function's name."""
     y = np.empty((2, 4))
     cases = [
-        (lambda: core.softmax_rows(X32, np.empty_like(X32), None, True, 1e-45, False),
-         "log_softmax: temperature 1e-45 has no finite, non-zero reciprocal in float"),
-        (lambda: core.softmax_rows(X64, y, None, False, 1.0, False),
-         "softmax: out has shape (2, 4) but x has shape (2, 3)"),
-        (lambda: core.softmax_strided(X64.T, y.T, None, False, 1.0, False),
-         "softmax: out has shape (4, 2) but x has shape (3, 2)"),
-        (lambda: core.softmax_strided(X32.T, np.empty_like(X32).T, None, False, 1e-45, False),
-         "softmax: temperature 1e-45 has no finite, non-zero reciprocal in float"),
+        (
+            lambda: core.softmax_rows(X32, np.empty_like(X32), None, True, 1e-45, False),
+            "log_softmax: temperature 1e-45 has no finite, non-zero reciprocal in float",
+        ),
+        (
+            lambda: core.softmax_rows(X64, y, None, False, 1.0, False),
+            "softmax: out has shape (2, 4) but x has shape (2, 3)",
+        ),
+        (
+            lambda: core.softmax_strided(X64.T, y.T, None, False, 1.0, False),
+            "softmax: out has shape (4, 2) but x has shape (3, 2)",
+        ),
+        (
+            lambda: core.softmax_strided(X32.T, np.empty_like(X32).T, None, False, 1e-45, False),
+            "softmax: temperature 1e-45 has no finite, non-zero reciprocal in float",
+        ),
         # over 2^18 elements: the error of every block, raised in OpenMP threads
-        (lambda: core.softmax_strided(np.ones((600, 700), np.float32).T,
-                                      np.empty((600, 700), np.float32).T, None, True, 1e-45,
-                                      False),
-         "log_softmax: temperature 1e-45 has no finite, non-zero reciprocal in float"),
-        (lambda: core.logsumexp_rows(X32, np.empty(2, np.float32), None, 1e-45),
-         "logsumexp: temperature 1e-45 has no finite, non-zero reciprocal in float"),
-        (lambda: core.softmax_backward_rows(X64, y, np.empty_like(X64)),
-         "softmax_backward: dy has shape (2, 4) but y has shape (2, 3)"),
-        (lambda: core.state(X32[0], None, 1e-45),
-         "softmax_state: temperature 1e-45 has no finite, non-zero reciprocal in float"),
-        (lambda: core.apply(X32[0], (0.0, 1.0, 0.0), np.empty(3, np.float32), None, 1e-45),
-         "softmax_apply: temperature 1e-45 has no finite, non-zero reciprocal in float"),
-        (lambda: core.dots(X64[0], np.ones((2, 4)), np.empty(2)),
-         "dots: keys has shape (2, 4) but query has shape (3,) (keys.shape[1] must equal "
-         "len(query))"),
-        (lambda: core.cross_entropy_rows(X64, np.array([0, 5]), None, None, -100, 0.0, 2),
-         "cross_entropy: targets[1] = 5 is not a class in [0, 3) nor ignore_index -100"),
+        (
+            lambda: core.softmax_strided(
+                np.ones((600, 700), np.float32).T,
+                np.empty((600, 700), np.float32).T,
+                None,
+                True,
+                1e-45,
+                False,
+            ),
+            "log_softmax: temperature 1e-45 has no finite, non-zero reciprocal in float",
+        ),
+        (
+            lambda: core.logsumexp_rows(X32, np.empty(2, np.float32), None, 1e-45),
+            "logsumexp: temperature 1e-45 has no finite, non-zero reciprocal in float",
+        ),
+        (
+            lambda: core.softmax_backward_rows(X64, y, np.empty_like(X64)),
+            "softmax_backward: dy has shape (2, 4) but y has shape (2, 3)",
+        ),
+        (
+            lambda: core.state(X32[0], None, 1e-45),
+            "softmax_state: temperature 1e-45 has no finite, non-zero reciprocal in float",
+        ),
+        (
+            lambda: core.apply(X32[0], (0.0, 1.0, 0.0), np.empty(3, np.float32), None, 1e-45),
+            "softmax_apply: temperature 1e-45 has no finite, non-zero reciprocal in float",
+        ),
+        (
+            lambda: core.dots(X64[0], np.ones((2, 4)), np.empty(2)),
+            "dots: keys has shape (2, 4) but query has shape (3,) (keys.shape[1] must equal "
+            "len(query))",
+        ),
+        (
+            lambda: core.cross_entropy_rows(X64, np.array([0, 5]), None, None, -100, 0.0, 2),
+            "cross_entropy: targets[1] = 5 is not a class in [0, 3) nor ignore_index -100",
+        ),
     ]
     for call, message in cases:
         raises(ValueError, message, call)
-    raises(TypeError, "softmax: x must be float32 or float64",
-           lambda: core.softmax_rows(X64.astype(np.float16), y, None, False, 1.0, False))
-    raises(TypeError, "dot: x must be float32 or float64",
-           lambda: core.dot(np.ones(3, np.float16), np.ones(3, np.float16), False))
+    raises(
+        TypeError,
+        "softmax: x must be float32 or float64",
+        lambda: core.softmax_rows(X64.astype(np.float16), y, None, False, 1.0, False),
+    )
+    raises(
+        TypeError,
+        "dot: x must be float32 or float64",
+        lambda: core.dot(np.ones(3, np.float16), np.ones(3, np.float16), False),
+    )
 
 
 def test_public_messages_name_the_python_function():
-    raises(ValueError, "cross_entropy: targets[1] = 7 is not a class in [0, 3) nor "
-           "ignore_index -100", lambda: softdot.cross_entropy(X64, np.array([0, 7])))
-    raises(ValueError, "softmax: temperature 1e-45 has no finite, non-zero reciprocal in float32",
-           lambda: softdot.softmax(X32, temperature=1e-45, axis=0))
-    for f in (softdot.softmax, softdot.log_softmax, softdot.logsumexp,
-              softdot.softmax_backward, softdot.cross_entropy, softdot.dot):
+    raises(
+        ValueError,
+        "cross_entropy: targets[1] = 7 is not a class in [0, 3) nor ignore_index -100",
+        lambda: softdot.cross_entropy(X64, np.array([0, 7])),
+    )
+    raises(
+        ValueError,
+        "softmax: temperature 1e-45 has no finite, non-zero reciprocal in float32",
+        lambda: softdot.softmax(X32, temperature=1e-45, axis=0),
+    )
+    for f in (
+        softdot.softmax,
+        softdot.log_softmax,
+        softdot.logsumexp,
+        softdot.softmax_backward,
+        softdot.cross_entropy,
+        softdot.dot,
+    ):
         with pytest.raises((TypeError, ValueError)) as e:
             if f is softdot.softmax_backward:
                 f(X64, np.ones((2, 4)))

@@ -6,12 +6,15 @@ float64 with temperature and dim=0; second and third derivatives against
 torch's, gradgradcheck and torch.func.grad); the softmax family dispatching
 to them for tensors that require grad."""
 
+import functools
+
 import numpy as np
 import pytest
 import torch
 
 import softdot
 import softdot.torch as st
+
 from conftest import assert_log_softmax_bound, assert_ulp, logsumexp_ref, softmax_ref
 
 TFLOATS = (torch.float32, torch.float64)
@@ -48,8 +51,13 @@ def test_softmax_against_torch(rng, dtype, dim):
 @pytest.mark.parametrize("dtype", TFLOATS)
 def test_noncontiguous_tensors(rng, dtype):
     base = randn(rng, (8, 12, 10), dtype)
-    for x in (base.transpose(0, 2), base[::2], base[:, :, ::3], base.permute(2, 0, 1),
-              base.flip(0)[1:]):
+    for x in (
+        base.transpose(0, 2),
+        base[::2],
+        base[:, :, ::3],
+        base.permute(2, 0, 1),
+        base.flip(0)[1:],
+    ):
         for dim in (0, -1):
             y = softdot.softmax(x, axis=dim)
             assert_ulp(y.numpy(), softmax_ref(x.contiguous().numpy(), axis=dim), 1)
@@ -68,8 +76,9 @@ def test_logsumexp_against_torch(rng, dtype):
         tdim = tuple(range(3)) if axis is None else axis
         # torch's own error: a few eps of the max and of log(n) (absolute).
         eps = torch.finfo(dtype).eps
-        torch.testing.assert_close(r, torch.logsumexp(x, dim=tdim), rtol=2 * eps,
-                                   atol=4 * eps * (float(x.abs().max()) + 5))
+        torch.testing.assert_close(
+            r, torch.logsumexp(x, dim=tdim), rtol=2 * eps, atol=4 * eps * (float(x.abs().max()) + 5)
+        )
     r = softdot.logsumexp(x, axis=1, keepdims=True)
     assert r.shape == (4, 1, 6)
 
@@ -102,8 +111,9 @@ def test_torch_integers_and_other_functions(rng):
     dy = randn(rng, (3, 9), torch.float64)
     dx = softdot.softmax_backward(yy, dy)
     assert isinstance(dx, torch.Tensor)
-    torch.testing.assert_close(dx, yy * (dy - (dy * yy).sum(-1, keepdim=True)),
-                               rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close(
+        dx, yy * (dy - (dy * yy).sum(-1, keepdim=True)), rtol=1e-12, atol=1e-15
+    )
     c = randn(rng, (20,), torch.float32)
     s = softdot.softmax_state(c[:7]).merge(softdot.softmax_state(c[7:]))
     y = torch.cat([softdot.softmax_apply(c[:7], s), softdot.softmax_apply(c[7:], s)])
@@ -136,8 +146,13 @@ def test_softmax_gradient_matches_torch(rng, dtype, dim):
         (yd * w.double()).sum().backward()
         wd = w.double()
         sd_ = (wd * yd).sum(dim=dim, keepdim=True).abs()
-        lim = 2 * eps * yd.detach() * (wd.abs() + sd_ + (wd.abs() * yd.detach()).sum(
-            dim=dim, keepdim=True)) + 1e-30
+        lim = (
+            2
+            * eps
+            * yd.detach()
+            * (wd.abs() + sd_ + (wd.abs() * yd.detach()).sum(dim=dim, keepdim=True))
+            + 1e-30
+        )
         assert torch.all((x.grad.double() - xd.grad).abs() <= lim)
 
 
@@ -184,8 +199,7 @@ def test_temperature_gradient(rng):
 )
 def test_gradcheck(rng, fn, kw):
     x = randn(rng, (4, 5, 3), torch.float64, 1.0).requires_grad_()
-    assert torch.autograd.gradcheck(lambda t: fn(t, **kw), (x,), eps=1e-6, atol=1e-7,
-                                    rtol=1e-5)
+    assert torch.autograd.gradcheck(lambda t: fn(t, **kw), (x,), eps=1e-6, atol=1e-7, rtol=1e-5)
 
 
 def _penalty_grad(f, x0, w):
@@ -266,15 +280,15 @@ def test_double_backward_issue_example():
 )
 def test_gradgradcheck(rng, fn, kw):
     x = randn(rng, (3, 4, 2), torch.float64, 1.0).requires_grad_()
-    assert torch.autograd.gradgradcheck(lambda t: fn(t, **kw), (x,), eps=1e-6, atol=1e-7,
-                                        rtol=1e-5)
+    assert torch.autograd.gradgradcheck(lambda t: fn(t, **kw), (x,), eps=1e-6, atol=1e-7, rtol=1e-5)
 
 
 def test_third_derivative_matches_torch(rng):
     x0 = randn(rng, (2, 5), torch.float64, 1.0)
     for f, tf in ((st.softmax, torch.softmax), (st.log_softmax, torch.log_softmax)):
         res = []
-        for g in (lambda t: f(t, dim=-1, temperature=1.5), lambda t: tf(t / 1.5, dim=-1)):
+        ours = functools.partial(f, dim=-1, temperature=1.5)
+        for g in (ours, lambda t, tf=tf: tf(t / 1.5, dim=-1)):
             x = x0.clone().requires_grad_()
             (g1,) = torch.autograd.grad(g(x)[:, 0].sum(), x, create_graph=True)
             (g2,) = torch.autograd.grad((g1 * g1).sum(), x, create_graph=True)
@@ -296,7 +310,8 @@ def test_torch_func_grad(rng, dtype):
     # grad of grad: the second derivative through torch.func.
     h = torch.func.grad(lambda t: torch.func.grad(lambda s: st.softmax(s)[0, 0])(t).sum())(x)
     ht = torch.func.grad(
-        lambda t: torch.func.grad(lambda s: torch.softmax(s, dim=-1)[0, 0])(t).sum())(x)
+        lambda t: torch.func.grad(lambda s: torch.softmax(s, dim=-1)[0, 0])(t).sum()
+    )(x)
     torch.testing.assert_close(h, ht, rtol=64 * eps, atol=8 * eps)
 
 
@@ -323,12 +338,15 @@ def test_st_functions_reject_non_tensors():
         st.log_softmax([1.0, 2.0])
 
 
-@pytest.mark.parametrize("call", [
-    lambda t: softdot.logsumexp(t),
-    lambda t: softdot.softmax_backward(t, t.detach()),
-    lambda t: softdot.dot(t, t.detach()),
-    lambda t: softdot.softmax_state(t),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t: softdot.logsumexp(t),
+        lambda t: softdot.softmax_backward(t, t.detach()),
+        lambda t: softdot.dot(t, t.detach()),
+        lambda t: softdot.softmax_state(t),
+    ],
+)
 def test_no_backward_raises_instead_of_dropping_the_graph(call):
     """Functions without a backward refuse a tensor that requires grad (a result
     without grad_fn would silently cut the graph); under no_grad they run."""
