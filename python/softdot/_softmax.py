@@ -153,7 +153,7 @@ def log_softmax(
     return R.row_op(fn, x, axis, where, temperature, out, True, False)
 
 
-log_softmax.__doc__ = (softmax.__doc__ or "") + _SPECIAL
+log_softmax.__doc__ = (log_softmax.__doc__ or "") + _SPECIAL
 
 
 def logsumexp(

@@ -257,3 +257,12 @@ def test_public_messages_name_the_python_function():
             else:
                 f(X32, temperature=1e-45)
         assert str(e.value).startswith(f.__name__ + ": ") and "softdot::" not in str(e.value)
+
+
+def test_docstrings_state_the_special_values():
+    for f in (softdot.softmax, softdot.log_softmax):
+        doc = f.__doc__
+        assert doc.count("Special values (the C++ library's table") == 1
+        assert doc.count("Parameters\n") == 1
+    assert softdot.log_softmax.__doc__.startswith("Log of the softmax along an axis")
+    assert softdot.softmax.__doc__.startswith("Softmax along an axis")
