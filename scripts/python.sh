@@ -66,8 +66,8 @@ python_lint() {
   log "python: ruff and mypy (${python_lint_tools[*]})"
   "$venv/python" -m pip install -q "${python_lint_tools[@]}"
   (cd "$SOFTDOT_ROOT" &&
-     "$venv/ruff" format --check "${python_lint_files[@]}" &&
-     "$venv/ruff" check "${python_lint_files[@]}") ||
+     "$venv/ruff" format --no-cache --check "${python_lint_files[@]}" &&
+     "$venv/ruff" check --no-cache "${python_lint_files[@]}") ||
     die "python: ruff found unformatted files or lint (fix: ruff format FILES; ruff check --fix FILES)"
   for m in "${python_typed_modules[@]}"; do mods+=(-m "$m"); done
   # From DIR, so that `softdot` is the installed wheel, not python/softdot.
