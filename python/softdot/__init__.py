@@ -6,9 +6,22 @@ Every function takes its array positionally and its options by keyword,
 returns the same kind of array it was given (numpy in, numpy out; torch in,
 torch out), reads any layout whose last axis is contiguous without a copy,
 and releases the GIL while it computes. See docs/python.md.
+
+The optional submodules softdot.torch (autograd), softdot.dask and
+softdot.distributed (MPI) are imported on first use, ``softdot.torch.softmax``
+after a plain ``import softdot`` (PEP 562), so that ``import softdot`` imports
+neither torch nor dask nor mpi4py.
 """
 
-from ._softdot import __version__, force_simd_target, simd_target, simd_targets
+import importlib
+from typing import Any, List
+
+from . import _softdot
+from ._attention import attention_merge, attention_weights, scaled_dot_product_attention
+from ._cross_entropy import cross_entropy
+from ._paged import paged_attention
+from ._quantize import quantize_kv
+from ._softdot import force_simd_target, simd_target, simd_targets
 from ._softmax import (
     SoftmaxState,
     dot,
@@ -20,10 +33,10 @@ from ._softmax import (
     softmax_backward,
     softmax_state,
 )
-from ._cross_entropy import cross_entropy
-from ._attention import attention_merge, attention_weights, scaled_dot_product_attention
-from ._quantize import quantize_kv
-from ._paged import paged_attention
+
+# The core sets __version__ as a module attribute, which nanobind's
+# generated stub (_softdot.pyi) does not list.
+__version__: str = _softdot.__version__  # type: ignore[attr-defined]
 
 __all__ = [
     "softmax",
@@ -46,3 +59,18 @@ __all__ = [
     "force_simd_target",
     "__version__",
 ]
+
+# Submodules imported by the first attribute access (module __getattr__).
+_LAZY_SUBMODULES = ("torch", "dask", "distributed")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_SUBMODULES:
+        # Importing sets the attribute, so this runs once per submodule; an
+        # ImportError (dask or mpi4py missing) says what to install.
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))

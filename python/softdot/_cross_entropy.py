@@ -4,17 +4,19 @@ numpy arrays and CPU torch tensors (softdot::cross_entropy). See docs/python.md.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
 from . import _arrays as A
 from . import _softdot as _core
 
-_REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}
+REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}
 
 
-def _targets(fn: str, targets: Any, kind: str) -> np.ndarray:
+def class_targets(fn: str, targets: Any, kind: str) -> np.ndarray:
+    """targets as a contiguous int64 numpy array (class indices); TypeError
+    for a non-integer dtype. Shared with softdot.distributed.cross_entropy."""
     t = A.secondary(fn, "targets", targets, kind)
     if kind == "torch":
         A.check_device(fn, "targets", t)
@@ -83,36 +85,44 @@ def cross_entropy(
     fn = "cross_entropy"
     kind = A.kind_of(logits)
     x = A.float_input(fn, "logits", logits, kind)
-    t = _targets(fn, targets, kind)
+    t = class_targets(fn, targets, kind)
     single = x.ndim == 1
     if single:
         if t.ndim != 0:
-            raise ValueError(f"{fn}: logits have shape {x.shape} (one row) but targets {t.shape}; "
-                             f"expected a 0-d target")
+            raise ValueError(
+                f"{fn}: logits have shape {x.shape} (one row) but targets {t.shape}; "
+                f"expected a 0-d target"
+            )
         x, t = x.reshape(1, -1), t.reshape(1)
     elif x.ndim != 2:
         raise ValueError(f"{fn}: logits have shape {x.shape}; expected (N, C) or (C,)")
     elif t.shape != (x.shape[0],):
-        raise ValueError(f"{fn}: logits have shape {x.shape} but targets {t.shape}; "
-                         f"expected ({x.shape[0]},)")
-    if reduction not in _REDUCTIONS:
+        raise ValueError(
+            f"{fn}: logits have shape {x.shape} but targets {t.shape}; expected ({x.shape[0]},)"
+        )
+    if reduction not in REDUCTIONS:
         raise ValueError(f"{fn}: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
     try:
         eps = float(label_smoothing)
     except (TypeError, ValueError):
-        raise TypeError(f"{fn}: label_smoothing must be a real number, not {label_smoothing!r}") from None
+        raise TypeError(
+            f"{fn}: label_smoothing must be a real number, not {label_smoothing!r}"
+        ) from None
     if not (math.isfinite(eps) and 0.0 <= eps <= 1.0):
         raise ValueError(f"{fn}: label_smoothing must be in [0, 1], got {eps!r}")
     x = A.contiguous_rows(x)
     n = x.shape[0]
-    loss_user = loss_view = None
+    loss_user: Any = None
+    loss_view: Optional[np.ndarray] = None
     if reduction == "none":
         loss_user, loss_view = A.new_output((n,), x.dtype, kind)
-    grad_user = grad_view = None
+    grad_user: Any = None
+    grad_view: Optional[np.ndarray] = None
     if grad:
         grad_user, grad_view = A.new_output(x.shape, x.dtype, kind)
-    value = _core.cross_entropy_rows(x, t, loss_view, grad_view, int(ignore_index), eps,
-                                     _REDUCTIONS[reduction])
+    value = _core.cross_entropy_rows(
+        x, t, loss_view, grad_view, int(ignore_index), eps, REDUCTIONS[reduction]
+    )
     if reduction == "none":
         loss = loss_user.reshape(()) if single else loss_user
     else:
@@ -120,3 +130,9 @@ def cross_entropy(
     if not grad:
         return loss
     return loss, (grad_user.reshape(-1) if single else grad_user)
+
+
+# The names softdot.distributed used before they were public; kept until it
+# imports class_targets and REDUCTIONS.
+_targets = class_targets
+_REDUCTIONS = REDUCTIONS

@@ -3,22 +3,33 @@ for numpy arrays and CPU torch tensors. See docs/python.md."""
 
 from __future__ import annotations
 
+import importlib
 import math
-import sys
 from typing import Any, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _arrays as A
+from . import _rowops as R
 from . import _softdot as _core
+from ._rowops import softmax_backward
 
-_PRECISIONS = {"faithful": False, "fast": True}
+__all__ = [
+    "softmax",
+    "log_softmax",
+    "logsumexp",
+    "softmax_backward",
+    "softmax_state",
+    "softmax_apply",
+    "SoftmaxState",
+    "dot",
+    "dots",
+]
+
 _ndarray = np.ndarray
-_sys_modules = sys.modules
-_empty_like = np.empty_like
 _F32, _F64 = A.F32, A.F64
-_softmax_fast = _core.softmax_fast
 _dot_fast = _core.dot_fast
+_fast_call = R.fast_call
 
 # Special values, shared by the docstrings of the softmax family.
 _SPECIAL = """
@@ -33,90 +44,10 @@ _SPECIAL = """
     - any NaN that ``where`` keeps makes the whole row NaN (never hidden)."""
 
 
-def _precision(fn: str, precision: str) -> bool:
-    try:
-        return _PRECISIONS[precision]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"{fn}: precision must be 'faithful' or 'fast', not {precision!r}"
-        ) from None
-
-
-def _temperature(fn: str, t: Any) -> float:
-    try:
-        v = float(t)
-    except (TypeError, ValueError):
-        raise TypeError(f"{fn}: temperature must be a real number, not {t!r}") from None
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"{fn}: temperature must be finite and > 0, got {v!r}")
-    return v
-
-
-def _needs_grad(x: Any) -> bool:
-    t = _sys_modules.get("torch")
-    return (t is not None and isinstance(x, t.Tensor) and x.requires_grad
-            and t.is_grad_enabled())
-
-
-def _row_op(fn: str, x, axis, where, temperature, out, log: bool, fast: bool):
-    """softmax or log_softmax along `axis` (shared by both)."""
-    kind = A.kind_of(x)
-    if kind == "torch" and _needs_grad(x):
-        raise NotImplementedError(
-            f"{fn}: x requires grad, and softdot's autograd form (softdot.torch.{fn}) takes "
-            f"neither where= nor out=; call it under torch.no_grad() or on a detached tensor"
-        )
-    xa = A.float_input(fn, "x", x, kind)
-    nd = xa.ndim
-    if nd == 0:
-        raise ValueError(f"{fn}: x is 0-d; a softmax needs at least one axis")
-    ax = A.normalize_axis(fn, axis, nd)
-    if xa.shape[ax] == 0:
-        raise ValueError(f"{fn}: x has shape {xa.shape}: axis {ax} is empty")
-    t = _temperature(fn, temperature)
-    w = None if where is None else A.where_array(fn, where, xa.shape)
-    user, o = A.output(fn, out, xa.shape, xa.dtype, kind)
-    if out is not None:
-        A.check_overlap(fn, o, "x", xa, True)
-        A.check_overlap(fn, o, "where", w, False)
-    if xa.size == 0:  # no rows (the rows themselves are not empty)
-        return user
-    if ax != nd - 1:
-        xm, om = np.moveaxis(xa, ax, -1), np.moveaxis(o, ax, -1)
-        wm = None if w is None else np.moveaxis(w, ax, -1)
-    else:
-        xm, om, wm = xa, o, w
-    xm = A.contiguous_rows(xm)
-    if wm is not None:
-        wm = A.contiguous_rows(wm)
-    A.write_through(om, lambda target: _core.softmax_rows(xm, target, wm, log, t, fast))
-    return user
-
-
-def _fast_call(x, out, log: bool, fast: bool):
-    """The no-option call on a row-major float32/float64 array, straight to
-    the core's NumPy fast path; None where the general path must run."""
-    tx = type(x)
-    if tx is _ndarray:
-        if out is None or type(out) is _ndarray:
-            return _softmax_fast(x, out, log, fast)
-        return None
-    t = _sys_modules.get("torch")
-    if t is None or tx is not t.Tensor or not x.is_cpu or x.requires_grad:
-        return None
-    d = x.dtype
-    if d != t.float32 and d != t.float64:
-        return None
-    try:
-        xn = x.numpy()
-        if out is None:  # a new numpy array, then a tensor on its memory
-            r = _softmax_fast(xn, None, log, fast)
-            return None if r is None else t.from_numpy(r)
-        if type(out) is t.Tensor and out.is_cpu and not out.requires_grad:
-            return None if _softmax_fast(xn, out.numpy(), log, fast) is None else out
-    except (RuntimeError, TypeError):
-        pass
-    return None
+def _autograd() -> Any:
+    """softdot.torch (the autograd Functions), imported on the first tensor
+    that requires grad; it imports _rowops, never this module."""
+    return importlib.import_module(".torch", __package__)
 
 
 def softmax(
@@ -159,21 +90,26 @@ def softmax(
     """
     # The common call (a row-major array, last axis, no options) goes straight
     # to the core's NumPy fast path: most of the binding's cost per call.
-    if (where is None and axis == -1 and temperature == 1.0
-            and (precision == "faithful" or precision == "fast")):
+    # (type checks: a bool is == 1 but is refused, a float axis -1.0 too)
+    if (
+        where is None
+        and type(axis) is int
+        and axis == -1
+        and type(temperature) is float
+        and temperature == 1.0
+        and (precision == "faithful" or precision == "fast")
+    ):
         r = _fast_call(x, out, False, precision == "fast")
         if r is not None:
             return r
     fn = "softmax"
-    fast = _precision(fn, precision)
-    if out is None and where is None and _needs_grad(x):
-        from . import torch as _st
-
-        return _st.softmax(x, dim=axis, temperature=temperature, precision=precision)
-    return _row_op(fn, x, axis, where, temperature, out, False, fast)
+    fast = R.precision_flag(fn, precision)
+    if out is None and where is None and R.needs_grad(x):
+        return _autograd().softmax(x, dim=axis, temperature=temperature, precision=precision)
+    return R.row_op(fn, x, axis, where, temperature, out, False, fast)
 
 
-softmax.__doc__ += _SPECIAL
+softmax.__doc__ = (softmax.__doc__ or "") + _SPECIAL
 
 
 def log_softmax(
@@ -201,19 +137,23 @@ def log_softmax(
     -------
     numpy.ndarray or torch.Tensor
     """
-    if where is None and axis == -1 and temperature == 1.0:
+    if (
+        where is None
+        and type(axis) is int
+        and axis == -1
+        and type(temperature) is float
+        and temperature == 1.0
+    ):
         r = _fast_call(x, out, True, False)
         if r is not None:
             return r
     fn = "log_softmax"
-    if out is None and where is None and _needs_grad(x):
-        from . import torch as _st
-
-        return _st.log_softmax(x, dim=axis, temperature=temperature)
-    return _row_op(fn, x, axis, where, temperature, out, True, False)
+    if out is None and where is None and R.needs_grad(x):
+        return _autograd().log_softmax(x, dim=axis, temperature=temperature)
+    return R.row_op(fn, x, axis, where, temperature, out, True, False)
 
 
-log_softmax.__doc__ += _SPECIAL
+log_softmax.__doc__ = (log_softmax.__doc__ or "") + _SPECIAL
 
 
 def logsumexp(
@@ -277,13 +217,13 @@ def logsumexp(
             axes = (A.normalize_axis(fn, axis, nd),)
         res_shape = tuple(s for i, s in enumerate(xa.shape) if i not in axes)
         keep_shape = tuple(1 if i in axes else s for i, s in enumerate(xa.shape))
-    t = _temperature(fn, temperature)
+    t = R.temperature_value(fn, temperature, xa.dtype)
     n = 1
     for a in axes:
         n *= xa.shape[a]
     if n == 0:
         raise ValueError(f"{fn}: x has shape {xa.shape}: the reduced axes {axes} hold no entry")
-    w = None if where is None else A.where_array(fn, where, xa.shape)
+    w = None if where is None else R.where_of(fn, where, xa.shape, kind)
     user, o = A.output(fn, out, keep_shape if keepdims else res_shape, xa.dtype, kind)
     if out is not None:
         A.check_overlap(fn, o, "x", xa, False)
@@ -303,56 +243,6 @@ def logsumexp(
         target = np.squeeze(o, axis=axes)  # a view without the length-1 axes
     _core.logsumexp_rows(rows_of(xa), target, None if w is None else rows_of(w), t)
     return A.result(user, o, kind, scalar_ok=out is None)
-
-
-def softmax_backward(y: Any, dy: Any, /, *, axis: int = -1, out: Any = None) -> Any:
-    """Gradient of the softmax: ``dx_i = y_i (dy_i - <dy, y>)`` along ``axis``.
-
-    ``y`` is the softmax's output and ``dy`` the gradient of a loss with
-    respect to it. The inner product is computed in twice the working
-    precision and each ``dx_i`` is formed in higher precision, so ``dx`` is
-    within about 1 ulp of the exact value for these ``y`` and ``dy``, up to
-    the conditioning of ``dy_i - <dy, y>``. NaN and inf follow IEEE rules.
-
-    Parameters
-    ----------
-    y, dy : array_like or torch.Tensor
-        Same shape and dtype (float32 or float64).
-    axis : int, default -1
-    out : array, optional
-        May be ``y`` or ``dy`` (in place).
-
-    Returns
-    -------
-    numpy.ndarray or torch.Tensor
-    """
-    fn = "softmax_backward"
-    kind = A.kind_of(y)
-    ya = A.float_input(fn, "y", y, kind)
-    da = A.float_input(fn, "dy", A.secondary(fn, "dy", dy, kind), kind)
-    if ya.dtype != da.dtype:
-        raise TypeError(f"{fn}: y has dtype {ya.dtype.name} but dy has dtype {da.dtype.name}")
-    if ya.shape != da.shape:
-        raise ValueError(f"{fn}: y has shape {ya.shape} but dy has shape {da.shape}")
-    nd = ya.ndim
-    if nd == 0:
-        raise ValueError(f"{fn}: y is 0-d; a softmax gradient needs at least one axis")
-    ax = A.normalize_axis(fn, axis, nd)
-    if ya.shape[ax] == 0:
-        raise ValueError(f"{fn}: y has shape {ya.shape}: axis {ax} is empty")
-    user, o = A.output(fn, out, ya.shape, ya.dtype, kind)
-    if out is not None:
-        A.check_overlap(fn, o, "y", ya, True)
-        A.check_overlap(fn, o, "dy", da, True)
-    if ya.size == 0:
-        return user
-    if ax != nd - 1:
-        ym, dm, om = (np.moveaxis(a, ax, -1) for a in (ya, da, o))
-    else:
-        ym, dm, om = ya, da, o
-    ym, dm = A.contiguous_rows(ym), A.contiguous_rows(dm)
-    A.write_through(om, lambda target: _core.softmax_backward_rows(ym, dm, target))
-    return user
 
 
 # ---- online softmax ------------------------------------------------------------
@@ -399,7 +289,9 @@ class SoftmaxState:
         """The state of both chunks: ``m = max(m1, m2)``,
         ``s = s1 exp(m1 - m) + s2 exp(m2 - m)`` in double-double arithmetic."""
         if not isinstance(other, SoftmaxState):
-            raise TypeError(f"SoftmaxState.merge: expected a SoftmaxState, got {type(other).__name__}")
+            raise TypeError(
+                f"SoftmaxState.merge: expected a SoftmaxState, got {type(other).__name__}"
+            )
         if other.dtype != self.dtype:
             raise TypeError(
                 f"SoftmaxState.merge: states of {self.dtype.name} and {other.dtype.name} chunks"
@@ -431,7 +323,7 @@ def _chunk(fn: str, chunk: Any, where: Any):
     c = A.contiguous_rows(c)
     w = None
     if where is not None:
-        w = A.contiguous_rows(A.where_array(fn, where, c.shape))
+        w = A.contiguous_rows(R.where_of(fn, where, c.shape, kind))
     return c, w, kind
 
 
@@ -446,12 +338,18 @@ def softmax_state(chunk: Any, /, *, where: Any = None, temperature: float = 1.0)
     """
     fn = "softmax_state"
     c, w, _ = _chunk(fn, chunk, where)
-    return SoftmaxState(*_core.state(c, w, _temperature(fn, temperature)), dtype=c.dtype)
+    t = R.temperature_value(fn, temperature, c.dtype)
+    return SoftmaxState(*_core.state(c, w, t), dtype=c.dtype)
 
 
 def softmax_apply(
-    chunk: Any, total: SoftmaxState, /, *, where: Any = None, temperature: float = 1.0,
-    out: Any = None
+    chunk: Any,
+    total: SoftmaxState,
+    /,
+    *,
+    where: Any = None,
+    temperature: float = 1.0,
+    out: Any = None,
 ) -> Any:
     """Final weights of one chunk, ``exp(x_i - total.max) / total.sum``, given the
     state of the whole row (which must include this chunk). Same ``where`` and
@@ -466,7 +364,7 @@ def softmax_apply(
             f"{fn}: chunk has dtype {c.dtype.name} but total is a state of "
             f"{total.dtype.name} chunks"
         )
-    t = _temperature(fn, temperature)
+    t = R.temperature_value(fn, temperature, c.dtype)
     user, o = A.output(fn, out, c.shape, c.dtype, kind)
     if out is not None:
         A.check_overlap(fn, o, "chunk", c, True)

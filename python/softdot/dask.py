@@ -56,6 +56,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess test
     ) from e
 
 from . import _softdot as _core
+from ._rowops import temperature_value
 from ._softmax import log_softmax as _log_softmax_np
 from ._softmax import logsumexp as _logsumexp_np
 from ._softmax import softmax as _softmax_np
@@ -93,26 +94,6 @@ def _axis(fn: str, axis: Any, nd: int) -> int:
     return a % nd
 
 
-def _temperature(fn: str, temperature: Any, dtype: np.dtype) -> float:
-    """The temperature as a float, checked as the library does: finite, > 0,
-    and with a finite, non-zero reciprocal in x's dtype."""
-    try:
-        t = float(temperature)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"{fn}: temperature must be a real number, not {temperature!r}"
-        ) from None
-    if not (math.isfinite(t) and t > 0):
-        raise ValueError(f"{fn}: temperature must be finite and > 0, got {t!r}")
-    with np.errstate(over="ignore", under="ignore"):
-        s = dtype.type(1.0 / t)
-    if not (np.isfinite(s) and s > 0):
-        raise ValueError(
-            f"{fn}: temperature {t!r} has no finite, non-zero reciprocal in {dtype.name}"
-        )
-    return t
-
-
 def _where(fn: str, where: Any, x: "da.Array") -> "da.Array":
     """where as booleans broadcast to x's shape and chunked as x."""
     w = where if isinstance(where, da.Array) else da.asarray(np.asarray(where))
@@ -144,7 +125,7 @@ def _prepare(fn: str, x: Any, axis: Any, where: Any, temperature: Any):
         raise ValueError(f"{fn}: x has unknown chunk sizes {xa.shape}; call compute_chunk_sizes()")
     if xa.shape[ax] == 0:
         raise ValueError(f"{fn}: x has shape {xa.shape}: axis {ax} is empty")
-    t = _temperature(fn, temperature, xa.dtype)
+    t = temperature_value(fn, temperature, xa.dtype)
     w = None if where is None else _where(fn, where, xa)
     if ax != nd - 1:
         xa = da.moveaxis(xa, ax, -1)
@@ -327,8 +308,15 @@ def _tree(blocks: "da.Array", merge, kw: dict, nd: int) -> "da.Array":
     level: List[da.Array] = [blocks.blocks[idx + (j,)] for j in range(blocks.numblocks[-1])]
     while len(level) > 1:
         nxt = [
-            da.map_blocks(merge, level[i], level[i + 1], **kw, dtype=np.float64,
-                          meta=_meta(nd, np.float64), token="softdot-merge")
+            da.map_blocks(
+                merge,
+                level[i],
+                level[i + 1],
+                **kw,
+                dtype=np.float64,
+                meta=_meta(nd, np.float64),
+                token="softdot-merge",
+            )
             for i in range(0, len(level) - 1, 2)
         ]
         if len(level) % 2:
@@ -343,14 +331,27 @@ def _total_state(x: "da.Array", w: Any, t: float) -> "da.Array":
     nd = x.ndim
     args = [x] if w is None else [x, w]
     states = da.map_blocks(
-        _block_states, *args, t=t, dtype=np.float64,
+        _block_states,
+        *args,
+        t=t,
+        dtype=np.float64,
         chunks=x.chunks[:-1] + ((3,) * x.numblocks[-1],),
-        meta=_meta(nd, np.float64), token="softdot-state")
+        meta=_meta(nd, np.float64),
+        token="softdot-state",
+    )
     return _tree(states, _merge_states, {"is_double": x.dtype == _F64}, nd)
 
 
-def _per_chunk(block_fn, x: "da.Array", total: "da.Array", w: Any, t: float,
-               token: str, dtype: Any = None, chunks: Any = None) -> "da.Array":
+def _per_chunk(
+    block_fn,
+    x: "da.Array",
+    total: "da.Array",
+    w: Any,
+    t: float,
+    token: str,
+    dtype: Any = None,
+    chunks: Any = None,
+) -> "da.Array":
     """block_fn(x block, total state of its rows[, where block]) over x."""
     nd = x.ndim
     ind = tuple(range(nd))
@@ -360,8 +361,17 @@ def _per_chunk(block_fn, x: "da.Array", total: "da.Array", w: Any, t: float,
         args += [w, ind]
     dtype = x.dtype if dtype is None else dtype
     kw = {} if chunks is None else {"adjust_chunks": {nd - 1: chunks[-1]}}
-    return da.blockwise(block_fn, ind, *args, t=t, dtype=dtype, concatenate=True,
-                        meta=_meta(nd, dtype), token=token, **kw)
+    return da.blockwise(
+        block_fn,
+        ind,
+        *args,
+        t=t,
+        dtype=dtype,
+        concatenate=True,
+        meta=_meta(nd, dtype),
+        token=token,
+        **kw,
+    )
 
 
 def _softmax_like(fn: str, x, axis, where, temperature, log: bool):
@@ -370,16 +380,23 @@ def _softmax_like(fn: str, x, axis, where, temperature, log: bool):
     args = [xa] if w is None else [xa, w]
     if xa.numblocks[-1] == 1:
         inner = _log_softmax_np if log else _softmax_np
-        y = da.map_blocks(functools.partial(_whole_row, inner), *args, t=t, dtype=xa.dtype,
-                          meta=_meta(nd, xa.dtype), token=f"softdot-{fn}")
+        y = da.map_blocks(
+            functools.partial(_whole_row, inner),
+            *args,
+            t=t,
+            dtype=xa.dtype,
+            meta=_meta(nd, xa.dtype),
+            token=f"softdot-{fn}",
+        )
     else:
         total = _total_state(xa, w, t)
-        y = _per_chunk(_block_log_apply if log else _block_apply, xa, total, w, t,
-                       f"softdot-{fn}")
+        y = _per_chunk(_block_log_apply if log else _block_apply, xa, total, w, t, f"softdot-{fn}")
     return y if ax == nd - 1 else da.moveaxis(y, -1, ax)
 
 
-def softmax(x: Any, /, *, axis: int = -1, where: Any = None, temperature: float = 1.0) -> "da.Array":
+def softmax(
+    x: Any, /, *, axis: int = -1, where: Any = None, temperature: float = 1.0
+) -> "da.Array":
     """Softmax of a dask array along ``axis``, which may be split into any
     number of chunks (any chunking of the other axes too).
 
@@ -403,8 +420,9 @@ def softmax(x: Any, /, *, axis: int = -1, where: Any = None, temperature: float 
     return _softmax_like("softmax", x, axis, where, temperature, False)
 
 
-def log_softmax(x: Any, /, *, axis: int = -1, where: Any = None,
-                temperature: float = 1.0) -> "da.Array":
+def log_softmax(
+    x: Any, /, *, axis: int = -1, where: Any = None, temperature: float = 1.0
+) -> "da.Array":
     """Log-softmax of a dask array along ``axis`` (chunked as for
     :func:`softmax`): ``x_i / T - logsumexp(x / T)`` from the row's merged
     state, formed in double (float32) or long double (float64) and rounded
@@ -414,8 +432,15 @@ def log_softmax(x: Any, /, *, axis: int = -1, where: Any = None,
     return _softmax_like("log_softmax", x, axis, where, temperature, True)
 
 
-def logsumexp(x: Any, /, *, axis: int = -1, where: Any = None, temperature: float = 1.0,
-              keepdims: bool = False) -> "da.Array":
+def logsumexp(
+    x: Any,
+    /,
+    *,
+    axis: int = -1,
+    where: Any = None,
+    temperature: float = 1.0,
+    keepdims: bool = False,
+) -> "da.Array":
     """``log(sum(exp(x / T)))`` of a dask array along one ``axis`` (default the
     last, unlike the in-memory :func:`softdot.logsumexp`, which reduces every
     axis by default).
@@ -434,22 +459,45 @@ def logsumexp(x: Any, /, *, axis: int = -1, where: Any = None, temperature: floa
     xa, w, ax, t = _prepare(fn, x, axis, where, temperature)
     args = [xa] if w is None else [xa, w]
     if xa.numblocks[-1] == 1:
-        r = da.map_blocks(functools.partial(_whole_row, _logsumexp_np), *args, t=t,
-                          dtype=xa.dtype, drop_axis=xa.ndim - 1,
-                          meta=_meta(xa.ndim - 1, xa.dtype), token="softdot-logsumexp")
+        r = da.map_blocks(
+            functools.partial(_whole_row, _logsumexp_np),
+            *args,
+            t=t,
+            dtype=xa.dtype,
+            drop_axis=xa.ndim - 1,
+            meta=_meta(xa.ndim - 1, xa.dtype),
+            token="softdot-logsumexp",
+        )
     else:
         # As in memory: the logsumexp of the merged state, and a second pass
         # in the wider type for the rows where it cancels.
         nd = xa.ndim
         total = _total_state(xa, w, t)
-        pairs = _per_chunk(_block_wide_sum, xa, total, w, t, "softdot-lse-wide",
-                           dtype=np.float64, chunks=xa.chunks[:-1] + ((2,) * xa.numblocks[-1],))
+        pairs = _per_chunk(
+            _block_wide_sum,
+            xa,
+            total,
+            w,
+            t,
+            "softdot-lse-wide",
+            dtype=np.float64,
+            chunks=xa.chunks[:-1] + ((2,) * xa.numblocks[-1],),
+        )
         pair = _tree(pairs, _add_pairs, {}, nd)
         ind = tuple(range(nd))
-        r = da.blockwise(_lse_final, ind[:-1], total, ind, pair, ind[:-1] + (nd,),
-                         out_dtype=xa.dtype,
-                         dtype=xa.dtype, concatenate=True, meta=_meta(nd - 1, xa.dtype),
-                         token="softdot-logsumexp")
+        r = da.blockwise(
+            _lse_final,
+            ind[:-1],
+            total,
+            ind,
+            pair,
+            ind[:-1] + (nd,),
+            out_dtype=xa.dtype,
+            dtype=xa.dtype,
+            concatenate=True,
+            meta=_meta(nd - 1, xa.dtype),
+            token="softdot-logsumexp",
+        )
     if keepdims:
         r = da.expand_dims(r, ax)
     return r

@@ -3,7 +3,7 @@
 // checked the shapes, allocated the outputs and checked that they share no
 // memory with the inputs; this checks dtypes, shapes and strides once more,
 // releases the GIL and calls softdot::cross_entropy on the rows as a strided
-// MatrixView (no copy).
+// MatrixView (no copy). Errors name the Python function (python_errors.h).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -16,6 +16,7 @@
 
 #include "arrays.h"
 #include "bindings.h"
+#include "python_errors.h"
 #include "softdot/cross_entropy.h"
 
 namespace softdot::python {
@@ -61,18 +62,20 @@ double cross_entropy_py(const In& logits, const In& targets,
                         const std::optional<Out>& grad,
                         std::int64_t ignore_index, double label_smoothing,
                         int reduction) {
-  if (logits.ndim() != 2) fail("logits must be 2-d (rows, classes)");
-  CrossEntropyOptions o;
-  o.ignore_index = ignore_index;
-  o.label_smoothing = label_smoothing;
-  o.reduction = reduction == 0   ? Reduction::kNone
-                : reduction == 1 ? Reduction::kSum
-                                 : Reduction::kMean;
-  if (logits.dtype() == nb::dtype<float>())
-    return run<float>(logits, targets, loss, grad, o);
-  if (logits.dtype() == nb::dtype<double>())
-    return run<double>(logits, targets, loss, grad, o);
-  throw nb::type_error("logits must be float32 or float64");
+  return as_python("cross_entropy", [&] {
+    if (logits.ndim() != 2) fail("logits must be 2-d (rows, classes)");
+    CrossEntropyOptions o;
+    o.ignore_index = ignore_index;
+    o.label_smoothing = label_smoothing;
+    o.reduction = reduction == 0   ? Reduction::kNone
+                  : reduction == 1 ? Reduction::kSum
+                                   : Reduction::kMean;
+    if (logits.dtype() == nb::dtype<float>())
+      return run<float>(logits, targets, loss, grad, o);
+    if (logits.dtype() == nb::dtype<double>())
+      return run<double>(logits, targets, loss, grad, o);
+    throw nb::type_error("logits must be float32 or float64");
+  });
 }
 
 }  // namespace

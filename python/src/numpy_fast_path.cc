@@ -17,6 +17,7 @@
 #include <span>
 
 #include "bindings.h"
+#include "python_errors.h"
 #include "softdot/dot.h"
 #include "softdot/softmax.h"
 
@@ -104,10 +105,12 @@ nb::object softmax_fast(nb::handle x, nb::handle out, bool log, bool fast) {
     result = nb::borrow(out);
   }
   auto* ya = reinterpret_cast<PyArrayObject*>(result.ptr());
-  if (r.type == NPY_FLOAT)
-    run_rows<float>(xa, ya, r, log, fast);
-  else
-    run_rows<double>(xa, ya, r, log, fast);
+  as_python(log ? "log_softmax" : "softmax", [&] {
+    if (r.type == NPY_FLOAT)
+      run_rows<float>(xa, ya, r, log, fast);
+    else
+      run_rows<double>(xa, ya, r, log, fast);
+  });
   return result;
 }
 
@@ -118,17 +121,9 @@ PyObject* scalar(void* value, int type) {
   return s;
 }
 
-// dot(x, y) as a numpy scalar of their dtype, or None unless both are 1-d
-// contiguous arrays of the same dtype and length.
-nb::object dot_fast(nb::handle x, nb::handle y, bool accurate) {
-  const Rows a = rows_of(x.ptr()), b = rows_of(y.ptr());
-  if (a.type < 0 || a.type != b.type || a.rows != 1 || b.rows != 1 ||
-      a.n != b.n ||
-      PyArray_NDIM(reinterpret_cast<PyArrayObject*>(x.ptr())) != 1 ||
-      PyArray_NDIM(reinterpret_cast<PyArrayObject*>(y.ptr())) != 1)
-    return nb::none();
-  const void* px = PyArray_DATA(reinterpret_cast<PyArrayObject*>(x.ptr()));
-  const void* py = PyArray_DATA(reinterpret_cast<PyArrayObject*>(y.ptr()));
+// dot of the rows a of px and py as a new numpy scalar (null on failure).
+PyObject* dot_scalar(const void* px, const void* py, const Rows& a,
+                     bool accurate) {
   PyObject* s;
   if (a.type == NPY_FLOAT) {
     std::span<const float> u(static_cast<const float*>(px), a.n),
@@ -149,6 +144,22 @@ nb::object dot_fast(nb::handle x, nb::handle y, bool accurate) {
     }
     s = scalar(&d, NPY_DOUBLE);
   }
+  return s;
+}
+
+// dot(x, y) as a numpy scalar of their dtype, or None unless both are 1-d
+// contiguous arrays of the same dtype and length.
+nb::object dot_fast(nb::handle x, nb::handle y, bool accurate) {
+  const Rows a = rows_of(x.ptr()), b = rows_of(y.ptr());
+  if (a.type < 0 || a.type != b.type || a.rows != 1 || b.rows != 1 ||
+      a.n != b.n ||
+      PyArray_NDIM(reinterpret_cast<PyArrayObject*>(x.ptr())) != 1 ||
+      PyArray_NDIM(reinterpret_cast<PyArrayObject*>(y.ptr())) != 1)
+    return nb::none();
+  const void* px = PyArray_DATA(reinterpret_cast<PyArrayObject*>(x.ptr()));
+  const void* py = PyArray_DATA(reinterpret_cast<PyArrayObject*>(y.ptr()));
+  PyObject* s = nullptr;
+  as_python("dot", [&] { s = dot_scalar(px, py, a, accurate); });
   if (!s) throw nb::python_error();
   return nb::steal(s);
 }

@@ -39,8 +39,11 @@ def test_against_torch(rng, dtype, reduction, eps):
     torch.testing.assert_close(grad.double(), ref_grad, rtol=tol, atol=tol)
     # torch in the same dtype agrees to its own rounding.
     torch.testing.assert_close(
-        loss, F.cross_entropy(x, t, label_smoothing=eps, reduction=reduction),
-        rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=1e-6 if dtype == torch.float32 else 1e-13)
+        loss,
+        F.cross_entropy(x, t, label_smoothing=eps, reduction=reduction),
+        rtol=1e-5 if dtype == torch.float32 else 1e-12,
+        atol=1e-6 if dtype == torch.float32 else 1e-13,
+    )
     assert torch.all(grad[3] == 0)
 
 
@@ -49,8 +52,9 @@ def test_numpy_and_ignore_index(rng):
     t = np.array([0, 4, 2, 2, 1, 3], dtype=np.int32)
     loss = softdot.cross_entropy(x, t, ignore_index=2, reduction="none")
     assert isinstance(loss, np.ndarray) and loss.dtype == np.float64 and loss.shape == (6,)
-    ref, _ = torch_reference(torch.from_numpy(x), torch.from_numpy(t).long(), ignore_index=2,
-                             reduction="none")
+    ref, _ = torch_reference(
+        torch.from_numpy(x), torch.from_numpy(t).long(), ignore_index=2, reduction="none"
+    )
     np.testing.assert_allclose(loss, ref.numpy(), rtol=1e-15, atol=1e-16)
     assert loss[2] == 0 and loss[3] == 0
     m = softdot.cross_entropy(x, t, ignore_index=2)
@@ -63,8 +67,9 @@ def test_numpy_and_ignore_index(rng):
     # Strided rows (every other row), no copy needed.
     xs = rng.standard_normal((8, 5)).astype(np.float32)[::2]
     ls = softdot.cross_entropy(xs, np.array([1, 2, 3, 4]), reduction="none")
-    ref_s, _ = torch_reference(torch.from_numpy(np.ascontiguousarray(xs)),
-                               torch.tensor([1, 2, 3, 4]), reduction="none")
+    ref_s, _ = torch_reference(
+        torch.from_numpy(np.ascontiguousarray(xs)), torch.tensor([1, 2, 3, 4]), reduction="none"
+    )
     np.testing.assert_allclose(ls, ref_s.numpy(), rtol=2e-7)
 
 
@@ -109,5 +114,6 @@ def test_strided_and_column_major_layouts(rng):
     t = torch.tensor([0, 9, 3, 4])
     for v in (x[:, ::2], x.T.contiguous().T):
         tt = t.clamp(max=v.shape[1] - 1)
-        torch.testing.assert_close(softdot.cross_entropy(v, tt), F.cross_entropy(v, tt),
-                                   rtol=1e-15, atol=1e-15)
+        torch.testing.assert_close(
+            softdot.cross_entropy(v, tt), F.cross_entropy(v, tt), rtol=1e-15, atol=1e-15
+        )

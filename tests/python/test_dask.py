@@ -9,6 +9,11 @@ import os
 import subprocess
 import sys
 
+# dask[array] and distributed are test dependencies (pyproject.toml): imported
+# directly, so a missing one is a collection error, never a silent skip.
+import dask
+import dask.array as da
+import distributed
 import numpy as np
 import pytest
 import scipy.special
@@ -16,6 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import softdot
+import softdot.dask as sd
+
 from conftest import (
     assert_ulp,
     from_wide,
@@ -29,22 +36,14 @@ from conftest import (
     ulp,
 )
 
-# dask[array] and distributed are test dependencies (pyproject.toml): imported
-# directly, so a missing one is a collection error, never a silent skip.
-import dask
-import dask.array as da
-import distributed
-
-import softdot.dask as sd
-
 INF, NAN = np.inf, np.nan
 
 
 @pytest.fixture(scope="module")
 def client():
     cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-        silence_logs=40)
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+    )
     c = distributed.Client(cluster)
     try:
         yield c
@@ -88,8 +87,7 @@ def test_last_axis_against_memory_and_reference(client, rng, dtype, chunking, te
     x = data(rng, (5, 4, 37), dtype, offset=300.0 if dtype == np.float64 else 0.0)
     X = da.from_array(x, chunks=CHUNKINGS[chunking])
     kw = dict(temperature=temperature)
-    y, ly, lse = run(client, sd.softmax(X, **kw), sd.log_softmax(X, **kw),
-                     sd.logsumexp(X, **kw))
+    y, ly, lse = run(client, sd.softmax(X, **kw), sd.log_softmax(X, **kw), sd.logsumexp(X, **kw))
     assert y.dtype == ly.dtype == lse.dtype == dtype
     assert y.shape == ly.shape == x.shape and lse.shape == x.shape[:-1]
     mem_y = softdot.softmax(x, **kw)
@@ -120,9 +118,13 @@ def test_last_axis_against_memory_and_reference(client, rng, dtype, chunking, te
 def test_other_axes(client, rng, dtype, axis):
     x = data(rng, (11, 6, 5), dtype)
     X = da.from_array(x, chunks=(3, 4, 2))
-    y, ly, lse, lsek = run(client, sd.softmax(X, axis=axis), sd.log_softmax(X, axis=axis),
-                           sd.logsumexp(X, axis=axis),
-                           sd.logsumexp(X, axis=axis, keepdims=True))
+    y, ly, lse, lsek = run(
+        client,
+        sd.softmax(X, axis=axis),
+        sd.log_softmax(X, axis=axis),
+        sd.logsumexp(X, axis=axis),
+        sd.logsumexp(X, axis=axis, keepdims=True),
+    )
     assert sd.softmax(X, axis=axis).chunks == X.chunks
     assert_ulp(y, softmax_ref(x, axis=axis), 1)
     assert_ulp(y, softdot.softmax(x, axis=axis), 1)
@@ -152,8 +154,9 @@ def test_where_across_chunks(client, rng, dtype):
     keep[3, 5] = False
     X = da.from_array(x, chunks=(4, 10))
     W = da.from_array(keep, chunks=(3, 7))  # another chunking: rechunked to x's
-    y, ly, lse = run(client, sd.softmax(X, where=W), sd.log_softmax(X, where=W),
-                     sd.logsumexp(X, where=keep))
+    y, ly, lse = run(
+        client, sd.softmax(X, where=W), sd.log_softmax(X, where=W), sd.logsumexp(X, where=keep)
+    )
     assert np.all(y[1] == 0) and np.all(ly[1] == -INF) and lse[1] == -INF
     assert np.all(y[~keep] == 0) and np.all(ly[~keep] == -INF)
     live = [0, 2, 3, 4, 5]
@@ -213,12 +216,15 @@ def test_nan_with_where_marks_excluded_entries_too(client):
 
 def test_overflowing_scaled_scores(client):
     # 3e38 / 0.5 overflows float32: it counts as +inf, as in memory.
-    x = np.array([[3e38, 1.0, 2.0, -3e38, 1.0, 1.0], [1e3, 1.0, 2.0, -3e38, 1.0, 1.0]],
-                 np.float32)
+    x = np.array([[3e38, 1.0, 2.0, -3e38, 1.0, 1.0], [1e3, 1.0, 2.0, -3e38, 1.0, 1.0]], np.float32)
     X = da.from_array(x, chunks=(1, 3))
     for t in (1.0, 0.5):
-        y, ly, lse = run(client, sd.softmax(X, temperature=t),
-                         sd.log_softmax(X, temperature=t), sd.logsumexp(X, temperature=t))
+        y, ly, lse = run(
+            client,
+            sd.softmax(X, temperature=t),
+            sd.log_softmax(X, temperature=t),
+            sd.logsumexp(X, temperature=t),
+        )
         assert np.array_equal(y, softdot.softmax(x, temperature=t))
         assert np.array_equal(ly, softdot.log_softmax(x, temperature=t))
         assert np.array_equal(lse, softdot.logsumexp(x, axis=-1, temperature=t))
@@ -247,8 +253,11 @@ def test_logsumexp_of_log_probabilities_cancels(client, rng, dtype):
     float64 on x86), with a factor 4 of slack on that term."""
     z = rng.standard_normal((12, 3000)) * 3
     lp = (z - scipy.special.logsumexp(z, axis=1, keepdims=True)).astype(dtype)
-    lse, y = run(client, sd.logsumexp(da.from_array(lp, chunks=(5, 333))),
-                 sd.softmax(da.from_array(lp, chunks=(5, 333))))
+    lse, y = run(
+        client,
+        sd.logsumexp(da.from_array(lp, chunks=(5, 333))),
+        sd.softmax(da.from_array(lp, chunks=(5, 333))),
+    )
     mem = softdot.logsumexp(lp, axis=-1)
     uw = 2.0**-51 if dtype == np.float32 else 2.0**-62
     for i in range(lp.shape[0]):
@@ -270,8 +279,10 @@ def chunked_case(draw):
     rows, n = draw(st.integers(1, 4)), draw(st.integers(1, 40))
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
-    x = (rng.standard_normal((rows, n)) * draw(st.sampled_from([0.1, 3.0, 30.0]))
-         + draw(st.sampled_from([0.0, -50.0, 1e3]))).astype(dtype)
+    x = (
+        rng.standard_normal((rows, n)) * draw(st.sampled_from([0.1, 3.0, 30.0]))
+        + draw(st.sampled_from([0.0, -50.0, 1e3]))
+    ).astype(dtype)
     x[rng.random(x.shape) < 0.1] = -np.inf
     keep = rng.random(x.shape) < 0.85
     if draw(st.booleans()):
@@ -279,8 +290,9 @@ def chunked_case(draw):
 
     def cuts(size):
         k = draw(st.integers(0, min(size - 1, 6)))
-        edges = sorted(set(rng.choice(np.arange(1, size), size=k, replace=False).tolist())) \
-            if k else []
+        edges = (
+            sorted(set(rng.choice(np.arange(1, size), size=k, replace=False).tolist())) if k else []
+        )
         b = [0] + edges + [size]
         return tuple(b[i + 1] - b[i] for i in range(len(b) - 1))
 
@@ -298,11 +310,11 @@ def test_random_chunkings_against_memory(case):
     x, keep, chunks, t, axis = case
     X, W = da.from_array(x, chunks=chunks), da.from_array(keep, chunks=chunks)
     kw = dict(axis=axis, where=W, temperature=t)
-    y, ly, lse = dask.compute(sd.softmax(X, **kw), sd.log_softmax(X, **kw),
-                              sd.logsumexp(X, **kw), scheduler="sync")
+    y, ly, lse = dask.compute(
+        sd.softmax(X, **kw), sd.log_softmax(X, **kw), sd.logsumexp(X, **kw), scheduler="sync"
+    )
     mk = dict(axis=axis, where=keep, temperature=t)
-    for got, want, lim in ((y, softdot.softmax(x, **mk), 1),
-                           (lse, softdot.logsumexp(x, **mk), 1)):
+    for got, want, lim in ((y, softdot.softmax(x, **mk), 1), (lse, softdot.logsumexp(x, **mk), 1)):
         fin = np.isfinite(want) & (want != 0)
         assert np.array_equal(got[~fin], want[~fin], equal_nan=True)
         assert_ulp(got[fin], want[fin], lim)
@@ -347,6 +359,11 @@ def test_import_without_dask():
         "    assert \"pip install 'dask[array]'\" in str(e), e\n"
         "    print('ok')\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=60, cwd=os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=os.path.dirname(os.path.abspath(__file__)),
+    )
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

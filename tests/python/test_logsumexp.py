@@ -8,6 +8,7 @@ import pytest
 import scipy.special
 
 import softdot
+
 from conftest import (
     FLOATS,
     LAYOUTS,
@@ -36,8 +37,7 @@ def axis_forms(ndim):
     return forms
 
 
-ND_LAYOUTS = [(1, lay) for lay in LAYOUTS_1D] + [
-    (nd, lay) for nd in (2, 3, 4) for lay in LAYOUTS]
+ND_LAYOUTS = [(1, lay) for lay in LAYOUTS_1D] + [(nd, lay) for nd in (2, 3, 4) for lay in LAYOUTS]
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -56,7 +56,8 @@ def test_every_axis_form(rng, dtype, ndim, layout):
             assert_ulp(np.asarray(r), np.asarray(ref), 2)
             if keepdims:
                 np.testing.assert_array_equal(
-                    r, np.asarray(softdot.logsumexp(x, axis=axis)).reshape(r.shape))
+                    r, np.asarray(softdot.logsumexp(x, axis=axis)).reshape(r.shape)
+                )
     np.testing.assert_array_equal(x, before)
 
 
@@ -110,7 +111,8 @@ def test_temperature(rng, dtype, temperature):
     assert_ulp(r, logsumexp_ref(x, axis=-1, temperature=temperature), 2)
     if temperature in (2.0, 0.25):  # x / T exact
         np.testing.assert_array_equal(
-            r, softdot.logsumexp((x / dtype(temperature)).astype(dtype), axis=-1))
+            r, softdot.logsumexp((x / dtype(temperature)).astype(dtype), axis=-1)
+        )
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -152,8 +154,10 @@ def test_cancellation_log_probabilities(rng, dtype):
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_special_values(dtype):
-    x = np.array([[1.0, -INF, 2.0], [-INF, -INF, -INF], [INF, 1.0, INF], [1.0, NAN, INF],
-                  [NAN, -INF, -INF]], dtype=dtype)
+    x = np.array(
+        [[1.0, -INF, 2.0], [-INF, -INF, -INF], [INF, 1.0, INF], [1.0, NAN, INF], [NAN, -INF, -INF]],
+        dtype=dtype,
+    )
     r = softdot.logsumexp(x, axis=1)
     assert_ulp(r[:1], logsumexp_ref(x[:1, [0, 2]], axis=1), 2)
     assert r[1] == -INF and r[2] == INF
@@ -185,8 +189,9 @@ def test_against_scipy(rng, dtype, axis):
     b[..., 0] = True
     # scipy's `b` weights (0 or 1) are softdot's where.
     ref = scipy.special.logsumexp(x.astype(np.float64), axis=axis, b=b.astype(np.float64))
-    np.testing.assert_allclose(softdot.logsumexp(x, axis=axis, where=b), ref,
-                               rtol=2 * eps + 8 * 2.0**-53, atol=0)
+    np.testing.assert_allclose(
+        softdot.logsumexp(x, axis=axis, where=b), ref, rtol=2 * eps + 8 * 2.0**-53, atol=0
+    )
 
 
 def test_zero_d_reduces_along_axis_0_or_minus_1():
@@ -196,9 +201,12 @@ def test_zero_d_reduces_along_axis_0_or_minus_1():
         assert softdot.logsumexp(np.float32(2.5), axis=axis) == np.float32(2.5)
 
 
-@pytest.mark.xfail(strict=True, reason="known limitation, docs/limits.md: the rounding "
-                   "error of x * (1/T) enters exp as a correction; beyond about 88 "
-                   "(float32) it overflows")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limitation, docs/limits.md: the rounding "
+    "error of x * (1/T) enters exp as a correction; beyond about 88 "
+    "(float32) it overflows",
+)
 def test_huge_scores_with_inexact_inverse_temperature():
     """[1e20, 0] at T = 3: the exact logsumexp is 1e20 / 3 and log_softmax
     [0, -1e20 / 3]; softdot gives -inf and NaN today."""

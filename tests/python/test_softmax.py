@@ -9,6 +9,7 @@ import pytest
 import scipy.special
 
 import softdot
+
 from conftest import (
     FLOATS,
     LAYOUTS,
@@ -97,13 +98,16 @@ def test_softmax_nd_every_axis(rng, dtype, precision, ndim, layout):
         assert y.shape == v.shape and y.dtype == dtype
         assert_ulp(y, softmax_ref(v, axis=axis), MAXULP[precision])
         # Each slice along the axis sums to 1 within n ulp.
-        np.testing.assert_allclose(y.astype(np.float64).sum(axis=axis), 1.0,
-                                   rtol=0, atol=4 * v.shape[axis] * np.finfo(dtype).eps)
+        np.testing.assert_allclose(
+            y.astype(np.float64).sum(axis=axis),
+            1.0,
+            rtol=0,
+            atol=4 * v.shape[axis] * np.finfo(dtype).eps,
+        )
     np.testing.assert_array_equal(x, before)
 
 
-ND_LAYOUTS = [(1, lay) for lay in LAYOUTS_1D] + [
-    (nd, lay) for nd in (2, 3, 4) for lay in LAYOUTS]
+ND_LAYOUTS = [(1, lay) for lay in LAYOUTS_1D] + [(nd, lay) for nd in (2, 3, 4) for lay in LAYOUTS]
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -211,8 +215,9 @@ def test_shift_invariance_bits(rng, dtype):
     x = rng.integers(-40, 40, size=(8, 50)).astype(dtype)
     for c in (1024.0, -64.0, 2.0**20):
         np.testing.assert_array_equal(softdot.softmax(x + dtype(c)), softdot.softmax(x))
-        np.testing.assert_array_equal(softdot.softmax(x + dtype(c), precision="fast"),
-                                      softdot.softmax(x, precision="fast"))
+        np.testing.assert_array_equal(
+            softdot.softmax(x + dtype(c), precision="fast"), softdot.softmax(x, precision="fast")
+        )
 
 
 @pytest.mark.parametrize("src", [np.int8, np.int32, np.int64, np.uint16, np.bool_])
@@ -281,8 +286,7 @@ def test_k_infinities_share_the_weight(dtype, k):
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_nan_kept_poisons_row_masked_nan_ignored(dtype):
-    x = np.array([[1.0, NAN, 2.0, INF], [1.0, 2.0, 3.0, 4.0], [-INF, -INF, NAN, -INF]],
-                 dtype=dtype)
+    x = np.array([[1.0, NAN, 2.0, INF], [1.0, 2.0, 3.0, 4.0], [-INF, -INF, NAN, -INF]], dtype=dtype)
     for p in ("faithful", "fast"):
         y = softdot.softmax(x, precision=p)
         assert np.isnan(y[0]).all() and np.isnan(y[2]).all()
@@ -346,9 +350,89 @@ def test_against_scipy(rng, dtype, axis):
     ref = scipy.special.log_softmax(x.astype(np.float64), axis=axis)
     # scipy's log_softmax has an absolute error of about the same size (it
     # takes the log of a sum near 1).
-    np.testing.assert_allclose(softdot.log_softmax(x, axis=axis), ref,
-                               rtol=2 * eps, atol=scipy_err)
+    np.testing.assert_allclose(softdot.log_softmax(x, axis=axis), ref, rtol=2 * eps, atol=scipy_err)
     # scipy on the same dtype (its own errors are then a few ulp of x).
-    np.testing.assert_allclose(softdot.softmax(x, axis=axis),
-                               scipy.special.softmax(x, axis=axis),
-                               rtol=(np.ptp(x) + 4) * eps, atol=0)
+    np.testing.assert_allclose(
+        softdot.softmax(x, axis=axis),
+        scipy.special.softmax(x, axis=axis),
+        rtol=(np.ptp(x) + 4) * eps,
+        atol=0,
+    )
+
+
+# ---- a strided axis: bit for bit the contiguous computation -------------------------------
+
+
+def _bits(a):
+    a = np.ascontiguousarray(a)
+    return a.view(np.uint32 if a.dtype == np.float32 else np.uint64)
+
+
+def _contiguous_rows_result(f, x, axis, where=None, **kw):
+    """f on a C-ordered copy with `axis` moved last (and `where` likewise),
+    moved back: the rows the core sees when the axis is contiguous."""
+    xm = np.ascontiguousarray(np.moveaxis(x, axis, -1))
+    wm = (
+        None
+        if where is None
+        else np.ascontiguousarray(np.moveaxis(np.broadcast_to(where, x.shape), axis, -1))
+    )
+    return np.moveaxis(f(xm, where=wm, **kw), -1, axis)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize(
+    "shape,axis",
+    [
+        ((512, 300), 0),  # several blocks of 64-row tiles, ragged edges
+        ((70, 1030), 0),  # more rows than one scratch block, a ragged last block
+        ((600, 700), 0),  # over 2^18 elements: blocks split across OpenMP threads
+        ((3, 1), 0),
+        ((1, 5), 0),
+        ((7, 130, 9), 1),
+        ((7, 130, 9), 0),
+        ((5, 3, 4, 66), 1),
+    ],
+)
+@pytest.mark.parametrize(
+    "fn,kw",
+    [
+        (softdot.softmax, {}),
+        (softdot.softmax, {"precision": "fast", "temperature": 0.7}),
+        (softdot.log_softmax, {}),
+        (softdot.log_softmax, {"temperature": 2.5}),
+    ],
+)
+def test_strided_axis_bits_equal_contiguous(rng, dtype, shape, axis, fn, kw):
+    """softmax(x, axis=0) of a row-major x (a strided axis: the core transposes
+    blocks of rows into a contiguous scratch) is bitwise softmax(x.T.copy()).T."""
+    x = data(rng, shape, dtype)
+    x.flat[::11] = -INF  # weight exactly 0 among the others
+    y = fn(x, axis=axis, **kw)
+    assert y.dtype == dtype and y.shape == x.shape and y.flags.c_contiguous
+    ref = _contiguous_rows_result(fn, x, axis, **kw)
+    assert np.array_equal(y, ref, equal_nan=True)
+    assert np.array_equal(_bits(y), _bits(ref))  # the bits, zeros' signs too
+    if x.ndim == 2 and axis == 0:
+        assert np.array_equal(y, fn(x.T.copy(), **kw).T)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_strided_axis_layouts_where_and_out(rng, dtype):
+    base = data(rng, (90, 2, 140), dtype)
+    keep = rng.random((90, 1, 140)) < 0.8
+    keep[:, :, 7] = False  # a fully excluded row along axis 0: weights +0.0
+    for x in (base, base[::-1], base[:, :, ::2], np.asfortranarray(base), base.transpose(2, 1, 0)):
+        w = keep if x.shape == base.shape else None
+        for f in (softdot.softmax, softdot.log_softmax):
+            y = f(x, axis=0, where=w)
+            ref = _contiguous_rows_result(f, x, 0, where=w)
+            assert np.array_equal(_bits(y), _bits(ref))
+            out = np.empty_like(x)[::-1]  # a strided, reversed out
+            r = f(x, axis=0, where=w, out=out)
+            assert r is out and np.array_equal(_bits(out), _bits(ref))
+    # in place along axis 0 of a row-major matrix
+    x = data(rng, (300, 77), dtype)
+    ref = softdot.softmax(x.T.copy()).T
+    r = softdot.softmax(x, axis=0, out=x)
+    assert r is x and np.array_equal(x, ref)

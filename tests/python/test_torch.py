@@ -2,8 +2,11 @@
 log_softmax and logsumexp against torch 2.13 (torch.softmax,
 torch.log_softmax, torch.logsumexp) and the exact reference; softdot.torch's
 autograd Functions (gradients against torch's, torch.autograd.gradcheck in
-float64 with temperature and dim=0, no double backward); the softmax family
-dispatching to them for tensors that require grad."""
+float64 with temperature and dim=0; second and third derivatives against
+torch's, gradgradcheck and torch.func.grad); the softmax family dispatching
+to them for tensors that require grad."""
+
+import functools
 
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ import torch
 
 import softdot
 import softdot.torch as st
+
 from conftest import assert_log_softmax_bound, assert_ulp, logsumexp_ref, softmax_ref
 
 TFLOATS = (torch.float32, torch.float64)
@@ -47,8 +51,13 @@ def test_softmax_against_torch(rng, dtype, dim):
 @pytest.mark.parametrize("dtype", TFLOATS)
 def test_noncontiguous_tensors(rng, dtype):
     base = randn(rng, (8, 12, 10), dtype)
-    for x in (base.transpose(0, 2), base[::2], base[:, :, ::3], base.permute(2, 0, 1),
-              base.flip(0)[1:]):
+    for x in (
+        base.transpose(0, 2),
+        base[::2],
+        base[:, :, ::3],
+        base.permute(2, 0, 1),
+        base.flip(0)[1:],
+    ):
         for dim in (0, -1):
             y = softdot.softmax(x, axis=dim)
             assert_ulp(y.numpy(), softmax_ref(x.contiguous().numpy(), axis=dim), 1)
@@ -67,8 +76,9 @@ def test_logsumexp_against_torch(rng, dtype):
         tdim = tuple(range(3)) if axis is None else axis
         # torch's own error: a few eps of the max and of log(n) (absolute).
         eps = torch.finfo(dtype).eps
-        torch.testing.assert_close(r, torch.logsumexp(x, dim=tdim), rtol=2 * eps,
-                                   atol=4 * eps * (float(x.abs().max()) + 5))
+        torch.testing.assert_close(
+            r, torch.logsumexp(x, dim=tdim), rtol=2 * eps, atol=4 * eps * (float(x.abs().max()) + 5)
+        )
     r = softdot.logsumexp(x, axis=1, keepdims=True)
     assert r.shape == (4, 1, 6)
 
@@ -101,8 +111,9 @@ def test_torch_integers_and_other_functions(rng):
     dy = randn(rng, (3, 9), torch.float64)
     dx = softdot.softmax_backward(yy, dy)
     assert isinstance(dx, torch.Tensor)
-    torch.testing.assert_close(dx, yy * (dy - (dy * yy).sum(-1, keepdim=True)),
-                               rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close(
+        dx, yy * (dy - (dy * yy).sum(-1, keepdim=True)), rtol=1e-12, atol=1e-15
+    )
     c = randn(rng, (20,), torch.float32)
     s = softdot.softmax_state(c[:7]).merge(softdot.softmax_state(c[7:]))
     y = torch.cat([softdot.softmax_apply(c[:7], s), softdot.softmax_apply(c[7:], s)])
@@ -135,8 +146,13 @@ def test_softmax_gradient_matches_torch(rng, dtype, dim):
         (yd * w.double()).sum().backward()
         wd = w.double()
         sd_ = (wd * yd).sum(dim=dim, keepdim=True).abs()
-        lim = 2 * eps * yd.detach() * (wd.abs() + sd_ + (wd.abs() * yd.detach()).sum(
-            dim=dim, keepdim=True)) + 1e-30
+        lim = (
+            2
+            * eps
+            * yd.detach()
+            * (wd.abs() + sd_ + (wd.abs() * yd.detach()).sum(dim=dim, keepdim=True))
+            + 1e-30
+        )
         assert torch.all((x.grad.double() - xd.grad).abs() <= lim)
 
 
@@ -183,16 +199,120 @@ def test_temperature_gradient(rng):
 )
 def test_gradcheck(rng, fn, kw):
     x = randn(rng, (4, 5, 3), torch.float64, 1.0).requires_grad_()
-    assert torch.autograd.gradcheck(lambda t: fn(t, **kw), (x,), eps=1e-6, atol=1e-7,
-                                    rtol=1e-5)
+    assert torch.autograd.gradcheck(lambda t: fn(t, **kw), (x,), eps=1e-6, atol=1e-7, rtol=1e-5)
 
 
-def test_double_backward_raises(rng):
-    x = randn(rng, (3, 4), torch.float64).requires_grad_()
-    y = st.softmax(x)
-    (g,) = torch.autograd.grad(y[:, 0].sum(), x, create_graph=True)
-    with pytest.raises(RuntimeError):
-        g.sum().backward()
+def _penalty_grad(f, x0, w):
+    """The gradient of a gradient penalty: g = d<f(x), w>/dx with the graph
+    kept, then d(sum g^2)/dx."""
+    x = x0.clone().requires_grad_()
+    (g,) = torch.autograd.grad((f(x) * w).sum(), x, create_graph=True)
+    (g**2).sum().backward()
+    return g.detach(), x.grad
+
+
+MASKED = float("-inf")
+
+
+def _second_order_inputs(rng, dtype):
+    x0 = randn(rng, (5, 9), dtype)
+    x0[1, 3] = MASKED  # masked entries (weight 0), as masked_fill(-inf) makes them
+    x0[4, ::2] = MASKED
+    w = randn(rng, (5, 9), dtype, 1.0)
+    return x0, w
+
+
+@pytest.mark.parametrize("dim", [-1, 0])
+@pytest.mark.parametrize("T", [1.0, 0.7, 2.5])
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_double_backward_matches_torch_float64(rng, dim, T, log):
+    """A gradient penalty through softdot.torch equals torch's in float64, to
+    a few ulp: the issue's case (row 0 was [3.081992, -0.586858, ...] where
+    torch gives [2.817773, -0.534101, ...]), with -inf entries and temperature."""
+    x0, w = _second_order_inputs(rng, torch.float64)
+    if log:  # log-weights of masked entries are -inf; weight them by 0
+        w = torch.where(torch.isinf(x0), torch.zeros_like(w), w)
+        ours = _penalty_grad(lambda t: st.log_softmax(t, dim=dim, temperature=T), x0, w)
+        ref = _penalty_grad(lambda t: torch.log_softmax(t / T, dim=dim), x0, w)
+    else:
+        ours = _penalty_grad(lambda t: st.softmax(t, dim=dim, temperature=T), x0, w)
+        ref = _penalty_grad(lambda t: torch.softmax(t / T, dim=dim), x0, w)
+    for a, b in zip(ours, ref):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-14)
+    assert (ours[1][torch.isinf(x0)] == 0).all()  # masked entries: no gradient
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_double_backward_matches_torch_float32(rng, log):
+    x0, w = _second_order_inputs(rng, torch.float32)
+    w = torch.where(torch.isinf(x0), torch.zeros_like(w), w)
+    f, tf = (st.log_softmax, torch.log_softmax) if log else (st.softmax, torch.softmax)
+    ours = _penalty_grad(lambda t: f(t, dim=1, temperature=0.7), x0, w)
+    ref = _penalty_grad(lambda t: tf(t / 0.7, dim=1), x0.double(), w.double())
+    for a, b in zip(ours, ref):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-6)
+
+
+def test_double_backward_issue_example():
+    """The issue's penalty: softdot's row 0 was [3.081992, -0.586858, -4.357579,
+    ...] where torch gives [2.817773, -0.534101, -4.35203, ...]."""
+    gen = torch.Generator().manual_seed(0)
+    x0 = torch.randn(4, 6, dtype=torch.float64, generator=gen) * 2
+    w = torch.randn(4, 6, dtype=torch.float64, generator=gen)
+    ours = _penalty_grad(lambda t: st.softmax(t), x0, w)[1]
+    ref = _penalty_grad(lambda t: torch.softmax(t, dim=-1), x0, w)[1]
+    torch.testing.assert_close(ours, ref, rtol=1e-13, atol=1e-15)
+    # The dispatching front end (softdot.softmax on a tensor that requires grad).
+    ours = _penalty_grad(lambda t: softdot.softmax(t), x0, w)[1]
+    torch.testing.assert_close(ours, ref, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    "fn,kw",
+    [
+        (st.softmax, {}),
+        (st.softmax, {"dim": 0, "temperature": 0.7}),
+        (st.log_softmax, {}),
+        (st.log_softmax, {"dim": 1, "temperature": 2.5}),
+    ],
+)
+def test_gradgradcheck(rng, fn, kw):
+    x = randn(rng, (3, 4, 2), torch.float64, 1.0).requires_grad_()
+    assert torch.autograd.gradgradcheck(lambda t: fn(t, **kw), (x,), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+def test_third_derivative_matches_torch(rng):
+    x0 = randn(rng, (2, 5), torch.float64, 1.0)
+    for f, tf in ((st.softmax, torch.softmax), (st.log_softmax, torch.log_softmax)):
+        res = []
+        ours = functools.partial(f, dim=-1, temperature=1.5)
+        for g in (ours, lambda t, tf=tf: tf(t / 1.5, dim=-1)):
+            x = x0.clone().requires_grad_()
+            (g1,) = torch.autograd.grad(g(x)[:, 0].sum(), x, create_graph=True)
+            (g2,) = torch.autograd.grad((g1 * g1).sum(), x, create_graph=True)
+            (g3,) = torch.autograd.grad(g2[:, 1].sum(), x)
+            res.append(g3)
+        torch.testing.assert_close(res[0], res[1], rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", TFLOATS)
+def test_torch_func_grad(rng, dtype):
+    x = randn(rng, (3, 7), dtype)
+    eps = torch.finfo(dtype).eps
+    g = torch.func.grad(lambda t: st.softmax(t)[..., 0].sum())(x)
+    gt = torch.func.grad(lambda t: torch.softmax(t, dim=-1)[..., 0].sum())(x)
+    torch.testing.assert_close(g, gt, rtol=16 * eps, atol=4 * eps)
+    g = torch.func.grad(lambda t: st.log_softmax(t, temperature=2.0)[..., 2].sum())(x)
+    gt = torch.func.grad(lambda t: torch.log_softmax(t / 2.0, dim=-1)[..., 2].sum())(x)
+    torch.testing.assert_close(g, gt, rtol=16 * eps, atol=4 * eps)
+    # grad of grad: the second derivative through torch.func.
+    h = torch.func.grad(lambda t: torch.func.grad(lambda s: st.softmax(s)[0, 0])(t).sum())(x)
+    ht = torch.func.grad(
+        lambda t: torch.func.grad(lambda s: torch.softmax(s, dim=-1)[0, 0])(t).sum()
+    )(x)
+    torch.testing.assert_close(h, ht, rtol=64 * eps, atol=8 * eps)
 
 
 def test_softmax_dispatches_to_autograd(rng):
@@ -218,12 +338,15 @@ def test_st_functions_reject_non_tensors():
         st.log_softmax([1.0, 2.0])
 
 
-@pytest.mark.parametrize("call", [
-    lambda t: softdot.logsumexp(t),
-    lambda t: softdot.softmax_backward(t, t.detach()),
-    lambda t: softdot.dot(t, t.detach()),
-    lambda t: softdot.softmax_state(t),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda t: softdot.logsumexp(t),
+        lambda t: softdot.softmax_backward(t, t.detach()),
+        lambda t: softdot.dot(t, t.detach()),
+        lambda t: softdot.softmax_state(t),
+    ],
+)
 def test_no_backward_raises_instead_of_dropping_the_graph(call):
     """Functions without a backward refuse a tensor that requires grad (a result
     without grad_fn would silently cut the graph); under no_grad they run."""
