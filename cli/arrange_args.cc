@@ -19,6 +19,19 @@ CLI::App* find_subcommand(CLI::App& app, const std::string& name) {
   return nullptr;
 }
 
+// "dot, softmax, attention, cross-entropy and demo": the subcommands as
+// defined, so the list cannot miss one.
+std::string command_names(CLI::App& app) {
+  const std::vector<CLI::App*> subs =
+      app.get_subcommands([](CLI::App*) { return true; });
+  std::string names;
+  for (std::size_t i = 0; i < subs.size(); ++i) {
+    if (i != 0) names += i + 1 == subs.size() ? " and " : ", ";
+    names += subs[i]->get_name();
+  }
+  return names;
+}
+
 bool starts_like_number(const std::string& token) {
   // token[0] is '-'.
   return token.size() > 1 && ((token[1] >= '0' && token[1] <= '9') ||
@@ -50,8 +63,8 @@ std::vector<std::string> arrange_arguments(CLI::App& app, int argc,
       context = find_subcommand(app, token);
       if (context == nullptr) {
         throw CliError("unknown command " + quote(token) +
-                       "; the commands are dot, softmax, attention and demo "
-                       "(see softdot --help)");
+                       "; the commands are " + command_names(app) +
+                       " (see softdot --help)");
       }
       options.push_back(token);
       continue;
