@@ -61,7 +61,10 @@ CLI::App* add_softmax(CLI::App& app, softdot::cli::SoftmaxArgs& sm) {
       ->type_name("N");
   sm_cmd
       ->add_option("-t,--temperature", sm.temperature,
-                   "Divide the scores by T (finite, > 0) first; default 1")
+                   "Multiply the scores by 1/T rounded to the input's "
+                   "precision first (T finite, > 0; default 1): "
+                   "softmax(x * fl(1/T)), which is softmax(x / T) when 1/T is "
+                   "exact (T a power of two)")
       ->type_name("T");
   sm_cmd
       ->add_option("--mask", sm.mask,

@@ -19,6 +19,11 @@ creates FILE from the output the document shows (docs/cli.md shows
 scores.csv that way); FIXTURES below are the files the error examples read
 without showing them.
 
+The usage summary (the first block that starts "softdot [--help]") must name
+every command of `softdot --help` and, on its lines for a command, every
+option of `softdot COMMAND --help` (but --help; a short form such as -t
+counts for its long one).
+
 Compared exactly, except: trailing spaces of a line, and the SIMD target
 ("SIMD target: AVX3"), which depends on the machine. A block that needs a
 Python module that is not installed (numpy, softdot) is skipped and named.
@@ -114,6 +119,48 @@ def importable(module):
     )
 
 
+def usage_problems(binary, doc):
+    """The commands and options `--help` lists that the usage summary lacks."""
+    with open(doc, encoding="utf-8") as f:
+        text = f.read()
+    match = re.search(r"```\n(softdot \[--help\].*?)```", text, re.S)
+    if not match:
+        return [f"{doc}: no usage summary (a block starting 'softdot [--help]')"]
+    summary = match.group(1).split("\n")
+
+    def helped(*args):
+        return subprocess.run([binary, *args, "--help"], capture_output=True, text=True).stdout
+
+    top = helped()
+    commands = re.findall(r"^  ([a-z][a-z-]*) {2,}", top.split("Subcommands:")[1], re.M)
+    problems = []
+    for command in commands:
+        # The command's lines: those naming it, and the indented lines after them.
+        lines, inside = [], False
+        for line in summary:
+            if re.search(r"\bsoftdot " + re.escape(command) + r"\b", line):
+                inside = True
+            elif not line.startswith(" "):
+                inside = False
+            if inside:
+                lines.append(line)
+        if not lines:
+            problems.append(f"{doc}: the usage summary has no line for 'softdot {command}'")
+            continue
+        options = re.findall(r"^  (?:(-\w),)?(--[a-z][a-z0-9-]*)", helped(command), re.M)
+        shown = "\n".join(lines)
+        for short, option in options:
+            # Either spelling will do: "-t T" names --temperature.
+            names = [option] + ([short] if short else [])
+            if option != "--help" and not any(
+                re.search(r"(?<![\w-])" + re.escape(n) + r"(?![\w-])", shown) for n in names
+            ):
+                problems.append(
+                    f"{doc}: the usage summary of 'softdot {command}' lacks {option}"
+                )
+    return problems
+
+
 def main():
     if len(sys.argv) != 3:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
@@ -175,6 +222,10 @@ def main():
     finally:
         shutil.rmtree(shared)
         shutil.rmtree(bindir)
+    usage = usage_problems(binary, doc)
+    for problem in usage:
+        print(problem)
+        failed += 1
     for s in skipped:
         print("skipped: " + s)
     print(f"{checked} examples run, {failed} differ from {doc}, {len(skipped)} block(s) skipped")
