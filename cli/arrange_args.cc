@@ -76,6 +76,15 @@ std::vector<std::string> arrange_arguments(CLI::App& app, int argc,
       if (option != nullptr) {
         // Flags expect 0 values; options that take a value expect >= 1.
         const bool takes_value = option->get_items_expected_max() > 0;
+        // CLI11 reads "--name=" as no value and takes the next token (the
+        // "--" before the scores) instead; no option takes an empty value.
+        const bool empty_value = eq == std::string::npos
+                                     ? i + 1 < argc && argv[i + 1][0] == '\0'
+                                     : eq + 1 == token.size();
+        if (takes_value && empty_value) {
+          throw CliError(name + ": the value is empty (see softdot " +
+                         context->get_name() + " --help)");
+        }
         if (takes_value && eq == std::string::npos && i + 1 < argc &&
             !option->get_lnames().empty()) {
           options.push_back("--" + option->get_lnames().front() + "=" +

@@ -255,6 +255,16 @@ std::vector<ErrorCase> cases() {
        "attention, cross-entropy and demo (see softdot --help)",
        "",
        false},
+      // An empty option value is named (CLI11 would take the next token).
+      {"empty_option_value",
+       {"softmax", "--temperature", "", "1", "2"},
+       "--temperature: the value is empty (see softdot softmax --help)"},
+      {"empty_option_value_after_equals",
+       {"softmax", "--digits=", "1", "2"},
+       "--digits: the value is empty (see softdot softmax --help)"},
+      {"empty_short_option_value",
+       {"softmax", "-t", "", "1"},
+       "-t: the value is empty (see softdot softmax --help)"},
       // Invisible characters are shown escaped; a byte-order mark is named.
       {"bom_not_at_start",
        {"softmax", "--rows", "$D/bom2.csv"},
