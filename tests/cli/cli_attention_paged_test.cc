@@ -402,6 +402,20 @@ TEST(CliAttentionPaged, NhdAndHndFilesGiveTheSameBits) {
   const std::vector<std::uint32_t> q_hnd =
       run(k_hnd, v_hnd, {"--kv-layout", "HND", "--kv", "int8"});
   EXPECT_EQ(run(k_nhd, v_nhd, {"--kv", "int8"}), q_hnd) << "--kv int8";
+  // float16 pages (the values are exact in float16).
+  const std::string kh_hnd = f.put("kh_hnd.npy", f16_npy(c.kp));
+  const std::string vh_hnd = f.put("vh_hnd.npy", f16_npy(c.vp));
+  const std::string kh_nhd = f.put(
+      "kh_nhd.npy",
+      f16_npy(Array{{C::P, C::ps, C::Hkv, C::d},
+                    swap_page_axes(c.kp.values, C::P, C::Hkv, C::ps, C::d)}));
+  const std::string vh_nhd = f.put(
+      "vh_nhd.npy",
+      f16_npy(Array{{C::P, C::ps, C::Hkv, C::dv},
+                    swap_page_axes(c.vp.values, C::P, C::Hkv, C::ps, C::dv)}));
+  EXPECT_EQ(run(kh_nhd, vh_nhd, {}),
+            run(kh_hnd, vh_hnd, {"--kv-layout", "HND"}))
+      << "float16 pages";
 
   // int8 pages and their scales, HND and swapped to NHD.
   std::vector<std::int8_t> kq(C::P * C::Hkv * C::ps * C::d),
