@@ -272,10 +272,9 @@ CLI::App* add_cross_entropy(CLI::App& app,
 // "softdot attention --help" for an error in `softdot attention ...`;
 // "softdot --help" before a command is named.
 std::string help_pointer(const CLI::App& app) {
-  for (const CLI::App* sub : app.get_subcommands()) {
-    return "softdot " + sub->get_name() + " --help";
-  }
-  return "softdot --help";
+  const auto parsed = app.get_subcommands();  // the command named, if any
+  if (parsed.empty()) return "softdot --help";
+  return "softdot " + parsed.front()->get_name() + " --help";
 }
 
 // Defines the command line, then parses it and runs the subcommand.
