@@ -19,6 +19,19 @@ CLI::App* find_subcommand(CLI::App& app, const std::string& name) {
   return nullptr;
 }
 
+// "dot, softmax, attention, cross-entropy and demo": the subcommands as
+// defined, so the list cannot miss one.
+std::string command_names(CLI::App& app) {
+  const std::vector<CLI::App*> subs =
+      app.get_subcommands([](CLI::App*) { return true; });
+  std::string names;
+  for (std::size_t i = 0; i < subs.size(); ++i) {
+    if (i != 0) names += i + 1 == subs.size() ? " and " : ", ";
+    names += subs[i]->get_name();
+  }
+  return names;
+}
+
 bool starts_like_number(const std::string& token) {
   // token[0] is '-'.
   return token.size() > 1 && ((token[1] >= '0' && token[1] <= '9') ||
@@ -50,8 +63,8 @@ std::vector<std::string> arrange_arguments(CLI::App& app, int argc,
       context = find_subcommand(app, token);
       if (context == nullptr) {
         throw CliError("unknown command " + quote(token) +
-                       "; the commands are dot, softmax, attention and demo "
-                       "(see softdot --help)");
+                       "; the commands are " + command_names(app) +
+                       " (see softdot --help)");
       }
       options.push_back(token);
       continue;
@@ -63,6 +76,15 @@ std::vector<std::string> arrange_arguments(CLI::App& app, int argc,
       if (option != nullptr) {
         // Flags expect 0 values; options that take a value expect >= 1.
         const bool takes_value = option->get_items_expected_max() > 0;
+        // CLI11 reads "--name=" as no value and takes the next token (the
+        // "--" before the scores) instead; no option takes an empty value.
+        const bool empty_value = eq == std::string::npos
+                                     ? i + 1 < argc && argv[i + 1][0] == '\0'
+                                     : eq + 1 == token.size();
+        if (takes_value && empty_value) {
+          throw CliError(name + ": the value is empty (see softdot " +
+                         context->get_name() + " --help)");
+        }
         if (takes_value && eq == std::string::npos && i + 1 < argc &&
             !option->get_lnames().empty()) {
           options.push_back("--" + option->get_lnames().front() + "=" +

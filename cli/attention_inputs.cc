@@ -59,13 +59,14 @@ Input read_input(const std::string& option, const std::string& path,
   return input;
 }
 
-// An input of any rank (the block table, the lengths; the caller checks the
-// shape).
+// An input of any rank (pages, the block table, the lengths; the caller
+// checks the shape).
 Input read_any(const std::string& option, const std::string& path,
                std::span<const NpyDtype> allowed) {
   Input input;
   input.option = option;
   const std::string name = path == "-" ? "<stdin>" : path;
+  input.file = name;
   try {
     input.array = read_npy_array(read_file(path), name, allowed);
   } catch (const CliError& e) {
@@ -118,11 +119,33 @@ void check_qkv(const Input& q, const Input& k, const Input& v) {
   }
 }
 
-// A paged cache's shapes: q 4-D; k and v pages [pages, kv_heads,
-// page_size, d] matching each other, heads dividing q's, d equal to q's;
-// block_table [batch, blocks_per_seq] and seq_lens [batch] int32.
+// "[pages x page_size x kv_heads x LAST]" (NHD) or "[pages x kv_heads x
+// page_size x LAST]" (HND): the axes of pages in the user's layout.
+std::string page_axes(KvLayout layout, const char* last) {
+  return std::string(layout == KvLayout::kNHD
+                         ? "[pages x page_size x kv_heads x "
+                         : "[pages x kv_heads x page_size x ") +
+         last + "]";
+}
+
+// "--kv-layout NHD (the default) reads pages as ...": the layout the pages
+// were read in, and the other one, for the messages about their shapes.
+std::string layout_clause(KvLayout layout) {
+  if (layout == KvLayout::kNHD) {
+    return "--kv-layout NHD (the default) reads pages as " +
+           page_axes(KvLayout::kNHD, "d") + ", HND as " +
+           page_axes(KvLayout::kHND, "d");
+  }
+  return "--kv-layout HND reads pages as " + page_axes(KvLayout::kHND, "d");
+}
+
+// A paged cache's shapes: q 4-D; k and v pages [pages, page_size,
+// kv_heads, d] (NHD) or [pages, kv_heads, page_size, d] (HND) matching each
+// other, heads dividing q's, d equal to q's; block_table [batch,
+// blocks_per_seq] and seq_lens [batch] int32. The messages show the shapes
+// as the files hold them.
 void check_paged(const Input& q, const Input& k, const Input& v,
-                 const Input& table, const Input& lens) {
+                 const Input& table, const Input& lens, KvLayout layout) {
   if (q.rank() != 4) {
     throw CliError("--q is " + q.text() +
                    ": a paged cache (--block-table) needs a 4-D q [batch x "
@@ -131,8 +154,8 @@ void check_paged(const Input& q, const Input& k, const Input& v,
   for (const Input* x : {&k, &v}) {
     if (x->rank() != 4) {
       throw CliError(x->option + " is " + x->text() +
-                     ": with --block-table it holds pages, a 4-D array "
-                     "[pages x kv_heads x page_size x d]");
+                     ": with --block-table it holds pages, a 4-D array; " +
+                     layout_clause(layout));
     }
   }
   const char* q_axes[] = {"batch", "heads", "n_q", "d"};
@@ -143,9 +166,10 @@ void check_paged(const Input& q, const Input& k, const Input& v,
     }
   }
   if (k.heads() == 0 || q.heads() % k.heads() != 0) {
-    throw CliError("--q has heads = " + std::to_string(q.heads()) +
-                   ", not a multiple of --k's kv_heads = " +
-                   std::to_string(k.heads()) + " " + both(q, k));
+    throw CliError(
+        "--q has heads = " + std::to_string(q.heads()) +
+        ", not a multiple of --k's kv_heads = " + std::to_string(k.heads()) +
+        " " + both(q, k) + "; " + layout_clause(layout));
   }
   if (k.cols() != q.cols()) {
     throw CliError("--k has d = " + std::to_string(k.cols()) +
@@ -153,12 +177,14 @@ void check_paged(const Input& q, const Input& k, const Input& v,
                    both(q, k));
   }
   if (k.rows() == 0) {
-    throw CliError("--k is " + k.text() + ": page_size must be at least 1");
+    throw CliError("--k is " + k.text() + ": page_size must be at least 1; " +
+                   layout_clause(layout));
   }
   if (v.batch() != k.batch() || v.heads() != k.heads() ||
       v.rows() != k.rows()) {
     throw CliError("--v is " + v.text() + " but --k is " + k.text() +
-                   ": they need the same pages, kv_heads and page_size");
+                   ": they need the same pages, kv_heads and page_size; " +
+                   layout_clause(layout));
   }
   if (v.cols() == 0) {
     throw CliError("--v is " + v.text() + ": d_v must be at least 1");
@@ -172,6 +198,45 @@ void check_paged(const Input& q, const Input& k, const Input& v,
     throw CliError("--seq-lens is " + lens.text() +
                    " but need [batch] with batch = " +
                    std::to_string(q.batch()) + " (q is " + q.text() + ")");
+  }
+}
+
+// The lengths and the table entries each sequence reads, checked here (the
+// library checks them too, but names its own view of the pages): each
+// length >= 0 and within its blocks_per_seq pages, each entry a page of k.
+void check_table(const Input& table, const Input& lens, const Input& k) {
+  const std::vector<std::int32_t> entries = int32s_of(table.array);
+  const std::vector<std::int32_t> lengths = int32s_of(lens.array);
+  const std::size_t bps = table.array.shape[1];
+  const std::size_t pages = k.batch(), page_size = k.rows();
+  for (std::size_t b = 0; b < lengths.size(); ++b) {
+    const std::string seq = "seq_lens[" + std::to_string(b) +
+                            "] = " + std::to_string(lengths[b]) +
+                            " (sequence " + std::to_string(b) + ")";
+    if (lengths[b] < 0) {
+      throw CliError("--seq-lens: " + lens.file + ": " + seq +
+                     " is negative; a length is a number of keys, >= 0");
+    }
+    const auto n = static_cast<std::size_t>(lengths[b]);
+    const std::size_t blocks = (n + page_size - 1) / page_size;
+    if (blocks > bps) {
+      throw CliError("--seq-lens: " + lens.file + ": " + seq +
+                     " is more keys than its " + std::to_string(bps) +
+                     " pages of page_size " + std::to_string(page_size) +
+                     " hold (--block-table is " + table.text() + ", --k is " +
+                     k.text() + ")");
+    }
+    for (std::size_t i = 0; i < blocks; ++i) {
+      const std::int32_t page = entries[b * bps + i];
+      if (page < 0 || static_cast<std::size_t>(page) >= pages) {
+        throw CliError("--block-table: " + table.file + ": block_table[" +
+                       std::to_string(b) + ", " + std::to_string(i) +
+                       "] = " + std::to_string(page) + " (sequence " +
+                       std::to_string(b) + ", entry " + std::to_string(i) +
+                       ") is not a page of --k " + k.text() + " (0 to " +
+                       std::to_string(pages - 1) + ")");
+      }
+    }
   }
 }
 
@@ -222,14 +287,13 @@ std::string dtype_of(const Input& x) {
   return std::string(npy_dtype_name(x.array.dtype));
 }
 
-// The scales of int8 keys or values: [n_kv x 1] or
-// [batch x kv_heads x n_kv x 1] as kv's rows (pages: [pages x kv_heads x
-// page_size x 1]), each finite and >= 0.
+// The scales of int8 keys or values: kv's shape with a last axis of 1 (one
+// per row: [n_kv x 1], [batch x kv_heads x n_kv x 1], or pages in their
+// layout), each finite and >= 0.
 void check_scales(const Input& s, const Input& kv) {
-  if (s.rank() != kv.rank() || s.batch() != kv.batch() ||
-      s.heads() != kv.heads() || s.rows() != kv.rows() || s.cols() != 1) {
-    std::vector<std::size_t> want = {kv.rows(), 1};
-    if (kv.rank() == 4) want = {kv.batch(), kv.heads(), kv.rows(), 1};
+  std::vector<std::size_t> want = kv.array.shape;
+  want.back() = 1;
+  if (s.array.shape != want) {
     throw CliError(s.option + " is " + s.text() + " but " + kv.option + " is " +
                    kv.text() + "; " + s.option + " must be " +
                    shape_text(want) + ", one scale per row of " + kv.option);
@@ -287,7 +351,10 @@ void read_int8_scales(const AttentionArgs& args, AttentionInputs* in) {
       throw CliError(it.kv->option + " " + it.kv->file +
                      " is int8 and needs its scales: " + it.option +
                      " FILE.npy, float32 " +
-                     (in->paged() ? "[pages x kv_heads x page_size x 1]"
+                     (in->paged() ? page_axes(in->layout, "1") +
+                                        (in->layout == KvLayout::kNHD
+                                             ? " (--kv-layout NHD, the default)"
+                                             : " (--kv-layout HND)")
                                   : "[n_kv x 1] or "
                                     "[batch x kv_heads x n_kv x 1]"));
     }
@@ -295,12 +362,14 @@ void read_int8_scales(const AttentionArgs& args, AttentionInputs* in) {
                      ? read_any(it.option, **it.path, kF32)
                      : read_input(it.option, **it.path, kF32, "[n_kv x 1]",
                                   "[batch x kv_heads x n_kv x 1]");
+    it.scales->nhd = it.kv->nhd;
     check_scales(*it.scales, *it.kv);
   }
 }
 
 // --kv int8: x (float32 or float16, widened exactly) quantised by
-// softdot::quantize_kv into values and one scale per row.
+// softdot::quantize_kv into values and one scale per row, both in x's own
+// order (NHD pages: scales [pages, page_size, kv_heads, 1]).
 void quantize_input(const Input& x, std::vector<std::int8_t>* values,
                     std::vector<float>* scales) {
   const std::vector<float> f = floats_of(x.array);
@@ -312,7 +381,10 @@ void quantize_input(const Input& x, std::vector<std::int8_t>* values,
                      "; --kv int8 quantises finite values only");
     }
   }
-  const std::size_t B = x.batch(), H = x.heads(), n = x.rows(), d = x.cols();
+  // One scale per row of d, so the rows may be taken in the file's order.
+  const std::size_t B = x.batch(), d = x.cols();
+  const std::size_t H = x.nhd ? x.array.shape[1] : x.heads();
+  const std::size_t n = x.nhd ? x.array.shape[2] : x.rows();
   values->assign(std::max<std::size_t>(B * H * n * d, 1), 0);
   scales->assign(std::max<std::size_t>(B * H * n, 1), 0.0f);
   try {
@@ -322,6 +394,15 @@ void quantize_input(const Input& x, std::vector<std::int8_t>* values,
   } catch (const std::invalid_argument& e) {
     throw CliError(x.option + ": " + x.file + ": " + e.what());
   }
+}
+
+// A view of x's values (`data`, in the file's order) as [batch, heads,
+// rows, d], d = x.cols() or 1 for x's scales; NHD pages are strided.
+template <class T>
+TensorView<const T> view_of(const T* data, const Input& x, std::size_t d) {
+  const std::size_t B = x.batch(), H = x.heads(), n = x.rows();
+  if (!x.nhd) return TensorView<const T>(data, B, H, n, d);
+  return TensorView<const T>(data, B, H, n, d, n * H * d, d, H * d);
 }
 
 // A mask or bias as a TensorView over the full [B, H, n_q, n_kv], stride 0
@@ -338,6 +419,21 @@ TensorView<const T> scores_view(const T* data, const Input& m, const Input& q) {
 }
 
 }  // namespace
+
+KvLayout kv_layout_option(const AttentionArgs& args) {
+  if (!args.kv_layout) return KvLayout::kNHD;
+  if (!args.block_table) {
+    throw CliError(
+        "--kv-layout is an option of --block-table: it orders the axes of "
+        "paged k and v");
+  }
+  if (*args.kv_layout == "NHD") return KvLayout::kNHD;
+  if (*args.kv_layout == "HND") return KvLayout::kHND;
+  throw CliError("--kv-layout " + quote(*args.kv_layout) +
+                 ": must be NHD (pages " + page_axes(KvLayout::kNHD, "d") +
+                 ", the default) or HND (pages " +
+                 page_axes(KvLayout::kHND, "d") + ")");
+}
 
 bool quantize_kv_option(const AttentionArgs& args) {
   if (!args.kv) return false;
@@ -370,17 +466,20 @@ AttentionInputs read_attention_inputs(const AttentionArgs& args) {
   static constexpr NpyDtype kI32[] = {NpyDtype::kInt32};
   AttentionInputs in;
   in.quantize = quantize_kv_option(args);
+  in.layout = kv_layout_option(args);
   in.q =
       read_input("--q", args.q, kF32, "[n_q x d]", "[batch x heads x n_q x d]");
   std::size_t n_kv = 0;
   if (args.block_table) {
-    // Pages of float32, float16 or int8 (with scales [pages x kv_heads x
-    // page_size x 1], or quantised per page row by --kv int8).
+    // Pages of float32, float16 or int8 (with scales in the same layout,
+    // last axis 1, or quantised per page row by --kv int8).
     in.k = read_any("--k", args.k, kKV);
     in.v = read_any("--v", args.v, kKV);
+    in.k.nhd = in.v.nhd = in.layout == KvLayout::kNHD;
     in.block_table = read_any("--block-table", *args.block_table, kI32);
     in.seq_lens = read_any("--seq-lens", *args.seq_lens, kI32);
-    check_paged(in.q, in.k, in.v, in.block_table, in.seq_lens);
+    check_paged(in.q, in.k, in.v, in.block_table, in.seq_lens, in.layout);
+    check_table(in.block_table, in.seq_lens, in.k);
     read_int8_scales(args, &in);
     for (std::int32_t n : int32s_of(in.seq_lens.array)) {
       if (n > 0) n_kv = std::max(n_kv, static_cast<std::size_t>(n));
@@ -425,20 +524,18 @@ void assemble_tensors(const AttentionInputs& in, AttentionTensors<KV>* t,
       t->k_scale_values = floats_of(in.k_scales.array);
       t->v_scale_values = floats_of(in.v_scales.array);
     }
-    t->k_scales = TensorView<const float>(t->k_scale_values.data(), k.batch(),
-                                          k.heads(), k.rows(), 1);
-    t->v_scales = TensorView<const float>(t->v_scale_values.data(), v.batch(),
-                                          v.heads(), v.rows(), 1);
+    // The scales have their keys' or values' layout (read in it, or made
+    // by quantize_input in the file's order).
+    t->k_scales = view_of<float>(t->k_scale_values.data(), k, 1);
+    t->v_scales = view_of<float>(t->v_scale_values.data(), v, 1);
   } else {
     t->k_values = halves_of(k.array);
     t->v_values = halves_of(v.array);
   }
   t->q = TensorView<const float>(t->q_values.data(), q.batch(), q.heads(),
                                  q.rows(), q.cols());
-  t->k = TensorView<const KV>(t->k_values.data(), k.batch(), k.heads(),
-                              k.rows(), k.cols());
-  t->v = TensorView<const KV>(t->v_values.data(), v.batch(), v.heads(),
-                              v.rows(), v.cols());
+  t->k = view_of<KV>(t->k_values.data(), k, k.cols());
+  t->v = view_of<KV>(t->v_values.data(), v, v.cols());
   if (in.mask.present()) {
     t->mask_flags = bools_of(in.mask.array);
     options->mask = scores_view<bool>(t->mask_flags.get(), in.mask, q);

@@ -20,11 +20,20 @@ namespace softdot::cli {
 // "[3 x 4]": a shape in messages.
 std::string shape_text(const std::vector<std::size_t>& shape);
 
+// The order of a paged cache's axes in the user's files (--kv-layout):
+// NHD [pages, page_size, kv_heads, d] (the default, as vLLM's caches and
+// softdot.paged_attention's default) or HND [pages, kv_heads, page_size, d].
+enum class KvLayout { kNHD, kHND };
+
 // One input array and the option that named it.
 struct Input {
   std::string option;  // "--q"; "" when the option was not given
   std::string file;    // the path, or "<stdin>"
   NpyArray array;
+  // Pages (or their scales) in the NHD layout: array.shape is [pages,
+  // page_size, kv_heads, d], which dim() reads as [pages, kv_heads,
+  // page_size, d]. Messages show array.shape, the user's order.
+  bool nhd = false;
 
   bool present() const { return !option.empty(); }
   // "q" for messages like "(q is [3 x 4], k is [7 x 5])".
@@ -32,9 +41,13 @@ struct Input {
   bool is_int8() const { return array.dtype == NpyDtype::kInt8; }
   std::string text() const { return shape_text(array.shape); }
   std::size_t rank() const { return array.shape.size(); }
-  // [batch, heads, rows, cols]; a 2-D array is [1, 1, rows, cols].
+  // [batch, heads, rows, cols]; a 2-D array is [1, 1, rows, cols]. Pages:
+  // [pages, kv_heads, page_size, d] whatever the layout.
   std::size_t dim(int axis) const {
-    if (rank() == 4) return array.shape[static_cast<std::size_t>(axis)];
+    if (rank() == 4) {
+      if (nhd && (axis == 1 || axis == 2)) axis = 3 - axis;
+      return array.shape[static_cast<std::size_t>(axis)];
+    }
     return axis < 2 ? 1 : array.shape[static_cast<std::size_t>(axis - 2)];
   }
   std::size_t batch() const { return dim(0); }
@@ -53,17 +66,25 @@ std::string both(const Input& a, const Input& b);
 // int8 k and v come with their scales, [n_kv x 1] or
 // [batch x kv_heads x n_kv x 1] float32, each finite and >= 0.
 // With a paged cache (block_table and seq_lens present): q 4-D, k and v
-// pages [pages x kv_heads x page_size x d], block_table int32
-// [batch x blocks_per_seq], seq_lens int32 [batch], and mask and bias with
-// at least max(seq_lens) columns; the library checks the table's entries.
+// pages [pages x page_size x kv_heads x d] (--kv-layout NHD, the default)
+// or [pages x kv_heads x page_size x d] (HND), int8 scales in the same
+// layout with a last axis of 1, block_table int32 [batch x blocks_per_seq]
+// with each entry a sequence reads a page of k, seq_lens int32 [batch]
+// each >= 0 and within its blocks_per_seq pages, and mask and bias with at
+// least max(seq_lens) columns.
 struct AttentionInputs {
   Input q, k, v, mask, bias, k_scales, v_scales, block_table, seq_lens;
   bool quantize = false;  // --kv int8: float k and v quantised to int8
+  KvLayout layout = KvLayout::kNHD;  // of paged k, v and their scales
   bool paged() const { return block_table.present(); }
 };
 
 // True for --kv int8, false without --kv; CliError for any other value.
 bool quantize_kv_option(const AttentionArgs& args);
+
+// --kv-layout NHD or HND (NHD without the option); CliError for any other
+// value, or for --kv-layout without --block-table.
+KvLayout kv_layout_option(const AttentionArgs& args);
 
 // Reads args' q, k, v (and mask, bias, k_scales, v_scales) and checks their
 // dtypes, shapes and scales; CliError naming the option, the file and both

@@ -35,10 +35,13 @@ struct AttentionArgs {
   std::optional<std::string> k_scales;  // float32 scales of int8 --k
   std::optional<std::string> v_scales;  // float32 scales of int8 --v
   std::optional<std::string> kv;        // "int8": quantise float K and V
-  // A paged cache: k and v are pages [pages, kv_heads, page_size, d], with
-  // an int32 block table [batch, blocks_per_seq] and lengths [batch].
+  // A paged cache: k and v are pages [pages, page_size, kv_heads, d]
+  // (kv_layout "NHD", the default) or [pages, kv_heads, page_size, d]
+  // ("HND"), with an int32 block table [batch, blocks_per_seq] and lengths
+  // [batch].
   std::optional<std::string> block_table;
   std::optional<std::string> seq_lens;
+  std::optional<std::string> kv_layout;
   std::optional<std::string> scale;
   std::optional<std::string> window_left;
   std::optional<std::string> window_right;

@@ -190,6 +190,7 @@ int run_attention(const AttentionArgs& args) {
   options.window_left = parse_window(args.window_left, "--window-left");
   options.window_right = parse_window(args.window_right, "--window-right");
   quantize_kv_option(args);
+  kv_layout_option(args);
   if (!args.output && !args.explain) {
     throw CliError(
         "--output is required: -o FILE.npy for the result (only "

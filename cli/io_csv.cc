@@ -23,6 +23,14 @@ void for_each_line(std::string_view text, Fn&& fn) {
   }
 }
 
+// A UTF-8 byte-order mark at the start of the text (as spreadsheet exports
+// write it) is not data; columns count from after it.
+std::string_view skip_bom(std::string_view text) {
+  constexpr std::string_view kBom = "\xef\xbb\xbf";
+  if (text.substr(0, kBom.size()) == kBom) text.remove_prefix(kBom.size());
+  return text;
+}
+
 std::string place(std::string_view name, std::size_t line, std::size_t col) {
   return std::string(name) + ":" + std::to_string(line) + ":" +
          std::to_string(col) + ": ";
@@ -54,7 +62,8 @@ Matrix<double> read_csv(std::string_view text, std::string_view name) {
   std::vector<double> row;
   std::size_t first_blank_line = 0;  // a blank line not yet followed by data
   std::size_t first_line = 0;        // the line of the first row
-  for_each_line(text, [&](std::size_t line_number, std::string_view line) {
+  for_each_line(skip_bom(text), [&](std::size_t line_number,
+                                    std::string_view line) {
     row.clear();
     parse_line(line, line_number, name, &fields, &row);
     if (row.empty()) {
@@ -86,9 +95,10 @@ std::vector<double> read_number_list(std::string_view text,
                                      std::string_view name) {
   std::vector<double> values;
   std::vector<Field> fields;
-  for_each_line(text, [&](std::size_t line_number, std::string_view line) {
-    parse_line(line, line_number, name, &fields, &values);
-  });
+  for_each_line(skip_bom(text),
+                [&](std::size_t line_number, std::string_view line) {
+                  parse_line(line, line_number, name, &fields, &values);
+                });
   if (values.empty()) throw CliError(std::string(name) + ": no numbers");
   return values;
 }

@@ -29,21 +29,9 @@ void print_error(const std::string& message) {
   std::fprintf(stderr, "%s\n", line.c_str());
 }
 
-// Defines the command line, then parses it and runs the subcommand.
-int run(int argc, char** argv) {
-  CLI::App app{
-      "softdot: dot products, numerically stable softmax and attention.\n"
-      "Numbers may be negative, inf, -inf or nan; lists are separated by "
-      "commas and/or spaces.",
-      "softdot"};
-  app.set_version_flag("--version", [] {
-    return std::string("softdot ") + softdot::version() +
-           " (SIMD target: " + softdot::simd_target() + ")";
-  });
-  app.require_subcommand(1);
-  app.footer("Errors: one line on stderr, exit status 2. See docs/cli.md.");
-
-  softdot::cli::DotArgs dot;
+// The subcommands and their options, each filling its Args (which must
+// outlive the parse).
+CLI::App* add_dot(CLI::App& app, softdot::cli::DotArgs& dot) {
   CLI::App* dot_cmd = app.add_subcommand(
       "dot", "Dot product of two vectors, e.g. softdot dot 1,2,0 2,1,3 -> 4");
   dot_cmd
@@ -53,8 +41,10 @@ int run(int argc, char** argv) {
   dot_cmd->add_flag("--json", dot.json, "Print {\"dot\":VALUE}");
   dot_cmd->add_flag("--explain", dot.explain,
                     "Show the products and the terms, like the seed text");
+  return dot_cmd;
+}
 
-  softdot::cli::SoftmaxArgs sm;
+CLI::App* add_softmax(CLI::App& app, softdot::cli::SoftmaxArgs& sm) {
   CLI::App* sm_cmd = app.add_subcommand(
       "softmax",
       "Softmax (or log-softmax) of scores from the arguments, standard input, "
@@ -71,7 +61,10 @@ int run(int argc, char** argv) {
       ->type_name("N");
   sm_cmd
       ->add_option("-t,--temperature", sm.temperature,
-                   "Divide the scores by T (finite, > 0) first; default 1")
+                   "Multiply the scores by 1/T rounded to the input's "
+                   "precision first (T finite, > 0; default 1): "
+                   "softmax(x * fl(1/T)), which is softmax(x / T) when 1/T is "
+                   "exact (T a power of two)")
       ->type_name("T");
   sm_cmd
       ->add_option("--mask", sm.mask,
@@ -99,8 +92,10 @@ int run(int argc, char** argv) {
   sm_cmd->add_flag("--explain", sm.explain,
                    "Explain each step: exp(score - max), the sum, the weights "
                    "and a bar per weight");
+  return sm_cmd;
+}
 
-  softdot::cli::AttentionArgs attn;
+CLI::App* add_attention(CLI::App& app, softdot::cli::AttentionArgs& attn) {
   CLI::App* attn_cmd = app.add_subcommand(
       "attention",
       "Scaled dot-product attention softmax(Q K^T * scale + bias) V of .npy "
@@ -128,7 +123,8 @@ int run(int argc, char** argv) {
                    "The scales of int8 keys, float32 .npy [n_kv, 1] or "
                    "[batch, kv_heads, n_kv, 1], one per row: key row j is "
                    "scale_j * k_j (softdot::Int8KV, as quantize_kv makes "
-                   "them)")
+                   "them); for pages, the pages' shape with a last axis of "
+                   "1 (--kv-layout)")
       ->type_name("FILE");
   attn_cmd
       ->add_option("--v-scales", attn.v_scales,
@@ -178,15 +174,23 @@ int run(int argc, char** argv) {
       ->add_option("--block-table", attn.block_table,
                    "A paged K/V cache: int32 .npy [batch, blocks_per_seq] of "
                    "page indices; --k and --v are then pages [pages, "
-                   "kv_heads, page_size, d] and q is 4-D. Sequence b's key t "
-                   "lies in page block_table[b, t / page_size], row t % "
-                   "page_size. Needs --seq-lens")
+                   "page_size, kv_heads, d] (--kv-layout) and q is 4-D. "
+                   "Sequence b's key t lies in page block_table[b, t / "
+                   "page_size], row t % page_size. Needs --seq-lens")
       ->type_name("FILE");
   attn_cmd
       ->add_option("--seq-lens", attn.seq_lens,
                    "With --block-table: int32 .npy [batch], the keys of each "
                    "sequence (its n_kv)")
       ->type_name("FILE");
+  attn_cmd
+      ->add_option("--kv-layout", attn.kv_layout,
+                   "With --block-table: the axes of the pages of --k and --v "
+                   "(and of their scales, last axis 1): NHD [pages, "
+                   "page_size, kv_heads, d] (default; vLLM's, and "
+                   "softdot.paged_attention's default) or HND [pages, "
+                   "kv_heads, page_size, d]")
+      ->type_name("LAYOUT");
   attn_cmd
       ->add_option("--scale", attn.scale,
                    "Multiply q . k by S (finite, > 0); default 1/sqrt(d)")
@@ -216,8 +220,11 @@ int run(int argc, char** argv) {
                      "Print the scores, the weights (numbers and a heat map) "
                      "and the output rows; small inputs only (n_q, n_kv, d_v "
                      "<= 64, batch x heads <= 16)");
+  return attn_cmd;
+}
 
-  softdot::cli::CrossEntropyArgs xent;
+CLI::App* add_cross_entropy(CLI::App& app,
+                            softdot::cli::CrossEntropyArgs& xent) {
   CLI::App* xent_cmd = app.add_subcommand(
       "cross-entropy",
       "Fused cross-entropy of rows of logits (.npy [rows, classes], float32 "
@@ -259,8 +266,43 @@ int run(int argc, char** argv) {
       "reads and writes the files (needs softdot built with MPI)");
   xent_cmd->add_flag("--deterministic", xent.deterministic,
                      "With --ring: the same bits for every number of ranks");
+  return xent_cmd;
+}
 
-  CLI::App* demo_cmd =
+// "softdot attention --help" for an error in `softdot attention ...`;
+// "softdot --help" before a command is named.
+std::string help_pointer(const CLI::App& app) {
+  const auto parsed = app.get_subcommands();  // the command named, if any
+  if (parsed.empty()) return "softdot --help";
+  return "softdot " + parsed.front()->get_name() + " --help";
+}
+
+// Defines the command line, then parses it and runs the subcommand.
+int run(int argc, char** argv) {
+  CLI::App app{
+      "softdot: dot products, numerically stable softmax and attention.\n"
+      "Numbers may be negative, inf, -inf or nan; lists are separated by "
+      "commas and/or spaces.",
+      "softdot"};
+  app.set_version_flag("--version", [] {
+    return std::string("softdot ") + softdot::version() +
+           " (SIMD target: " + softdot::simd_target() + ")";
+  });
+  app.require_subcommand(1);
+  app.footer(
+      "Each command's options: softdot COMMAND --help (e.g. softdot "
+      "attention --help).\nErrors: one line on stderr, exit status 2. See "
+      "docs/cli.md.");
+
+  softdot::cli::DotArgs dot;
+  softdot::cli::SoftmaxArgs sm;
+  softdot::cli::AttentionArgs attn;
+  softdot::cli::CrossEntropyArgs xent;
+  const CLI::App* dot_cmd = add_dot(app, dot);
+  const CLI::App* sm_cmd = add_softmax(app, sm);
+  const CLI::App* attn_cmd = add_attention(app, attn);
+  const CLI::App* xent_cmd = add_cross_entropy(app, xent);
+  const CLI::App* demo_cmd =
       app.add_subcommand("demo", "Run the worked examples of the seed text");
 
   try {
@@ -272,7 +314,7 @@ int run(int argc, char** argv) {
       app.parse(static_cast<int>(pointers.size()), pointers.data());
     } catch (const CLI::ParseError& e) {
       if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-      print_error(std::string(e.what()) + " (see softdot --help)");
+      print_error(std::string(e.what()) + " (see " + help_pointer(app) + ")");
       return kExitError;
     }
     int status = 0;

@@ -139,12 +139,21 @@ void write_file_atomically(const std::string& path, std::string_view content) {
   std::string temp = dir + "." + base + ".XXXXXX";
   std::vector<char> temp_buffer(temp.begin(), temp.end());
   temp_buffer.push_back('\0');
-  const int fd = ::mkstemp(temp_buffer.data());
+  int fd = -1, slot = -1, create_errno = 0;
+  {
+    // The temporary file and its slot appear together: a cleanup signal
+    // between mkstemp and add_pending would leave the file behind (seen
+    // once in CliSignal.ExistingOutputKeepsItsContent on a loaded machine).
+    const CleanupSignalsBlocked blocked;
+    fd = ::mkstemp(temp_buffer.data());
+    create_errno = errno;
+    if (fd >= 0) slot = add_pending(temp_buffer.data());
+  }
   if (fd < 0) {
-    throw CliError(path + ": cannot create a file there: " + errno_text(errno));
+    throw CliError(path +
+                   ": cannot create a file there: " + errno_text(create_errno));
   }
   temp.assign(temp_buffer.data());
-  const int slot = add_pending(temp);
   // mkstemp creates the file 0600; give it the mode a plain creat() would.
   const mode_t mask = ::umask(0);
   ::umask(mask);

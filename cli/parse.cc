@@ -3,6 +3,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <system_error>
@@ -139,25 +140,99 @@ bool split_fields(std::string_view line, std::vector<Field>* fields,
   }
 }
 
-std::string quote(std::string_view token) {
-  constexpr std::size_t kMax = 40;
-  std::string out = "\"";
-  const std::size_t n = token.size() > kMax ? kMax : token.size();
+namespace {
+
+// \x9f, \u00a0, \U000e0001: `value` in `digits` hex digits after `prefix`.
+std::string hex_escape(const char* prefix, std::uint32_t value, int digits) {
   static const char kHex[] = "0123456789abcdef";
-  for (std::size_t i = 0; i < n; ++i) {
-    const unsigned char c = static_cast<unsigned char>(token[i]);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c == 0x7f) {
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
+  std::string out = prefix;
+  for (int shift = 4 * (digits - 1); shift >= 0; shift -= 4)
+    out += kHex[(value >> shift) & 15];
+  return out;
+}
+
+// The length of the UTF-8 sequence at the start of `s` and its code point,
+// or 0 when it is not valid UTF-8 (overlong, a surrogate, past U+10FFFF,
+// truncated).
+std::size_t utf8_sequence(std::string_view s, std::uint32_t* code) {
+  const auto byte = [&](std::size_t i) {
+    return static_cast<unsigned char>(s[i]);
+  };
+  const unsigned char lead = byte(0);
+  std::size_t n = 0;
+  std::uint32_t min = 0;
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    n = 2, min = 0x80, *code = lead & 0x1fu;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    n = 3, min = 0x800, *code = lead & 0x0fu;
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    n = 4, min = 0x10000, *code = lead & 0x07u;
+  } else {
+    return 0;
+  }
+  if (s.size() < n) return 0;
+  for (std::size_t i = 1; i < n; ++i) {
+    if ((byte(i) & 0xc0) != 0x80) return 0;
+    *code = (*code << 6) | (byte(i) & 0x3fu);
+  }
+  if (*code < min || *code > 0x10ffff || (*code >= 0xd800 && *code <= 0xdfff))
+    return 0;
+  return n;
+}
+
+// Characters a terminal shows as nothing, as a space or not at all: C1
+// controls, Unicode spaces, zero-width and format characters, variation
+// selectors, the byte-order mark, tags, noncharacters.
+bool invisible(std::uint32_t c) {
+  static constexpr std::uint32_t kRanges[][2] = {
+      {0x80, 0xa0},       {0xad, 0xad},       {0x34f, 0x34f},
+      {0x61c, 0x61c},     {0x115f, 0x1160},   {0x1680, 0x1680},
+      {0x180b, 0x180e},   {0x2000, 0x200f},   {0x2028, 0x202f},
+      {0x205f, 0x206f},   {0x3000, 0x3000},   {0x3164, 0x3164},
+      {0xfe00, 0xfe0f},   {0xfeff, 0xfeff},   {0xffa0, 0xffa0},
+      {0xfff0, 0xfffb},   {0xfdd0, 0xfdef},   {0x1d173, 0x1d17a},
+      {0xe0000, 0xe0fff}, {0xf0000, 0x10ffff}};
+  if ((c & 0xfffe) == 0xfffe) return true;  // U+xxFFFE, U+xxFFFF
+  for (const auto& r : kRanges)
+    if (c >= r[0] && c <= r[1]) return true;
+  return false;
+}
+
+}  // namespace
+
+std::string quote(std::string_view token) {
+  constexpr std::size_t kMax = 40;  // characters
+  std::string out = "\"";
+  std::size_t shown = 0, i = 0;
+  for (; i < token.size() && shown < kMax; ++shown) {
+    const auto c = static_cast<unsigned char>(token[i]);
+    if (c < 0x80) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += static_cast<char>(c);
+      } else if (c < 0x20 || c == 0x7f) {
+        out += hex_escape("\\x", c, 2);
+      } else {
+        out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    std::uint32_t code = 0;
+    const std::size_t n = utf8_sequence(token.substr(i), &code);
+    if (n == 0) {
+      out += hex_escape("\\x", c, 2);  // not UTF-8: the byte
+      ++i;
+    } else if (invisible(code)) {
+      out += code > 0xffff ? hex_escape("\\U", code, 8)
+                           : hex_escape("\\u", code, 4);
+      i += n;
     } else {
-      out += static_cast<char>(c);
+      out += token.substr(i, n);
+      i += n;
     }
   }
-  if (token.size() > kMax) out += "...";
+  if (i < token.size()) out += "...";
   out += '"';
   return out;
 }
@@ -165,6 +240,12 @@ std::string quote(std::string_view token) {
 std::string number_error(std::string_view token, NumberStatus status) {
   if (status == NumberStatus::kOutOfRange) {
     return quote(token) + " is out of range for float64";
+  }
+  // A byte-order mark where it is not skipped (not at the start of a file,
+  // or in an argument): name it, as it shows as nothing.
+  if (token.find("\xef\xbb\xbf") != std::string_view::npos) {
+    return quote(token) +
+           " is not a number: it holds a byte-order mark (U+FEFF)";
   }
   return quote(token) + " is not a number";
 }

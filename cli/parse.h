@@ -44,8 +44,11 @@ struct Field {
 bool split_fields(std::string_view line, std::vector<Field>* fields,
                   std::size_t* error_column);
 
-// Quotes a token for an error message: "abc", with control bytes escaped and
-// long tokens shortened.
+// Quotes a token for an error message: "abc", with " and \ escaped, control
+// bytes and bytes that are not UTF-8 as \xNN, invisible characters (no-break
+// and other Unicode spaces, zero-width and format characters such as the
+// byte-order mark U+FEFF, C1 controls) as \uXXXX or \UXXXXXXXX, and tokens
+// over 40 characters shortened.
 std::string quote(std::string_view token);
 
 // The error message for a token that parse_number rejected, e.g.

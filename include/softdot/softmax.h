@@ -16,8 +16,9 @@ namespace softdot {
 enum class Precision {
   // Each weight is rounded once from a value accurate to far more than the
   // element type: within 1 ulp of the exact weight (measured maximum, against
-  // MPFR: float 0.59 ulp, 0.75 for subnormal weights, and 0.503 on targets
-  // without FMA; double 0.75). float carries exp as a float pair on AVX2 and
+  // MPFR, docs/accuracy.md "Measured by the tests": float 0.59 ulp, 0.75 for
+  // subnormal weights, and 0.503 on targets without FMA; double 0.53, 0.75
+  // for subnormal weights). float carries exp as a float pair on AVX2 and
   // AVX-512 (double lanes elsewhere); double as a double-length pair. The
   // default. Costs about 1.3x to 1.9x kFast for float rows in cache, 2x to
   // 2.5x for double (docs/accuracy.md, docs/performance.md).
@@ -31,9 +32,15 @@ enum class Precision {
 
 // Options shared by the softmax family.
 struct SoftmaxOptions {
-  // Scores are multiplied by 1 / temperature (rounded to the element type)
-  // before the max is taken. Must be finite and > 0, and its reciprocal must
-  // be a finite, non-zero number of the element type; else
+  // Scores are multiplied by s = 1 / temperature rounded to the element type
+  // before the max is taken: the weights are within the stated bound of
+  // softmax(x * s), the products taken exactly (docs/accuracy.md's
+  // reference). That is softmax(x / temperature) only when 1 / temperature
+  // is exact in the element type (a power of two); otherwise the rounding of
+  // s, times the spread of the scores, can move a weight by many ulp
+  // (double, T = 0.7, x = [100, 99, 0]: the last weight is 21 ulp from
+  // softmax(x / 0.7), docs/cli.md). Must be finite and > 0, and its
+  // reciprocal must be a finite, non-zero number of the element type; else
   // std::invalid_argument. A scaled score that overflows counts as +-inf.
   double temperature = 1.0;
   // Empty: no mask. Otherwise one flag per score: true keeps the score,
@@ -60,8 +67,10 @@ struct SoftmaxOptions {
 // The floating-point environment of the caller is not changed.
 // ---------------------------------------------------------------------------
 
-// y = softmax(x / temperature): y_i = exp(x_i - m) / sum_j exp(x_j - m), with
-// m = max_j x_j.
+// y = softmax(x * s), s = 1 / temperature rounded to the element type (see
+// SoftmaxOptions::temperature; x / temperature when s is exact):
+// y_i = exp(p_i - m) / sum_j exp(p_j - m), with p_i = x_i * s (taken
+// exactly in the bound below) and m = max_j p_j.
 // Accuracy: within 1 ulp of the exact weight in the default
 // Precision::kFaithful (float: scores, exp, sum and quotient in double, then
 // one rounding to float; double: the rounding error of x_i - m recovered

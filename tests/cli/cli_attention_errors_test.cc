@@ -189,7 +189,7 @@ std::vector<ErrorCase> error_cases() {
        "only one input can be read from standard input ('-')"},
       {"missing_q",
        {"attention", "--k", "$D/k.npy", "--v", "$D/v.npy"},
-       "--q is required (see softdot --help)"},
+       "--q is required (see softdot attention --help)"},
       {"missing_output", qkv,
        "--output is required: -o FILE.npy for the result (only --explain "
        "prints to standard output)",

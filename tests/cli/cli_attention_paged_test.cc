@@ -2,7 +2,9 @@
 // output against the float64 reference on each sequence's keys gathered in
 // order, bit for bit against the command on those contiguous keys, and bad
 // tables and shapes as one error line naming the file, the shape or the
-// sequence and entry, with no output file left behind.
+// sequence and entry, with no output file left behind. The cases write HND
+// pages ([pages, kv_heads, page_size, d], --kv-layout HND); the same cache in
+// NHD files (the default layout) gives the same bits.
 #include <bit>
 #include <cstring>
 
@@ -83,9 +85,10 @@ TEST(CliAttentionPaged, MatchesFloat64AndContiguousBitwise) {
   const std::string lens = f.put("lens.npy", i32_npy({2}, c.lens));
   Options o;
   o.causal = true;
-  const CommandResult r = run_softdot(
-      {"attention", "--q", f.q, "--k", f.k, "--v", f.v, "--block-table", table,
-       "--seq-lens", lens, "--causal", "-o", f.out, "--lse", f.lse});
+  const CommandResult r =
+      run_softdot({"attention", "--q", f.q, "--k", f.k, "--v", f.v,
+                   "--block-table", table, "--seq-lens", lens, "--kv-layout",
+                   "HND", "--causal", "-o", f.out, "--lse", f.lse});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");
   const ParsedNpy out = parse_npy(read_whole_file(f.out));
@@ -136,6 +139,8 @@ TEST(CliAttentionPaged, BadTablesAndShapesAreOneErrorLine) {
     if (!table.empty()) {
       args.push_back("--block-table");
       args.push_back(table);
+      args.push_back("--kv-layout");
+      args.push_back("HND");
     }
     if (!seq_lens.empty()) {
       args.push_back("--seq-lens");
@@ -157,7 +162,8 @@ TEST(CliAttentionPaged, BadTablesAndShapesAreOneErrorLine) {
   bad[5] = 6;  // sequence 1, entry 1: one past the last page
   expect_error("page out of range",
                run(f.put("bad.npy", i32_npy({2, 4}, bad)), lens),
-               {"paged_attention", "sequence 1, entry 1", "= 6"});
+               {"--block-table: " + f.dir.path("bad.npy"),
+                "sequence 1, entry 1", "= 6", "--k [6 x 2 x 4 x 8] (0 to 5)"});
   bad[5] = -2;
   expect_error("negative page",
                run(f.put("bad.npy", i32_npy({2, 4}, bad)), lens),
@@ -227,19 +233,22 @@ TEST(CliAttentionPaged, Int8PagesMatchContiguousBitwise) {
       f.put("ks.npy", f32_npy(Array{{C::P, C::Hkv, C::ps, 1}, ks}));
   const std::string vss =
       f.put("vs.npy", f32_npy(Array{{C::P, C::Hkv, C::ps, 1}, vs}));
-  const CommandResult r = run_softdot(
-      {"attention", "--q",        f.q,  "--k",        f.k,  "--v",
-       f.v,         "--k-scales", kss,  "--v-scales", vss,  "--block-table",
-       table,       "--seq-lens", lens, "--causal",   "-o", f.out,
-       "--lse",     f.lse});
+  const CommandResult r =
+      run_softdot({"attention", "--q",        f.q,  "--k",
+                   f.k,         "--v",        f.v,  "--k-scales",
+                   kss,         "--v-scales", vss,  "--block-table",
+                   table,       "--seq-lens", lens, "--kv-layout",
+                   "HND",       "--causal",   "-o", f.out,
+                   "--lse",     f.lse});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.err, "");
   const std::vector<float> got = read_output(f.out);
   const std::vector<float> got_lse = read_output(f.lse);
   const std::string out2 = f.dir.path("out2.npy");
-  const CommandResult rq = run_softdot(
-      {"attention", "--q", f.q, "--k", kf, "--v", vf, "--kv", "int8",
-       "--block-table", table, "--seq-lens", lens, "--causal", "-o", out2});
+  const CommandResult rq =
+      run_softdot({"attention", "--q", f.q, "--k", kf, "--v", vf, "--kv",
+                   "int8", "--block-table", table, "--seq-lens", lens,
+                   "--kv-layout", "HND", "--causal", "-o", out2});
   ASSERT_EQ(rq.status, 0) << rq.err;
   const std::vector<float> got_q = read_output(out2);
   const std::size_t per_b = C::H * C::n_q * C::dv;
@@ -312,20 +321,273 @@ TEST(CliAttentionPaged, Int8PagesMatchContiguousBitwise) {
           << what << ": \"" << e.err << "\" does not name " << n;
     EXPECT_FALSE(file_exists(none)) << what << ": left an output file";
   };
-  expect_error(
-      "int8 pages without scales",
-      run_softdot({"attention", "--q", f.q, "--k", f.k, "--v", f.v,
-                   "--block-table", table, "--seq-lens", lens, "-o", none}),
-      {"is int8 and needs its scales", "--k-scales",
-       "[pages x kv_heads x page_size x 1]"});
+  expect_error("int8 pages without scales",
+               run_softdot({"attention", "--q", f.q, "--k", f.k, "--v", f.v,
+                            "--block-table", table, "--seq-lens", lens,
+                            "--kv-layout", "HND", "-o", none}),
+               {"is int8 and needs its scales", "--k-scales",
+                "[pages x kv_heads x page_size x 1]"});
   const std::string flat =
       f.put("flat.npy", f32_npy(Array{{C::P * C::Hkv * C::ps, 1}, ks}));
-  expect_error(
-      "2-D scales for pages",
+  expect_error("2-D scales for pages",
+               run_softdot({"attention", "--q", f.q, "--k", f.k, "--v", f.v,
+                            "--k-scales", flat, "--v-scales", vss,
+                            "--block-table", table, "--seq-lens", lens,
+                            "--kv-layout", "HND", "-o", none}),
+               {"--k-scales is [48 x 1]", "[6 x 2 x 4 x 1]"});
+}
+
+// [pages, A, B, last] -> [pages, B, A, last]: HND pages to NHD and back.
+template <class T>
+std::vector<T> swap_page_axes(const std::vector<T>& v, std::size_t pages,
+                              std::size_t a, std::size_t b, std::size_t last) {
+  std::vector<T> out(v.size());
+  for (std::size_t p = 0; p < pages; ++p)
+    for (std::size_t i = 0; i < a; ++i)
+      for (std::size_t j = 0; j < b; ++j)
+        for (std::size_t c = 0; c < last; ++c)
+          out[((p * b + j) * a + i) * last + c] =
+              v[((p * a + i) * b + j) * last + c];
+  return out;
+}
+
+std::vector<std::uint32_t> all_bits(const std::vector<float>& v) {
+  return bits_of(v, 0, v.size());
+}
+
+// The same cache as NHD files ([pages, page_size, kv_heads, d], the
+// default, and named with --kv-layout NHD) and as HND files (--kv-layout
+// HND): the same output and lse bit for bit, for float pages, int8 pages
+// with their scales (in the pages' layout) and --kv int8.
+TEST(CliAttentionPaged, NhdAndHndFilesGiveTheSameBits) {
+  Files f;
+  const PagedCase c;
+  using C = PagedCase;
+  const std::string table = f.put("table.npy", i32_npy({2, 4}, c.table));
+  const std::string lens = f.put("lens.npy", i32_npy({2}, c.lens));
+  f.put("q.npy", f32_npy(c.q));
+  const std::string k_hnd = f.put("k_hnd.npy", f32_npy(c.kp));
+  const std::string v_hnd = f.put("v_hnd.npy", f32_npy(c.vp));
+  const std::string k_nhd = f.put(
+      "k_nhd.npy",
+      f32_npy(Array{{C::P, C::ps, C::Hkv, C::d},
+                    swap_page_axes(c.kp.values, C::P, C::Hkv, C::ps, C::d)}));
+  const std::string v_nhd = f.put(
+      "v_nhd.npy",
+      f32_npy(Array{{C::P, C::ps, C::Hkv, C::dv},
+                    swap_page_axes(c.vp.values, C::P, C::Hkv, C::ps, C::dv)}));
+  // Runs the command on the pages with `extra` options; the output and lse.
+  auto run = [&](const std::string& k, const std::string& v,
+                 const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {
+        "attention", "--q",           f.q,     "--k",        k,    "--v",
+        v,           "--block-table", table,   "--seq-lens", lens, "--causal",
+        "-o",        f.out,           "--lse", f.lse};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const CommandResult r = run_softdot(args);
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    std::vector<std::uint32_t> bits = all_bits(read_output(f.out));
+    const std::vector<std::uint32_t> lse = all_bits(read_output(f.lse));
+    EXPECT_EQ(bits.size(), C::B * C::H * C::n_q * C::dv);
+    EXPECT_EQ(lse.size(), C::B * C::H * C::n_q);
+    bits.insert(bits.end(), lse.begin(), lse.end());
+    return bits;
+  };
+  const std::vector<std::uint32_t> hnd =
+      run(k_hnd, v_hnd, {"--kv-layout", "HND"});
+  EXPECT_EQ(run(k_nhd, v_nhd, {}), hnd) << "NHD files, the default";
+  EXPECT_EQ(run(k_nhd, v_nhd, {"--kv-layout", "NHD"}), hnd)
+      << "NHD files, --kv-layout NHD";
+  const std::vector<std::uint32_t> q_hnd =
+      run(k_hnd, v_hnd, {"--kv-layout", "HND", "--kv", "int8"});
+  EXPECT_EQ(run(k_nhd, v_nhd, {"--kv", "int8"}), q_hnd) << "--kv int8";
+  // float16 pages (the values are exact in float16).
+  const std::string kh_hnd = f.put("kh_hnd.npy", f16_npy(c.kp));
+  const std::string vh_hnd = f.put("vh_hnd.npy", f16_npy(c.vp));
+  const std::string kh_nhd = f.put(
+      "kh_nhd.npy",
+      f16_npy(Array{{C::P, C::ps, C::Hkv, C::d},
+                    swap_page_axes(c.kp.values, C::P, C::Hkv, C::ps, C::d)}));
+  const std::string vh_nhd = f.put(
+      "vh_nhd.npy",
+      f16_npy(Array{{C::P, C::ps, C::Hkv, C::dv},
+                    swap_page_axes(c.vp.values, C::P, C::Hkv, C::ps, C::dv)}));
+  EXPECT_EQ(run(kh_nhd, vh_nhd, {}),
+            run(kh_hnd, vh_hnd, {"--kv-layout", "HND"}))
+      << "float16 pages";
+
+  // int8 pages and their scales, HND and swapped to NHD.
+  std::vector<std::int8_t> kq(C::P * C::Hkv * C::ps * C::d),
+      vq(C::P * C::Hkv * C::ps * C::dv);
+  std::vector<float> ks(C::P * C::Hkv * C::ps), vs(ks.size());
+  for (std::size_t i = 0; i < kq.size(); ++i)
+    kq[i] =
+        static_cast<std::int8_t>(static_cast<int>((i * 29 + 3) % 255) - 127);
+  for (std::size_t i = 0; i < vq.size(); ++i)
+    vq[i] =
+        static_cast<std::int8_t>(static_cast<int>((i * 41 + 5) % 255) - 127);
+  for (std::size_t i = 0; i < ks.size(); ++i) {
+    ks[i] = 0.01f * static_cast<float>(1 + i % 7);
+    vs[i] = 0.02f * static_cast<float>(1 + i % 3);
+  }
+  f.put("kq_hnd.npy", i8_npy({C::P, C::Hkv, C::ps, C::d}, kq));
+  f.put("vq_hnd.npy", i8_npy({C::P, C::Hkv, C::ps, C::dv}, vq));
+  f.put("ks_hnd.npy", f32_npy(Array{{C::P, C::Hkv, C::ps, 1}, ks}));
+  f.put("vs_hnd.npy", f32_npy(Array{{C::P, C::Hkv, C::ps, 1}, vs}));
+  f.put("kq_nhd.npy", i8_npy({C::P, C::ps, C::Hkv, C::d},
+                             swap_page_axes(kq, C::P, C::Hkv, C::ps, C::d)));
+  f.put("vq_nhd.npy", i8_npy({C::P, C::ps, C::Hkv, C::dv},
+                             swap_page_axes(vq, C::P, C::Hkv, C::ps, C::dv)));
+  f.put("ks_nhd.npy",
+        f32_npy(Array{{C::P, C::ps, C::Hkv, 1},
+                      swap_page_axes(ks, C::P, C::Hkv, C::ps, 1)}));
+  f.put("vs_nhd.npy",
+        f32_npy(Array{{C::P, C::ps, C::Hkv, 1},
+                      swap_page_axes(vs, C::P, C::Hkv, C::ps, 1)}));
+  const auto int8_run = [&](const std::string& layout,
+                            const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {
+        "--k-scales", f.dir.path("ks_" + layout + ".npy"), "--v-scales",
+        f.dir.path("vs_" + layout + ".npy")};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run(f.dir.path("kq_" + layout + ".npy"),
+               f.dir.path("vq_" + layout + ".npy"), args);
+  };
+  const std::vector<std::uint32_t> i8_hnd =
+      int8_run("hnd", {"--kv-layout", "HND"});
+  EXPECT_EQ(int8_run("nhd", {}), i8_hnd) << "int8 pages, NHD";
+  // HND scales with NHD pages: the scales must follow the pages' layout.
+  const CommandResult r = run_softdot(
+      {"attention", "--q", f.q, "--k", f.dir.path("kq_nhd.npy"), "--v",
+       f.dir.path("vq_nhd.npy"), "--k-scales", f.dir.path("ks_hnd.npy"),
+       "--v-scales", f.dir.path("vs_nhd.npy"), "--block-table", table,
+       "--seq-lens", lens, "-o", f.dir.path("none.npy")});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err,
+            "softdot: error: --k-scales is [6 x 2 x 4 x 1] but --k is "
+            "[6 x 4 x 2 x 8]; --k-scales must be [6 x 4 x 2 x 1], one "
+            "scale per row of --k\n");
+  EXPECT_FALSE(file_exists(f.dir.path("none.npy")));
+}
+
+// Without --kv-layout the pages are NHD: the messages about their shapes
+// say so, show the files' own shapes and name the option.
+TEST(CliAttentionPaged, DefaultLayoutIsNhdAndErrorsShowTheFilesShapes) {
+  Files f;
+  const PagedCase c;
+  using C = PagedCase;
+  const std::string table = f.put("table.npy", i32_npy({2, 4}, c.table));
+  const std::string lens = f.put("lens.npy", i32_npy({2}, c.lens));
+  f.put("q.npy", f32_npy(c.q));
+  // NHD pages [6, 4, 2, d].
+  f.put("k.npy",
+        f32_npy(Array{{C::P, C::ps, C::Hkv, C::d},
+                      swap_page_axes(c.kp.values, C::P, C::Hkv, C::ps, C::d)}));
+  f.put("v.npy", f32_npy(Array{
+                     {C::P, C::ps, C::Hkv, C::dv},
+                     swap_page_axes(c.vp.values, C::P, C::Hkv, C::ps, C::dv)}));
+  const std::string none = f.dir.path("none.npy");
+  auto run = [&](const std::string& k, const std::string& v,
+                 const std::string& block_table,
+                 const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {
+        "attention",     "--q",       f.q,          "--k", k,    "--v", v,
+        "--block-table", block_table, "--seq-lens", lens,  "-o", none};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const CommandResult r = run_softdot(args);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_FALSE(file_exists(none));
+    return r.err;
+  };
+  const std::string k2 = f.put("k2.npy", f32_npy(make_array({6, 8}, 2)));
+  EXPECT_EQ(run(k2, f.v, table, {}),
+            "softdot: error: --k is [6 x 8]: with --block-table it holds "
+            "pages, a 4-D array; --kv-layout NHD (the default) reads pages as "
+            "[pages x page_size x kv_heads x d], HND as [pages x kv_heads x "
+            "page_size x d]\n");
+  EXPECT_EQ(run(k2, f.v, table, {"--kv-layout", "HND"}),
+            "softdot: error: --k is [6 x 8]: with --block-table it holds "
+            "pages, a 4-D array; --kv-layout HND reads pages as [pages x "
+            "kv_heads x page_size x d]\n");
+  // 3 KV heads (axis 2 in NHD) do not divide q's 4 heads.
+  const std::string k3 =
+      f.put("k3.npy", f32_npy(make_array({C::P, C::ps, 3, C::d}, 3)));
+  EXPECT_EQ(run(k3, f.v, table, {}),
+            "softdot: error: --q has heads = 4, not a multiple of --k's "
+            "kv_heads = 3 (q is [2 x 4 x 3 x 8], k is [6 x 4 x 3 x 8]); "
+            "--kv-layout NHD (the default) reads pages as [pages x page_size "
+            "x kv_heads x d], HND as [pages x kv_heads x page_size x d]\n");
+  const std::string v3 =
+      f.put("v3.npy", f32_npy(make_array({C::P, C::Hkv, C::ps, C::dv}, 4)));
+  EXPECT_EQ(run(f.k, v3, table, {}),
+            "softdot: error: --v is [6 x 2 x 4 x 3] but --k is [6 x 4 x 2 x "
+            "8]: they need the same pages, kv_heads and page_size; "
+            "--kv-layout NHD (the default) reads pages as [pages x page_size "
+            "x kv_heads x d], HND as [pages x kv_heads x page_size x d]\n");
+  // A table entry past the pages: the pages as the file holds them.
+  std::vector<std::int32_t> bad = c.table;
+  bad[5] = 6;
+  const std::string bad_table = f.put("bad.npy", i32_npy({2, 4}, bad));
+  EXPECT_EQ(run(f.k, f.v, bad_table, {}),
+            "softdot: error: --block-table: " + bad_table +
+                ": block_table[1, 1] = 6 (sequence 1, entry 1) is not a page "
+                "of --k [6 x 4 x 2 x 8] (0 to 5)\n");
+  const std::string long_lens = f.put("long.npy", i32_npy({2}, {5, 17}));
+  std::vector<std::string> args = {
+      "attention",     "--q", f.q,          "--k",     f.k,  "--v", f.v,
+      "--block-table", table, "--seq-lens", long_lens, "-o", none};
+  const CommandResult r = run_softdot(args);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err, "softdot: error: --seq-lens: " + long_lens +
+                       ": seq_lens[1] = 17 (sequence 1) is more keys than "
+                       "its 4 pages of page_size 4 hold (--block-table is "
+                       "[2 x 4], --k is [6 x 4 x 2 x 8])\n");
+  // int8 pages without scales: the scales' shape in the default layout.
+  std::vector<std::int8_t> zeros(C::P * C::ps * C::Hkv * C::d, 1);
+  const std::string kq =
+      f.put("kq.npy", i8_npy({C::P, C::ps, C::Hkv, C::d}, zeros));
+  const std::string vq =
+      f.put("vq.npy",
+            i8_npy({C::P, C::ps, C::Hkv, C::dv},
+                   std::vector<std::int8_t>(C::P * C::ps * C::Hkv * C::dv)));
+  EXPECT_EQ(run(kq, vq, table, {}),
+            "softdot: error: --k " + kq +
+                " is int8 and needs its scales: --k-scales FILE.npy, float32 "
+                "[pages x page_size x kv_heads x 1] (--kv-layout NHD, the "
+                "default)\n");
+}
+
+// --kv-layout takes NHD or HND, and only with --block-table: status 2 and one
+// line naming the option, before any input is read.
+TEST(CliAttentionPaged, BadKvLayoutIsAClearError) {
+  Files f;
+  const PagedCase c;
+  const std::string table = f.put("table.npy", i32_npy({2, 4}, c.table));
+  const std::string lens = f.put("lens.npy", i32_npy({2}, c.lens));
+  f.put("q.npy", f32_npy(c.q));
+  f.put("k.npy", f32_npy(c.kp));
+  f.put("v.npy", f32_npy(c.vp));
+  for (const char* bad : {"nhd", "NDH", "HND ", "vllm"}) {
+    const CommandResult r = run_softdot(
+        {"attention", "--q", f.q, "--k", f.k, "--v", f.v, "--block-table",
+         table, "--seq-lens", lens, "--kv-layout", bad, "-o", f.out});
+    EXPECT_EQ(r.status, 2) << bad;
+    EXPECT_EQ(r.err, "softdot: error: --kv-layout \"" + std::string(bad) +
+                         "\": must be NHD (pages [pages x page_size x "
+                         "kv_heads x d], the default) or HND (pages [pages x "
+                         "kv_heads x page_size x d])\n");
+    EXPECT_EQ(r.out, "");
+    EXPECT_FALSE(file_exists(f.out)) << bad;
+  }
+  const CommandResult r =
       run_softdot({"attention", "--q", f.q, "--k", f.k, "--v", f.v,
-                   "--k-scales", flat, "--v-scales", vss, "--block-table",
-                   table, "--seq-lens", lens, "-o", none}),
-      {"--k-scales is [48 x 1]", "[6 x 2 x 4 x 1]"});
+                   "--kv-layout", "HND", "-o", f.out});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.err,
+            "softdot: error: --kv-layout is an option of --block-table: it "
+            "orders the axes of paged k and v\n");
+  EXPECT_FALSE(file_exists(f.out));
 }
 
 }  // namespace

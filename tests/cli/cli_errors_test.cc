@@ -46,6 +46,16 @@ std::map<std::string, std::string> input_files() {
       {"blank.csv", "1,2\n\n3,4\n"},
       {"bad.csv", "1,2,3\n4,5,6\n1, 2, x\n"},
       {"emptyfield.csv", "1,,2\n"},
+      // A byte-order mark where it is not skipped (line 2), a no-break
+      // space, a zero-width space, a byte that is not UTF-8 (Latin-1 NBSP).
+      {"bom2.csv",
+       "1,2\n\xef\xbb\xbf"
+       "4,5\n"},
+      {"nbsp.csv", "1,2\xc2\xa0\n"},
+      {"zwsp.csv",
+       "1,\xe2\x80\x8b"
+       "2\n"},
+      {"latin1.csv", "1\xa0,2\n"},
       {"empty.csv", ""},
       {"spaces.csv", "  \n\n"},
       {"int32.npy",
@@ -242,9 +252,46 @@ std::vector<ErrorCase> cases() {
       {"unknown_command",
        {"frobnicate", "1"},
        "unknown command \"frobnicate\"; the commands are dot, softmax, "
-       "attention and demo (see softdot --help)",
+       "attention, cross-entropy and demo (see softdot --help)",
        "",
        false},
+      // An empty option value is named (CLI11 would take the next token).
+      {"empty_option_value",
+       {"softmax", "--temperature", "", "1", "2"},
+       "--temperature: the value is empty (see softdot softmax --help)"},
+      {"empty_option_value_after_equals",
+       {"softmax", "--digits=", "1", "2"},
+       "--digits: the value is empty (see softdot softmax --help)"},
+      {"empty_short_option_value",
+       {"softmax", "-t", "", "1"},
+       "-t: the value is empty (see softdot softmax --help)"},
+      // Invisible characters are shown escaped; a byte-order mark is named.
+      {"bom_not_at_start",
+       {"softmax", "--rows", "$D/bom2.csv"},
+       "$D/bom2.csv:2:1: \"\\ufeff4\" is not a number: it holds a "
+       "byte-order mark (U+FEFF)"},
+      {"bom_in_argument",
+       {"softmax",
+        "\xef\xbb\xbf"
+        "1",
+        "2"},
+       "argument 1: \"\\ufeff1\" is not a number: it holds a byte-order "
+       "mark (U+FEFF)"},
+      {"no_break_space",
+       {"softmax", "--rows", "$D/nbsp.csv"},
+       "$D/nbsp.csv:1:3: \"2\\u00a0\" is not a number"},
+      {"zero_width_space",
+       {"softmax", "--rows", "$D/zwsp.csv"},
+       "$D/zwsp.csv:1:3: \"\\u200b2\" is not a number"},
+      {"not_utf8",
+       {"softmax", "--rows", "$D/latin1.csv"},
+       "$D/latin1.csv:1:1: \"1\\xa0\" is not a number"},
+      {"stdin_bom_not_at_start",
+       {"softmax"},
+       "<stdin>:1:3: \"\\ufeff2\" is not a number: it holds a byte-order "
+       "mark (U+FEFF)",
+       "1 \xef\xbb\xbf"
+       "2\n"},
   };
 }
 

@@ -129,6 +129,33 @@ TEST(CliRows, CsvRowsToText) {
             "0.6590 0.2424 0.0986\n0.8756 0.1185 0.0059\n");
 }
 
+// A UTF-8 byte-order mark at the start of a CSV file or of standard input
+// (spreadsheets write one) is skipped: the same output as without it.
+TEST(CliRows, ByteOrderMarkAtTheStartIsSkipped) {
+  TempDir dir;
+  const std::string bom = "\xef\xbb\xbf";
+  write_whole_file(dir.path("s.csv"), bom + "2,1,0.1\n1002, 1000, 997\n");
+  const CommandResult r = run_softdot({"softmax", "--rows", dir.path("s.csv")});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out, "0.659 0.242 0.099\n0.876 0.118 0.006\n");
+  const CommandResult in =
+      run_softdot({"softmax", "--digits", "4", "--rows", "-"},
+                  bom + "2 1 0.1\r\n1002 1000 997\r\n");
+  EXPECT_EQ(in.status, 0) << in.err;
+  EXPECT_EQ(in.out, "0.6590 0.2424 0.0986\n0.8756 0.1185 0.0059\n");
+  const CommandResult scores = run_softdot({"softmax"}, bom + "2 1 0.1\n");
+  EXPECT_EQ(scores.status, 0) << scores.err;
+  EXPECT_EQ(scores.out, "0.659 0.242 0.099\n");
+  // The columns of line 1 count from after the mark.
+  write_whole_file(dir.path("bad.csv"), bom + "1,x\n");
+  const CommandResult bad =
+      run_softdot({"softmax", "--rows", dir.path("bad.csv")});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_EQ(bad.err, "softdot: error: " + dir.path("bad.csv") +
+                         ":1:3: \"x\" is not a number\n");
+}
+
 TEST(CliRows, CsvRowsToJson) {
   TempDir dir;
   write_whole_file(dir.path("s.csv"), "0,0\n-inf,1\nnan,1\n");

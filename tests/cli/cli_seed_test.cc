@@ -161,7 +161,8 @@ TEST(CliSeed, VersionNamesTheLibraryVersionAndSimdTarget) {
 }
 
 TEST(CliSeed, EverySubcommandHasHelp) {
-  for (const char* sub : {"dot", "softmax", "attention", "demo"}) {
+  for (const char* sub :
+       {"dot", "softmax", "attention", "cross-entropy", "demo"}) {
     const CommandResult r = run_softdot({sub, "--help"});
     EXPECT_EQ(r.status, 0) << sub;
     EXPECT_NE(r.out.find(std::string("Usage: softdot ") + sub),
@@ -171,12 +172,64 @@ TEST(CliSeed, EverySubcommandHasHelp) {
   }
   const CommandResult top = run_softdot({"--help"});
   EXPECT_EQ(top.status, 0);
-  for (const char* sub : {"dot", "softmax", "attention", "demo"})
+  for (const char* sub :
+       {"dot", "softmax", "attention", "cross-entropy", "demo"})
     EXPECT_NE(top.out.find(sub), std::string::npos) << top.out;
+  // The options of each command are in its own --help; the top one says so.
+  EXPECT_NE(top.out.find("Each command's options: softdot COMMAND --help"),
+            std::string::npos)
+      << top.out;
   const CommandResult sm = run_softdot({"softmax", "-h"});
   for (const char* option : {"--digits", "--temperature", "--mask", "--rows",
                              "--output", "--log", "--json", "--explain"})
     EXPECT_NE(sm.out.find(option), std::string::npos) << option;
+}
+
+// Each error that points to a --help points to the one listing the option:
+// the subcommand's for a missing or unknown option of a subcommand.
+TEST(CliSeed, ErrorsPointToTheHelpThatListsTheOption) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string error;  // the whole stderr
+    std::string help;   // the --help command the error names
+    std::string option;
+  };
+  const std::vector<Case> cases = {
+      {{"attention", "--k", "k.npy", "--v", "v.npy"},
+       "softdot: error: --q is required (see softdot attention --help)\n",
+       "attention",
+       "--q"},
+      {{"cross-entropy", "--targets", "t.npy"},
+       "softdot: error: --logits is required (see softdot cross-entropy "
+       "--help)\n",
+       "cross-entropy",
+       "--logits"},
+      {{"softmax", "--digits"},
+       "softdot: error: --digits: 1 required N missing (see softdot softmax "
+       "--help)\n",
+       "softmax",
+       "--digits"},
+      {{"attention", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy",
+        "--dropout", "0.1"},
+       "softdot: error: unknown option \"--dropout\" (see softdot attention "
+       "--help)\n",
+       "attention",
+       "--scale"},
+  };
+  for (const Case& c : cases) {
+    const CommandResult r = run_softdot(c.args);
+    EXPECT_EQ(r.status, 2) << c.error;
+    EXPECT_EQ(r.err, c.error);
+    const CommandResult help = run_softdot({c.help, "--help"});
+    EXPECT_EQ(help.status, 0);
+    EXPECT_NE(help.out.find(c.option), std::string::npos)
+        << "softdot " << c.help << " --help does not list " << c.option;
+  }
+  const CommandResult none = run_softdot({});
+  EXPECT_EQ(none.status, 2);
+  EXPECT_EQ(none.err.find("(see softdot --help)"),
+            none.err.size() - std::string("(see softdot --help)\n").size())
+      << none.err;
 }
 
 }  // namespace

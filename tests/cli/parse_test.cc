@@ -98,6 +98,20 @@ TEST(ParseArgument, NamesTheArgument) {
 TEST(Quote, EscapesAndShortens) {
   EXPECT_EQ(quote("a\"b\\c\x01"), "\"a\\\"b\\\\c\\x01\"");
   EXPECT_EQ(quote(std::string(50, 'z')), "\"" + std::string(40, 'z') + "...\"");
+  // Invisible characters escaped as code points, visible ones kept, bytes
+  // that are not UTF-8 (a lone continuation byte, an overlong form, a
+  // truncated sequence) escaped as bytes; the limit counts characters.
+  EXPECT_EQ(quote("\xef\xbb\xbf"
+                  "1"),
+            "\"\\ufeff1\"");
+  EXPECT_EQ(quote("1\xc2\xa0\xe2\x80\x8b\xc2\x85"),
+            "\"1\\u00a0\\u200b\\u0085\"");
+  EXPECT_EQ(quote("\xf3\xa0\x80\x81x"), "\"\\U000e0001x\"");
+  EXPECT_EQ(quote("\xcf\x80=3.14 \xc3\xa9"), "\"\xcf\x80=3.14 \xc3\xa9\"");
+  EXPECT_EQ(quote("\x80\xc0\xaf\xe2\x80"), "\"\\x80\\xc0\\xaf\\xe2\\x80\"");
+  std::string pis;
+  for (int i = 0; i < 41; ++i) pis += "\xcf\x80";
+  EXPECT_EQ(quote(pis), "\"" + pis.substr(0, 80) + "...\"");
 }
 
 TEST(Csv, ReadsRowsAndReportsPlaces) {
