@@ -33,6 +33,7 @@
 #include "output_file.h"
 #include "parse.h"
 #include "softdot/attention.h"
+#include "softdot/attention_request.h"
 
 namespace softdot::cli {
 namespace {
@@ -51,39 +52,38 @@ bool ends_with_npy(const std::string& s) {
   return tail == ".npy";
 }
 
-double parse_positive(const std::optional<std::string>& text,
-                      const char* option, bool allow_zero) {
+// The number of a value option (--scale, --softcap); its value is checked
+// by the library (check_attention_options), with the library's message.
+double parse_value(const std::optional<std::string>& text, const char* option) {
   const ParsedNumber n = parse_number(*text);
   if (n.status != NumberStatus::kOk) {
     throw CliError(std::string(option) + ": " + number_error(*text, n.status));
   }
-  const bool ok =
-      std::isfinite(n.value) && (allow_zero ? n.value >= 0 : n.value > 0);
-  if (!ok) {
-    throw CliError(std::string(option) + ": " + quote(*text) +
-                   (allow_zero ? " must be a finite number >= 0"
-                               : " must be a finite number > 0"));
-  }
-  // The library works with float.
-  const float f = static_cast<float>(n.value);
-  if (!std::isfinite(f) || (!allow_zero && f == 0)) {
-    throw CliError(std::string(option) + ": " + quote(*text) +
-                   (std::isfinite(f) ? " rounds to 0" : " overflows") +
-                   " in float32; need a value float32 can hold");
-  }
   return n.value;
 }
 
+// A window bound: a whole number, -1 for no limit (as the library's and
+// Python's); other values are checked by the library.
 std::ptrdiff_t parse_window(const std::optional<std::string>& text,
                             const char* option) {
   if (!text) return -1;
-  const auto n = parse_small_int(*text, kMaxWindow);
+  const bool negative = !text->empty() && (*text)[0] == '-';
+  const auto n = parse_small_int(negative ? text->substr(1) : *text, kMaxWindow);
   if (!n) {
     throw CliError(std::string(option) + ": " + quote(*text) +
-                   " must be a whole number from 0 to " +
-                   std::to_string(kMaxWindow) + " (leave it out for no limit)");
+                   " must be a whole number from -1 (no limit) to " +
+                   std::to_string(kMaxWindow));
   }
-  return *n;
+  return negative ? -static_cast<std::ptrdiff_t>(*n) : *n;
+}
+
+// The library's message of a std::invalid_argument without its C++
+// namespace: "attention: softcap must be finite and >= 0, got -1".
+std::string library_message(const std::invalid_argument& e) {
+  std::string m = e.what();
+  const std::string ns = "softdot::";
+  if (m.rfind(ns, 0) == 0) m.erase(0, ns.size());
+  return m;
 }
 
 // An output name: FILE.npy in a directory we can write to, checked before
@@ -114,17 +114,24 @@ int compute(const AttentionArgs& args, const AttentionInputs& in,
   std::vector<float> out(batch * heads * n_q * d_v);
   std::vector<float> lse(batch * heads * n_q);
   std::vector<float> scores, weights;
+  // The checked request; --explain reads its derived values (the float
+  // scale, the query positions) rather than deriving them again.
+  std::optional<AttentionPlan> plan;
   try {
-    const TensorView<float> out_view(out.data(), batch, heads, n_q, d_v);
-    if (in.paged()) {
-      // The library checks every table entry (naming the sequence and the
-      // entry) before it reads a page.
-      softdot::paged_attention(t.q, key_arg(t), value_arg(t), t.table, out_view,
-                               options, args.lse ? lse.data() : nullptr);
-    } else {
-      softdot::attention(t.q, key_arg(t), value_arg(t), out_view, options,
-                         args.lse ? lse.data() : nullptr);
-    }
+    // One request (attention_request.h): the library checks every argument
+    // and option (naming the sequence and the entry of a bad table) before
+    // it reads a page, and derives the scale --explain prints.
+    AttentionRequest request;
+    request.name = in.paged() ? "paged_attention" : "attention";
+    request.q = t.q;
+    request.kv = in.paged() ? KVSource::pages(key_arg(t), value_arg(t), t.table)
+                            : KVSource::contiguous(key_arg(t), value_arg(t));
+    request.target = AttentionTarget::output(
+        TensorView<float>(out.data(), batch, heads, n_q, d_v),
+        args.lse ? lse.data() : nullptr);
+    request.options = options;
+    plan.emplace(AttentionPlan::make(request));
+    plan->run();
     if (args.explain) {
       // The scores and the weights from one routine of the library, so the
       // tables cannot disagree; -inf scores are the keys a query does not
@@ -139,7 +146,7 @@ int compute(const AttentionArgs& args, const AttentionInputs& in,
           TensorView<float>(weights.data(), batch, heads, n_q, n_kv), options);
     }
   } catch (const std::invalid_argument& e) {
-    throw CliError(e.what());
+    throw CliError(library_message(e));
   }
 
   std::string out_bytes, lse_bytes;
@@ -157,14 +164,8 @@ int compute(const AttentionArgs& args, const AttentionInputs& in,
 
   std::string explanation;
   if (args.explain) {
-    // The scale the library uses: --scale or 1/sqrt(d), rounded to float.
-    const float scale = static_cast<float>(
-        std::isnan(options.scale)
-            ? 1.0 / std::sqrt(static_cast<double>(in.q.cols()))
-            : options.scale);
-    explanation =
-        explain_attention_call(in, options, scale, args.scale.has_value(),
-                               scores, weights, out, kExplainDigits);
+    explanation = explain_attention_call(in, *plan, args.scale.has_value(),
+                                         scores, weights, out, kExplainDigits);
   }
 
   // -o, then --lse; if --lse fails, a new -o file is removed again.
@@ -181,14 +182,28 @@ int compute(const AttentionArgs& args, const AttentionInputs& in,
 int run_attention(const AttentionArgs& args) {
   // Check every option before reading any input.
   AttentionOptions options;
-  if (args.scale) options.scale = parse_positive(args.scale, "--scale", false);
+  if (args.scale) {
+    options.scale = parse_value(args.scale, "--scale");
+    // The library reads a NaN scale as "the default 1/sqrt(d)", which
+    // leaving --scale out says: a NaN typed here must not pass for it.
+    if (std::isnan(options.scale)) {
+      throw CliError(
+          "attention: scale must be finite and > 0 (also as a float), got "
+          "nan");
+    }
+  }
   if (args.softcap) {
-    options.softcap =
-        static_cast<float>(parse_positive(args.softcap, "--softcap", true));
+    options.softcap = static_cast<float>(parse_value(args.softcap, "--softcap"));
   }
   options.causal = args.causal;
   options.window_left = parse_window(args.window_left, "--window-left");
   options.window_right = parse_window(args.window_right, "--window-right");
+  // The values, as the library checks them (one place, one message).
+  try {
+    check_attention_options(options, "attention");
+  } catch (const std::invalid_argument& e) {
+    throw CliError(library_message(e));
+  }
   quantize_kv_option(args);
   kv_layout_option(args);
   if (!args.output && !args.explain) {

@@ -314,8 +314,10 @@ std::string label(char letter, std::size_t index) {
 
 // What was computed: shapes, the scale, positions, causal, window, mask,
 // bias, soft-cap, and the formulas with the function behind each.
-std::string describe(const AttentionInputs& in, const AttentionOptions& o,
-                     float scale, bool scale_given) {
+std::string describe(const AttentionInputs& in, const AttentionPlan& plan,
+                     bool scale_given) {
+  const AttentionOptions& o = plan.request().options;
+  const float scale = plan.scale();
   const Input &q = in.q, &k = in.k, &v = in.v, &mask = in.mask, &bias = in.bias;
   const std::size_t n_q = q.rows(), n_kv = k.rows();
   std::string out =
@@ -353,8 +355,8 @@ std::string describe(const AttentionInputs& in, const AttentionOptions& o,
       (scale_given ? " (--scale)"
                    : " = 1/sqrt(" + std::to_string(q.cols()) + ") in float32") +
       "\n";
-  const std::ptrdiff_t shift =
-      static_cast<std::ptrdiff_t>(n_kv) - static_cast<std::ptrdiff_t>(n_q);
+  // Query i sits at key position i + shift (the plan's: n_kv - n_q).
+  const auto shift = static_cast<std::ptrdiff_t>(plan.data().q_shift);
   const auto position = [&](std::ptrdiff_t extra) {
     const std::ptrdiff_t total = shift + extra;
     if (total == 0) return std::string("i");
@@ -508,8 +510,7 @@ std::string explain_attention(std::string_view preamble,
 }
 
 std::string explain_attention_call(const AttentionInputs& in,
-                                   const AttentionOptions& options, float scale,
-                                   bool scale_given,
+                                   const AttentionPlan& plan, bool scale_given,
                                    std::span<const float> scores,
                                    std::span<const float> weights,
                                    std::span<const float> out, int digits) {
@@ -539,8 +540,7 @@ std::string explain_attention_call(const AttentionInputs& in,
       explained.push_back(std::move(head));
     }
   }
-  return explain_attention(describe(in, options, scale, scale_given), explained,
-                           digits);
+  return explain_attention(describe(in, plan, scale_given), explained, digits);
 }
 
 }  // namespace softdot::cli

@@ -12,6 +12,7 @@
 
 #include "attention_inputs.h"
 #include "softdot/attention.h"
+#include "softdot/attention_request.h"
 
 namespace softdot::cli {
 
@@ -61,8 +62,7 @@ std::string explain_attention(std::string_view preamble,
 // softdot::attention, all with `options`. `scale` is the float scale the
 // library uses (--scale, given when `scale_given`, or 1/sqrt(d)).
 std::string explain_attention_call(const AttentionInputs& in,
-                                   const AttentionOptions& options, float scale,
-                                   bool scale_given,
+                                   const AttentionPlan& plan, bool scale_given,
                                    std::span<const float> scores,
                                    std::span<const float> weights,
                                    std::span<const float> out, int digits);

@@ -37,30 +37,14 @@ find_python() {
 # Pinned: a new release may add rules or change the formatting.
 python_lint_tools=(ruff==0.17.6 mypy==2.4.1)
 
-# The files the lint step checks, for now: those that pass. The attention,
-# paged and int8 layers (and their tests) are being rewritten on another
-# branch; once merged and formatted, these lists widen to the whole
-# directories (python/softdot, tests/python, bench/python).
-python_lint_files=(
-  python/softdot/__init__.py
-  python/softdot/_cross_entropy.py
-  python/softdot/_rowops.py
-  python/softdot/_softmax.py
-  python/softdot/dask.py
-  python/softdot/torch.py
-  tests/python/test_cross_entropy.py
-  tests/python/test_dask.py
-  tests/python/test_logsumexp.py
-  tests/python/test_package.py
-  tests/python/test_softmax.py
-  tests/python/test_softmax_errors.py
-  tests/python/test_torch.py
-)
-# mypy checks these modules of the installed wheel (it holds the core's
-# stub, _softdot.pyi, which the build generates), following imports into
-# the others silently.
-python_typed_modules=(softdot softdot._cross_entropy softdot._rowops softdot._softmax
-                      softdot.dask softdot.torch)
+# The lint step checks every Python file of the package, the tests and the
+# benchmarks; mypy checks every module of the installed wheel (it holds the
+# core's stub, _softdot.pyi, which the build generates).
+python_lint_files=(python/softdot tests/python bench/python)
+python_typed_modules=(softdot softdot._arrays softdot._attention softdot._cross_entropy
+                      softdot._int8 softdot._paged softdot._quantize softdot._request
+                      softdot._rowops softdot._softmax softdot.dask softdot.distributed
+                      softdot.torch)
 
 # python_lint DIR: ruff format --check, ruff check and mypy with DIR/venv.
 python_lint() {

@@ -21,28 +21,41 @@ namespace {
 // The options part of the plan (p's shapes already filled in). Mask and
 // bias need n_kv columns, or at least n_kv (the longest sequence) when
 // paged; the paged key range is clamped per sequence (sequence_plan).
-void plan_options(const char* fn, const TensorView<const float>& q,
-                  const std::string& k_shape, const AttentionOptions& o,
-                  bool paged, Plan& p) {
-  // Scale.
-  double scale = o.scale;
-  if (std::isnan(scale)) scale = 1.0 / std::sqrt(static_cast<double>(p.d));
-  const float sf = static_cast<float>(scale);
-  if (!(scale > 0.0) || !std::isfinite(scale) || !(sf > 0.0f) ||
-      !std::isfinite(sf)) {
-    fail(fn, "scale must be finite and > 0 (also as a float), got " +
-                 number(o.scale));
+// The options whose validity does not depend on the inputs: the one place
+// their values are checked (check_attention_options is this, public).
+void check_option_values(const char* fn, const AttentionOptions& o) {
+  if (!std::isnan(o.scale)) {  // NaN: the default 1/sqrt(d)
+    const auto sf = static_cast<float>(o.scale);
+    if (!(o.scale > 0.0) || !std::isfinite(o.scale) || !(sf > 0.0f) ||
+        !std::isfinite(sf)) {
+      fail(fn, "scale must be finite and > 0 (also as a float), got " +
+                   number(o.scale));
+    }
   }
-  p.scale = sf;
   if (!(o.softcap >= 0.0f) || !std::isfinite(o.softcap)) {
     fail(fn, "softcap must be finite and >= 0, got " + number(o.softcap));
   }
-  p.softcap = o.softcap;
   if (o.window_left < -1 || o.window_right < -1) {
     fail(fn, "window_left and window_right must be >= -1, got " +
                  std::to_string(o.window_left) + " and " +
                  std::to_string(o.window_right));
   }
+  if (o.kv_begin > o.kv_end) {
+    fail(fn, "kv_begin " + count(o.kv_begin) + " is past kv_end " +
+                 count(o.kv_end));
+  }
+}
+
+void plan_options(const char* fn, const TensorView<const float>& q,
+                  const std::string& k_shape, const AttentionOptions& o,
+                  bool paged, Plan& p) {
+  check_option_values(fn, o);
+  // Scale (1/sqrt(d) when not given: finite and > 0 for every d >= 1).
+  const double scale = std::isnan(o.scale)
+                           ? 1.0 / std::sqrt(static_cast<double>(p.d))
+                           : o.scale;
+  p.scale = static_cast<float>(scale);
+  p.softcap = o.softcap;
   p.wl = o.window_left;
   p.wr = o.window_right;
   if (o.causal && (p.wr < 0 || p.wr > 0)) p.wr = 0;
@@ -50,19 +63,11 @@ void plan_options(const char* fn, const TensorView<const float>& q,
     // Clamped per sequence (sequence_plan).
     p.kv_begin = o.kv_begin;
     p.kv_end = o.kv_end;
-    if (p.kv_begin > p.kv_end) {
-      fail(fn, "kv_begin " + count(o.kv_begin) + " is past kv_end " +
-                   count(o.kv_end));
-    }
   } else {
     // kv_end is clamped to n_kv (attention.h); the message shows the
     // caller's own kv_end and says so.
     p.kv_end = std::min(o.kv_end, p.n_kv);
     p.kv_begin = o.kv_begin;
-    if (o.kv_begin > o.kv_end) {
-      fail(fn, "kv_begin " + count(o.kv_begin) + " is past kv_end " +
-                   count(o.kv_end));
-    }
     if (p.kv_begin > p.kv_end) {
       const bool open = o.kv_end == std::numeric_limits<std::size_t>::max();
       fail(fn, "kv_begin " + count(o.kv_begin) +
@@ -559,6 +564,12 @@ void AttentionPlan::run() const {
       detail::attn::run_rows(*this, w);
     }
   });
+}
+
+void check_attention_options(const AttentionOptions& options,
+                             const char* name) {
+  detail::attn::check_option_values(name != nullptr ? name : "attention",
+                                    options);
 }
 
 void run_attention(const AttentionRequest& request) {

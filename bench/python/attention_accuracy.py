@@ -35,10 +35,14 @@ import os
 import subprocess
 import sys
 
-AVX2_ENV = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
-            "ONEDNN_MAX_CPU_ISA": "AVX2", "SOFTDOT_ACCURACY_TARGET": "AVX2"}
+AVX2_ENV = {
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "SOFTDOT_ACCURACY_TARGET": "AVX2",
+}
 
-U = 2.0 ** -24
+U = 2.0**-24
 
 # name, n_q, n_kv, d, causal, inputs
 CASES = [
@@ -53,13 +57,14 @@ CASES = [
 
 def inputs(kind, n_q, n_kv, d, seed):
     import numpy as np
+
     rng = np.random.default_rng(seed)
 
     def f(*shape, sd=1.0, loc=0.0):
         return (loc + sd * rng.standard_normal(shape)).astype(np.float32)
+
     if kind == "uniform":
-        q, k, v = (rng.uniform(-1, 1, (1, 1, n, d)).astype(np.float32)
-                   for n in (n_q, n_kv, n_kv))
+        q, k, v = (rng.uniform(-1, 1, (1, 1, n, d)).astype(np.float32) for n in (n_q, n_kv, n_kv))
     elif kind == "normal3":
         q, k, v = f(1, 1, n_q, d, sd=3), f(1, 1, n_kv, d, sd=3), f(1, 1, n_kv, d, sd=3)
     elif kind == "normal6":
@@ -75,6 +80,7 @@ def reference(q, k, v, scale, causal):
     """Exact-enough output and W in float64 (the scores' float64 rounding is
     about 2^-53 |s|, far below the float32 errors measured)."""
     import numpy as np
+
     q64, k64, v64 = (x[0, 0].astype(np.float64) for x in (q, k, v))
     s = (q64 @ k64.T) * scale
     if causal:
@@ -89,6 +95,7 @@ def reference(q, k, v, scale, causal):
 
 def run_softdot(q, k, v, scale, causal, precise=False):
     import softdot
+
     kw = {"precise": True} if precise else {}
     try:
         return softdot.scaled_dot_product_attention(q, k, v, causal=causal, scale=scale, **kw)
@@ -98,6 +105,7 @@ def run_softdot(q, k, v, scale, causal, precise=False):
 
 def run_torch_matmul(q, k, v, scale, causal):
     import torch
+
     tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
     with torch.no_grad():
         s = torch.matmul(tq, tk.transpose(-2, -1)).mul_(scale)
@@ -111,6 +119,7 @@ def run_torch_matmul(q, k, v, scale, causal):
 def run_torch_sdpa(q, k, v, scale, causal):
     import torch
     import torch.nn.functional as F
+
     tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
     with torch.no_grad():  # n_q == n_kv or not causal: top-left = bottom-right
         return F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal, scale=scale).numpy()
@@ -121,25 +130,36 @@ def run_ort_matmul(q, k, v, scale, causal):
     import onnxruntime as ort
     from onnx import TensorProto as TP
     from onnx import helper, numpy_helper
+
     n_q, n_kv, d = q.shape[2], k.shape[2], q.shape[3]
     vi = helper.make_tensor_value_info
-    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
-             helper.make_node("MatMul", ["q", "kt"], ["s0"]),
-             helper.make_node("Mul", ["s0", "scale"], ["s1"])]
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["s0"]),
+        helper.make_node("Mul", ["s0", "scale"], ["s1"]),
+    ]
     inits = [numpy_helper.from_array(np.array(scale, np.float32), "scale")]
     last = "s1"
     if causal:
         hide = np.arange(n_kv)[None, :] > (np.arange(n_q)[:, None] + n_kv - n_q)
-        inits.append(numpy_helper.from_array(np.where(hide, -np.inf, 0).astype(np.float32),
-                                             "mask"))
+        inits.append(numpy_helper.from_array(np.where(hide, -np.inf, 0).astype(np.float32), "mask"))
         nodes.append(helper.make_node("Add", ["s1", "mask"], ["s2"]))
         last = "s2"
-    nodes += [helper.make_node("Softmax", [last], ["p"], axis=-1),
-              helper.make_node("MatMul", ["p", "v"], ["o"])]
-    g = helper.make_graph(nodes, "attention",
-                          [vi("q", TP.FLOAT, [1, 1, n_q, d]), vi("k", TP.FLOAT, [1, 1, n_kv, d]),
-                           vi("v", TP.FLOAT, [1, 1, n_kv, d])],
-                          [vi("o", TP.FLOAT, [1, 1, n_q, d])], initializer=inits)
+    nodes += [
+        helper.make_node("Softmax", [last], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["o"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "attention",
+        [
+            vi("q", TP.FLOAT, [1, 1, n_q, d]),
+            vi("k", TP.FLOAT, [1, 1, n_kv, d]),
+            vi("v", TP.FLOAT, [1, 1, n_kv, d]),
+        ],
+        [vi("o", TP.FLOAT, [1, 1, n_q, d])],
+        initializer=inits,
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(["o"], {"q": q, "k": k, "v": v})[0]
@@ -149,13 +169,16 @@ def run_openvino(q, k, v, scale, causal):
     import numpy as np
     import openvino as ov
     from openvino import opset13 as ops
-    ps = [ops.parameter(list(x.shape), ov.Type.f32, name=n) for x, n in ((q, "q"), (k, "k"),
-                                                                        (v, "v"))]
+
+    ps = [
+        ops.parameter(list(x.shape), ov.Type.f32, name=n) for x, n in ((q, "q"), (k, "k"), (v, "v"))
+    ]
     n_q, n_kv = q.shape[2], k.shape[2]
     hide = np.arange(n_kv)[None, :] > (np.arange(n_q)[:, None] + n_kv - n_q)
     mask = ops.constant(np.where(hide & causal, -np.inf, 0).astype(np.float32))
-    o = ops.scaled_dot_product_attention(ps[0], ps[1], ps[2], mask,
-                                         ops.constant(np.array(scale, np.float32)))
+    o = ops.scaled_dot_product_attention(
+        ps[0], ps[1], ps[2], mask, ops.constant(np.array(scale, np.float32))
+    )
     cfg = {"INFERENCE_PRECISION_HINT": "f32"}
     compiled = ov.Core().compile_model(ov.Model([o], ps, "sdpa"), "CPU", cfg)
     return compiled({"q": q, "k": k, "v": v})[0].copy()
@@ -175,19 +198,25 @@ def child(args) -> None:
     import numpy as np
     import torch
     from bench_softdot import cpu_model
+
     try:
         import softdot
+
         target = os.environ.get("SOFTDOT_ACCURACY_TARGET")
         if target:
             softdot.force_simd_target(target)
         sd = f"{softdot.simd_target()} ({os.path.dirname(softdot.__file__)})"
     except ImportError as e:
         sd = f"not importable ({e})"
-    print(f"# CPU: {cpu_model()}; softdot {sd}; torch {torch.__version__} "
-          f"({torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads)")
+    print(
+        f"# CPU: {cpu_model()}; softdot {sd}; torch {torch.__version__} "
+        f"({torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads)"
+    )
     seeds = [int(x) for x in args.seeds.split(",")]
-    print("# max |O - exact| / (u W) over all outputs and seeds, u = 2^-24, "
-          f"W_ic = sum_j w_ij |V_jc|; seeds {args.seeds}")
+    print(
+        "# max |O - exact| / (u W) over all outputs and seeds, u = 2^-24, "
+        f"W_ic = sum_j w_ij |V_jc|; seeds {args.seeds}"
+    )
     names = [n for n in IMPLS if any(s in n for s in args.impls.split(","))]
     print("| case | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
@@ -216,8 +245,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="", help="AVX2: force AVX2 in softdot, ATen, MKL, oneDNN")
     ap.add_argument("--filter", default="", help="only cases whose name contains this")
-    ap.add_argument("--impls", default="softdot,torch,OpenVINO",
-                    help="comma-separated name parts of the implementations to run")
+    ap.add_argument(
+        "--impls",
+        default="softdot,torch,OpenVINO",
+        help="comma-separated name parts of the implementations to run",
+    )
     ap.add_argument("--seeds", default="1,2,3", help="comma-separated seeds; the max is shown")
     args = ap.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -80,10 +80,13 @@ from attention_peers_report import decode_chart, report
 from bench_softdot import cpu_model
 from report_writer import write_json, write_svg
 
-AVX2_ENV = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
-            "ONEDNN_MAX_CPU_ISA": "AVX2",
-            "NPY_DISABLE_CPU_FEATURES": "AVX512F AVX512CD AVX512_SKX AVX512_CLX AVX512_CNL "
-                                        "AVX512_ICL AVX512_SPR"}
+AVX2_ENV = {
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "NPY_DISABLE_CPU_FEATURES": "AVX512F AVX512CD AVX512_SKX AVX512_CLX AVX512_CNL "
+    "AVX512_ICL AVX512_SPR",
+}
 IMPLS = ["softdot", "torch SDPA", "torch matmul", "ONNX Runtime", "OpenVINO"]
 ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "int8": 1}
 
@@ -101,8 +104,12 @@ class Skip(Exception):
 def l3_bytes() -> int:
     """Total last-level cache: lscpu's ALL-SIZE of the highest level, else sysfs."""
     try:
-        out = subprocess.run(["lscpu", "--caches=LEVEL,ALL-SIZE", "--bytes"],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            ["lscpu", "--caches=LEVEL,ALL-SIZE", "--bytes"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         rows = [tuple(int(x) for x in line.split()) for line in out.splitlines()[1:]]
         return max(rows)[1]
     except (OSError, subprocess.CalledProcessError, ValueError):
@@ -132,21 +139,47 @@ def cases(quick: bool) -> list:
             for b in (1, 8):
                 for nq in (1, 4):
                     for s in (4096, 32768) + (() if quick else (131072,)):
-                        out.append({"kind": "decode", "dtype": dt, "B": b, "Hq": hq,
-                                    "Hkv": hkv, "L": nq, "S": s, "E": 128, "causal": True})
+                        out.append(
+                            {
+                                "kind": "decode",
+                                "dtype": dt,
+                                "B": b,
+                                "Hq": hq,
+                                "Hkv": hkv,
+                                "L": nq,
+                                "S": s,
+                                "E": 128,
+                                "causal": True,
+                            }
+                        )
     for dt in ("f32", "bf16"):
         for n in (1024, 4096) + (() if quick else (16384,)):
             for e in (64, 128):
                 for causal in (False, True):
-                    out.append({"kind": "prefill", "dtype": dt, "B": 1, "Hq": 8, "Hkv": 8,
-                                "L": n, "S": n, "E": e, "causal": causal})
+                    out.append(
+                        {
+                            "kind": "prefill",
+                            "dtype": dt,
+                            "B": 1,
+                            "Hq": 8,
+                            "Hkv": 8,
+                            "L": n,
+                            "S": n,
+                            "E": e,
+                            "causal": causal,
+                        }
+                    )
     for c in out:
         if c["kind"] == "decode":
-            c["label"] = (f"decode {c['dtype']} B{c['B']} H{c['Hq']}/{c['Hkv']} nq{c['L']} "
-                          f"nkv{c['S']} d{c['E']}")
+            c["label"] = (
+                f"decode {c['dtype']} B{c['B']} H{c['Hq']}/{c['Hkv']} nq{c['L']} "
+                f"nkv{c['S']} d{c['E']}"
+            )
         else:
-            c["label"] = (f"prefill {c['dtype']} {'causal' if c['causal'] else 'full'} "
-                          f"n{c['L']} d{c['E']} H{c['Hq']}")
+            c["label"] = (
+                f"prefill {c['dtype']} {'causal' if c['causal'] else 'full'} "
+                f"n{c['L']} d{c['E']} H{c['Hq']}"
+            )
     return out
 
 
@@ -192,6 +225,7 @@ class Arenas:
 
     def get(self, dt):
         import numpy as np
+
         if dt == "int8":
             return self.get_int8()
         if dt not in self.data:
@@ -204,7 +238,7 @@ class Arenas:
                 if dt == "bf16":  # round to nearest even, as the bits
                     u = x.view(np.uint32)
                     x = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-                a[s:s + x.size] = x
+                a[s : s + x.size] = x
             self.data[dt] = a
         return self.data[dt]
 
@@ -212,7 +246,9 @@ class Arenas:
         """(values, scales): int8 [rows, e] and float32 [rows, 1] from
         softdot.quantize_kv of N(0, 1) rows, rows = nbytes // (e + 4)."""
         import numpy as np
+
         import softdot
+
         if "int8" not in self.data:
             rows = self.nbytes // (e + 4)
             values = np.empty((rows, e), np.int8)
@@ -221,7 +257,7 @@ class Arenas:
             step = (1 << 24) // e
             for r in range(0, rows, step):
                 x = rng.standard_normal((min(step, rows - r), e), dtype=np.float32)
-                softdot.quantize_kv(x, out=(values[r:r + x.shape[0]], scales[r:r + x.shape[0]]))
+                softdot.quantize_kv(x, out=(values[r : r + x.shape[0]], scales[r : r + x.shape[0]]))
             self.data["int8"] = (values, scales)
         return self.data["int8"]
 
@@ -233,19 +269,29 @@ class Arenas:
             values, scales = self.get_int8(c["E"])
             n = c["B"] * c["Hkv"] * c["S"]
             copies = max(1, values.shape[0] // (2 * n))
-            pair = [(values[j * n:(j + 1) * n].reshape(shape),
-                     scales[j * n:(j + 1) * n].reshape(shape[:3] + (1,)))
-                    for j in range(2 * copies)]
+            pair = [
+                (
+                    values[j * n : (j + 1) * n].reshape(shape),
+                    scales[j * n : (j + 1) * n].reshape(shape[:3] + (1,)),
+                )
+                for j in range(2 * copies)
+            ]
             return [(pair[2 * j], pair[2 * j + 1]) for j in range(copies)]
         a = self.get(c["dtype"])
         n = c["B"] * c["Hkv"] * c["S"] * c["E"]
         copies = max(1, a.size // (2 * n))
-        return [(a[2 * j * n:(2 * j + 1) * n].reshape(shape),
-                 a[(2 * j + 1) * n:(2 * j + 2) * n].reshape(shape)) for j in range(copies)]
+        return [
+            (
+                a[2 * j * n : (2 * j + 1) * n].reshape(shape),
+                a[(2 * j + 1) * n : (2 * j + 2) * n].reshape(shape),
+            )
+            for j in range(copies)
+        ]
 
 
 def as_torch(a, dt):
     import torch
+
     t = torch.from_numpy(a)
     return t.view(torch.bfloat16) if dt == "bf16" else t
 
@@ -253,6 +299,7 @@ def as_torch(a, dt):
 def causal_mask(c, rows_per_query=1):
     """Bool [G*L, S]: query row r (of L, repeated G times) sees keys <= r + S - L."""
     import numpy as np
+
     L, S = c["L"], c["S"]
     m = np.arange(S)[None, :] <= (np.arange(L)[:, None] + S - L)
     return np.tile(m, (rows_per_query, 1))
@@ -261,9 +308,12 @@ def causal_mask(c, rows_per_query=1):
 # ---- implementations: each returns (f(i), output as float32 [B, Hq, L, E], note)
 def run_softdot(c, q, kv, env):
     import numpy as np
+
     import softdot
+
     if c["dtype"] == "bf16":
         import ml_dtypes
+
         kv = [(k.view(ml_dtypes.bfloat16), v.view(ml_dtypes.bfloat16)) for k, v in kv]
     out = np.empty(q.shape, np.float32)
     causal = c["causal"] and not (c["kind"] == "decode" and c["L"] == 1)
@@ -271,6 +321,7 @@ def run_softdot(c, q, kv, env):
     def f(i):
         k, v = kv[i % len(kv)]
         softdot.scaled_dot_product_attention(q, k, v, causal=causal, out=out)
+
     return f, lambda: out, ""
 
 
@@ -279,24 +330,30 @@ def dequantised(c, kv, env):
     last-level cache (at least 2, or 1 when one copy alone is larger),
     Skip past --max-dequant-gib."""
     import numpy as np
+
     one = 2 * c["B"] * c["Hkv"] * c["S"] * c["E"] * 4
     want = max(1 if one >= 2 * env["l3"] else 2, math.ceil(2 * env["l3"] / one))
     copies = min(len(kv), want)
     if copies * one > env["max_dequant"]:
-        raise Skip(f"the dequantised float32 K, V would take {copies * one / 2**30:.1f} GiB "
-                   f"(--max-dequant-gib)")
+        raise Skip(
+            f"the dequantised float32 K, V would take {copies * one / 2**30:.1f} GiB "
+            f"(--max-dequant-gib)"
+        )
     return [tuple(vs[0].astype(np.float32) * vs[1] for vs in pair) for pair in kv[:copies]]
 
 
 def run_torch_sdpa(c, q, kv, env):
     import torch
     import torch.nn.functional as F
+
     dt = c["dtype"]
     note = "Q, K, V, out all 16-bit" if dt in ("f16", "bf16") else ""
     if dt == "int8":
         kv, dt = dequantised(c, kv, env), "f32"
-        note = (f"int8: on the dequantised float32 K, V ({len(kv)} copies), a reference "
-                "point, not an int8 kernel")
+        note = (
+            f"int8: on the dequantised float32 K, V ({len(kv)} copies), a reference "
+            "point, not an int8 kernel"
+        )
     tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dt]
     tq = torch.from_numpy(q).to(tdt)
     tkv = [(as_torch(k, dt), as_torch(v, dt)) for k, v in kv]
@@ -310,20 +367,22 @@ def run_torch_sdpa(c, q, kv, env):
 
     def f(i):
         k, v = tkv[i % len(tkv)]
-        res[0] = F.scaled_dot_product_attention(tq, k, v, attn_mask=mask, is_causal=is_causal,
-                                                **gqa)
+        res[0] = F.scaled_dot_product_attention(
+            tq, k, v, attn_mask=mask, is_causal=is_causal, **gqa
+        )
+
     return f, lambda: res[0].float().numpy(), note
 
 
 def run_torch_matmul(c, q, kv, env):
     import torch
+
     B, Hq, Hkv, L, S, E = (c[x] for x in ("B", "Hq", "Hkv", "L", "S", "E"))
     G = Hq // Hkv
     if c["dtype"] == "int8":
         raise Skip("int8: not run (torch SDPA gives the dequantised float32 reference)")
     if B * Hq * L * S * 4 > env["max_scores"]:
-        raise Skip(f"the scores would take {B * Hq * L * S * 4 / 2**30:.0f} GiB "
-                   f"(--max-scores-gib)")
+        raise Skip(f"the scores would take {B * Hq * L * S * 4 / 2**30:.0f} GiB (--max-scores-gib)")
     dt = c["dtype"]
     tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dt]
     tq = torch.from_numpy(q).to(tdt).reshape(B, Hkv, G * L, E)
@@ -331,7 +390,8 @@ def run_torch_matmul(c, q, kv, env):
     add = None
     if c["causal"] and L > 1:
         add = torch.zeros(G * L, S, dtype=tdt).masked_fill_(
-            torch.from_numpy(~causal_mask(c, G)), float("-inf"))
+            torch.from_numpy(~causal_mask(c, G)), float("-inf")
+        )
     scale = 1.0 / math.sqrt(E)
     res = [None]
 
@@ -341,8 +401,12 @@ def run_torch_matmul(c, q, kv, env):
         if add is not None:
             s.add_(add)
         res[0] = torch.matmul(torch.softmax(s, dim=-1), v)
-    return (f, lambda: res[0].float().numpy().reshape(B, Hq, L, E),
-            "all 16-bit" if dt != "f32" else "")
+
+    return (
+        f,
+        lambda: res[0].float().numpy().reshape(B, Hq, L, E),
+        "all 16-bit" if dt != "f32" else "",
+    )
 
 
 ONNX_OPSET = 17  # ai.onnx opset of the models: every onnxruntime since 1.13 runs it
@@ -355,11 +419,14 @@ def onnx_model(nodes, inputs, outputs, opset=ONNX_OPSET):
     ("Unsupported model IR version"); ort_session also steps down on that
     message."""
     from onnx import helper
+
     g = helper.make_graph(nodes, "attention", inputs, outputs)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset),
-                                            helper.make_opsetid("com.microsoft", 1)])
-    m.ir_version = min(m.ir_version,
-                       helper.find_min_ir_version_for([helper.make_opsetid("", opset)]))
+    m = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
+    )
+    m.ir_version = min(
+        m.ir_version, helper.find_min_ir_version_for([helper.make_opsetid("", opset)])
+    )
     return m
 
 
@@ -370,49 +437,57 @@ def ort_session(model, threads):
     """A CPU session; a model whose IR version the runtime refuses is
     stamped with the runtime's newest one (from its message) and loaded again."""
     import onnxruntime as ort
+
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     try:
-        return ort.InferenceSession(model.SerializeToString(), so,
-                                    providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(
+            model.SerializeToString(), so, providers=["CPUExecutionProvider"]
+        )
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types
         refused = IR_REFUSED.search(str(e))
         if not refused or int(refused.group(2)) >= model.ir_version:
             raise
         model.ir_version = int(refused.group(2))
-        return ort.InferenceSession(model.SerializeToString(), so,
-                                    providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(
+            model.SerializeToString(), so, providers=["CPUExecutionProvider"]
+        )
 
 
 def require(module: str, impl: str):
     """Imports an optional peer's module, or skips the implementation."""
     import importlib
+
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise Skip(f"{module} is not installed ({e}); pip install {module} to run {impl}") \
-            from None
+        raise Skip(f"{module} is not installed ({e}); pip install {module} to run {impl}") from None
 
 
 def bsh(a):
     """[B, H, S, E] -> [B, S, H*E], a copy (ORT's contrib layout)."""
     import numpy as np
+
     return np.ascontiguousarray(a.transpose(0, 2, 1, 3).reshape(a.shape[0], a.shape[2], -1))
 
 
 def run_ort(c, q, kv, env):
     import numpy as np
+
     require("onnx", "ONNX Runtime")
     ort = require("onnxruntime", "ONNX Runtime")
     from onnx import TensorProto as TP
     from onnx import helper
+
     B, Hq, Hkv, L, S, E = (c[x] for x in ("B", "Hq", "Hkv", "L", "S", "E"))
     dt = c["dtype"]
     if dt == "int8":
-        raise Skip("int8 K/V: GroupQueryAttention's int8 cache (k_quant_type, v_quant_type) "
-                   "has one scale per tensor or per channel, not one per token as "
-                   "quantize_kv's: another format, not run")
+        raise Skip(
+            "int8 K/V: GroupQueryAttention's int8 cache (k_quant_type, v_quant_type) "
+            "has one scale per tensor or per channel, not one per token as "
+            "quantize_kv's: another format, not run"
+        )
     tp = {"f32": TP.FLOAT, "f16": TP.FLOAT16, "bf16": TP.BFLOAT16}[dt]
     npd = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}[dt]
     vi = helper.make_tensor_value_info
@@ -421,29 +496,52 @@ def run_ort(c, q, kv, env):
         return run_ort_matmul(c, q, kv, env)
     try:
         if c["kind"] == "decode":
-            node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "pk", "pv", "sl", "tl"],
-                                    ["o", "prk", "prv"], domain="com.microsoft", num_heads=Hq,
-                                    kv_num_heads=Hkv)
+            node = helper.make_node(
+                "GroupQueryAttention",
+                ["q", "k", "v", "pk", "pv", "sl", "tl"],
+                ["o", "prk", "prv"],
+                domain="com.microsoft",
+                num_heads=Hq,
+                kv_num_heads=Hkv,
+            )
             cache = [B, Hkv, S, E]
-            m = onnx_model([node], [vi("q", tp, [B, L, Hq * E]), vi("k", tp, [B, L, Hkv * E]),
-                                    vi("v", tp, [B, L, Hkv * E]), vi("pk", tp, cache),
-                                    vi("pv", tp, cache), vi("sl", TP.INT32, [B]),
-                                    vi("tl", TP.INT32, [])],
-                           [vi("o", tp, [B, L, Hq * E]), vi("prk", tp, cache), vi("prv", tp, cache)])
+            m = onnx_model(
+                [node],
+                [
+                    vi("q", tp, [B, L, Hq * E]),
+                    vi("k", tp, [B, L, Hkv * E]),
+                    vi("v", tp, [B, L, Hkv * E]),
+                    vi("pk", tp, cache),
+                    vi("pv", tp, cache),
+                    vi("sl", TP.INT32, [B]),
+                    vi("tl", TP.INT32, []),
+                ],
+                [vi("o", tp, [B, L, Hq * E]), vi("prk", tp, cache), vi("prv", tp, cache)],
+            )
             note = "com.microsoft GroupQueryAttention, shared past/present K/V buffers"
         elif not c["causal"]:
-            node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["o"],
-                                    domain="com.microsoft", num_heads=Hq)
-            m = onnx_model([node], [vi(n, tp, [B, L, Hq * E]) for n in "qkv"],
-                           [vi("o", tp, [B, L, Hq * E])])
+            node = helper.make_node(
+                "MultiHeadAttention", ["q", "k", "v"], ["o"], domain="com.microsoft", num_heads=Hq
+            )
+            m = onnx_model(
+                [node], [vi(n, tp, [B, L, Hq * E]) for n in "qkv"], [vi("o", tp, [B, L, Hq * E])]
+            )
             note = "com.microsoft MultiHeadAttention"
         else:
-            node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "", "", "sl", "tl"],
-                                    ["o", "prk", "prv"], domain="com.microsoft", num_heads=Hq,
-                                    kv_num_heads=Hkv)
-            m = onnx_model([node], [vi(n, tp, [B, L, Hq * E]) for n in "qkv"] +
-                           [vi("sl", TP.INT32, [B]), vi("tl", TP.INT32, [])],
-                           [vi("o", tp, [B, L, Hq * E]), vi("prk", tp, None), vi("prv", tp, None)])
+            node = helper.make_node(
+                "GroupQueryAttention",
+                ["q", "k", "v", "", "", "sl", "tl"],
+                ["o", "prk", "prv"],
+                domain="com.microsoft",
+                num_heads=Hq,
+                kv_num_heads=Hkv,
+            )
+            m = onnx_model(
+                [node],
+                [vi(n, tp, [B, L, Hq * E]) for n in "qkv"]
+                + [vi("sl", TP.INT32, [B]), vi("tl", TP.INT32, [])],
+                [vi("o", tp, [B, L, Hq * E]), vi("prk", tp, None), vi("prv", tp, None)],
+            )
             note = "com.microsoft GroupQueryAttention (causal)"
         sess = ort_session(m, env["threads"])
     except Exception as e:  # noqa: BLE001 - the op's own message is the report
@@ -461,8 +559,8 @@ def run_ort(c, q, kv, env):
         for k, v in kv:
             io = sess.io_binding()
             io.bind_cpu_input("q", qx)
-            io.bind_cpu_input("k", bsh(k[:, :, S - L:]))
-            io.bind_cpu_input("v", bsh(v[:, :, S - L:]))
+            io.bind_cpu_input("k", bsh(k[:, :, S - L :]))
+            io.bind_cpu_input("v", bsh(v[:, :, S - L :]))
             for name in ("sl", "tl"):
                 io.bind_cpu_input(name, lens[name])
             ok, ov_ = ort.OrtValue.ortvalue_from_numpy(k), ort.OrtValue.ortvalue_from_numpy(v)
@@ -484,9 +582,14 @@ def run_ort(c, q, kv, env):
 
         def f(i):
             res[0] = sess.run(["o"], feeds)[0]
+
         out = None
-    get = (lambda: (out if out is not None else res[0]).astype(np.float32)
-           .reshape(B, L, Hq, E).transpose(0, 2, 1, 3))
+    get = lambda: (
+        (out if out is not None else res[0])
+        .astype(np.float32)
+        .reshape(B, L, Hq, E)
+        .transpose(0, 2, 1, 3)
+    )
     return f, get, note + (" (Q, K, V, out float16)" if dt == "f16" else "")
 
 
@@ -495,6 +598,7 @@ def run_ort_matmul(c, q, kv, env):
     import numpy as np
     from onnx import TensorProto as TP
     from onnx import helper, numpy_helper
+
     B, Hq, Hkv, L, S, E = (c[x] for x in ("B", "Hq", "Hkv", "L", "S", "E"))
     G = Hq // Hkv
     if c["dtype"] != "f32":
@@ -502,9 +606,11 @@ def run_ort_matmul(c, q, kv, env):
     if B * Hq * L * S * 4 > env["max_scores"]:
         raise Skip("MatMul fallback: the scores would not fit (--max-scores-gib)")
     vi = helper.make_tensor_value_info
-    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
-             helper.make_node("MatMul", ["q", "kt"], ["s0"]),
-             helper.make_node("Mul", ["s0", "scale"], ["s1"])]
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["s0"]),
+        helper.make_node("Mul", ["s0", "scale"], ["s1"]),
+    ]
     inits = [numpy_helper.from_array(np.array(1 / math.sqrt(E), np.float32), "scale")]
     last = "s1"
     if c["causal"] and L > 1:
@@ -512,11 +618,19 @@ def run_ort_matmul(c, q, kv, env):
         inits.append(numpy_helper.from_array(add, "mask"))
         nodes.append(helper.make_node("Add", ["s1", "mask"], ["s2"]))
         last = "s2"
-    nodes += [helper.make_node("Softmax", [last], ["p"], axis=-1),
-              helper.make_node("MatMul", ["p", "v"], ["o"])]
-    m = onnx_model(nodes, [vi("q", TP.FLOAT, [B, Hkv, G * L, E]),
-                           vi("k", TP.FLOAT, [B, Hkv, S, E]), vi("v", TP.FLOAT, [B, Hkv, S, E])],
-                   [vi("o", TP.FLOAT, [B, Hkv, G * L, E])])
+    nodes += [
+        helper.make_node("Softmax", [last], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["o"]),
+    ]
+    m = onnx_model(
+        nodes,
+        [
+            vi("q", TP.FLOAT, [B, Hkv, G * L, E]),
+            vi("k", TP.FLOAT, [B, Hkv, S, E]),
+            vi("v", TP.FLOAT, [B, Hkv, S, E]),
+        ],
+        [vi("o", TP.FLOAT, [B, Hkv, G * L, E])],
+    )
     m.graph.initializer.extend(inits)
     sess = ort_session(m, env["threads"])
     qg = q.reshape(B, Hkv, G * L, E)
@@ -525,13 +639,16 @@ def run_ort_matmul(c, q, kv, env):
     def f(i):
         k, v = kv[i % len(kv)]
         res[0] = sess.run(["o"], {"q": qg, "k": k, "v": v})[0]
+
     return f, lambda: res[0].reshape(B, Hq, L, E), "MatMul+Softmax+MatMul (--ort-op matmul)"
 
 
 def run_openvino(c, q, kv, env):
     import numpy as np
+
     ov = require("openvino", "OpenVINO")
     from openvino import opset13 as ops
+
     B, Hq, Hkv, L, S, E = (c[x] for x in ("B", "Hq", "Hkv", "L", "S", "E"))
     G = Hq // Hkv
     dt = c["dtype"]
@@ -554,24 +671,41 @@ def run_openvino(c, q, kv, env):
         o = ops.scaled_dot_product_attention(pq, k, v, ops.constant(causal_mask(c, G)))
     else:
         o = ops.scaled_dot_product_attention(pq, k, v)
-    cfg = {"INFERENCE_NUM_THREADS": env["threads"], "INFERENCE_PRECISION_HINT": "f32",
-           "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
+    cfg = {
+        "INFERENCE_NUM_THREADS": env["threads"],
+        "INFERENCE_PRECISION_HINT": "f32",
+        "PERFORMANCE_HINT": "LATENCY",
+        "NUM_STREAMS": 1,
+    }
     compiled = ov.Core().compile_model(ov.Model([o], params, "sdpa"), "CPU", cfg)
     assert str(compiled.get_property("INFERENCE_PRECISION_HINT")) in ("<Type: 'float32'>", "f32")
     req = compiled.create_infer_request()
 
     def tensor(a):
-        return (ov.Tensor(a, list(a.shape), ov.Type.bf16) if dt == "bf16"
-                else ov.Tensor(a, shared_memory=True))
+        return (
+            ov.Tensor(a, list(a.shape), ov.Type.bf16)
+            if dt == "bf16"
+            else ov.Tensor(a, shared_memory=True)
+        )
+
     tq = ov.Tensor(np.ascontiguousarray(q.reshape(B, Hkv, G * L, E)), shared_memory=True)
     if dt == "int8":
-        feeds = [{"q": tq, "k": tensor(k_[0]), "v": tensor(v_[0]), "ks": tensor(k_[1]),
-                  "vs": tensor(v_[1])} for k_, v_ in kv]
+        feeds = [
+            {
+                "q": tq,
+                "k": tensor(k_[0]),
+                "v": tensor(v_[0]),
+                "ks": tensor(k_[1]),
+                "vs": tensor(v_[1]),
+            }
+            for k_, v_ in kv
+        ]
     else:
         feeds = [{"q": tq, "k": tensor(k_), "v": tensor(v_)} for k_, v_ in kv]
 
     def f(i):
         req.infer(feeds[i % len(feeds)], share_inputs=True)
+
     layers = set()  # the compiled graph's nodes and their kernels (ISA)
     for op in compiled.get_runtime_model().get_ops():
         info = op.get_rt_info()
@@ -579,14 +713,27 @@ def run_openvino(c, q, kv, env):
         if kind not in ("Input", "Output", "Const"):
             layers.add(kind + ("" if prim.startswith("unknown") else f" ({prim})"))
     layers = sorted(layers)
-    note = ("ScaledDotProductAttention (opset13), f32 hint; CPU graph: " + ", ".join(layers)
-            + ("; int8 K, V and scales as inputs, Convert + Multiply to f32 in front"
-               if dt == "int8" else "; K, V converted to f32" if dt != "f32" else ""))
+    note = (
+        "ScaledDotProductAttention (opset13), f32 hint; CPU graph: "
+        + ", ".join(layers)
+        + (
+            "; int8 K, V and scales as inputs, Convert + Multiply to f32 in front"
+            if dt == "int8"
+            else "; K, V converted to f32"
+            if dt != "f32"
+            else ""
+        )
+    )
     return f, lambda: req.get_output_tensor(0).data.reshape(B, Hq, L, E).copy(), note
 
 
-RUNNERS = {"softdot": run_softdot, "torch SDPA": run_torch_sdpa, "torch matmul": run_torch_matmul,
-           "ONNX Runtime": run_ort, "OpenVINO": run_openvino}
+RUNNERS = {
+    "softdot": run_softdot,
+    "torch SDPA": run_torch_sdpa,
+    "torch matmul": run_torch_matmul,
+    "ONNX Runtime": run_ort,
+    "OpenVINO": run_openvino,
+}
 
 
 # ---- child: one thread count -------------------------------------------------
@@ -597,12 +744,15 @@ def rooflines(arena, threads, min_time):
 
     import numpy as np
     import torch
+
     t = torch.from_numpy(arena)
     chunks = np.array_split(arena, threads)
     pool = ThreadPoolExecutor(threads)
-    res = {"torch.sum": arena.nbytes / best_time(lambda i: t.sum(), min_time),
-           "numpy add.reduce": arena.nbytes / best_time(
-               lambda i: list(pool.map(np.add.reduce, chunks)), min_time)}
+    res = {
+        "torch.sum": arena.nbytes / best_time(lambda i: t.sum(), min_time),
+        "numpy add.reduce": arena.nbytes
+        / best_time(lambda i: list(pool.map(np.add.reduce, chunks)), min_time),
+    }
     pool.shutdown()
     return res
 
@@ -610,6 +760,7 @@ def rooflines(arena, threads, min_time):
 def version_of(module: str) -> str:
     """The installed version of an optional peer, or "not installed"."""
     import importlib
+
     try:
         return importlib.import_module(module).__version__
     except ImportError:
@@ -618,27 +769,41 @@ def version_of(module: str) -> str:
 
 def child(args) -> dict:
     import numpy as np
-    import softdot
     import torch
+
+    import softdot
+
     th = args.child
     torch.set_num_threads(th)
     if args.target:
         softdot.force_simd_target(args.target)
-    env = {"threads": th, "max_scores": args.max_scores_gib * 2**30, "ort_op": args.ort_op,
-           "max_dequant": args.max_dequant_gib * 2**30, "l3": l3_bytes()}
+    env = {
+        "threads": th,
+        "max_scores": args.max_scores_gib * 2**30,
+        "ort_op": args.ort_op,
+        "max_dequant": args.max_dequant_gib * 2**30,
+        "l3": l3_bytes(),
+    }
     mt = 0.05 if args.quick else 0.1
     todo = [c for c in cases(args.quick) if re.search(args.filter, c["label"])]
     decode_bytes = [kv_bytes(c) for c in todo if c["kind"] == "decode"]
     l3 = env["l3"]
     arena_bytes = max([2 * l3] + [2 * b for b in decode_bytes])
     arenas = Arenas(arena_bytes)
-    header = {"cpu": cpu_model(), "l3_bytes": l3, "arena_bytes": arena_bytes,
-              "softdot": softdot.__version__, "target": softdot.simd_target(),
-              "numpy": np.__version__, "torch": torch.__version__,
-              "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-              "onnxruntime": version_of("onnxruntime"), "onnx": version_of("onnx"),
-              "openvino": version_of("openvino"),
-              "isa_limits": {k: os.environ[k] for k in AVX2_ENV if k in os.environ}}
+    header = {
+        "cpu": cpu_model(),
+        "l3_bytes": l3,
+        "arena_bytes": arena_bytes,
+        "softdot": softdot.__version__,
+        "target": softdot.simd_target(),
+        "numpy": np.__version__,
+        "torch": torch.__version__,
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "onnxruntime": version_of("onnxruntime"),
+        "onnx": version_of("onnx"),
+        "openvino": version_of("openvino"),
+        "isa_limits": {k: os.environ[k] for k in AVX2_ENV if k in os.environ},
+    }
     run = {"threads": th, "results": [], "roofline": {}, "sgemm_gflops": None}
     if decode_bytes:
         print(f"[{th} thread(s)] read roofline over {arena_bytes / 2**20:.0f} MiB", file=sys.stderr)
@@ -654,8 +819,9 @@ def child(args) -> dict:
         if c["kind"] == "decode":
             kv = arenas.kv(c)
         else:
-            kv = Arenas(2 * c["B"] * c["Hkv"] * c["S"] * c["E"] * ITEMSIZE[c["dtype"]],
-                        seed=3).kv(c)
+            kv = Arenas(2 * c["B"] * c["Hkv"] * c["S"] * c["E"] * ITEMSIZE[c["dtype"]], seed=3).kv(
+                c
+            )
         nbytes = kv_bytes(c)
         flops = 4.0 * c["B"] * c["Hq"] * c["L"] * c["S"] * c["E"]
         if c["kind"] == "prefill" and c["causal"]:
@@ -691,21 +857,37 @@ def child(args) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--threads", default=None,
-                    help="comma-separated thread counts (default: 1 and all cores)")
-    ap.add_argument("--quick", action="store_true",
-                    help="no n_kv = 131072 nor n = 16384; loops of 0.05 s")
+    ap.add_argument(
+        "--threads", default=None, help="comma-separated thread counts (default: 1 and all cores)"
+    )
+    ap.add_argument(
+        "--quick", action="store_true", help="no n_kv = 131072 nor n = 16384; loops of 0.05 s"
+    )
     ap.add_argument("--filter", default="", help="regex on the case labels, e.g. 'decode f32'")
-    ap.add_argument("--target", default=os.environ.get("SOFTDOT_BENCH_TARGET") or None,
-                    help="force softdot's SIMD target (e.g. AVX2) and limit torch/MKL/oneDNN/"
-                         "numpy to AVX2 too; default $SOFTDOT_BENCH_TARGET")
-    ap.add_argument("--max-scores-gib", type=float, default=4.0,
-                    help="skip paths that materialise more scores than this (default 4)")
-    ap.add_argument("--max-dequant-gib", type=float, default=4.0,
-                    help="int8 cases: skip torch SDPA on the dequantised float32 K, V past "
-                         "this (default 4)")
-    ap.add_argument("--ort-op", choices=["contrib", "matmul"], default="contrib",
-                    help="ONNX Runtime graph (matmul: the MatMul+Softmax+MatMul fallback)")
+    ap.add_argument(
+        "--target",
+        default=os.environ.get("SOFTDOT_BENCH_TARGET") or None,
+        help="force softdot's SIMD target (e.g. AVX2) and limit torch/MKL/oneDNN/"
+        "numpy to AVX2 too; default $SOFTDOT_BENCH_TARGET",
+    )
+    ap.add_argument(
+        "--max-scores-gib",
+        type=float,
+        default=4.0,
+        help="skip paths that materialise more scores than this (default 4)",
+    )
+    ap.add_argument(
+        "--max-dequant-gib",
+        type=float,
+        default=4.0,
+        help="int8 cases: skip torch SDPA on the dequantised float32 K, V past this (default 4)",
+    )
+    ap.add_argument(
+        "--ort-op",
+        choices=["contrib", "matmul"],
+        default="contrib",
+        help="ONNX Runtime graph (matmul: the MatMul+Softmax+MatMul fallback)",
+    )
     ap.add_argument("--json", help="also write the raw figures to this file")
     ap.add_argument("--svg", help="draw decode GB/s against n_kv to this SVG file")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
@@ -713,8 +895,11 @@ def main() -> None:
     if args.child is not None:
         print(json.dumps(child(args)))
         return
-    threads = ([int(t) for t in args.threads.split(",")] if args.threads
-               else sorted({1, os.cpu_count() or 1}))
+    threads = (
+        [int(t) for t in args.threads.split(",")]
+        if args.threads
+        else sorted({1, os.cpu_count() or 1})
+    )
     header, runs = None, []
     for th in threads:
         env = dict(os.environ, OMP_NUM_THREADS=str(th))
@@ -722,10 +907,23 @@ def main() -> None:
             env["SOFTDOT_BENCH_TARGET"] = args.target
             if args.target.upper() == "AVX2":
                 env.update(AVX2_ENV)
-        cmd = [sys.executable, os.path.abspath(__file__), "--child", str(th), "--filter",
-               args.filter, "--max-scores-gib", str(args.max_scores_gib),
-               "--max-dequant-gib", str(args.max_dequant_gib), "--ort-op", args.ort_op]
-        cmd += (["--quick"] if args.quick else []) + (["--target", args.target] if args.target else [])
+        cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--child",
+            str(th),
+            "--filter",
+            args.filter,
+            "--max-scores-gib",
+            str(args.max_scores_gib),
+            "--max-dequant-gib",
+            str(args.max_dequant_gib),
+            "--ort-op",
+            args.ort_op,
+        ]
+        cmd += (["--quick"] if args.quick else []) + (
+            ["--target", args.target] if args.target else []
+        )
         res = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True)
         out = json.loads(res.stdout.strip().splitlines()[-1])
         header = header or out["header"]

@@ -16,15 +16,24 @@ import sys
 
 from report_writer import esc, md_bullets, md_table, svg_close, svg_open, svg_series, write_svg
 
-COLORS = {"softdot": "#d62728", "torch SDPA": "#1f77b4", "torch matmul": "#8c564b",
-          "ONNX Runtime": "#2ca02c", "OpenVINO": "#9467bd",
-          "torch SDPA (dequantised f32)": "#17becf"}  # int8 cases: a reference
+COLORS = {
+    "softdot": "#d62728",
+    "torch SDPA": "#1f77b4",
+    "torch matmul": "#8c564b",
+    "ONNX Runtime": "#2ca02c",
+    "OpenVINO": "#9467bd",
+    "torch SDPA (dequantised f32)": "#17becf",
+}  # int8 cases: a reference
 
 
 def pick_config(runs):
     """The (B, Hq, Hkv, L) drawn: B = 1, n_q = 1, 32 on 8 heads where present."""
-    configs = [(r["case"]["B"], r["case"]["Hq"], r["case"]["Hkv"], r["case"]["L"])
-               for run in runs for r in run["results"] if r["case"]["kind"] == "decode"]
+    configs = [
+        (r["case"]["B"], r["case"]["Hq"], r["case"]["Hkv"], r["case"]["L"])
+        for run in runs
+        for r in run["results"]
+        if r["case"]["kind"] == "decode"
+    ]
     if not configs:
         return None
     return max(set(configs), key=lambda c: (c[0] == 1, c[3] == 1, c[1] == 32, -configs.index(c)))
@@ -45,13 +54,19 @@ def decode_chart(header, runs):
     legend_w = 170
     width = max(900, left + len(dtypes) * (pw + gap) + legend_w)
     height = top + len(runs) * (ph + gap) + 20
-    subtitle = (f"batch {cfg[0]}, {cfg[1]} query heads on {cfg[2]} KV heads, n_q = {cfg[3]}, "
-                f"d = 128; {header['cpu']}, softdot target {header['target']}")
+    subtitle = (
+        f"batch {cfg[0]}, {cfg[1]} query heads on {cfg[2]} KV heads, n_q = {cfg[3]}, "
+        f"d = 128; {header['cpu']}, softdot target {header['target']}"
+    )
     title = "Attention decode: K+V GB/s against n_kv (higher is better)"
     s = svg_open(width, height, 12)
-    s += [(f'<text x="{width / 2:.0f}" y="24" text-anchor="middle" font-size="15" '
-           f'font-weight="bold">{esc(title)}</text>'),
-          f'<text x="{width / 2:.0f}" y="44" text-anchor="middle">{esc(subtitle)}</text>']
+    s += [
+        (
+            f'<text x="{width / 2:.0f}" y="24" text-anchor="middle" font-size="15" '
+            f'font-weight="bold">{esc(title)}</text>'
+        ),
+        f'<text x="{width / 2:.0f}" y="44" text-anchor="middle">{esc(subtitle)}</text>',
+    ]
     impls = []
     for row, run in enumerate(runs):
         roof = max(run["roofline"].values(), default=0) / 1e9
@@ -59,8 +74,12 @@ def decode_chart(header, runs):
             pts = {}
             for r in run["results"]:
                 c = r["case"]
-                if (c["kind"] == "decode" and c["dtype"] == dt and "kv_gbs" in r
-                        and (c["B"], c["Hq"], c["Hkv"], c["L"]) == cfg):
+                if (
+                    c["kind"] == "decode"
+                    and c["dtype"] == dt
+                    and "kv_gbs" in r
+                    and (c["B"], c["Hq"], c["Hkv"], c["L"]) == cfg
+                ):
                     pts.setdefault(r["impl"], []).append((c["S"], r["kv_gbs"]))
             x0, y0 = left + col * (pw + gap), top + row * (ph + gap)
             xs = sorted({x for p in pts.values() for x, _ in p}) or [4096]
@@ -74,23 +93,32 @@ def decode_chart(header, runs):
 
             def py(y, y0=y0, ymax=ymax):
                 return y0 + ph - y / ymax * ph
+
             title = f"{dt} K/V, {run['threads']} thread(s)"
-            s.append(f'<text x="{x0 + pw / 2:.0f}" y="{y0 - 8}" text-anchor="middle" '
-                     f'font-weight="bold">{esc(title)}</text>')
+            s.append(
+                f'<text x="{x0 + pw / 2:.0f}" y="{y0 - 8}" text-anchor="middle" '
+                f'font-weight="bold">{esc(title)}</text>'
+            )
             v = 0.0
             while v <= ymax:
-                s.append(f'<line x1="{x0}" y1="{py(v):.1f}" x2="{x0 + pw}" y2="{py(v):.1f}" '
-                         f'stroke="#e6e6e6"/><text x="{x0 - 6}" y="{py(v) + 4:.1f}" '
-                         f'text-anchor="end">{v:g}</text>')
+                s.append(
+                    f'<line x1="{x0}" y1="{py(v):.1f}" x2="{x0 + pw}" y2="{py(v):.1f}" '
+                    f'stroke="#e6e6e6"/><text x="{x0 - 6}" y="{py(v) + 4:.1f}" '
+                    f'text-anchor="end">{v:g}</text>'
+                )
                 v += step
             for x in xs:
-                s.append(f'<text x="{px(x):.1f}" y="{y0 + ph + 16}" text-anchor="middle">'
-                         f'{x}</text>')
-            s.append(f'<rect x="{x0}" y="{y0}" width="{pw}" height="{ph}" fill="none" '
-                     f'stroke="black"/>')
+                s.append(
+                    f'<text x="{px(x):.1f}" y="{y0 + ph + 16}" text-anchor="middle">{x}</text>'
+                )
+            s.append(
+                f'<rect x="{x0}" y="{y0}" width="{pw}" height="{ph}" fill="none" stroke="black"/>'
+            )
             if roof:
-                s.append(f'<line x1="{x0}" y1="{py(roof):.1f}" x2="{x0 + pw}" y2="{py(roof):.1f}" '
-                         f'stroke="black" stroke-dasharray="6,4"/>')
+                s.append(
+                    f'<line x1="{x0}" y1="{py(roof):.1f}" x2="{x0 + pw}" y2="{py(roof):.1f}" '
+                    f'stroke="black" stroke-dasharray="6,4"/>'
+                )
             for impl, p in pts.items():
                 if impl not in impls:
                     impls.append(impl)
@@ -98,20 +126,25 @@ def decode_chart(header, runs):
                 color = COLORS.get(impl, "#000000")
                 w = 3 if impl == "softdot" else 2
                 s += svg_series([(px(x), py(y)) for x, y in p], color, w)
-        s.append(f'<text transform="translate(18,{top + row * (ph + gap) + ph / 2:.0f}) '
-                 f'rotate(-90)" text-anchor="middle">GB/s of K + V</text>')
-    s.append(f'<text x="{left + len(dtypes) * (pw + gap) / 2:.0f}" y="{height - 12}" '
-             f'text-anchor="middle">n_kv (keys per sequence, log scale)</text>')
+        s.append(
+            f'<text transform="translate(18,{top + row * (ph + gap) + ph / 2:.0f}) '
+            f'rotate(-90)" text-anchor="middle">GB/s of K + V</text>'
+        )
+    s.append(
+        f'<text x="{left + len(dtypes) * (pw + gap) / 2:.0f}" y="{height - 12}" '
+        f'text-anchor="middle">n_kv (keys per sequence, log scale)</text>'
+    )
     lx, ly = width - legend_w + 5, top + 10
     impls.sort(key=lambda i: list(COLORS).index(i) if i in COLORS else len(COLORS))
     legend = [(i, COLORS.get(i, "#000000"), "") for i in impls]
     legend.append(("read roofline", "black", ' stroke-dasharray="6,4"'))
     for j, (name, color, dash) in enumerate(legend):
         y = ly + 20 * j
-        s.append(f'<line x1="{lx}" y1="{y}" x2="{lx + 26}" y2="{y}" stroke="{color}" '
-                 f'stroke-width="2"{dash}/><text x="{lx + 32}" y="{y + 4}">{esc(name)}</text>')
+        s.append(
+            f'<line x1="{lx}" y1="{y}" x2="{lx + 26}" y2="{y}" stroke="{color}" '
+            f'stroke-width="2"{dash}/><text x="{lx + 32}" y="{y + 4}">{esc(name)}</text>'
+        )
     return svg_close(s)
-
 
 
 # ---- report --------------------------------------------------------------------
@@ -121,17 +154,30 @@ def fmt(x, digits=3):
 
 def report(header, runs, target) -> str:
     h = header
-    L = [(f"CPU: {h['cpu']}; last-level cache {h['l3_bytes'] / 2**20:.0f} MiB (lscpu); "
-          f"K/V arena {h['arena_bytes'] / 2**20:.0f} MiB per dtype"),
-         (f"softdot {h['softdot']}, SIMD target {h['target']}"
-          f"{' (forced)' if target else ''}; torch {h['torch']} (CPU capability "
-          f"{h['torch_cpu_capability']}); onnxruntime {h['onnxruntime']} (onnx {h['onnx']}); "
-          f"openvino {h['openvino']}; numpy {h['numpy']}"),
-         ("Peers' ISA limited by: " + ", ".join(f"{k}={v}" for k, v in h["isa_limits"].items())
-          + " (ONNX Runtime not limited)" if h.get("isa_limits") else None),
-         ("Threads: OMP_NUM_THREADS (softdot), torch.set_num_threads, ORT intra_op_num_threads "
-          "(inter_op 1), OpenVINO INFERENCE_NUM_THREADS (NUM_STREAMS 1, LATENCY), all equal."),
-         ""]
+    L = [
+        (
+            f"CPU: {h['cpu']}; last-level cache {h['l3_bytes'] / 2**20:.0f} MiB (lscpu); "
+            f"K/V arena {h['arena_bytes'] / 2**20:.0f} MiB per dtype"
+        ),
+        (
+            f"softdot {h['softdot']}, SIMD target {h['target']}"
+            f"{' (forced)' if target else ''}; torch {h['torch']} (CPU capability "
+            f"{h['torch_cpu_capability']}); onnxruntime {h['onnxruntime']} (onnx {h['onnx']}); "
+            f"openvino {h['openvino']}; numpy {h['numpy']}"
+        ),
+        (
+            "Peers' ISA limited by: "
+            + ", ".join(f"{k}={v}" for k, v in h["isa_limits"].items())
+            + " (ONNX Runtime not limited)"
+            if h.get("isa_limits")
+            else None
+        ),
+        (
+            "Threads: OMP_NUM_THREADS (softdot), torch.set_num_threads, ORT intra_op_num_threads "
+            "(inter_op 1), OpenVINO INFERENCE_NUM_THREADS (NUM_STREAMS 1, LATENCY), all equal."
+        ),
+        "",
+    ]
     L = [line for line in L if line is not None]
     for run in runs:
         th = run["threads"]
@@ -142,13 +188,17 @@ def report(header, runs, target) -> str:
             if not rs:
                 continue
             if kind == "decode":
-                L.append(f"### Decode, {th} thread(s): K+V GB/s; read roofline "
-                         + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in roof.items())
-                         + " (\"of roofline\" divides by the better one)")
+                L.append(
+                    f"### Decode, {th} thread(s): K+V GB/s; read roofline "
+                    + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in roof.items())
+                    + ' ("of roofline" divides by the better one)'
+                )
                 rate_cols = ["K+V GB/s", "of roofline"]
             else:
-                L.append(f"### Prefill, {th} thread(s): GFLOP/s at 4·L·S·d (causal: half); "
-                         f"MKL sgemm (torch.mm 1024³) {fmt(run['sgemm_gflops'], 4)} GFLOP/s")
+                L.append(
+                    f"### Prefill, {th} thread(s): GFLOP/s at 4·L·S·d (causal: half); "
+                    f"MKL sgemm (torch.mm 1024³) {fmt(run['sgemm_gflops'], 4)} GFLOP/s"
+                )
                 rate_cols = ["GFLOP/s", "of sgemm"]
             cols = ["case", "implementation", "ms"] + rate_cols + ["vs best peer", "max abs diff"]
             rows = []
@@ -163,28 +213,46 @@ def report(header, runs, target) -> str:
                         continue
                     if r.get("note"):
                         notes.setdefault((r["impl"], r["note"]), []).append(lab)
-                    rate = (r["kv_gbs"], r.get("of_roofline")) if kind == "decode" \
+                    rate = (
+                        (r["kv_gbs"], r.get("of_roofline"))
+                        if kind == "decode"
                         else (r["gflops"], r.get("of_sgemm"))
+                    )
                     vs = f"{best / r['seconds']:.2f}" if best else "—"
                     diff = "ref." if r["impl"] == "softdot" else f"{r['max_abs_diff']:.1e}"
                     frac = "—" if rate[1] is None else f"{rate[1]:.2f}"
-                    rows.append([lab, r["impl"], f"{r['seconds'] * 1e3:.3f}", f"{rate[0]:.1f}",
-                                 frac, vs, diff])
+                    rows.append(
+                        [
+                            lab,
+                            r["impl"],
+                            f"{r['seconds'] * 1e3:.3f}",
+                            f"{rate[0]:.1f}",
+                            frac,
+                            vs,
+                            diff,
+                        ]
+                    )
             L += ["", md_table(cols, rows, text_columns=2), ""]
-        L.append("\"vs best peer\": the best peer's time / this one's (softdot's speed-up; "
-                 "1.00 for the best peer). \"max abs diff\": against softdot's output, same "
-                 "inputs.")
+        L.append(
+            "\"vs best peer\": the best peer's time / this one's (softdot's speed-up; "
+            '1.00 for the best peer). "max abs diff": against softdot\'s output, same '
+            "inputs."
+        )
         L.append("")
         items = [f"{impl}: {note} ({len(labs)} case(s))" for (impl, note), labs in notes.items()]
-        items += [f"{impl} not run: {why} ({len(labs)} case(s), e.g. {labs[0]})"
-                  for (impl, why), labs in skipped.items()]
+        items += [
+            f"{impl} not run: {why} ({len(labs)} case(s), e.g. {labs[0]})"
+            for (impl, why), labs in skipped.items()
+        ]
         if items:
             L.append(md_bullets(items))
         L.append("")
     return "\n".join(L)
 
+
 def main() -> None:
     import argparse
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("json", help="attention_peers.py --json output")
     ap.add_argument("--svg", help="also draw the decode chart to this file")

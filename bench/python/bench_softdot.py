@@ -36,9 +36,10 @@ import time
 
 from report_writer import md_table, write_json  # beside this script
 
-
-BENCH_HOOKS_MISSING = ("skipped: softdot._softdot_bench is not installed "
-                       "(pip install . -C cmake.define.SOFTDOT_PYTHON_BENCH=ON)")
+BENCH_HOOKS_MISSING = (
+    "skipped: softdot._softdot_bench is not installed "
+    "(pip install . -C cmake.define.SOFTDOT_PYTHON_BENCH=ON)"
+)
 
 
 def cpu_model() -> str:
@@ -113,9 +114,15 @@ def run_cases(threads: int, quick: bool) -> dict:
             r = np.asarray(r if not isinstance(r, torch.Tensor) else r.numpy())
             err = float(np.max(np.abs(r - ref) / ref))
             t = best_time(f, mt)
-            out["softmax"].append({"shape": [rows, n], "impl": name, "seconds": t,
-                                   "ns_per_element": t / (rows * n) * 1e9,
-                                   "max_rel_err": err})
+            out["softmax"].append(
+                {
+                    "shape": [rows, n],
+                    "impl": name,
+                    "seconds": t,
+                    "ns_per_element": t / (rows * n) * 1e9,
+                    "max_rel_err": err,
+                }
+            )
 
     att = [
         ("prefill", 1, 8, 8, 1024, 1024, 64, False),
@@ -149,9 +156,16 @@ def run_cases(threads: int, quick: bool) -> dict:
         kv_bytes = 2.0 * B * Hkv * S * E * 4
         for name, f in (("softdot", sd), ("torch SDPA", tc)):
             t = best_time(f, mt)
-            out["attention"].append({"case": f"{label} B{B} Hq{Hq} Hkv{Hkv} L{L} S{S} E{E}",
-                                     "impl": name, "seconds": t, "gflops": flops / t / 1e9,
-                                     "kv_gbs": kv_bytes / t / 1e9, "max_abs_diff": diff})
+            out["attention"].append(
+                {
+                    "case": f"{label} B{B} Hq{Hq} Hkv{Hkv} L{L} S{S} E{E}",
+                    "impl": name,
+                    "seconds": t,
+                    "gflops": flops / t / 1e9,
+                    "kv_gbs": kv_bytes / t / 1e9,
+                    "max_abs_diff": diff,
+                }
+            )
 
     # The binding's own cost: Python call minus the same C++ call, same arrays.
     try:
@@ -172,19 +186,33 @@ def run_cases(threads: int, quick: bool) -> dict:
         xt1 = torch.from_numpy(x1)
         py_torch = best_time(lambda: softdot.softmax(xt1), mt)
         torch_own = best_time(lambda: torch.softmax(xt1, dim=-1), mt)
-        out["binding"].append({"n": n, "cpp_softmax": cpp, "py_softmax": py_new,
-                               "py_softmax_out": py_out, "py_softmax_torch": py_torch,
-                               "torch_softmax": torch_own, "cpp_dot": cpp_dot,
-                               "py_dot": py_dot})
+        out["binding"].append(
+            {
+                "n": n,
+                "cpp_softmax": cpp,
+                "py_softmax": py_new,
+                "py_softmax_out": py_out,
+                "py_softmax_torch": py_torch,
+                "torch_softmax": torch_own,
+                "cpp_dot": cpp_dot,
+                "py_dot": py_dot,
+            }
+        )
     return out
 
 
 def report(runs: list, header: dict) -> str:
-    lines = [f"CPU: {header['cpu']}; softdot {header['version']}, SIMD target {header['target']}; "
-             f"numpy {header['numpy']}, scipy {header['scipy']}, torch {header['torch']}", ""]
+    lines = [
+        f"CPU: {header['cpu']}; softdot {header['version']}, SIMD target {header['target']}; "
+        f"numpy {header['numpy']}, scipy {header['scipy']}, torch {header['torch']}",
+        "",
+    ]
     for r in runs:
         th = r["threads"]
-        lines.append(f"### Softmax, float32, last axis, {th} thread(s): ns per element (max rel. error vs float64)")
+        lines.append(
+            f"### Softmax, float32, last axis, {th} thread(s): "
+            "ns per element (max rel. error vs float64)"
+        )
         lines.append("")
         impls = []
         for e in r["softmax"]:
@@ -200,13 +228,21 @@ def report(runs: list, header: dict) -> str:
             row = {e["impl"]: e for e in r["softmax"] if e["shape"] == s}
             peers = [row[i]["seconds"] for i in impls if not i.startswith("softdot")]
             cells = [f"{row[i]['ns_per_element']:.3g} ({row[i]['max_rel_err']:.1e})" for i in impls]
-            rows.append([f"{s[0]}x{s[1]}"] + cells +
-                        [f"{min(peers) / row['softdot']['seconds']:.2f}"])
+            rows.append(
+                [f"{s[0]}x{s[1]}"] + cells + [f"{min(peers) / row['softdot']['seconds']:.2f}"]
+            )
         lines += [md_table(cols, rows, text_columns=len(cols)), ""]
         lines.append(f"### Attention, float32, {th} thread(s)")
         lines.append("")
-        cols = ["case", "softdot ms", "torch SDPA ms", "torch / softdot", "softdot GFLOP/s",
-                "K+V GB/s", "max |diff|"]
+        cols = [
+            "case",
+            "softdot ms",
+            "torch SDPA ms",
+            "torch / softdot",
+            "softdot GFLOP/s",
+            "K+V GB/s",
+            "max |diff|",
+        ]
         rows = []
         cases = []
         for e in r["attention"]:
@@ -215,32 +251,67 @@ def report(runs: list, header: dict) -> str:
         for c in cases:
             row = {e["impl"]: e for e in r["attention"] if e["case"] == c}
             s, t = row["softdot"], row["torch SDPA"]
-            rows.append([c, f"{s['seconds'] * 1e3:.3f}", f"{t['seconds'] * 1e3:.3f}",
-                         f"{t['seconds'] / s['seconds']:.2f}", f"{s['gflops']:.1f}",
-                         f"{s['kv_gbs']:.1f}", f"{s['max_abs_diff']:.1e}"])
+            rows.append(
+                [
+                    c,
+                    f"{s['seconds'] * 1e3:.3f}",
+                    f"{t['seconds'] * 1e3:.3f}",
+                    f"{t['seconds'] / s['seconds']:.2f}",
+                    f"{s['gflops']:.1f}",
+                    f"{s['kv_gbs']:.1f}",
+                    f"{s['max_abs_diff']:.1e}",
+                ]
+            )
         lines += [md_table(cols, rows, text_columns=len(cols)), ""]
         lines.append(f"### Binding cost per call, {th} thread(s): microseconds")
         lines.append("")
         if r.get("binding_skipped"):
             lines += [r["binding_skipped"], ""]
             continue
-        cols = ["n", "C++ softmax", "Python softmax(x)", "over C++", "softmax(x, out=)",
-                "softmax(torch)", "torch.softmax", "C++ dot", "Python dot", "over C++"]
+        cols = [
+            "n",
+            "C++ softmax",
+            "Python softmax(x)",
+            "over C++",
+            "softmax(x, out=)",
+            "softmax(torch)",
+            "torch.softmax",
+            "C++ dot",
+            "Python dot",
+            "over C++",
+        ]
         rows = []
         for b in r["binding"]:
             us = {k: v * 1e6 for k, v in b.items() if k != "n"}
-            rows.append([b["n"]] + [f"{x:.3f}" for x in (
-                us["cpp_softmax"], us["py_softmax"], us["py_softmax"] - us["cpp_softmax"],
-                us["py_softmax_out"], us["py_softmax_torch"], us["torch_softmax"],
-                us["cpp_dot"], us["py_dot"], us["py_dot"] - us["cpp_dot"])])
+            rows.append(
+                [b["n"]]
+                + [
+                    f"{x:.3f}"
+                    for x in (
+                        us["cpp_softmax"],
+                        us["py_softmax"],
+                        us["py_softmax"] - us["cpp_softmax"],
+                        us["py_softmax_out"],
+                        us["py_softmax_torch"],
+                        us["torch_softmax"],
+                        us["cpp_dot"],
+                        us["py_dot"],
+                        us["py_dot"] - us["cpp_dot"],
+                    )
+                ]
+            )
         lines += [md_table(cols, rows, text_columns=len(cols)), ""]
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--threads", type=int, action="append",
-                    help="thread count (repeatable); default: 1 and all cores")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        action="append",
+        help="thread count (repeatable); default: 1 and all cores",
+    )
     ap.add_argument("--quick", action="store_true", help="fewer cases, shorter loops")
     ap.add_argument("--json", help="also write the raw figures to this file")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
@@ -263,8 +334,14 @@ def main() -> None:
 
     if os.environ.get("SOFTDOT_BENCH_TARGET"):
         softdot.force_simd_target(os.environ["SOFTDOT_BENCH_TARGET"])
-    header = {"cpu": cpu_model(), "version": softdot.__version__, "target": softdot.simd_target(),
-              "numpy": numpy.__version__, "scipy": scipy.__version__, "torch": torch.__version__}
+    header = {
+        "cpu": cpu_model(),
+        "version": softdot.__version__,
+        "target": softdot.simd_target(),
+        "numpy": numpy.__version__,
+        "scipy": scipy.__version__,
+        "torch": torch.__version__,
+    }
     print(report(runs, header))
     if args.json:
         write_json(args.json, {"header": header, "runs": runs})

@@ -39,16 +39,25 @@ def md_bullets(items) -> str:
 # ---- SVG -----------------------------------------------------------------------
 def esc(text) -> str:
     """Text for SVG (XML) character data and attribute values."""
-    return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace('"', "&quot;"))
+    return (
+        str(text)
+        .replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace('"', "&quot;")
+    )
 
 
 def svg_open(width, height, font_size) -> list:
     """The first elements of a chart: the <svg> element and a white page."""
-    return [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" font-family="sans-serif" '
-             f'font-size="{font_size}">'),
-            f'<rect width="{width}" height="{height}" fill="white"/>']
+    return [
+        (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" font-family="sans-serif" '
+            f'font-size="{font_size}">'
+        ),
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+    ]
 
 
 def svg_close(elements) -> str:
@@ -60,8 +69,7 @@ def svg_series(points, color, width, dash="") -> list:
     """A data series: the polyline through points [(x, y)] in pixels, and a
     dot on each point."""
     line = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
-    out = [f'<polyline points="{line}" fill="none" stroke="{color}" '
-           f'stroke-width="{width}"{dash}/>']
+    out = [f'<polyline points="{line}" fill="none" stroke="{color}" stroke-width="{width}"{dash}/>']
     out += [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"/>' for x, y in points]
     return out
 

@@ -31,12 +31,20 @@ import time
 
 import numpy as np
 import torch
-
 from bench_softdot import cpu_model  # beside this script
 from report_writer import write_json
 
-CACHE_SHAPES = [(1, 3), (1, 8), (1, 16), (1, 64), (1, 1000), (1, 4096), (1, 65536),
-                (4096, 1024), (256, 32000)]
+CACHE_SHAPES = [
+    (1, 3),
+    (1, 8),
+    (1, 16),
+    (1, 64),
+    (1, 1000),
+    (1, 4096),
+    (1, 65536),
+    (4096, 1024),
+    (256, 32000),
+]
 MEMORY_SHAPES = [(1, 1 << 24)]
 MEMORY_ARENA_BYTES = 512 << 20
 
@@ -66,10 +74,19 @@ def rows_of(shape, seed):
 
 def entry(name: str, seconds: float, elements: int, reps: int) -> dict:
     ns = seconds * 1e9
-    return {"name": name + "_median", "run_name": name, "run_type": "aggregate",
-            "aggregate_name": "median", "repetitions": reps, "threads": 1,
-            "iterations": reps, "real_time": ns, "cpu_time": ns, "time_unit": "ns",
-            "items_per_second": elements / seconds}
+    return {
+        "name": name + "_median",
+        "run_name": name,
+        "run_type": "aggregate",
+        "aggregate_name": "median",
+        "repetitions": reps,
+        "threads": 1,
+        "iterations": reps,
+        "real_time": ns,
+        "cpu_time": ns,
+        "time_unit": "ns",
+        "items_per_second": elements / seconds,
+    }
 
 
 def main() -> None:
@@ -113,14 +130,23 @@ def main() -> None:
             if not err <= 1e-5:
                 message = f"self-check failed: max |pytorch2 - float64| = {err:.6f} > 1e-5"
                 print(f"{name}: {message}", flush=True)
-                benchmarks.append({"name": name, "run_name": name, "error_occurred": True,
-                                   "error_message": message})
+                benchmarks.append(
+                    {
+                        "name": name,
+                        "run_name": name,
+                        "error_occurred": True,
+                        "error_message": message,
+                    }
+                )
                 del xs, ys
                 continue
             benchmarks.append(entry(name, max(raw - overhead, 0.0), elements, reps))
             benchmarks.append(entry(name + "_raw", raw, elements, reps))
-            print(f"{name}: {raw * 1e9:.1f} ns per call, {(raw - overhead) * 1e9 / elements:.3f}"
-                  f" ns per element net of the call cost", flush=True)
+            print(
+                f"{name}: {raw * 1e9:.1f} ns per call, {(raw - overhead) * 1e9 / elements:.3f}"
+                f" ns per element net of the call cost",
+                flush=True,
+            )
             del xs, ys
 
     context = {
@@ -131,8 +157,10 @@ def main() -> None:
         "pytorch2_cpu": cpu_model(),
     }
     write_json(args.out, {"context": context, "benchmarks": benchmarks})
-    print(f"wrote {args.out} (call cost {overhead * 1e9:.0f} ns, "
-          f"torch {torch.__version__}, {context['pytorch2_cpu_capability']})")
+    print(
+        f"wrote {args.out} (call cost {overhead * 1e9:.0f} ns, "
+        f"torch {torch.__version__}, {context['pytorch2_cpu_capability']})"
+    )
 
 
 if __name__ == "__main__":

@@ -202,6 +202,13 @@ class AttentionPlan {
 // AttentionPlan::make(request).run().
 void run_attention(const AttentionRequest& request);
 
+// The checks AttentionPlan::make makes first, of the options whose validity
+// does not depend on the inputs (scale, softcap, the window, kv_begin <=
+// kv_end), with make's messages ("softdot::<name>: ..."): for a caller that
+// checks its options before it reads any input (the softdot command).
+void check_attention_options(const AttentionOptions& options,
+                             const char* name = "attention");
+
 }  // namespace softdot
 
 #endif  // SOFTDOT_ATTENTION_REQUEST_H_

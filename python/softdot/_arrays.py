@@ -158,8 +158,9 @@ def new_output(shape: Tuple[int, ...], dtype: np.dtype, kind: str) -> Tuple[Any,
     return a, a
 
 
-def user_output(fn: str, out: Any, shape: Tuple[int, ...], dtype: np.dtype,
-                kind: str) -> Tuple[Any, np.ndarray]:
+def user_output(
+    fn: str, out: Any, shape: Tuple[int, ...], dtype: np.dtype, kind: str
+) -> Tuple[Any, np.ndarray]:
     """Checks a caller's `out` (same library, dtype and shape, writable) and
     returns (out, its numpy view)."""
     if kind == "torch":
@@ -190,15 +191,20 @@ def output(fn: str, out: Any, shape, dtype: np.dtype, kind: str) -> Tuple[Any, n
     return user_output(fn, out, tuple(shape), dtype, kind)
 
 
-def check_overlap(fn: str, out: np.ndarray, name: str, a: Optional[np.ndarray],
-                  in_place_ok: bool) -> None:
+def check_overlap(
+    fn: str, out: np.ndarray, name: str, a: Optional[np.ndarray], in_place_ok: bool
+) -> None:
     """out may be `a` itself (same memory and layout) when in_place_ok, and must
     not otherwise share memory with it. Checked on the caller's arrays, before
     any copy the package makes (which would hide the overlap from the core)."""
     if a is None or not np.may_share_memory(out, a):
         return
-    if (in_place_ok and out.shape == a.shape and out.strides == a.strides
-            and out.__array_interface__["data"][0] == a.__array_interface__["data"][0]):
+    if (
+        in_place_ok
+        and out.shape == a.shape
+        and out.strides == a.strides
+        and out.__array_interface__["data"][0] == a.__array_interface__["data"][0]
+    ):
         return
     try:
         if not np.shares_memory(out, a, max_work=10000):
@@ -207,8 +213,11 @@ def check_overlap(fn: str, out: np.ndarray, name: str, a: Optional[np.ndarray],
         pass  # undecided: refuse
     raise ValueError(
         f"{fn}: out overlaps {name}"
-        + (f" without being the same array (in place needs out to be {name})" if in_place_ok
-           else " (no overlap is allowed)")
+        + (
+            f" without being the same array (in place needs out to be {name})"
+            if in_place_ok
+            else " (no overlap is allowed)"
+        )
     )
 
 

@@ -12,6 +12,7 @@ from . import _arrays as A
 from . import _request as R
 from . import _softdot as _core
 
+
 def scaled_dot_product_attention(
     query: Any,
     key: Any,
@@ -91,13 +92,40 @@ def scaled_dot_product_attention(
     """
     fn = "scaled_dot_product_attention"
     causal, top_left = R.torch_aliases(fn, causal, is_causal, enable_gqa, dropout_p)
-    return _call(fn, "output", query, key, value, attn_mask, bias, sinks, out, return_lse,
-                 scale=scale, causal=causal, window=window, softcap=softcap, kv_range=kv_range,
-                 precise=precise, top_left=top_left)
+    return _call(
+        fn,
+        "output",
+        query,
+        key,
+        value,
+        attn_mask,
+        bias,
+        sinks,
+        out,
+        return_lse,
+        scale=scale,
+        causal=causal,
+        window=window,
+        softcap=softcap,
+        kv_range=kv_range,
+        precise=precise,
+        top_left=top_left,
+    )
 
 
-def _call(fn: str, kind: str, query: Any, key: Any, value: Any, attn_mask: Any, bias: Any,
-          sinks: Any, out: Any, return_lse: bool, **opts: Any) -> Any:
+def _call(
+    fn: str,
+    kind: str,
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any,
+    bias: Any,
+    sinks: Any,
+    out: Any,
+    return_lse: bool,
+    **opts: Any,
+) -> Any:
     """One request with contiguous K/V: kind "output" or "weights"."""
     R.no_grad(fn, A.kind_of(query), query, key, value, attn_mask, bias, sinks)
     p = R.prepare(fn, query, key, value)
@@ -111,8 +139,9 @@ def _call(fn: str, kind: str, query: Any, key: Any, value: Any, attn_mask: Any, 
         return (user, lse_user) if return_lse else user
     user, out_arr = A.output(fn, out, shape, A.F32, p.kind)
     if out is not None:
-        R.check_out_overlap(fn, out_arr, p.raw + [("attn_mask", mask), ("bias", bias4),
-                                                  ("sinks", sinks1)])
+        R.check_out_overlap(
+            fn, out_arr, p.raw + [("attn_mask", mask), ("bias", bias4), ("sinks", sinks1)]
+        )
     out4, direct = R.target(out_arr)
     lse_user, lse = A.new_output(p.lead + (p.L,), A.F32, p.kind) if return_lse else (None, None)
     R.run(fn, p.q, p.kv, kind, out4, lse, o, p.scales)
@@ -149,8 +178,23 @@ def attention_weights(
     ``kv_range`` and masked keys get weight +0.
     """
     fn = "attention_weights"
-    return _call(fn, "weights", query, key, None, attn_mask, bias, sinks, out, False,
-                 scale=scale, causal=causal, window=window, softcap=softcap, kv_range=kv_range)
+    return _call(
+        fn,
+        "weights",
+        query,
+        key,
+        None,
+        attn_mask,
+        bias,
+        sinks,
+        out,
+        False,
+        scale=scale,
+        causal=causal,
+        window=window,
+        softcap=softcap,
+        kv_range=kv_range,
+    )
 
 
 attention_weights.__doc__ += R.CAUSAL_DOC
@@ -199,8 +243,14 @@ def attention_merge(out_a: Any, lse_a: Any, out_b: Any, lse_b: Any, /, *, out: A
         A.check_overlap(fn, o, "lse_b", lb, False)
     lse_user, lse = A.new_output(lshape, A.F32, kind)
     target, direct = R.target(o)
-    _core.attention_merge(R.ready(R.to4(oa)), np.ascontiguousarray(la), R.ready(R.to4(ob)),
-                          np.ascontiguousarray(lb), target, lse)
+    _core.attention_merge(
+        R.ready(R.to4(oa)),
+        np.ascontiguousarray(la),
+        R.ready(R.to4(ob)),
+        np.ascontiguousarray(lb),
+        target,
+        lse,
+    )
     if not direct:
         np.copyto(o, target.reshape(oa.shape))
     return user, lse_user

@@ -130,9 +130,3 @@ def cross_entropy(
     if not grad:
         return loss
     return loss, (grad_user.reshape(-1) if single else grad_user)
-
-
-# The names softdot.distributed used before they were public; kept until it
-# imports class_targets and REDUCTIONS.
-_targets = class_targets
-_REDUCTIONS = REDUCTIONS

@@ -31,8 +31,11 @@ def is_int8_kv(obj: Any) -> bool:
     """True for a (values, scales) pair: a tuple of exactly two arrays
     (numpy arrays or torch tensors). A nested tuple of numbers stays an
     array-like."""
-    return (type(obj) is tuple and len(obj) == 2
-            and all(isinstance(a, np.ndarray) or A.is_torch(a) for a in obj))
+    return (
+        type(obj) is tuple
+        and len(obj) == 2
+        and all(isinstance(a, np.ndarray) or A.is_torch(a) for a in obj)
+    )
 
 
 def is_dtype(a: Any, kind: str, np_dtype: np.dtype, torch_name: str) -> bool:
@@ -43,7 +46,8 @@ def is_dtype(a: Any, kind: str, np_dtype: np.dtype, torch_name: str) -> bool:
 
 def int8_kv(fn: str, name: str, obj: Any, kind: str) -> Optional[Tuple[np.ndarray, np.ndarray]]:
     """None when obj is not a (values, scales) pair (see is_int8_kv); else the
-    numpy views (no copy; big-endian scales are converted) of its int8 values [..., S, E] and float32 scales
+    numpy views (no copy; big-endian scales are converted) of its int8 values
+    [..., S, E] and float32 scales
     [..., S, 1], of the query's library (`kind`) and on the CPU. TypeError
     for another library or dtype, ValueError for the shapes, each naming
     `fn` and "<name> values" or "<name> scales"."""
@@ -56,7 +60,9 @@ def int8_kv(fn: str, name: str, obj: Any, kind: str) -> Optional[Tuple[np.ndarra
         A.check_device(fn, vname, values)
         A.check_device(fn, sname, scales)
     if not is_dtype(values, kind, I8, "int8"):
-        raise A.accepted(fn, vname, values, "int8 (an int8 key or value is a (values, scales) pair)")
+        raise A.accepted(
+            fn, vname, values, "int8 (an int8 key or value is a (values, scales) pair)"
+        )
     if kind == "numpy" and scales.dtype == A.F32.newbyteorder(">"):
         scales = scales.astype(A.F32)  # big-endian float32 (a .npy from elsewhere)
     if not is_dtype(scales, kind, A.F32, "float32"):
@@ -66,12 +72,14 @@ def int8_kv(fn: str, name: str, obj: Any, kind: str) -> Optional[Tuple[np.ndarra
         scales = A.tensor_view(fn, sname, scales)
     if values.ndim < 2:
         raise ValueError(
-            f"{fn}: {vname} has shape {values.shape}; expected [..., S, E] (2 axes or more)")
+            f"{fn}: {vname} has shape {values.shape}; expected [..., S, E] (2 axes or more)"
+        )
     want = values.shape[:-1] + (1,)
     if scales.shape != want:
         raise ValueError(
             f"{fn}: {sname} has shape {scales.shape}; expected {want} for {vname} of shape "
-            f"{values.shape} (one scale per row)")
+            f"{values.shape} (one scale per row)"
+        )
     return values, scales
 
 
@@ -95,8 +103,9 @@ def first_bad_scale(scales: np.ndarray) -> Optional[Tuple[Tuple[int, ...], float
     return i, float(scales[i])
 
 
-def check_scales_on_error(fn: str, pairs: Iterable[Tuple[str, np.ndarray]],
-                          call: Callable[[], Any]) -> Any:
+def check_scales_on_error(
+    fn: str, pairs: Iterable[Tuple[str, np.ndarray]], call: Callable[[], Any]
+) -> Any:
     """call(); when the core refuses the arguments (ValueError) because a
     scale is not finite and >= 0, the error names that scale by its index in
     the caller's array (the core names it in the 4-d view)."""

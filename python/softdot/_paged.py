@@ -32,13 +32,16 @@ def _cache(fn: str, name: str, c: Any, kind: str, layout: str):
         vals = R.as_numpy(fn, f"{name} values", vals, kind)
         sc = R.as_numpy(fn, f"{name} scales", sc, kind)
         if vals.ndim != 4:
-            raise ValueError(f"{fn}: {name} values has shape {vals.shape}; expected 4 axes "
-                             f"{_PAGE_AXES[layout]}")
+            raise ValueError(
+                f"{fn}: {name} values has shape {vals.shape}; expected 4 axes {_PAGE_AXES[layout]}"
+            )
         if sc.shape == vals.shape[:-1]:
             sc = sc[..., None]
         elif sc.shape != vals.shape[:-1] + (1,):
-            raise ValueError(f"{fn}: {name} scales has shape {sc.shape}; expected "
-                             f"{vals.shape[:-1]} (one per token and head of {vals.shape})")
+            raise ValueError(
+                f"{fn}: {name} scales has shape {sc.shape}; expected "
+                f"{vals.shape[:-1]} (one per token and head of {vals.shape})"
+            )
         raw = [(f"{name} values", vals), (f"{name} scales", sc)]
         if layout == "NHD":
             vals, sc = vals.transpose(0, 2, 1, 3), sc.transpose(0, 2, 1, 3)
@@ -61,7 +64,7 @@ def _int32(fn: str, name: str, a: Any, kind: str, ndim: int) -> np.ndarray:
     if a.ndim != ndim:
         raise ValueError(f"{fn}: {name} has shape {a.shape}; expected {ndim} axes")
     if a.dtype != _I32:
-        if a.size and (a.min() < -2**31 or a.max() >= 2**31):
+        if a.size and (a.min() < -(2**31) or a.max() >= 2**31):
             raise ValueError(f"{fn}: {name} holds values outside int32")
         a = a.astype(_I32)
     return np.ascontiguousarray(a)
@@ -136,46 +139,86 @@ def paged_attention(
     if kv_layout not in ("NHD", "HND"):
         raise ValueError(f"{fn}: kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
     kind = A.kind_of(query)
-    R.no_grad(fn, kind, query, attn_mask, bias, sinks,
-              *(key_cache if isinstance(key_cache, tuple) else (key_cache,)),
-              *(value_cache if isinstance(value_cache, tuple) else (value_cache,)))
+    R.no_grad(
+        fn,
+        kind,
+        query,
+        attn_mask,
+        bias,
+        sinks,
+        *(key_cache if isinstance(key_cache, tuple) else (key_cache,)),
+        *(value_cache if isinstance(value_cache, tuple) else (value_cache,)),
+    )
     q = R.query(fn, query, kind)
     if q.ndim != 4:
         raise ValueError(f"{fn}: query has shape {q.shape}; expected [B, Hq, L, E]")
     k, ks, fk, raw_k = _cache(fn, "key_cache", key_cache, kind, kv_layout)
     v, vs, fv, raw_v = _cache(fn, "value_cache", value_cache, kind, kv_layout)
     if fk != fv:
-        raise TypeError(f"{fn}: key_cache and value_cache must have the same dtype "
-                        f"(int8 caches: both (values, scales) tuples)")
+        raise TypeError(
+            f"{fn}: key_cache and value_cache must have the same dtype "
+            f"(int8 caches: both (values, scales) tuples)"
+        )
     B, Hq, L, E = q.shape
     bt = _int32(fn, "block_table", block_table, kind, 2)
     sl = _int32(fn, "seq_lens", seq_lens, kind, 1)
     if bt.shape[0] != B or sl.shape[0] != B:
-        raise ValueError(f"{fn}: block_table has shape {bt.shape} and seq_lens {sl.shape}; "
-                         f"both need B = {B} rows (query {q.shape})")
+        raise ValueError(
+            f"{fn}: block_table has shape {bt.shape} and seq_lens {sl.shape}; "
+            f"both need B = {B} rows (query {q.shape})"
+        )
     S = max(int(sl.max()), 0) if sl.size else 0
     Ev = v.shape[-1]
     # Mask and bias columns are key positions: as many as the caller gives
     # (at least max(seq_lens), which the library checks).
     cols = [a.shape[-1] for a in (attn_mask, bias) if a is not None and getattr(a, "ndim", 0)]
-    mask, bias4 = R.masks(fn, attn_mask, bias, kind, (B, Hq, L, max(cols) if cols else S),
-                          "B, Hq, L, key positions")
+    mask, bias4 = R.masks(
+        fn, attn_mask, bias, kind, (B, Hq, L, max(cols) if cols else S), "B, Hq, L, key positions"
+    )
     sk = R.sinks_array(fn, sinks, kind)
-    opts = R.options(fn, scale=scale, causal=causal, window=window, softcap=softcap,
-                     kv_range=kv_range, mask=mask, bias=bias4, sinks=sk)
+    opts = R.options(
+        fn,
+        scale=scale,
+        causal=causal,
+        window=window,
+        softcap=softcap,
+        kv_range=kv_range,
+        mask=mask,
+        bias=bias4,
+        sinks=sk,
+    )
     shape = (B, Hq, L, Ev)
     if L == 0:  # no query rows: an empty result, as torch gives
         user, lse_user = R.empty_rows(shape, kind, out, fn)
         return (user, lse_user) if return_lse else user
     user, o = A.output(fn, out, shape, A.F32, kind)
     if out is not None:
-        R.check_out_overlap(fn, o, [("query", q)] + raw_k + raw_v + [
-            ("attn_mask", mask), ("bias", bias4), ("sinks", sk), ("block_table", bt),
-            ("seq_lens", sl)])
+        R.check_out_overlap(
+            fn,
+            o,
+            [("query", q)]
+            + raw_k
+            + raw_v
+            + [
+                ("attn_mask", mask),
+                ("bias", bias4),
+                ("sinks", sk),
+                ("block_table", bt),
+                ("seq_lens", sl),
+            ],
+        )
     out4, direct = R.target(o)
     lse_user, lse = A.new_output((B, Hq, L), A.F32, kind) if return_lse else (None, None)
-    kv = {"format": fk, "k": k, "v": v, "k_name": "key_cache", "v_name": "value_cache",
-          "block_table": bt.reshape(-1), "blocks_per_seq": bt.shape[1], "seq_lens": sl}
+    kv = {
+        "format": fk,
+        "k": k,
+        "v": v,
+        "k_name": "key_cache",
+        "v_name": "value_cache",
+        "block_table": bt.reshape(-1),
+        "blocks_per_seq": bt.shape[1],
+        "seq_lens": sl,
+    }
     if ks is not None:
         kv["k_scales"], kv["v_scales"] = ks, vs
     # The library names a bad scale by page, head, row, sequence and position

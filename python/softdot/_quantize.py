@@ -9,8 +9,8 @@ import numpy as np
 
 from . import _arrays as A
 from . import _softdot as _core
-from ._request import ready, target, to4
 from ._int8 import I8, is_dtype
+from ._request import ready, target, to4
 
 
 def _new(shape: Tuple[int, ...], dtype: np.dtype, kind: str) -> Tuple[Any, np.ndarray]:
@@ -22,8 +22,9 @@ def _new(shape: Tuple[int, ...], dtype: np.dtype, kind: str) -> Tuple[Any, np.nd
     return a, a
 
 
-def _user_out(fn: str, name: str, o: Any, shape: Tuple[int, ...], dtype: np.dtype,
-              kind: str) -> Tuple[Any, np.ndarray]:
+def _user_out(
+    fn: str, name: str, o: Any, shape: Tuple[int, ...], dtype: np.dtype, kind: str
+) -> Tuple[Any, np.ndarray]:
     want = "int8" if dtype == I8 else "float32"
     if kind == "torch":
         if not A.is_torch(o):
@@ -56,7 +57,8 @@ def quantize_kv(x: Any, *, out: Any = None) -> Tuple[Any, Any]:
     the nearest integer, ties away from zero), so ``|values| <= 127`` and
     ``|scale * values - r| <= (0.5 + 2^-15) scale`` while the scale is a
     normal float (max|r| >= 127 * 2^-126: the bound takes the scale's
-    rounding as relative); a row of zeros gets scale 0 and values 0. The arithmetic is the C++ library's
+    rounding as relative); a row of zeros gets scale 0 and values 0. The
+    arithmetic is the C++ library's
     (``softdot::quantize_kv``).
 
     Parameters

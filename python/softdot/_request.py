@@ -270,8 +270,7 @@ def torch_aliases(
     del enable_gqa  # grouped-query heads are always enabled
     if is_causal and causal:
         raise ValueError(
-            f"{fn}: pass causal= (bottom-right aligned) or is_causal= (torch's, top-left), "
-            f"not both"
+            f"{fn}: pass causal= (bottom-right aligned) or is_causal= (torch's, top-left), not both"
         )
     if is_causal:
         return True, True

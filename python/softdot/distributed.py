@@ -36,8 +36,15 @@ from . import _cross_entropy as _xent
 from . import _int8
 from . import _request as R
 
-__all__ = ["RingLayout", "ring_layout", "ring_attention", "softmax", "log_softmax", "logsumexp",
-           "cross_entropy"]
+__all__ = [
+    "RingLayout",
+    "ring_layout",
+    "ring_attention",
+    "softmax",
+    "log_softmax",
+    "logsumexp",
+    "cross_entropy",
+]
 
 _LAYOUTS = ("zigzag", "contiguous")
 
@@ -60,8 +67,7 @@ class RingLayout:
     def __init__(self, seq_len: int, ranks: int, layout: str, deterministic: bool):
         zig = _layout_name("ring_layout", layout)
         if int(ranks) < 1 or int(seq_len) < 1:
-            raise ValueError(
-                f"ring_layout: seq_len {seq_len} and ranks {ranks} must be >= 1")
+            raise ValueError(f"ring_layout: seq_len {seq_len} and ranks {ranks} must be >= 1")
         rows, chunk, _ = _mpi.ring_layout(int(seq_len), int(ranks), zig, bool(deterministic), 0)
         self.seq_len, self.ranks, self.layout = int(seq_len), int(ranks), layout
         self.deterministic, self.rows, self.chunk = bool(deterministic), rows, chunk
@@ -69,8 +75,9 @@ class RingLayout:
     def positions(self, rank: int) -> np.ndarray:
         """The global position of each of rank's rows (int64, ``rows`` of them;
         those >= seq_len are padding)."""
-        _, _, pos = _mpi.ring_layout(self.seq_len, self.ranks, self.layout == "zigzag",
-                                     self.deterministic, int(rank))
+        _, _, pos = _mpi.ring_layout(
+            self.seq_len, self.ranks, self.layout == "zigzag", self.deterministic, int(rank)
+        )
         return np.asarray(pos, dtype=np.int64)
 
     def shard(self, x: Any, rank: int, *, axis: int = -2) -> Any:
@@ -82,7 +89,8 @@ class RingLayout:
         if xa.shape[ax] != self.seq_len:
             raise ValueError(
                 f"RingLayout.shard: x has shape {xa.shape}; axis {ax} must have seq_len = "
-                f"{self.seq_len} entries")
+                f"{self.seq_len} entries"
+            )
         pos = self.positions(rank)
         keep = pos < self.seq_len
         shape = list(xa.shape)
@@ -96,12 +104,15 @@ class RingLayout:
         return r
 
     def __repr__(self) -> str:
-        return (f"RingLayout(seq_len={self.seq_len}, ranks={self.ranks}, layout={self.layout!r}, "
-                f"deterministic={self.deterministic}, rows={self.rows}, chunk={self.chunk})")
+        return (
+            f"RingLayout(seq_len={self.seq_len}, ranks={self.ranks}, layout={self.layout!r}, "
+            f"deterministic={self.deterministic}, rows={self.rows}, chunk={self.chunk})"
+        )
 
 
-def ring_layout(seq_len: int, ranks: int, *, layout: str = "zigzag",
-                deterministic: bool = False) -> RingLayout:
+def ring_layout(
+    seq_len: int, ranks: int, *, layout: str = "zigzag", deterministic: bool = False
+) -> RingLayout:
     """The layout :func:`ring_attention` expects for these arguments (C++
     ``softdot::mpi::ring_layout``)."""
     return RingLayout(seq_len, ranks, layout, deterministic)
@@ -110,8 +121,9 @@ def ring_layout(seq_len: int, ranks: int, *, layout: str = "zigzag",
 def _handle(fn: str, comm: Any) -> int:
     f = getattr(comm, "py2f", None)
     if f is None:
-        raise TypeError(f"{fn}: comm must be an mpi4py communicator (with py2f()), "
-                        f"not {type(comm).__name__}")
+        raise TypeError(
+            f"{fn}: comm must be an mpi4py communicator (with py2f()), not {type(comm).__name__}"
+        )
     return int(f())
 
 
@@ -186,16 +198,32 @@ def ring_attention(
         raise ValueError(f"{fn}: seq_len must be >= 1, got {n}")
     R.no_grad(fn, A.kind_of(query), query, key, value, attn_mask, bias, sinks)
     p = R.prepare(fn, query, key, value)
-    mask, bias4 = R.masks(fn, attn_mask, bias, p.kind, p.lead + (p.L, n),
-                          "query's batch axes, the rank's rows, seq_len")
+    mask, bias4 = R.masks(
+        fn,
+        attn_mask,
+        bias,
+        p.kind,
+        p.lead + (p.L, n),
+        "query's batch axes, the rank's rows, seq_len",
+    )
     sinks1 = R.sinks_array(fn, sinks, p.kind)
-    opts = R.options(fn, scale=scale, causal=causal, window=window, softcap=softcap,
-                     precise=precise, mask=mask, bias=bias4, sinks=sinks1)
+    opts = R.options(
+        fn,
+        scale=scale,
+        causal=causal,
+        window=window,
+        softcap=softcap,
+        precise=precise,
+        mask=mask,
+        bias=bias4,
+        sinks=sinks1,
+    )
     shape = p.lead + (p.L, p.Ev)
     user, o = A.output(fn, out, shape, A.F32, p.kind)
     if out is not None:
-        R.check_out_overlap(fn, o, p.raw + [("attn_mask", mask), ("bias", bias4),
-                                            ("sinks", sinks1)])
+        R.check_out_overlap(
+            fn, o, p.raw + [("attn_mask", mask), ("bias", bias4), ("sinks", sinks1)]
+        )
     target, direct = R.target(o)
     lse_user, lse = A.new_output(p.lead + (p.L,), A.F32, p.kind) if return_lse else (None, None)
 
@@ -312,22 +340,26 @@ def cross_entropy(
     fn = "cross_entropy"
     h = _handle(fn, comm)
     xa, kind, single, vb = _shard(fn, logits, vocab_begin)
-    t = _xent._targets(fn, targets, kind)
+    t = _xent.class_targets(fn, targets, kind)
     if single:
         if t.ndim != 0:
-            raise ValueError(f"{fn}: logits have shape {xa.shape[1:]} (one row) but targets "
-                             f"{t.shape}; expected a 0-d target")
+            raise ValueError(
+                f"{fn}: logits have shape {xa.shape[1:]} (one row) but targets "
+                f"{t.shape}; expected a 0-d target"
+            )
         t = t.reshape(1)
     elif t.shape != (xa.shape[0],):
-        raise ValueError(f"{fn}: logits have shape {xa.shape} but targets {t.shape}; "
-                         f"expected ({xa.shape[0]},)")
-    if reduction not in _xent._REDUCTIONS:
+        raise ValueError(
+            f"{fn}: logits have shape {xa.shape} but targets {t.shape}; expected ({xa.shape[0]},)"
+        )
+    if reduction not in _xent.REDUCTIONS:
         raise ValueError(f"{fn}: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
     try:
         eps = float(label_smoothing)
     except (TypeError, ValueError):
-        raise TypeError(f"{fn}: label_smoothing must be a real number, not "
-                        f"{label_smoothing!r}") from None
+        raise TypeError(
+            f"{fn}: label_smoothing must be a real number, not {label_smoothing!r}"
+        ) from None
     if not (math.isfinite(eps) and 0.0 <= eps <= 1.0):
         raise ValueError(f"{fn}: label_smoothing must be in [0, 1], got {eps!r}")
     n = xa.shape[0]
@@ -337,8 +369,18 @@ def cross_entropy(
     grad_user = grad_view = None
     if grad:
         grad_user, grad_view = A.new_output(xa.shape, xa.dtype, kind)
-    value = _mpi.vocab_cross_entropy(h, xa, vb, t, loss_view, grad_view, int(ignore_index), eps,
-                                     _xent._REDUCTIONS[reduction], bool(deterministic))
+    value = _mpi.vocab_cross_entropy(
+        h,
+        xa,
+        vb,
+        t,
+        loss_view,
+        grad_view,
+        int(ignore_index),
+        eps,
+        _xent.REDUCTIONS[reduction],
+        bool(deterministic),
+    )
     if reduction == "none":
         loss = loss_user.reshape(()) if single else loss_user
     else:

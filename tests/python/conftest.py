@@ -121,8 +121,7 @@ def max_and_log_sum(xw, axis):
         first.flat[int(np.argmax(xw))] = True
     else:
         first = np.zeros(xw.shape, dtype=bool)
-        np.put_along_axis(first, np.expand_dims(np.argmax(xw, axis=axis), axis), True,
-                          axis=axis)
+        np.put_along_axis(first, np.expand_dims(np.argmax(xw, axis=axis), axis), True, axis=axis)
     rest = np.sum(np.where(first, to_wide(0.0), e), axis=axis, keepdims=True)
     return m, wlog1p(rest), e
 
@@ -178,7 +177,8 @@ def assert_log_softmax_bound(y, x, axis=-1, where=None, temperature=1.0):
     bad = err > lim
     assert not bad.any(), (
         f"{bad.sum()} log-weights beyond the stated bound; worst "
-        f"{float(np.max(err / lim)):.3g} x the allowance, at {np.argwhere(bad)[:3].tolist()}")
+        f"{float(np.max(err / lim)):.3g} x the allowance, at {np.argwhere(bad)[:3].tolist()}"
+    )
 
 
 def logsumexp_ref_wide(x, axis=None, where=None, temperature=1.0, keepdims=False):
@@ -194,7 +194,7 @@ def logsumexp_ref_wide(x, axis=None, where=None, temperature=1.0, keepdims=False
         m, L, _ = max_and_log_sum(xr, -1)
         r = (m + L)[..., 0]
         if keepdims:
-            r = r.reshape([1 if i in order[len(rest):] else x.shape[i] for i in range(x.ndim)])
+            r = r.reshape([1 if i in order[len(rest) :] else x.shape[i] for i in range(x.ndim)])
         return r
     m, L, _ = max_and_log_sum(xw, axis)
     r = m + L
@@ -273,8 +273,20 @@ def visibility(L, S, *, causal=False, window=(-1, -1), kv_range=None):
     return vis
 
 
-def attention_ref(q, k, v, attn_mask=None, *, bias=None, scale=None, causal=False,
-                  window=(-1, -1), softcap=0.0, sinks=None, kv_range=None):
+def attention_ref(
+    q,
+    k,
+    v,
+    attn_mask=None,
+    *,
+    bias=None,
+    scale=None,
+    causal=False,
+    window=(-1, -1),
+    softcap=0.0,
+    sinks=None,
+    kv_range=None,
+):
     """The exact attention of these (float32 / 16-bit) inputs, computed in
     float64, with the bound the header states:
 
@@ -296,8 +308,9 @@ def attention_ref(q, k, v, attn_mask=None, *, bias=None, scale=None, causal=Fals
     s1 = sc * (q @ kt)  # exact scaled scores s'
     dotabs = np.abs(q) @ np.abs(kt)
     s = softcap * np.tanh(s1 / softcap) if softcap else s1
-    vis = np.broadcast_to(visibility(L, S, causal=causal, window=window, kv_range=kv_range),
-                          s.shape)
+    vis = np.broadcast_to(
+        visibility(L, S, causal=causal, window=window, kv_range=kv_range), s.shape
+    )
     if attn_mask is not None:
         m = to_f64(attn_mask) if np.asarray(attn_mask).dtype != bool else None
         if m is None:
@@ -328,8 +341,11 @@ def attention_ref(q, k, v, attn_mask=None, *, bias=None, scale=None, causal=Fals
         return None, lse, None, D[..., 0], w
     out = w @ v
     W = w @ np.abs(v)
-    bound = ((2 * D + 70 * u) * W + u * np.abs(out)
-             + 2.0**-149 * (S + 1 + np.abs(v).sum(axis=-2, keepdims=True)))
+    bound = (
+        (2 * D + 70 * u) * W
+        + u * np.abs(out)
+        + 2.0**-149 * (S + 1 + np.abs(v).sum(axis=-2, keepdims=True))
+    )
     return out, lse, bound, D[..., 0], w
 
 
@@ -339,7 +355,8 @@ def assert_attention_bound(out, ref, bound):
     bad = ~(err <= bound)
     assert not bad.any(), (
         f"{bad.sum()} elements outside the stated bound; worst err/bound "
-        f"{np.max(err / bound)}, max err {err.max()}")
+        f"{np.max(err / bound)}, max err {err.max()}"
+    )
 
 
 # ---------------------------------------------------------------------------

@@ -42,9 +42,24 @@ def gather_global(layout, local, n):
     return g
 
 
-def case(name, n, *, layout="zigzag", deterministic=False, causal=False, kv="float32",
-         mask=None, window=(-1, -1), softcap=0.0, sinks=None, heads=(4, 2), E=16, Ev=16,
-         torch_io=False, nan_key=None):
+def case(
+    name,
+    n,
+    *,
+    layout="zigzag",
+    deterministic=False,
+    causal=False,
+    kv="float32",
+    mask=None,
+    window=(-1, -1),
+    softcap=0.0,
+    sinks=None,
+    heads=(4, 2),
+    E=16,
+    Ev=16,
+    torch_io=False,
+    nan_key=None,
+):
     rng = np.random.default_rng(sum(name.encode()) * 7919 + n)
     hq, hkv = heads
     q = rng.standard_normal((2, hq, n, E)).astype(np.float32)
@@ -65,12 +80,24 @@ def case(name, n, *, layout="zigzag", deterministic=False, causal=False, kv="flo
         k, v = kq, vq
     if torch_io:
         import torch
+
         qs, ks, vs = (torch.from_numpy(a) for a in (qs, ks, vs))
         ms = None if ms is None else torch.from_numpy(ms)
-    out, lse = sdist.ring_attention(comm, qs, ks, vs, ms, seq_len=n, layout=layout,
-                                    deterministic=deterministic, return_lse=True, **kw)
+    out, lse = sdist.ring_attention(
+        comm,
+        qs,
+        ks,
+        vs,
+        ms,
+        seq_len=n,
+        layout=layout,
+        deterministic=deterministic,
+        return_lse=True,
+        **kw,
+    )
     if torch_io:
         import torch
+
         check(name + " torch out", isinstance(out, torch.Tensor) and isinstance(lse, torch.Tensor))
         out, lse = out.numpy(), lse.numpy()
     ref, ref_lse = softdot.scaled_dot_product_attention(q, k, v, mask, return_lse=True, **kw)
@@ -79,24 +106,33 @@ def case(name, n, *, layout="zigzag", deterministic=False, causal=False, kv="flo
     rows = np.nonzero(keep)[0]
     got, want = out[..., rows, :], ref[..., pos[keep], :]
     check(name + " shape", out.shape == (2, hq, L.rows, Ev), out.shape)
-    check(name + " padding rows", np.all(out[..., ~keep, :] == 0)
-          and np.all(lse[..., ~keep] == -np.inf))
+    check(
+        name + " padding rows",
+        np.all(out[..., ~keep, :] == 0) and np.all(lse[..., ~keep] == -np.inf),
+    )
     if P == 1 and not deterministic and layout == "contiguous":
         # One rank, one chunk: attention()'s bits (the zigzag layout's two
         # query chunks are merged partials, within the bound but not bitwise).
-        check(name + " P=1 bitwise", np.array_equal(got, want, equal_nan=True)
-              and np.array_equal(lse[..., rows], ref_lse[..., pos[keep]], equal_nan=True))
+        check(
+            name + " P=1 bitwise",
+            np.array_equal(got, want, equal_nan=True)
+            and np.array_equal(lse[..., rows], ref_lse[..., pos[keep]], equal_nan=True),
+        )
     # attention()'s bound, loosely: a few hundred u of sum |w V| <= max |V|.
-    tol = 2.0**-16 * float(np.nanmax(np.abs(np.asarray(v[0] if kv == "int8" else v,
-                                                         dtype=np.float32))) + 1)
+    tol = 2.0**-16 * float(
+        np.nanmax(np.abs(np.asarray(v[0] if kv == "int8" else v, dtype=np.float32))) + 1
+    )
     same_nan = np.array_equal(np.isnan(got), np.isnan(want))
     err = float(np.nanmax(np.abs(got - want))) if np.isfinite(want).any() else 0.0
     check(name + " values", same_nan and err <= tol, f"max err {err:.3g} > {tol:.3g}")
     lg, lw = lse[..., rows], ref_lse[..., pos[keep]]
     fin = np.isfinite(lw)
-    check(name + " lse", np.array_equal(np.isfinite(lg), fin)
-          and np.array_equal(lg[~fin], lw[~fin], equal_nan=True)
-          and (not fin.any() or float(np.max(np.abs(lg[fin] - lw[fin]))) <= 1e-5))
+    check(
+        name + " lse",
+        np.array_equal(np.isfinite(lg), fin)
+        and np.array_equal(lg[~fin], lw[~fin], equal_nan=True)
+        and (not fin.any() or float(np.max(np.abs(lg[fin] - lw[fin]))) <= 1e-5),
+    )
     if deterministic:
         g = gather_global(L, out, n)
         gl = gather_global(L, lse[..., None], n)
@@ -121,8 +157,15 @@ run("causal contiguous", n=n, causal=True, layout="contiguous")
 run("plain contiguous", n=n, layout="contiguous", kv="float16", softcap=20.0)
 run("deterministic", n=n, causal=True, deterministic=True)
 run("deterministic plain", n=150, deterministic=True, layout="contiguous")
-run("float16 window softcap sinks", n=n, kv="float16", causal=True, window=(5, 0), softcap=30.0,
-    sinks=np.array([0.5, -1.0, 0.0, 2.0], np.float32))
+run(
+    "float16 window softcap sinks",
+    n=n,
+    kv="float16",
+    causal=True,
+    window=(5, 0),
+    softcap=30.0,
+    sinks=np.array([0.5, -1.0, 0.0, 2.0], np.float32),
+)
 run("int8", n=n, kv="int8", causal=True)
 run("mha", n=n, heads=(2, 2), Ev=8)
 # A query row masked against every key on every rank: zeros, lse -inf.
@@ -153,7 +196,7 @@ def gather_cols(local, b, V):
         return None
     g = np.full(local.shape[:-1] + (V,), np.nan, dtype=local.dtype)
     for bb, a in parts:
-        g[..., bb:bb + a.shape[-1]] = a
+        g[..., bb : bb + a.shape[-1]] = a
     return g
 
 
@@ -164,7 +207,9 @@ def ulps(a, b):
     same = np.array_equal(a[~fin], b[~fin], equal_nan=True) and np.all(np.isfinite(a[fin]))
     if not fin.any():
         return 0.0, same
-    return float(np.max(np.abs(a[fin].astype(np.float64) - b[fin]) / np.spacing(np.abs(b[fin])))), same
+    return float(
+        np.max(np.abs(a[fin].astype(np.float64) - b[fin]) / np.spacing(np.abs(b[fin])))
+    ), same
 
 
 def vocab_case(name, dtype, deterministic, torch_io=False):
@@ -181,6 +226,7 @@ def vocab_case(name, dtype, deterministic, torch_io=False):
     xin, tin = xs, t
     if torch_io:
         import torch
+
         xin, tin = torch.from_numpy(xs), torch.from_numpy(t)
     kw = dict(deterministic=deterministic)
     y = sdist.softmax(comm, xin, b, **kw)
@@ -190,6 +236,7 @@ def vocab_case(name, dtype, deterministic, torch_io=False):
     lrows = sdist.cross_entropy(comm, xin, b, tin, reduction="none", **kw)
     if torch_io:
         import torch
+
         check(name + " torch", all(isinstance(a, torch.Tensor) for a in (y, ly, lse, g, lrows)))
         y, ly, lse, g, lrows, loss = (a.numpy() for a in (y, ly, lse, g, lrows, loss))
     check(name + " logits unchanged", np.array_equal(xs, x[:, b:e], equal_nan=True))
@@ -203,8 +250,11 @@ def vocab_case(name, dtype, deterministic, torch_io=False):
     fin = np.isfinite(rly)
     small = 2.0**-22 if dtype == np.float32 else 2.0**-51
     err = np.abs(ly[fin].astype(np.float64) - rly[fin])
-    check(name + " log_softmax", np.array_equal(ly[~fin], rly[~fin], equal_nan=True)
-          and np.all(err <= 2 * np.spacing(np.abs(rly[fin])) + small))
+    check(
+        name + " log_softmax",
+        np.array_equal(ly[~fin], rly[~fin], equal_nan=True)
+        and np.all(err <= 2 * np.spacing(np.abs(rly[fin])) + small),
+    )
     u, same = ulps(lse, rlse)
     check(name + " logsumexp", same and u <= 2, f"{u} ulp")
     u, same = ulps(lrows, rlrows)
@@ -213,9 +263,15 @@ def vocab_case(name, dtype, deterministic, torch_io=False):
     check(name + " cross_entropy mean", same and u <= 2, f"{u} ulp")
     rgs = rg[:, b:e]
     fin = np.isfinite(rgs)
-    check(name + " grad", np.array_equal(g[~fin], rgs[~fin], equal_nan=True) and np.all(
-        np.abs(g[fin].astype(np.float64) - rgs[fin]) <= 3 * np.spacing(np.float64(
-            np.max(np.abs(rgs[fin])) if fin.any() else 1).astype(dtype))))
+    check(
+        name + " grad",
+        np.array_equal(g[~fin], rgs[~fin], equal_nan=True)
+        and np.all(
+            np.abs(g[fin].astype(np.float64) - rgs[fin])
+            <= 3
+            * np.spacing(np.float64(np.max(np.abs(rgs[fin])) if fin.any() else 1).astype(dtype))
+        ),
+    )
     check(name + " all -inf row", np.all(y[1] == 0) and lse[1] == -np.inf)
     check(name + " NaN row everywhere", np.all(np.isnan(y[2])) and np.isnan(lse[2]))
     check(name + " +inf shares", np.all(y[3][np.isposinf(xs[3])] == 0.5))

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import softdot
+
 from conftest import U32, assert_attention_bound, attention_ref, to_f64, visibility
 
 sdpa = softdot.scaled_dot_product_attention
@@ -35,8 +36,12 @@ def qkv(rng, B, H, Hk, L, S, E, Ev=None, kv_dtype=np.float32):
 
 def torch_ref(q, k, v, **kw):
     """torch's attention in float32 on float32 copies of the inputs."""
-    t = [torch.from_numpy(np.ascontiguousarray(to_f64(a).astype(np.float32)))
-         if not isinstance(a, torch.Tensor) else a.float() for a in (q, k, v)]
+    t = [
+        torch.from_numpy(np.ascontiguousarray(to_f64(a).astype(np.float32)))
+        if not isinstance(a, torch.Tensor)
+        else a.float()
+        for a in (q, k, v)
+    ]
     return F.scaled_dot_product_attention(*t, **kw).numpy()
 
 
@@ -110,8 +115,9 @@ def test_scale(rng, scale):
     out = sdpa(q, k, v, scale=scale)
     ref, _, bound, _, _ = attention_ref(q, k, v, scale=scale)
     assert_attention_bound(out, ref, bound)
-    np.testing.assert_allclose(out, torch_ref(q, k, v, scale=scale, enable_gqa=True),
-                               rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(
+        out, torch_ref(q, k, v, scale=scale, enable_gqa=True), rtol=RTOL, atol=ATOL
+    )
 
 
 # ---- torch --------------------------------------------------------------------------------
@@ -151,7 +157,9 @@ def test_torch_causal_bottom_right(rng, L, S):
     np.testing.assert_allclose(
         sdpa(q, k, v, tl).numpy(),
         F.scaled_dot_product_attention(q, k, v, attn_mask=tl, enable_gqa=True).numpy(),
-        rtol=RTOL, atol=ATOL)
+        rtol=RTOL,
+        atol=ATOL,
+    )
 
 
 @pytest.mark.parametrize("mask_shape", [(20, 50), (1, 20, 50), (2, 4, 20, 50), (4, 1, 50)])
@@ -286,8 +294,9 @@ def test_infinite_scores_average_their_values(rng):
     bias = np.zeros((2, 6), dtype=np.float32)
     bias[0, [1, 4]] = np.inf
     out = sdpa(q, k, v, bias=bias)
-    np.testing.assert_allclose(out[0, 0, 0], (v[0, 0, 1].astype(np.float64) + v[0, 0, 4]) / 2,
-                               rtol=2 * U32)
+    np.testing.assert_allclose(
+        out[0, 0, 0], (v[0, 0, 1].astype(np.float64) + v[0, 0, 4]) / 2, rtol=2 * U32
+    )
     ref, _, bound, _, _ = attention_ref(q[..., 1:, :], k, v)
     assert_attention_bound(out[..., 1:, :], ref, bound)
 
@@ -560,8 +569,9 @@ def test_precise_wide_scores(rng, causal):
     want, W = w @ v.astype(np.float64), w @ np.abs(v.astype(np.float64))
     err = {}
     for precise in (False, True):
-        got = softdot.scaled_dot_product_attention(q, k, v, causal=causal, scale=scale,
-                                                   precise=precise)
+        got = softdot.scaled_dot_product_attention(
+            q, k, v, causal=causal, scale=scale, precise=precise
+        )
         err[precise] = float(np.max(np.abs(got - want) / (U32 * W)))
     assert err[True] <= 8, err
     assert err[False] > 8 * err[True], err

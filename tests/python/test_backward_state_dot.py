@@ -11,6 +11,7 @@ import pytest
 
 import softdot
 from softdot import SoftmaxState
+
 from conftest import (
     FLOATS,
     LAYOUTS,
@@ -40,7 +41,8 @@ def assert_backward_bound(dx, y, dy):
     ex = exact.astype(np.float64)
     yf = np.asarray(y, dtype=np.float64)
     lim = ulp(ex.astype(dx.dtype)).astype(np.float64) + 2 * 2.0**-53 * np.abs(
-        yf * s.astype(np.float64))
+        yf * s.astype(np.float64)
+    )
     bad = ~(err <= lim)
     assert not bad.any(), (np.argwhere(bad)[:3].tolist(), float(np.max(err / lim)))
 
@@ -69,8 +71,11 @@ def test_backward_axes(rng, dtype):
         ym = np.moveaxis(y, axis, -1)
         dym = np.moveaxis(dy, axis, -1)
         dxm = np.moveaxis(dx, axis, -1)
-        assert_backward_bound(dxm.reshape(-1, ym.shape[-1]), ym.reshape(-1, ym.shape[-1]),
-                              dym.reshape(-1, ym.shape[-1]))
+        assert_backward_bound(
+            dxm.reshape(-1, ym.shape[-1]),
+            ym.reshape(-1, ym.shape[-1]),
+            dym.reshape(-1, ym.shape[-1]),
+        )
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -192,8 +197,7 @@ def test_state_where_and_temperature(rng, dtype):
     total = SoftmaxState.identity(dtype)
     for c, k in parts:
         total = total.merge(softdot.softmax_state(c, where=k, temperature=T))
-    y = np.concatenate([softdot.softmax_apply(c, total, where=k, temperature=T)
-                        for c, k in parts])
+    y = np.concatenate([softdot.softmax_apply(c, total, where=k, temperature=T) for c, k in parts])
     assert_ulp(y, softmax_ref(x, where=keep, temperature=T), 1)
     assert np.all(y[~keep] == 0)
     lse = total.logsumexp()
@@ -261,7 +265,8 @@ def test_dot_bounds(rng, dtype, n):
     ra = softdot.dot(x, y, accurate=True)
     assert type(ra) is dtype
     assert abs(Fraction(float(ra)) - exact) <= Fraction(
-        u * abs(float(exact)) + gamma(n, u) ** 2 * absum)
+        u * abs(float(exact)) + gamma(n, u) ** 2 * absum
+    )
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -270,7 +275,7 @@ def test_dot_accurate_ill_conditioned(rng, dtype):
     precision and rounded once."""
     u = 2.0**-24 if dtype == np.float32 else 2.0**-53
     big = 2.0**20 if dtype == np.float32 else 2.0**50
-    for trial in range(20):
+    for _trial in range(20):
         n = 50
         x = rng.standard_normal(n).astype(dtype)
         y = rng.standard_normal(n).astype(dtype)
@@ -282,9 +287,12 @@ def test_dot_accurate_ill_conditioned(rng, dtype):
         absum = float(sum(abs(Fraction(float(a)) * Fraction(float(b))) for a, b in zip(x, y)))
         ra = softdot.dot(x, y, accurate=True)
         assert abs(Fraction(float(ra)) - exact) <= Fraction(
-            u * abs(float(exact)) + gamma(n, u) ** 2 * absum)
-    x = np.array([1e20 if dtype == np.float64 else 1e10, 1.0, -1e20 if dtype == np.float64 else -1e10],
-                 dtype=dtype)
+            u * abs(float(exact)) + gamma(n, u) ** 2 * absum
+        )
+    x = np.array(
+        [1e20 if dtype == np.float64 else 1e10, 1.0, -1e20 if dtype == np.float64 else -1e10],
+        dtype=dtype,
+    )
     assert softdot.dot(x, np.ones(3, dtype=dtype), accurate=True) == 1
 
 
@@ -328,8 +336,9 @@ def test_dots_bitwise_per_row(rng, dtype):
     np.testing.assert_array_equal(out[::2], [softdot.dot(q, k.copy()) for k in ks])
     assert np.all(out[1::2] == 0)
     # Every other row; F-ordered keys (copied).
-    np.testing.assert_array_equal(softdot.dots(q, wide[::2, :70]),
-                                  [softdot.dot(q, k.copy()) for k in wide[::2, :70]])
+    np.testing.assert_array_equal(
+        softdot.dots(q, wide[::2, :70]), [softdot.dot(q, k.copy()) for k in wide[::2, :70]]
+    )
     kf = np.asfortranarray(keys)
     np.testing.assert_array_equal(softdot.dots(q, kf), r)
     o = np.empty(33, dtype=dtype)

@@ -36,8 +36,10 @@ def _missing():
 needs_mpi = pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
 
 # As tests/mpi: Open MPI's shared-memory BTL (vader), or TCP on the loopback.
-TRANSPORTS = {"shm": ["--mca", "btl", "self,vader"],
-              "tcp": ["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"]}
+TRANSPORTS = {
+    "shm": ["--mca", "btl", "self,vader"],
+    "tcp": ["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"],
+}
 RANKS = (1, 2, 3, 4, 8)
 
 
@@ -59,8 +61,13 @@ def launch(P, transport, out):
 def test_ring_attention_over_ranks(transport, tmp_path):
     results = {P: launch(P, transport, tmp_path / f"p{P}.npz") for P in RANKS}
     names = results[1].files
-    assert {"deterministic", "deterministic_plain", "vocab_float32_deterministic_y",
-            "vocab_float64_deterministic_g", "vocab_float64_deterministic_loss"} <= set(names)
+    assert {
+        "deterministic",
+        "deterministic_plain",
+        "vocab_float32_deterministic_y",
+        "vocab_float64_deterministic_g",
+        "vocab_float64_deterministic_loss",
+    } <= set(names)
     for name in names:
         ref = results[1][name]
         if not name.startswith("vocab"):  # (the vocabulary data hold a NaN row)
@@ -74,9 +81,13 @@ def test_layout_and_argument_errors():
     import softdot.distributed as sdist
 
     with pytest.raises(TypeError, match="ring_attention: comm must be an mpi4py communicator"):
-        sdist.ring_attention(object(), np.zeros((1, 1, 2, 4), np.float32),
-                             np.zeros((1, 1, 2, 4), np.float32),
-                             np.zeros((1, 1, 2, 4), np.float32), seq_len=2)
+        sdist.ring_attention(
+            object(),
+            np.zeros((1, 1, 2, 4), np.float32),
+            np.zeros((1, 1, 2, 4), np.float32),
+            np.zeros((1, 1, 2, 4), np.float32),
+            seq_len=2,
+        )
     with pytest.raises(ValueError, match="ring_layout: layout must be 'zigzag' or 'contiguous'"):
         sdist.ring_layout(10, 2, layout="striped")
     L = sdist.ring_layout(10, 2)
@@ -102,6 +113,7 @@ def test_import_without_the_mpi_module():
         "    assert 'libopenmpi-dev' in str(e) and 'mpi4py' in str(e), e\n"
         "    print('ok')\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=60, cwd=HERE)
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=HERE
+    )
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

@@ -18,12 +18,28 @@ from hypothesis import strategies as st
 import softdot
 
 EXAMPLES = int(os.environ.get("SOFTDOT_FUZZ_EXAMPLES", "40"))
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 ALLOWED = (ValueError, TypeError)
 
-DTYPES = [np.float32, np.float64, np.float16, np.int32, np.int64, np.uint8, np.bool_,
-          np.complex64, object, ">f4", ">f8"]
+DTYPES = [
+    np.float32,
+    np.float64,
+    np.float16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.bool_,
+    np.complex64,
+    object,
+    ">f4",
+    ">f8",
+]
 
 
 @st.composite
@@ -75,8 +91,11 @@ def check_close(got, want, dtype):
 
 
 def result_dtype(a):
-    return a.dtype if a.dtype in (np.float32, np.float64) else (
-        np.dtype(np.float32) if a.dtype == np.dtype(">f4") else np.dtype(np.float64))
+    return (
+        a.dtype
+        if a.dtype in (np.float32, np.float64)
+        else (np.dtype(np.float32) if a.dtype == np.dtype(">f4") else np.dtype(np.float64))
+    )
 
 
 @st.composite
@@ -159,8 +178,11 @@ def test_dot(data):
     if r is None:
         return
     assert real_float(x) and real_float(y)
-    want = np.tensordot(x.astype(np.float64), y.astype(np.float64), axes=([-1], [-1])) \
-        if x.ndim and y.ndim else x.astype(np.float64) * y.astype(np.float64)
+    want = (
+        np.tensordot(x.astype(np.float64), y.astype(np.float64), axes=([-1], [-1]))
+        if x.ndim and y.ndim
+        else x.astype(np.float64) * y.astype(np.float64)
+    )
     np.testing.assert_allclose(np.asarray(r, dtype=np.float64), want, rtol=1e-5, atol=1e-3)
 
 
@@ -177,8 +199,19 @@ def qkv(draw):
     arrs = []
     for s in shapes:
         dt = np.dtype(draw(st.sampled_from(dtypes)) if draw(st.integers(0, 4)) == 0 else np.float32)
-        a = np.asarray(draw(st.lists(st.floats(-3, 3, width=32), min_size=int(np.prod(s)),
-                                     max_size=int(np.prod(s))))).reshape(s).astype(dt)
+        a = (
+            np.asarray(
+                draw(
+                    st.lists(
+                        st.floats(-3, 3, width=32),
+                        min_size=int(np.prod(s)),
+                        max_size=int(np.prod(s)),
+                    )
+                )
+            )
+            .reshape(s)
+            .astype(dt)
+        )
         if a.ndim and draw(st.booleans()):
             a = a[..., ::-1]
         arrs.append(a)
@@ -225,8 +258,9 @@ def test_quantize_kv(data):
     if x.size == 0:
         return
     deq = values.astype(np.float64) * scales.astype(np.float64)
-    np.testing.assert_allclose(deq, x.astype(np.float64),
-                               atol=float(np.max(scales, initial=0.0)) * 0.51 + 1e-30)
+    np.testing.assert_allclose(
+        deq, x.astype(np.float64), atol=float(np.max(scales, initial=0.0)) * 0.51 + 1e-30
+    )
 
 
 def test_harness_sees_errors_and_results():

@@ -126,8 +126,9 @@ def test_attention_releases_gil():
     assert_progress(lambda: softdot.scaled_dot_product_attention(q, k, k, out=out))
     # The decode form (one query row): long enough with 16384 keys.
     kd = rng.standard_normal((1, 8, 16384, 64)).astype(np.float32)
-    assert_progress(lambda: [softdot.scaled_dot_product_attention(q[:, :, :1], kd, kd)
-                             for _ in range(3)])
+    assert_progress(
+        lambda: [softdot.scaled_dot_product_attention(q[:, :, :1], kd, kd) for _ in range(3)]
+    )
 
 
 def test_a_call_that_holds_the_gil_shows_no_progress():

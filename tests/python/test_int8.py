@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from test_zero_copy import NO_COPY_LIMIT, peak_bytes
 
 import softdot
+
 from conftest import assert_attention_bound, attention_ref
-from test_zero_copy import NO_COPY_LIMIT, peak_bytes
 
 sdpa = softdot.scaled_dot_product_attention
 RTOL, ATOL = 1e-5, 1e-6  # as test_attention.py: unit-scale data against torch
@@ -65,8 +66,7 @@ def int8_qkv(rng, B, H, Hk, L, S, E, Ev=None, lib="numpy"):
     """q, the int8 pairs of k and v, and their dequantised float32 copies."""
     Ev = E if Ev is None else Ev
     q = rng.standard_normal((B, H, L, E)).astype(np.float32)
-    k = (rng.standard_normal((B, Hk, S, E)) * rng.uniform(0.1, 3, (B, Hk, S, 1))).astype(
-        np.float32)
+    k = (rng.standard_normal((B, Hk, S, E)) * rng.uniform(0.1, 3, (B, Hk, S, 1))).astype(np.float32)
     v = rng.standard_normal((B, Hk, S, Ev)).astype(np.float32)
     if lib == "torch":
         q, k, v = (torch.from_numpy(a) for a in (q, k, v))
@@ -158,8 +158,9 @@ def test_quantize_zero_rows():
     # Attention on a zero row reads zeros.
     q = np.ones((3, 4), np.float32)
     w = softdot.attention_weights(q[None], (values[:1], scales[:1]))
-    np.testing.assert_array_equal(w, softdot.attention_weights(q[None], np.zeros((1, 3, 4),
-                                                                                 np.float32)))
+    np.testing.assert_array_equal(
+        w, softdot.attention_weights(q[None], np.zeros((1, 3, 4), np.float32))
+    )
 
 
 @pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
@@ -169,9 +170,12 @@ def test_quantize_refuses_inf_and_nan(bad):
     x[1, 2, 4, 0] = np.nan  # a later one is not the one named
     values = np.full(x.shape, 9, np.int8)
     scales = np.full(x.shape[:-1] + (1,), 9, np.float32)
-    with pytest.raises(ValueError, match=r"quantize_kv: x \(2, 3, 5, 4\) holds "
-                       + {np.inf: "inf", -np.inf: "-inf"}.get(bad, "nan")
-                       + r" at \[1, 2, 3, 1\]: only finite values"):
+    with pytest.raises(
+        ValueError,
+        match=r"quantize_kv: x \(2, 3, 5, 4\) holds "
+        + {np.inf: "inf", -np.inf: "-inf"}.get(bad, "nan")
+        + r" at \[1, 2, 3, 1\]: only finite values",
+    ):
         softdot.quantize_kv(x, out=(values, scales))
     assert np.all(values == 9) and np.all(scales == 9)  # nothing written
     t = torch.from_numpy(x[0, 0]).clone()
@@ -258,31 +262,72 @@ def test_quantize_no_copy(rng):
 
 
 QUANTIZE_ERRORS = [
-    ("float64 x", lambda: softdot.quantize_kv(np.ones((2, 3))), TypeError,
-     r"quantize_kv: x has dtype float64; accepted: float32"),
-    ("torch float16 x", lambda: softdot.quantize_kv(torch.ones(2, 3, dtype=torch.float16)),
-     TypeError, r"x has dtype float16; accepted: float32"),
-    ("1-d x", lambda: softdot.quantize_kv(np.ones(3, np.float32)), ValueError,
-     r"x has shape \(3,\); expected \[\.\.\., S, E\]"),
-    ("out not a pair", lambda: softdot.quantize_kv(np.ones((2, 3), np.float32),
-                                                   out=np.empty((2, 3), np.int8)),
-     TypeError, r"out must be a tuple \(values, scales\)"),
-    ("out values dtype", lambda: softdot.quantize_kv(
-        np.ones((2, 3), np.float32), out=(np.empty((2, 3), np.uint8), np.empty((2, 1), np.float32))),
-     TypeError, r"out values has dtype uint8; expected int8"),
-    ("out scales shape", lambda: softdot.quantize_kv(
-        np.ones((2, 3), np.float32), out=(np.empty((2, 3), np.int8), np.empty(2, np.float32))),
-     ValueError, r"out scales has shape \(2,\); expected \(2, 1\)"),
-    ("out torch for numpy", lambda: softdot.quantize_kv(
-        np.ones((2, 3), np.float32), out=(torch.empty(2, 3, dtype=torch.int8), torch.empty(2, 1))),
-     TypeError, r"out values must be a numpy.ndarray"),
-    ("out values overlap x", lambda: (lambda x: softdot.quantize_kv(
-        x, out=(x.view(np.int8)[:, :3], np.empty((2, 1), np.float32))))(
-        np.ones((2, 3), np.float32)), ValueError, r"out overlaps x"),
+    (
+        "float64 x",
+        lambda: softdot.quantize_kv(np.ones((2, 3))),
+        TypeError,
+        r"quantize_kv: x has dtype float64; accepted: float32",
+    ),
+    (
+        "torch float16 x",
+        lambda: softdot.quantize_kv(torch.ones(2, 3, dtype=torch.float16)),
+        TypeError,
+        r"x has dtype float16; accepted: float32",
+    ),
+    (
+        "1-d x",
+        lambda: softdot.quantize_kv(np.ones(3, np.float32)),
+        ValueError,
+        r"x has shape \(3,\); expected \[\.\.\., S, E\]",
+    ),
+    (
+        "out not a pair",
+        lambda: softdot.quantize_kv(np.ones((2, 3), np.float32), out=np.empty((2, 3), np.int8)),
+        TypeError,
+        r"out must be a tuple \(values, scales\)",
+    ),
+    (
+        "out values dtype",
+        lambda: softdot.quantize_kv(
+            np.ones((2, 3), np.float32),
+            out=(np.empty((2, 3), np.uint8), np.empty((2, 1), np.float32)),
+        ),
+        TypeError,
+        r"out values has dtype uint8; expected int8",
+    ),
+    (
+        "out scales shape",
+        lambda: softdot.quantize_kv(
+            np.ones((2, 3), np.float32), out=(np.empty((2, 3), np.int8), np.empty(2, np.float32))
+        ),
+        ValueError,
+        r"out scales has shape \(2,\); expected \(2, 1\)",
+    ),
+    (
+        "out torch for numpy",
+        lambda: softdot.quantize_kv(
+            np.ones((2, 3), np.float32),
+            out=(torch.empty(2, 3, dtype=torch.int8), torch.empty(2, 1)),
+        ),
+        TypeError,
+        r"out values must be a numpy.ndarray",
+    ),
+    (
+        "out values overlap x",
+        lambda: (
+            lambda x: softdot.quantize_kv(
+                x, out=(x.view(np.int8)[:, :3], np.empty((2, 1), np.float32))
+            )
+        )(np.ones((2, 3), np.float32)),
+        ValueError,
+        r"out overlaps x",
+    ),
 ]
 
 
-@pytest.mark.parametrize("name,call,exc,match", QUANTIZE_ERRORS, ids=[e[0] for e in QUANTIZE_ERRORS])
+@pytest.mark.parametrize(
+    "name,call,exc,match", QUANTIZE_ERRORS, ids=[e[0] for e in QUANTIZE_ERRORS]
+)
 def test_quantize_errors(name, call, exc, match):
     with pytest.raises(exc, match=match):
         call()
@@ -341,15 +386,23 @@ def test_int8_options_bitwise(rng):
     mask = rng.uniform(size=(L, S)) < 0.8
     bias = rng.standard_normal((B, 1, L, S)).astype(np.float32)
     sinks = rng.standard_normal(H).astype(np.float32)
-    for kw in ({"attn_mask": mask}, {"bias": bias}, {"window": (7, 2)}, {"softcap": 2.0},
-               {"sinks": sinks}, {"kv_range": (10, 61)}, {"scale": 0.3, "causal": True},
-               {"attn_mask": mask, "bias": bias, "sinks": sinks, "causal": True, "softcap": 5.0}):
+    for kw in (
+        {"attn_mask": mask},
+        {"bias": bias},
+        {"window": (7, 2)},
+        {"softcap": 2.0},
+        {"sinks": sinks},
+        {"kv_range": (10, 61)},
+        {"scale": 0.3, "causal": True},
+        {"attn_mask": mask, "bias": bias, "sinks": sinks, "causal": True, "softcap": 5.0},
+    ):
         out, lse = sdpa(q, kp, vp, return_lse=True, **kw)
         ref_out, ref_lse = sdpa(q, kd, vd, return_lse=True, **kw)
         assert_same_bits(out, ref_out)
         assert_same_bits(lse, ref_lse)
-        assert_same_bits(softdot.attention_weights(q, kp, **kw),
-                         softdot.attention_weights(q, kd, **kw))
+        assert_same_bits(
+            softdot.attention_weights(q, kp, **kw), softdot.attention_weights(q, kd, **kw)
+        )
     # kv_range parts merged equal the whole range.
     oa, la = sdpa(q, kp, vp, kv_range=(0, 40), return_lse=True)
     ob, lb = sdpa(q, kp, vp, kv_range=(40, None), return_lse=True)
@@ -362,8 +415,11 @@ def test_int8_options_bitwise(rng):
 
 def test_int8_2d_3d_5d(rng):
     q, kp, vp, kd, vd = int8_qkv(rng, 6, 2, 2, 5, 11, 8)
-    q5, kp5, vp5 = (q.reshape(2, 3, 2, 5, 8), tuple(a.reshape(2, 3, 2, 11, -1) for a in kp),
-                    tuple(a.reshape(2, 3, 2, 11, -1) for a in vp))
+    q5, kp5, vp5 = (
+        q.reshape(2, 3, 2, 5, 8),
+        tuple(a.reshape(2, 3, 2, 11, -1) for a in kp),
+        tuple(a.reshape(2, 3, 2, 11, -1) for a in vp),
+    )
     out5 = sdpa(q5, kp5, vp5)
     assert out5.shape == (2, 3, 2, 5, 8)
     assert_same_bits(out5.reshape(q.shape), sdpa(q, kp, vp))
@@ -406,8 +462,9 @@ def test_int8_zero_scale_and_strided_scales(rng):
     buf = np.zeros((1, 2, 9, 4), np.float32)
     buf[..., 2:3] = rng.uniform(0, 1, (1, 2, 9, 1))
     s = buf[..., 2:3]
-    assert_same_bits(sdpa(q, (values, s), (values, s)),
-                     sdpa(q, dequantize(values, s), dequantize(values, s)))
+    assert_same_bits(
+        sdpa(q, (values, s), (values, s)), sdpa(q, dequantize(values, s), dequantize(values, s))
+    )
 
 
 def test_int8_no_copy(rng):
@@ -453,8 +510,11 @@ def test_int8_scale_errors_name_the_scale(rng):
         ks = kp[1].copy()
         ks[1, 0, 6, 0] = bad
         out = np.full((2, 4, 3, 8), 5, np.float32)
-        with pytest.raises(ValueError, match=r"scaled_dot_product_attention: key scales"
-                           r"\[1, 0, 6, 0\] = .*; scales must be finite and >= 0"):
+        with pytest.raises(
+            ValueError,
+            match=r"scaled_dot_product_attention: key scales"
+            r"\[1, 0, 6, 0\] = .*; scales must be finite and >= 0",
+        ):
             sdpa(q, (kp[0], ks), vp, out=out)
         assert np.all(out == 5)  # nothing written
         vs = vp[1][1].copy()  # 3-d, so the index is the caller's, not the 4-d view's
@@ -477,38 +537,94 @@ P = (KV, KS)
 T = tuple(torch.from_numpy(a) for a in P)
 
 INT8_ERRORS = [
-    ("key int8 value float", lambda: sdpa(Q, P, KV.astype(np.float32)), TypeError,
-     r"key has dtype int8 \(a \(values, scales\) pair\) but value has dtype float32"),
-    ("key float value int8", lambda: sdpa(Q, KV.astype(np.float16), P), TypeError,
-     r"key has dtype float16 but value has dtype int8"),
-    ("int8 without scales", lambda: sdpa(Q, KV, KV), TypeError,
-     r"key has dtype int8; accepted: .*a pair \(int8 values, float32 scales\)"),
-    ("values uint8", lambda: sdpa(Q, (KV.view(np.uint8), KS), P), TypeError,
-     r"key values has dtype uint8; accepted: int8"),
-    ("values float32", lambda: sdpa(Q, (KS * np.ones(8, np.float32), KS), P), TypeError,
-     r"key values has dtype float32; accepted: int8"),
-    ("scales float64", lambda: sdpa(Q, P, (KV, KS.astype(np.float64))), TypeError,
-     r"value scales has dtype float64; accepted: float32"),
-    ("scales without the unit axis", lambda: sdpa(Q, (KV, KS[..., 0]), P), ValueError,
-     r"key scales has shape \(2, 2, 5\); expected \(2, 2, 5, 1\) for key values of shape "
-     r"\(2, 2, 5, 8\)"),
-    ("scales of other rows", lambda: sdpa(Q, P, (KV, KS[:, :, :4])), ValueError,
-     r"value scales has shape \(2, 2, 4, 1\); expected \(2, 2, 5, 1\)"),
-    ("values 1-d", lambda: sdpa(Q, (KV[0, 0, 0], KS[0, 0, 0]), P), ValueError,
-     r"key values has shape \(8,\)"),
-    ("values d mismatch", lambda: sdpa(Q, (KV[..., :7], KS), P), ValueError,
-     r"the last axes, E, must match"),
-    ("values heads not a divisor", lambda: sdpa(Q[:, :3], P, P), ValueError,
-     r"multiple of key's"),
-    ("numpy pair for torch query", lambda: sdpa(torch.from_numpy(Q), P, T), TypeError,
-     r"key values must be a torch.Tensor when the main input is one"),
-    ("torch pair for numpy query", lambda: sdpa(Q, T, P), TypeError,
-     r"key values is a torch.Tensor but the main input is a numpy array"),
-    ("torch scales float64", lambda: sdpa(torch.from_numpy(Q), (T[0], T[1].double()), T),
-     TypeError, r"key scales has dtype float64; accepted: float32"),
-    ("out overlaps key scales", lambda: (lambda b: sdpa(
-        Q, (KV, b.reshape(2, 96)[:, :10].reshape(2, 2, 5, 1)), P, out=b))(
-            np.ones((2, 4, 3, 8), np.float32)), ValueError, r"out overlaps key scales"),
+    (
+        "key int8 value float",
+        lambda: sdpa(Q, P, KV.astype(np.float32)),
+        TypeError,
+        r"key has dtype int8 \(a \(values, scales\) pair\) but value has dtype float32",
+    ),
+    (
+        "key float value int8",
+        lambda: sdpa(Q, KV.astype(np.float16), P),
+        TypeError,
+        r"key has dtype float16 but value has dtype int8",
+    ),
+    (
+        "int8 without scales",
+        lambda: sdpa(Q, KV, KV),
+        TypeError,
+        r"key has dtype int8; accepted: .*a pair \(int8 values, float32 scales\)",
+    ),
+    (
+        "values uint8",
+        lambda: sdpa(Q, (KV.view(np.uint8), KS), P),
+        TypeError,
+        r"key values has dtype uint8; accepted: int8",
+    ),
+    (
+        "values float32",
+        lambda: sdpa(Q, (KS * np.ones(8, np.float32), KS), P),
+        TypeError,
+        r"key values has dtype float32; accepted: int8",
+    ),
+    (
+        "scales float64",
+        lambda: sdpa(Q, P, (KV, KS.astype(np.float64))),
+        TypeError,
+        r"value scales has dtype float64; accepted: float32",
+    ),
+    (
+        "scales without the unit axis",
+        lambda: sdpa(Q, (KV, KS[..., 0]), P),
+        ValueError,
+        r"key scales has shape \(2, 2, 5\); expected \(2, 2, 5, 1\) for key values of shape "
+        r"\(2, 2, 5, 8\)",
+    ),
+    (
+        "scales of other rows",
+        lambda: sdpa(Q, P, (KV, KS[:, :, :4])),
+        ValueError,
+        r"value scales has shape \(2, 2, 4, 1\); expected \(2, 2, 5, 1\)",
+    ),
+    (
+        "values 1-d",
+        lambda: sdpa(Q, (KV[0, 0, 0], KS[0, 0, 0]), P),
+        ValueError,
+        r"key values has shape \(8,\)",
+    ),
+    (
+        "values d mismatch",
+        lambda: sdpa(Q, (KV[..., :7], KS), P),
+        ValueError,
+        r"the last axes, E, must match",
+    ),
+    ("values heads not a divisor", lambda: sdpa(Q[:, :3], P, P), ValueError, r"multiple of key's"),
+    (
+        "numpy pair for torch query",
+        lambda: sdpa(torch.from_numpy(Q), P, T),
+        TypeError,
+        r"key values must be a torch.Tensor when the main input is one",
+    ),
+    (
+        "torch pair for numpy query",
+        lambda: sdpa(Q, T, P),
+        TypeError,
+        r"key values is a torch.Tensor but the main input is a numpy array",
+    ),
+    (
+        "torch scales float64",
+        lambda: sdpa(torch.from_numpy(Q), (T[0], T[1].double()), T),
+        TypeError,
+        r"key scales has dtype float64; accepted: float32",
+    ),
+    (
+        "out overlaps key scales",
+        lambda: (lambda b: sdpa(Q, (KV, b.reshape(2, 96)[:, :10].reshape(2, 2, 5, 1)), P, out=b))(
+            np.ones((2, 4, 3, 8), np.float32)
+        ),
+        ValueError,
+        r"out overlaps key scales",
+    ),
 ]
 
 

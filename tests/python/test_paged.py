@@ -96,8 +96,9 @@ def test_bitwise_equal_to_contiguous(dtype, layout):
     q = rng.standard_normal((len(lens), Hq, L, E)).astype(np.float32)
     sinks = np.array([0.5, -1.0, 0.0, 2.0], dtype=np.float32)
     kw = dict(causal=True, window=(40, -1), softcap=5.0, sinks=sinks, scale=0.2)
-    out, lse = softdot.paged_attention(q, kc, vc, table, sl, kv_layout=layout, return_lse=True,
-                                       **kw)
+    out, lse = softdot.paged_attention(
+        q, kc, vc, table, sl, kv_layout=layout, return_lse=True, **kw
+    )
     for b, n in enumerate(lens):
         if n == 0:
             # An empty sequence: zero rows, lse the sink (the sink's share is
@@ -136,9 +137,13 @@ def test_int8_tuple_bitwise_and_torch():
     assert out.tobytes() == want.tobytes()
     # torch tensors too, scales with a trailing 1.
     tout = softdot.paged_attention(
-        torch.from_numpy(q), (torch.from_numpy(kv8), torch.from_numpy(kscale[..., None])),
+        torch.from_numpy(q),
+        (torch.from_numpy(kv8), torch.from_numpy(kscale[..., None])),
         (torch.from_numpy(vv8), torch.from_numpy(vscale[..., None])),
-        torch.from_numpy(table), torch.tensor(lens, dtype=torch.int32), causal=True)
+        torch.from_numpy(table),
+        torch.tensor(lens, dtype=torch.int32),
+        causal=True,
+    )
     assert isinstance(tout, torch.Tensor) and tout.numpy().tobytes() == out.tobytes()
 
 
@@ -151,7 +156,7 @@ def test_torch_tensors_and_bfloat16():
     vt = torch.from_numpy(vc).to(torch.bfloat16)
     out = softdot.paged_attention(q, kt, vt, torch.from_numpy(table), torch.from_numpy(sl))
     assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
-    for b, n in enumerate(lens):
+    for b, _n in enumerate(lens):
         kb = torch.from_numpy(ks[b][None]).to(torch.bfloat16).float()
         vb = torch.from_numpy(vs[b][None]).to(torch.bfloat16).float()
         want = F.scaled_dot_product_attention(q[b : b + 1], kb, vb, enable_gqa=True)
@@ -176,8 +181,9 @@ def test_zero_copy_caches(monkeypatch):
     assert res is out
     assert np.shares_memory(seen["k"], kc) and np.shares_memory(seen["v"], vc)
     kt, vt = torch.from_numpy(kc), torch.from_numpy(vc)
-    softdot.paged_attention(torch.from_numpy(q), kt, vt, torch.from_numpy(table),
-                            torch.from_numpy(sl))
+    softdot.paged_attention(
+        torch.from_numpy(q), kt, vt, torch.from_numpy(table), torch.from_numpy(sl)
+    )
     assert seen["k"].__array_interface__["data"][0] == kt.data_ptr()
     assert seen["v"].__array_interface__["data"][0] == vt.data_ptr()
 
@@ -196,8 +202,12 @@ def test_bad_tables_raise_and_write_nothing():
 
     t = table.copy()
     t[1, 1] = P
-    expect(r"^paged_attention: block_table\[1, 1\] = %d \(sequence 1, entry 1\) is not a page: "
-           r"k_pages has %d pages \(0 to %d\)$" % (P, P, P - 1), t, sl)
+    expect(
+        r"^paged_attention: block_table\[1, 1\] = %d \(sequence 1, entry 1\) is not a page: "
+        r"k_pages has %d pages \(0 to %d\)$" % (P, P, P - 1),
+        t,
+        sl,
+    )
     t[1, 1] = -3
     expect(r"sequence 1, entry 1", t, sl)
     expect(r"seq_lens\[0\] = 40 \(sequence 0\) is longer", table, np.array([40, 20], np.int32))
@@ -208,6 +218,10 @@ def test_bad_tables_raise_and_write_nothing():
     with pytest.raises(ValueError, match="kv_layout"):
         softdot.paged_attention(q, kc, vc, table, sl, kv_layout="XYZ")
     with pytest.raises(ValueError, match="scales"):
-        softdot.paged_attention(q, (np.zeros(kc.shape, np.int8), np.ones((1, 2), np.float32)),
-                                (np.zeros(vc.shape, np.int8), np.ones((1, 2), np.float32)), table,
-                                sl)
+        softdot.paged_attention(
+            q,
+            (np.zeros(kc.shape, np.int8), np.ones((1, 2), np.float32)),
+            (np.zeros(vc.shape, np.int8), np.ones((1, 2), np.float32)),
+            table,
+            sl,
+        )

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import softdot
+
 from conftest import (
     FLOATS,
     assert_attention_bound,
@@ -29,8 +30,11 @@ def rows(dtype, min_size=1, max_size=60, lim=60.0):
     """Finite rows with |x| <= lim (the long double reference is exact to
     far below an ulp there), subnormals and repeats included."""
     width = 32 if dtype == np.float32 else 64
-    return hnp.arrays(dtype, st.integers(min_size, max_size),
-                      elements=st.floats(-lim, lim, width=width, allow_subnormal=True))
+    return hnp.arrays(
+        dtype,
+        st.integers(min_size, max_size),
+        elements=st.floats(-lim, lim, width=width, allow_subnormal=True),
+    )
 
 
 @st.composite
@@ -52,9 +56,12 @@ def test_merged_chunk_states_equal_whole_row(args):
     for a, b in zip(bounds[:-1], bounds[1:]):
         w = None if mask is None else mask[a:b]
         total = total.merge(softdot.softmax_state(x[a:b], where=w))
-    y = np.concatenate([
-        softdot.softmax_apply(x[a:b], total, where=None if mask is None else mask[a:b])
-        for a, b in zip(bounds[:-1], bounds[1:])])
+    y = np.concatenate(
+        [
+            softdot.softmax_apply(x[a:b], total, where=None if mask is None else mask[a:b])
+            for a, b in zip(bounds[:-1], bounds[1:])
+        ]
+    )
     whole = softdot.softmax(x, where=mask)
     if mask is not None and not mask.any():
         assert np.all(y == 0) and np.all(whole == 0)
@@ -84,16 +91,16 @@ def test_shift_invariance_bits(dtype, data):
     """softmax(x + c) has the same bits as softmax(x) when x + c is exact:
     integer-valued x and a power-of-two c well inside the significand."""
     n = data.draw(st.integers(1, 50))
-    x = np.array(data.draw(st.lists(st.integers(-1000, 1000), min_size=n, max_size=n)),
-                 dtype=dtype)
+    x = np.array(data.draw(st.lists(st.integers(-1000, 1000), min_size=n, max_size=n)), dtype=dtype)
     k = data.draw(st.integers(-3, 12 if dtype == np.float32 else 40))
     sign = data.draw(st.sampled_from([1, -1]))
     c = dtype(sign * 2.0**k)
     xc = x + c
     assert np.array_equal(xc - c, x)  # the shift is exact
     for p in ("faithful", "fast"):
-        np.testing.assert_array_equal(softdot.softmax(xc, precision=p),
-                                      softdot.softmax(x, precision=p))
+        np.testing.assert_array_equal(
+            softdot.softmax(xc, precision=p), softdot.softmax(x, precision=p)
+        )
 
 
 @st.composite
@@ -119,13 +126,16 @@ def test_attention_ranges_merge(case):
     q = rng.standard_normal((1, Hk * g, L, E)).astype(np.float32)
     k = rng.standard_normal((1, Hk, S, E)).astype(np.float32)
     v = (rng.random((1, Hk, S, 5)) + 0.5).astype(np.float32)  # outputs in [0.5, 1.5]
-    o1, l1 = softdot.scaled_dot_product_attention(q, k, v, causal=causal, return_lse=True,
-                                                  kv_range=(a, b))
-    o2, l2 = softdot.scaled_dot_product_attention(q, k, v, causal=causal, return_lse=True,
-                                                  kv_range=(b, c))
+    o1, l1 = softdot.scaled_dot_product_attention(
+        q, k, v, causal=causal, return_lse=True, kv_range=(a, b)
+    )
+    o2, l2 = softdot.scaled_dot_product_attention(
+        q, k, v, causal=causal, return_lse=True, kv_range=(b, c)
+    )
     om, lm = softdot.attention_merge(o1, l1, o2, l2)
-    od, ld = softdot.scaled_dot_product_attention(q, k, v, causal=causal, return_lse=True,
-                                                  kv_range=(a, c))
+    od, ld = softdot.scaled_dot_product_attention(
+        q, k, v, causal=causal, return_lse=True, kv_range=(a, c)
+    )
     seen = np.isfinite(ld)
     # Rows that see no key in [a, c) are zeros with lse -inf either way.
     np.testing.assert_array_equal(lm[~seen], ld[~seen])

@@ -53,8 +53,7 @@ BAD_OPTIONS = [
 BAD_RANGES = [({"kv_range": (4, 3)}, "kv_begin 4 is past kv_end 3")]
 
 ENTRY_POINTS = {
-    "scaled_dot_product_attention": lambda kw: softdot.scaled_dot_product_attention(
-        Q, K, V, **kw),
+    "scaled_dot_product_attention": lambda kw: softdot.scaled_dot_product_attention(Q, K, V, **kw),
     "attention_weights": lambda kw: softdot.attention_weights(Q, K, **kw),
     "paged_attention": lambda kw: softdot.paged_attention(Q, KP, VP, TABLE, LENS, **kw),
 }
@@ -97,7 +96,8 @@ def test_ring_attention_gives_the_same_messages(tmp_path):
     message as the other entry points, named ring_attention (after the rank
     that failed: its checks are collective)."""
     script = tmp_path / "ring_options.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {HERE!r})
         import numpy as np
@@ -114,19 +114,26 @@ def test_ring_attention_gives_the_same_messages(tmp_path):
                 print("NO ERROR", kw)
             except ValueError as e:
                 print("MESSAGE", str(e))
-        """))
+        """)
+    )
     cmd = [shutil.which("mpirun"), "--oversubscribe", "-np", "1"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.insert(1, "--allow-run-as-root")
     cmd += [sys.executable, str(script)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1")
+    )
     assert r.returncode == 0, r.stdout + r.stderr
-    got = [line[len("MESSAGE "):] for line in r.stdout.splitlines()
-           if line.startswith(("MESSAGE", "NO ERROR"))]
+    got = [
+        line[len("MESSAGE ") :]
+        for line in r.stdout.splitlines()
+        if line.startswith(("MESSAGE", "NO ERROR"))
+    ]
     # The checks are collective: the first failing rank is named first.
-    want = [f"rank 0: ring_attention: {m}".replace("q [1, 2, 3, 4]", "q [1, 2, 5, 4]")
-            for _, m in BAD_OPTIONS]
+    want = [
+        f"rank 0: ring_attention: {m}".replace("q [1, 2, 3, 4]", "q [1, 2, 5, 4]")
+        for _, m in BAD_OPTIONS
+    ]
     # NaN is refused before the call (the library reads it as the default).
     want[3] = want[3].replace("rank 0: ", "")
     assert got == want, r.stdout + r.stderr
@@ -157,10 +164,13 @@ def test_zero_query_rows_give_an_empty_result():
     pt = softdot.paged_attention(q0, KP, VP, TABLE, LENS)
     assert pt.shape == (1, 2, 0, 4)
     t = torch.nn.functional.scaled_dot_product_attention(
-        torch.zeros(1, 2, 0, 4), torch.from_numpy(K).expand(1, 2, 5, 4),
-        torch.from_numpy(V).expand(1, 2, 5, 4))
-    got = softdot.scaled_dot_product_attention(torch.zeros(1, 2, 0, 4), torch.from_numpy(K),
-                                               torch.from_numpy(V))
+        torch.zeros(1, 2, 0, 4),
+        torch.from_numpy(K).expand(1, 2, 5, 4),
+        torch.from_numpy(V).expand(1, 2, 5, 4),
+    )
+    got = softdot.scaled_dot_product_attention(
+        torch.zeros(1, 2, 0, 4), torch.from_numpy(K), torch.from_numpy(V)
+    )
     assert isinstance(got, torch.Tensor) and got.shape == t.shape
 
 
@@ -173,16 +183,19 @@ def test_torch_keywords():
     # torch's own result for the same call agrees within float rounding.
     tq, tk, tv = (torch.from_numpy(a) for a in (q, K, V))
     ref = torch.nn.functional.scaled_dot_product_attention(
-        tq, tk.expand(1, 2, 5, 4), tv.expand(1, 2, 5, 4), is_causal=True)
+        tq, tk.expand(1, 2, 5, 4), tv.expand(1, 2, 5, 4), is_causal=True
+    )
     assert np.allclose(got, ref.numpy(), rtol=1e-5, atol=1e-6)
     # bottom-right causal (softdot's) differs when L != S.
     assert not np.array_equal(softdot.scaled_dot_product_attention(q, K, V, causal=True), got)
     assert np.array_equal(
         softdot.scaled_dot_product_attention(q, K, V, enable_gqa=True),
-        softdot.scaled_dot_product_attention(q, K, V))
+        softdot.scaled_dot_product_attention(q, K, V),
+    )
     assert np.array_equal(
         softdot.scaled_dot_product_attention(q, K, V, dropout_p=0.0),
-        softdot.scaled_dot_product_attention(q, K, V))
+        softdot.scaled_dot_product_attention(q, K, V),
+    )
     with pytest.raises(ValueError, match=r"dropout_p must be 0 .*got 0.1"):
         softdot.scaled_dot_product_attention(q, K, V, dropout_p=0.1)
     with pytest.raises(ValueError, match=r"causal= .* or is_causal="):

@@ -9,11 +9,23 @@ import numpy as np
 import pytest
 
 import softdot
+
 from conftest import FLOATS, assert_ulp, log_softmax_ref, softmax_ref
 
 # Targets whose dot and attention are documented to give the same bits (FMA).
-FMA_TARGETS = {"AVX3", "AVX3_ZEN4", "AVX3_SPR", "AVX10_2", "AVX2", "NEON", "NEON_BF16", "SVE",
-               "SVE2", "SVE_256", "SVE2_128"}
+FMA_TARGETS = {
+    "AVX3",
+    "AVX3_ZEN4",
+    "AVX3_SPR",
+    "AVX10_2",
+    "AVX2",
+    "NEON",
+    "NEON_BF16",
+    "SVE",
+    "SVE2",
+    "SVE_256",
+    "SVE2_128",
+}
 
 
 def test_version():
@@ -63,8 +75,9 @@ def test_every_target_bounds_and_fma_bits(rng, restore_simd):
     q = rng.standard_normal((1, 2, 20, 32)).astype(np.float32)
     k = rng.standard_normal((1, 2, 70, 32)).astype(np.float32)
     q1 = q[:, :, :1]
-    base_dot = {d: (softdot.dot(a[d], b[d]), softdot.dot(a[d], b[d], accurate=True))
-                for d in FLOATS}
+    base_dot = {
+        d: (softdot.dot(a[d], b[d]), softdot.dot(a[d], b[d], accurate=True)) for d in FLOATS
+    }
     base_att = softdot.scaled_dot_product_attention(q, k, k, causal=True)
     base_dec = softdot.scaled_dot_product_attention(q1, k, k)
     default = softdot.simd_target()
@@ -81,8 +94,10 @@ def test_every_target_bounds_and_fma_bits(rng, restore_simd):
                     assert softdot.dot(a[d], b[d]) == base_dot[d][0], t
                     assert softdot.dot(a[d], b[d], accurate=True) == base_dot[d][1], t
                 np.testing.assert_array_equal(
-                    softdot.scaled_dot_product_attention(q, k, k, causal=True), base_att)
+                    softdot.scaled_dot_product_attention(q, k, k, causal=True), base_att
+                )
                 np.testing.assert_array_equal(
-                    softdot.scaled_dot_product_attention(q1, k, k), base_dec)
+                    softdot.scaled_dot_product_attention(q1, k, k), base_dec
+                )
     finally:
         softdot.force_simd_target("")

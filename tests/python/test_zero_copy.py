@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import softdot
-from conftest import FLOATS, assert_ulp, attention_ref, assert_attention_bound, softmax_ref
+
+from conftest import FLOATS, assert_attention_bound, assert_ulp, attention_ref, softmax_ref
 
 # A call that copies its (>= 1 MB) input allocates at least that much; a
 # zero-copy call allocates a few hundred bytes of Python objects.
@@ -43,10 +44,14 @@ def big(rng, shape, dtype=np.float64):
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_numpy_out_is_returned(rng, dtype):
     x = big(rng, (6, 9), dtype)
-    for fn, kw in ((softdot.softmax, {}), (softdot.softmax, {"axis": 0}),
-                   (softdot.softmax, {"precision": "fast"}), (softdot.log_softmax, {}),
-                   (softdot.log_softmax, {"axis": 0, "temperature": 2.0}),
-                   (softdot.softmax, {"where": x > -1})):
+    for fn, kw in (
+        (softdot.softmax, {}),
+        (softdot.softmax, {"axis": 0}),
+        (softdot.softmax, {"precision": "fast"}),
+        (softdot.log_softmax, {}),
+        (softdot.log_softmax, {"axis": 0, "temperature": 2.0}),
+        (softdot.softmax, {"where": x > -1}),
+    ):
         out = np.full_like(x, 7.0)
         r = fn(x, out=out, **kw)
         assert r is out
@@ -71,9 +76,13 @@ def test_numpy_out_is_returned(rng, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_torch_out_keeps_its_storage(rng, dtype):
     x = torch.from_numpy(rng.standard_normal((5, 8))).to(dtype)
-    for fn, kw in ((softdot.softmax, {}), (softdot.softmax, {"axis": 0}),
-                   (softdot.log_softmax, {}), (softdot.log_softmax, {"axis": 0}),
-                   (softdot.softmax, {"where": x > 0})):
+    for fn, kw in (
+        (softdot.softmax, {}),
+        (softdot.softmax, {"axis": 0}),
+        (softdot.log_softmax, {}),
+        (softdot.log_softmax, {"axis": 0}),
+        (softdot.softmax, {"where": x > 0}),
+    ):
         out = torch.full_like(x, 3.0)
         ptr = out.data_ptr()
         r = fn(x, out=out, **kw)
@@ -212,7 +221,8 @@ def test_backward_f_order_no_copy(rng):
     peak = peak_bytes(lambda: softdot.softmax_backward(y, dy, axis=0, out=out))
     assert peak < NO_COPY_LIMIT, peak
     np.testing.assert_array_equal(
-        out, softdot.softmax_backward(np.ascontiguousarray(y), np.ascontiguousarray(dy), axis=0))
+        out, softdot.softmax_backward(np.ascontiguousarray(y), np.ascontiguousarray(dy), axis=0)
+    )
 
 
 def test_attention_strided_no_copy(rng):
@@ -227,8 +237,12 @@ def test_attention_strided_no_copy(rng):
     assert peak < NO_COPY_LIMIT, peak
     ref, _, bound, _, _ = attention_ref(q, k, v, causal=True)
     assert_attention_bound(out, ref, bound)
-    np.testing.assert_array_equal(out, softdot.scaled_dot_product_attention(
-        np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v), causal=True))
+    np.testing.assert_array_equal(
+        out,
+        softdot.scaled_dot_product_attention(
+            np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v), causal=True
+        ),
+    )
 
 
 def test_inputs_never_modified(rng):
