@@ -1,0 +1,73 @@
+// softdot: the dispatch table (src/kernels/dispatch.cc): the raw kernels,
+// dispatched to the best SIMD target at run time. Preconditions are not checked
+// here (the public functions do that); no function throws or allocates.
+// dot_kernel and softmax_row_kernel are not declared noexcept: a noexcept
+// function must keep a frame around the dispatched call (to call
+// std::terminate), so its call could not be a jump; that frame cost the short
+// calls (a 64-element dot, a 3-element softmax) a push, a pop and a return
+// each.
+#ifndef SOFTDOT_SRC_KERNELS_DISPATCH_H_
+#define SOFTDOT_SRC_KERNELS_DISPATCH_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/attention_args.h"
+#include "kernels/row_op.h"
+
+namespace softdot::detail {
+
+// sum x[i] * y[i] over n >= 0 elements, in the fixed order of dot-inl.h.
+float dot_kernel(const float* x, const float* y, std::size_t n);
+double dot_kernel(const double* x, const double* y, std::size_t n);
+
+// scores[r] = dot_kernel(query, keys + r * stride, n) for r < rows.
+void dots_kernel(const float* query, const float* keys, std::size_t stride,
+                 std::size_t n, std::size_t rows, float* out) noexcept;
+void dots_kernel(const double* query, const double* keys, std::size_t stride,
+                 std::size_t n, std::size_t rows, double* out) noexcept;
+
+// The same, as if computed in twice the working precision and rounded once
+// (float: double accumulation of exact products; double: Dot2).
+float dot_accurate_kernel(const float* x, const float* y,
+                          std::size_t n) noexcept;
+double dot_accurate_kernel(const double* x, const double* y,
+                           std::size_t n) noexcept;
+// The float dot product before its final rounding to float.
+double dot_in_double_kernel(const float* x, const float* y,
+                            std::size_t n) noexcept;
+
+// One softmax-family row of n elements (n may be 0 only for RowOp::kState).
+// mask: null, or n bytes (0 = masked). scale: multiplies x (1 = unscaled).
+// y: n outputs (may equal x; unused for kState). state: output of kState,
+// input of kApply. faithful: Precision::kFaithful for kSoftmax, kState and
+// kApply (kLogSoftmax has one precision).
+void softmax_row_kernel(const float* x, const std::uint8_t* mask, float scale,
+                        std::size_t n, RowOp op, bool faithful, float* y,
+                        RowState* state);
+void softmax_row_kernel(const double* x, const std::uint8_t* mask, double scale,
+                        std::size_t n, RowOp op, bool faithful, double* y,
+                        RowState* state);
+
+// One attention kernel call (kernels/attention_args.h); rows <=
+// attention_max_rows().
+void attention_kernel(const AttnArgs& args) noexcept;
+// Rows one attention kernel call takes on the current target (4 vectors).
+std::size_t attention_max_rows() noexcept;
+// The unscaled score q . k exactly as the attention kernels form it: the
+// prefill form (decode = false) or the decode form, which needs `scratch`
+// of attention_score_scratch(d) floats (a padded, 64-byte aligned copy of q).
+float attention_score(const float* q, const float* k, std::size_t d,
+                      bool decode, float* scratch) noexcept;
+constexpr std::size_t attention_score_scratch(std::size_t d) noexcept {
+  return (d + 15) / 16 * 16 + 16;
+}
+// s[i] = cap * tanh(s[i] / cap), exactly as the attention kernel does it.
+void attention_softcap(float* s, std::size_t n, float cap) noexcept;
+
+// Target selection (see simd.h).
+std::int64_t compiled_targets() noexcept;
+
+}  // namespace softdot::detail
+
+#endif  // SOFTDOT_SRC_KERNELS_DISPATCH_H_
