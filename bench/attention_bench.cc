@@ -1,7 +1,9 @@
 // softdot::attention, float32 prefill and grouped-query decode, at 1 and 2
 // OpenMP threads (omp_set_num_threads around the loop; the thread count is
 // part of the name). The rooflines are measured in the same process
-// (attention_util.h, attention_kernels.cc).
+// (attention_util.h, attention_kernels.cc). (Over 600 lines on purpose:
+// prefill, decode and the memory cases share the buffers, counters and
+// rooflines of one process, so that their figures compare.)
 //
 // Prefill, one head, n_q = n_kv = n, d = d_v, Q K V in cache-sized buffers:
 //   BM_attention_prefill_{1thread,2threads}/<n>/<d>         no mask

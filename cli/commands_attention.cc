@@ -68,7 +68,8 @@ std::ptrdiff_t parse_window(const std::optional<std::string>& text,
                             const char* option) {
   if (!text) return -1;
   const bool negative = !text->empty() && (*text)[0] == '-';
-  const auto n = parse_small_int(negative ? text->substr(1) : *text, kMaxWindow);
+  const auto n =
+      parse_small_int(negative ? text->substr(1) : *text, kMaxWindow);
   if (!n) {
     throw CliError(std::string(option) + ": " + quote(*text) +
                    " must be a whole number from -1 (no limit) to " +
@@ -193,7 +194,8 @@ int run_attention(const AttentionArgs& args) {
     }
   }
   if (args.softcap) {
-    options.softcap = static_cast<float>(parse_value(args.softcap, "--softcap"));
+    options.softcap =
+        static_cast<float>(parse_value(args.softcap, "--softcap"));
   }
   options.causal = args.causal;
   options.window_left = parse_window(args.window_left, "--window-left");

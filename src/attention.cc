@@ -34,9 +34,10 @@
 #include <vector>
 
 #include "attention_checks.h"
-#include "kernels.h"
 #include "kernels/attention_args.h"
+#include "kernels/dispatch.h"
 #include "kernels/state_merge.h"
+#include "parallel.h"
 #include "softdot/attention_request.h"
 
 namespace softdot {
@@ -297,15 +298,9 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
       }
     }
   };
-  // A parallel region forks and joins the team even with if(false), which
-  // takes longer than a small call's whole work, so small calls run the
-  // loop directly (BM_attention_one_key in bench/ measures one: 0.19 us).
-  if (parallel) {
-#pragma omp parallel for schedule(dynamic, 1)
-    for (std::size_t t = 0; t < tasks; ++t) run_task(t);
-  } else {
-    for (std::size_t t = 0; t < tasks; ++t) run_task(t);
-  }
+  // Small calls run on the calling thread (parallel.h; bench/'s
+  // BM_attention_one_key measures one: 0.19 us).
+  detail::for_each_index<detail::Schedule::kDynamic>(tasks, parallel, run_task);
   if (failed) std::rethrow_exception(error);
   if (!split) return;
 
@@ -328,12 +323,7 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
       emit(b, h, i, m, l, acc);
     }
   };
-  if (parallel && groups > 1) {
-#pragma omp parallel for schedule(static)
-    for (std::size_t gi = 0; gi < groups; ++gi) merge_group(gi);
-  } else {
-    for (std::size_t gi = 0; gi < groups; ++gi) merge_group(gi);
-  }
+  detail::for_each_index(groups, parallel && groups > 1, merge_group);
 }
 
 #define SOFTDOT_RUNNERS(KT) \

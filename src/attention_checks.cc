@@ -51,9 +51,8 @@ void plan_options(const char* fn, const TensorView<const float>& q,
                   bool paged, Plan& p) {
   check_option_values(fn, o);
   // Scale (1/sqrt(d) when not given: finite and > 0 for every d >= 1).
-  const double scale = std::isnan(o.scale)
-                           ? 1.0 / std::sqrt(static_cast<double>(p.d))
-                           : o.scale;
+  const double scale =
+      std::isnan(o.scale) ? 1.0 / std::sqrt(static_cast<double>(p.d)) : o.scale;
   p.scale = static_cast<float>(scale);
   p.softcap = o.softcap;
   p.wl = o.window_left;

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "attention_checks.h"
-#include "kernels.h"
+#include "kernels/dispatch.h"
 #include "kernels/dequantize.h"
 #include "kernels/weights_row.h"
 #include "softdot/attention.h"

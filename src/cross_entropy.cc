@@ -9,7 +9,8 @@
 #include "check.h"
 #include "cross_entropy_checks.h"
 #include "cross_entropy_row.h"
-#include "kernels.h"
+#include "kernels/dispatch.h"
+#include "parallel.h"
 
 namespace softdot {
 namespace {
@@ -29,8 +30,8 @@ double cross_entropy_checked(MatrixView<const T> logits,
   const double c = detail::gradient_scale(options.reduction, counted);
 
   std::vector<long double> row_loss(rows);
-  const auto row = [&](std::ptrdiff_t r) {
-    const std::size_t i = static_cast<std::size_t>(r);
+  const bool parallel = rows > 1 && rows * vocab >= detail::kParallelElements;
+  detail::for_each_index(rows, parallel, [&](std::size_t i) {
     const T* x = logits.data + i * logits.stride;
     const std::int64_t t = targets[i];
     T* g = grad.data == nullptr ? nullptr : grad.data + i * grad.stride;
@@ -44,20 +45,14 @@ double cross_entropy_checked(MatrixView<const T> logits,
                                true, nullptr, &state);
     const long double sum_x =
         eps > 0.0 ? detail::sum_in_long_double(x, vocab) : 0.0L;
+    const SoftmaxStateD total{state.max, state.sum, state.sum_lo};
     row_loss[i] = detail::cross_entropy_row_loss(
-        state, static_cast<long double>(x[t]), sum_x, vocab, eps);
+        total, static_cast<long double>(x[t]), sum_x, vocab, eps);
     if (g != nullptr) {
       detail::cross_entropy_row_grad(x, vocab, static_cast<std::ptrdiff_t>(t),
-                                     state, c, eps, vocab, g);
+                                     total, c, eps, vocab, g);
     }
-  };
-  const std::ptrdiff_t n_rows = static_cast<std::ptrdiff_t>(rows);
-  if (rows > 1 && rows * vocab >= detail::kParallelElements) {
-#pragma omp parallel for schedule(static)
-    for (std::ptrdiff_t r = 0; r < n_rows; ++r) row(r);
-  } else {
-    for (std::ptrdiff_t r = 0; r < n_rows; ++r) row(r);
-  }
+  });
   if (!loss.empty()) {
     for (std::size_t i = 0; i < rows; ++i) {
       loss[i] = static_cast<T>(row_loss[i]);

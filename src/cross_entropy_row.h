@@ -3,6 +3,12 @@
 // by the one-process cross_entropy (src/cross_entropy.cc) and the
 // vocabulary-parallel one (src/mpi/), which gathers those quantities from
 // the ranks' shards first. Scalar code; nothing here throws or allocates.
+//
+// A stated internal interface: src/mpi/ reaches the softmax through the
+// public API (softmax_state, merge, softmax_apply, logsumexp of a state:
+// include/softdot/softmax.h) and this header, and includes no kernel header.
+// The states here are the public SoftmaxStateD (a float row's max is exact
+// in double).
 #ifndef SOFTDOT_SRC_CROSS_ENTROPY_ROW_H_
 #define SOFTDOT_SRC_CROSS_ENTROPY_ROW_H_
 
@@ -11,14 +17,16 @@
 #include <limits>
 #include <type_traits>
 
-#include "kernels.h"
+#include "kernels/dispatch.h"
 #include "kernels/row_op.h"
+#include "kernels/two_sum.h"
+#include "softdot/softmax.h"
 
 namespace softdot::detail {
 
 // log of a state's sum, sum + sum_lo, in long double (as
 // logsumexp_of_state: log1p where the sum holds the max's exact 1).
-inline long double log_state_sum(const RowState& s) {
+inline long double log_state_sum(const SoftmaxStateD& s) {
   return s.sum >= 1.0
              ? std::log1p(static_cast<long double>(s.sum - 1.0) + s.sum_lo)
              : std::log(static_cast<long double>(s.sum) + s.sum_lo);
@@ -35,10 +43,7 @@ long double sum_in_long_double(const T* x, std::size_t n) {
     constexpr std::size_t kLanes = 8;
     double s[kLanes] = {}, c[kLanes] = {};
     const auto add = [&](std::size_t k, double v) {
-      const double t = s[k] + v;
-      const double b = t - s[k];
-      c[k] += (s[k] - (t - b)) + (v - b);
-      s[k] = t;
+      add_compensated(s[k], c[k], v);
     };
     std::size_t i = 0;
     for (; i + kLanes <= n; i += kLanes) {
@@ -72,7 +77,7 @@ long double sum_in_long_double(const T* x, std::size_t n) {
 // with the special values of include/softdot/cross_entropy.h. `total` is the
 // softmax state of the whole row (max, sum, sum_lo; for a max of +inf, sum
 // counts the +inf logits); sum_x matters only when eps > 0.
-inline long double cross_entropy_row_loss(const RowState& total,
+inline long double cross_entropy_row_loss(const SoftmaxStateD& total,
                                           long double x_t, long double sum_x,
                                           std::size_t vocab, double eps) {
   using L = long double;
@@ -110,11 +115,11 @@ inline long double cross_entropy_row_loss(const RowState& total,
 // not overlap.
 template <class T>
 void cross_entropy_row_grad(const T* x, std::size_t n, std::ptrdiff_t t_local,
-                            const RowState& total, double c, double eps,
+                            const SoftmaxStateD& total, double c, double eps,
                             std::size_t vocab, T* g) {
   using W = std::conditional_t<sizeof(T) == 4, double, long double>;
   if (n == 0) return;
-  RowState state = total;
+  RowState state{total.max, total.sum, total.sum_lo};
   softmax_row_kernel(x, nullptr, T{1}, n, RowOp::kApply, true, g, &state);
   const bool has_target = t_local >= 0 && static_cast<std::size_t>(t_local) < n;
   const W p_t = has_target ? static_cast<W>(g[t_local]) : W{0};

@@ -4,8 +4,9 @@
 #include <cstddef>
 
 #include "check.h"
-#include "kernels.h"
+#include "kernels/dispatch.h"
 #include "kernels/small_dot.h"
+#include "parallel.h"
 
 namespace softdot {
 namespace {
@@ -49,23 +50,13 @@ void dots_checked(std::span<const T> query, MatrixView<const T> keys,
   const std::size_t chunks = (keys.rows + kDotsChunk - 1) / kDotsChunk;
   const bool parallel =
       chunks > 1 && keys.rows * keys.cols >= detail::kParallelElements;
-  const auto n_chunks = static_cast<std::ptrdiff_t>(chunks);
-  const auto chunk = [&](std::ptrdiff_t c) {
-    const std::size_t first = static_cast<std::size_t>(c) * kDotsChunk;
+  detail::for_each_index(chunks, parallel, [&](std::size_t c) {
+    const std::size_t first = c * kDotsChunk;
     const std::size_t rows =
         keys.rows - first < kDotsChunk ? keys.rows - first : kDotsChunk;
     detail::dots_kernel(query.data(), keys.data + first * keys.stride,
                         keys.stride, query.size(), rows, scores.data() + first);
-  };
-  // Without a region when serial: an OpenMP region, even with if(false),
-  // forks and joins the team, which takes longer than a small call's whole
-  // work (BM_dots/4 in bench/ measures the serial call: 0.03 us).
-  if (parallel) {
-#pragma omp parallel for schedule(static)
-    for (std::ptrdiff_t c = 0; c < n_chunks; ++c) chunk(c);
-  } else {
-    for (std::ptrdiff_t c = 0; c < n_chunks; ++c) chunk(c);
-  }
+  });
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "hwy/targets.h"
-#include "kernels.h"
+#include "kernels/dispatch.h"
 
 namespace softdot {
 namespace {

@@ -10,8 +10,10 @@
 #include <type_traits>
 
 #include "check.h"
-#include "kernels.h"
+#include "kernels/dispatch.h"
 #include "kernels/state_merge.h"
+#include "kernels/two_sum.h"
+#include "parallel.h"
 
 namespace softdot {
 namespace {
@@ -108,11 +110,7 @@ T lse_wide(std::span<const T> x, const std::uint8_t* mask, T scale, T m) {
     if (mask != nullptr && mask[i] == 0) continue;
     const W p = static_cast<W>(x[i]) * static_cast<W>(scale);
     if (p == -std::numeric_limits<W>::infinity()) continue;
-    const W e = std::exp(p - static_cast<W>(m));
-    const W s = hi + e;
-    const W bb = s - hi;
-    lo += (hi - (s - bb)) + (e - bb);
-    hi = s;
+    detail::add_compensated(hi, lo, std::exp(p - static_cast<W>(m)));
   }
   // The max entry contributes exactly 1, so the sum is >= 1.
   return static_cast<T>(static_cast<W>(m) + std::log1p((hi - 1) + lo));
@@ -165,24 +163,13 @@ void rows_checked(const char* function, RowOp op, MatrixView<const T> x,
   const std::uint8_t* mask = mask_bytes(options);
   const bool mask_per_row = mask != nullptr && options.mask.size() != per_row;
 
-  const std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(x.rows);
   const bool parallel =
       x.rows > 1 && x.rows * x.cols >= detail::kParallelElements;
-  const auto row = [&](std::ptrdiff_t r) {
-    const std::size_t i = static_cast<std::size_t>(r);
+  detail::for_each_index(x.rows, parallel, [&](std::size_t i) {
     detail::softmax_row_kernel(
         x.data + i * x.stride, mask_per_row ? mask + i * per_row : mask, scale,
         per_row, op, faithful(options), y.data + i * y.stride, nullptr);
-  };
-  // Without a region when serial: an OpenMP region, even with if(false),
-  // forks and joins the team, which takes longer than a small call's whole
-  // work (BM_softmax_rows/4/16 in bench/ measures the serial call: 0.14 us).
-  if (parallel) {
-#pragma omp parallel for schedule(static)
-    for (std::ptrdiff_t r = 0; r < rows; ++r) row(r);
-  } else {
-    for (std::ptrdiff_t r = 0; r < rows; ++r) row(r);
-  }
+  });
 }
 
 template <class T>

@@ -4,8 +4,8 @@
 #include <span>
 
 #include "check.h"
-#include "kernels.h"
 #include "kernels/backward_row.h"
+#include "kernels/dispatch.h"
 #include "softdot/softmax.h"
 
 namespace softdot {

@@ -1,5 +1,7 @@
 """Attention decode and prefill: softdot next to PyTorch, ONNX Runtime and
-OpenVINO, side by side in one process per thread count.
+OpenVINO, side by side in one process per thread count. (Over 600 lines on
+purpose: each peer's adapter sits beside the others so that all of them run
+the same cases on the same arrays.)
 
     python bench/python/attention_peers.py --threads 1,2 --json peers.json --svg peers.svg
     python bench/python/attention_peers.py --threads 1 --quick --filter 'decode f32 B1'

@@ -20,7 +20,8 @@ struct BFloat16 {  // bfloat16: the upper half of a float
 // Exact widening, and rounding to nearest, ties to even (NaN stays NaN,
 // overflow gives inf, float16 keeps subnormals). Tested on all 65536 16-bit
 // patterns: exact widening, the round trip, and rounding at every midpoint
-// and its two neighbours (tests/unit/attention_test.cc, AttentionConvert).
+// and its two neighbours (tests/unit/attention_convert_test.cc,
+// AttentionConvert).
 // Computed bit by bit in src/float16.cc: the same on every target.
 float to_float(Float16 h) noexcept;
 float to_float(BFloat16 b) noexcept;

@@ -1,14 +1,14 @@
 // softdot kernels: fused attention for one block of query rows against a
 // range of keys (online softmax over blocks of kKeyTile keys).
 //
-// Layout: query rows live in vector lanes. A block of up to kMaxRows rows is
-// packed transposed, Qt[k][r] = Q[r][k], so that for one key j and one
-// feature k, the FMA acc[r] += K[j][k] * Qt[k][r] advances the scores of
-// every row at once. Each score is therefore blocked chains: a float FMA
-// chain over each block of 16 features in index order, the blocks' chains
-// added in order (detail::kScoreBlock), whatever the vector width or the
-// number of rows in the block: the same bits on every FMA target, and the
-// same bits as the scalar loop of AttentionScore (attention_weights()).
+// Layout: query rows live in vector lanes. A block of up to MaxRows() rows
+// (4 vectors of lanes) is packed transposed, Qt[k][r] = Q[r][k], so that for
+// one key j and one feature k, the FMA acc[r] += K[j][k] * Qt[k][r]
+// advances the scores of every row at once. Each score is therefore blocked
+// chains: a float FMA chain over each block of 16 features in index order, the
+// blocks' chains added in order (detail::kScoreBlock), whatever the vector
+// width or the number of rows in the block: the same bits on every FMA target,
+// and the same bits as the scalar loop of AttentionScore (attention_weights()).
 // Row-wise steps of the softmax (max, exp, sums, rescaling) are lane-wise too,
 // so nothing is reduced across lanes.
 //
@@ -55,7 +55,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using detail::AttnArgs;
 using detail::kKeyTile;
-using ::softdot::Float16;
 
 void AttentionRows(const AttnArgs& a) {
   const std::size_t N = attn::Lanes();

@@ -24,7 +24,6 @@
 #include "kernels/attention_args.h"
 #include "kernels/eft-inl.h"
 #include "kernels/exp-inl.h"
-#include "softdot/attention.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace softdot {

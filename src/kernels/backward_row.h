@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstddef>
 
+#include "kernels/two_sum.h"
+
 namespace softdot::detail {
 
 // float: each dx_i in double (the product and the difference round at
@@ -25,10 +27,8 @@ inline void softmax_backward_row(const float* y, const float* dy, double g,
 inline void softmax_backward_row(const double* y, const double* dy, double g,
                                  std::size_t n, double* dx) {
   for (std::size_t i = 0; i < n; ++i) {
-    const double d = dy[i] - g;
-    const double bb = d - dy[i];
-    const double e = (dy[i] - (d - bb)) + (-g - bb);
-    dx[i] = std::fma(y[i], d, y[i] * e);
+    const TwoSumResult<double> t = two_sum(dy[i], -g);  // t.hi = dy_i - g
+    dx[i] = std::fma(y[i], t.hi, y[i] * t.lo);
   }
 }
 

@@ -24,6 +24,7 @@
 #include "kernels/block-inl.h"
 #include "kernels/eft-inl.h"
 #include "kernels/reduce-inl.h"
+#include "kernels/two_sum.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace softdot {
@@ -241,7 +242,7 @@ struct CompensatedDot {
         hn::Store(st[b].c[v], d, c + v * B::kVecLanes);
       }
       for (std::size_t j = 0; j < B::kLanes; ++j) {
-        TwoSumScalar(hi, lo, s[j]);
+        detail::add_compensated(hi, lo, s[j]);
         lo += c[j];
       }
     }

@@ -1,5 +1,6 @@
 // softdot kernels: error-free transformations (Knuth's TwoSum, the exact low
-// part of a product), vector and scalar. Lane types: float, double.
+// part of a product), in vectors. Lane types: float, double. The scalar
+// TwoSum is two_sum.h.
 
 #if defined(SOFTDOT_KERNELS_EFT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SOFTDOT_KERNELS_EFT_INL_H_
@@ -20,13 +21,6 @@ template <class V>
 HWY_INLINE V TwoSumErr(V a, V b, V s) {
   const V bb = hn::Sub(s, a);
   return hn::Add(hn::Sub(a, hn::Sub(s, bb)), hn::Sub(b, bb));
-}
-
-inline void TwoSumScalar(double& hi, double& lo, double x) {
-  const double s = hi + x;
-  const double bb = s - hi;
-  lo += (hi - (s - bb)) + (x - bb);
-  hi = s;
 }
 
 // The low part of a product: a * b - p exactly, for p = fl(a * b). With FMA

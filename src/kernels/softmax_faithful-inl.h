@@ -13,6 +13,7 @@
 #endif
 
 #include "kernels/softmax_passes-inl.h"
+#include "kernels/two_sum.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace softdot {
@@ -565,7 +566,7 @@ HWY_INLINE bool ChunkedSoftmaxF32(const Scores<float, kMasked, kScaled>& scores,
       c_hi *= f;
       c_lo *= f;
     }
-    TwoSumScalar(s_hi, s_lo, c_hi);
+    detail::add_compensated(s_hi, s_lo, c_hi);
     s_lo += c_lo;
   }
   if (big_m == -std::numeric_limits<double>::infinity()) {

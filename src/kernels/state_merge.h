@@ -29,6 +29,7 @@
 #include <limits>
 
 #include "row_op.h"
+#include "two_sum.h"
 
 namespace softdot::detail {
 
@@ -68,16 +69,8 @@ MergePlan<Real, M> merge_plan(M m_a, double s_a, M m_b, double s_b) {
 
 // ---- SoftmaxState: (max, sum + sum_lo), the sum in double-double ---------
 
-// Double-double arithmetic (Dekker / Knuth).
-struct DD {
-  double hi, lo;
-};
-
-inline DD two_sum(double a, double b) {
-  const double s = a + b;
-  const double bb = s - a;
-  return {s, (a - (s - bb)) + (b - bb)};
-}
+// Double-double arithmetic (Dekker / Knuth): the unevaluated sum hi + lo.
+using DD = TwoSumResult<double>;
 
 inline DD fast_two_sum(double a, double b) {  // |a| >= |b| or a == 0
   const double s = a + b;

@@ -2,7 +2,7 @@
 // whose vocabulary is split across ranks (include/softdot/mpi_vocab.h).
 //
 // Every call goes: local checks -> agree_or_throw (collective) -> one
-// Allgather of each rank's layout (rows, cols, vocab_begin, a fingerprint
+// Allgather of each rank's ShardInfo (rows, cols, vocab_begin, a fingerprint
 // of the targets and options) checked identically on every rank -> the
 // local reduction of each shard row -> Allgather of the per-row partials
 // (two rounds in deterministic mode) -> the merged state of each row ->
@@ -15,32 +15,30 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "check.h"
 #include "cross_entropy_checks.h"
 #include "cross_entropy_row.h"
-#include "kernels.h"
-#include "kernels/state_merge.h"
 #include "mpi/comm.h"
 #include "mpi/vocab_totals.h"
 #include "softdot/mpi.h"
+#include "softdot/softmax.h"
 
 namespace softdot::mpi {
 namespace {
 
-using detail::agree_layout;
 using detail::agree_local;
+using detail::agree_shards;
 using detail::fnv;
 using detail::Global;
 using detail::Job;
-using detail::Layout;
 using detail::RowTotal;
+using detail::ShardInfo;
 using softdot::detail::count;
 using softdot::detail::fail;
-using softdot::detail::RowOp;
-using softdot::detail::RowState;
 using L = long double;
 
 constexpr double kInfD = std::numeric_limits<double>::infinity();
@@ -49,7 +47,7 @@ enum class Op { kSoftmax, kLogSoftmax, kLse, kCrossEntropy };
 
 // log_softmax of one shard row from the row's state, in long double.
 template <class T>
-void log_softmax_row(const T* x, std::size_t n, const RowState& s, T* y) {
+void log_softmax_row(const T* x, std::size_t n, const SoftmaxStateD& s, T* y) {
   constexpr T kNaN = std::numeric_limits<T>::quiet_NaN();
   constexpr T kInf = std::numeric_limits<T>::infinity();
   if (std::isnan(s.max) || std::isnan(s.sum)) {
@@ -105,26 +103,25 @@ void rows_op(const char* function, Op op, MPI_Comm comm, MatrixView<const T> x,
       check_xy<T>(function, x, y);
     }
   });
-  const Layout mine{x.rows, x.cols, begin,
-                    fnv(0xcbf29ce484222325ull, &options.deterministic, 1)};
+  const ShardInfo mine{x.rows, x.cols, begin,
+                       fnv(0xcbf29ce484222325ull, &options.deterministic, 1)};
   const Global g =
-      agree_layout(dc.get(), dc.size(), function, mine, options.deterministic);
+      agree_shards(dc.get(), dc.size(), function, mine, options.deterministic);
   Job job{options.deterministic, false};
   const std::vector<RowTotal> tot =
       detail::row_totals<T>(dc.get(), dc.size(), g, job, x, begin);
   for (std::size_t i = 0; i < x.rows; ++i) {
-    const RowState& s = tot[i].state;
+    const SoftmaxStateD& s = tot[i].state;
     if (op == Op::kLse) {
-      lse[i] = softdot::detail::logsumexp_of_state<T>(s);
+      lse[i] = softdot::logsumexp(detail::state_as<T>(s));
       continue;
     }
     if (x.cols == 0) continue;
     const T* xr = x.data + i * x.stride;
     T* yr = y.data + i * y.stride;
     if (op == Op::kSoftmax) {
-      RowState st = s;
-      softdot::detail::softmax_row_kernel(xr, nullptr, T{1}, x.cols,
-                                          RowOp::kApply, true, yr, &st);
+      softdot::softmax_apply(std::span<const T>(xr, x.cols),
+                             detail::state_as<T>(s), std::span<T>(yr, x.cols));
     } else {
       log_softmax_row<T>(xr, x.cols, s, yr);
     }
@@ -152,9 +149,9 @@ double cross_entropy_op(MPI_Comm comm, MatrixView<const T> logits,
   const int red = static_cast<int>(options.reduction);
   h = fnv(h, &red, sizeof(red));
   h = fnv(h, &vopt.deterministic, 1);
-  const Layout mine{logits.rows, logits.cols, begin, h};
+  const ShardInfo mine{logits.rows, logits.cols, begin, h};
   const Global g =
-      agree_layout(dc.get(), dc.size(), function, mine, vopt.deterministic);
+      agree_shards(dc.get(), dc.size(), function, mine, vopt.deterministic);
   // The targets are the same everywhere, so every rank reaches the same
   // verdict here without another exchange.
   for (std::size_t i = 0; i < targets.size(); ++i) {

@@ -10,20 +10,18 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "check.h"
 #include "cross_entropy_row.h"
-#include "kernels.h"
-#include "kernels/state_merge.h"
 
 namespace softdot::mpi::detail {
 namespace {
 
 using softdot::detail::count;
 using softdot::detail::fail;
-using softdot::detail::RowOp;
 using L = long double;
 using U128 = unsigned __int128;
 using I128 = __int128;
@@ -113,10 +111,9 @@ std::vector<RowTotal> totals_default(MPI_Comm comm, int size, const Global& g,
     for (std::size_t i = 0; i < rows; ++i) {
       double* o = mine.data() + i * K;
       const T* xr = x.data + i * x.stride;
-      RowState s{-kInfD, 0.0, 0.0};
+      SoftmaxStateD s;  // {-inf, 0, 0}
       if (x.cols > 0 && !row_skipped<T>(job, i)) {
-        softdot::detail::softmax_row_kernel(xr, nullptr, T{1}, x.cols,
-                                            RowOp::kState, true, nullptr, &s);
+        s = widen_state(softdot::softmax_state(std::span<const T>(xr, x.cols)));
       }
       const L sx = job.need_sum_x && !row_skipped<T>(job, i)
                        ? softdot::detail::sum_in_long_double(xr, x.cols)
@@ -142,8 +139,7 @@ std::vector<RowTotal> totals_default(MPI_Comm comm, int size, const Global& g,
         t.state = {o[0], o[1], o[2]};
         first = false;
       } else {
-        softdot::detail::merge_softmax_state(t.state.max, t.state.sum,
-                                             t.state.sum_lo, o[0], o[1], o[2]);
+        t.state = softdot::merge(t.state, SoftmaxStateD{o[0], o[1], o[2]});
       }
       t.sum_x += static_cast<L>(o[3]) + static_cast<L>(o[4]);
     }
@@ -234,10 +230,8 @@ std::vector<RowTotal> totals_deterministic(MPI_Comm comm, int size,
         for (std::size_t j = 0; j < x.cols; ++j) {
           buf[j] = static_cast<double>(xr[j]);
         }
-        RowState unit{e.m, 1.0, 0.0};
-        softdot::detail::softmax_row_kernel(buf.data(), nullptr, 1.0, x.cols,
-                                            RowOp::kApply, true, buf.data(),
-                                            &unit);
+        const std::span<double> row(buf.data(), x.cols);
+        softdot::softmax_apply(row, SoftmaxStateD{e.m, 1.0, 0.0}, row);
         for (std::size_t j = 0; j < x.cols; ++j) fs += to_fixed(buf[j], 100);
         if (job.need_sum_x && !e.ninf && e.amax > 0.0) {
           int ex;
@@ -294,16 +288,16 @@ std::vector<RowTotal> totals_deterministic(MPI_Comm comm, int size,
 
 }  // namespace
 
-// The ranks' layouts, checked the same way on every rank (every rank sees
+// The ranks' ShardInfo, checked the same way on every rank (every rank sees
 // the same data, so every rank throws the same error).
-Global agree_layout(MPI_Comm comm, int size, const char* function,
-                    const Layout& mine, bool deterministic) {
-  std::vector<Layout> all(static_cast<std::size_t>(size));
+Global agree_shards(MPI_Comm comm, int size, const char* function,
+                    const ShardInfo& mine, bool deterministic) {
+  std::vector<ShardInfo> all(static_cast<std::size_t>(size));
   detail::check_mpi(
       MPI_Allgather(&mine, 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, comm),
       "MPI_Allgather");
   for (int r = 1; r < size; ++r) {
-    const Layout& a = all[static_cast<std::size_t>(r)];
+    const ShardInfo& a = all[static_cast<std::size_t>(r)];
     if (a.rows != all[0].rows) {
       fail(function, "rank " + std::to_string(r) + ": x has " + count(a.rows) +
                          " rows but rank 0's has " + count(all[0].rows));
@@ -318,13 +312,13 @@ Global agree_layout(MPI_Comm comm, int size, const char* function,
   g.order.resize(all.size());
   std::iota(g.order.begin(), g.order.end(), 0);
   std::stable_sort(g.order.begin(), g.order.end(), [&](int a, int b) {
-    const Layout& x = all[static_cast<std::size_t>(a)];
-    const Layout& y = all[static_cast<std::size_t>(b)];
+    const ShardInfo& x = all[static_cast<std::size_t>(a)];
+    const ShardInfo& y = all[static_cast<std::size_t>(b)];
     return x.begin != y.begin ? x.begin < y.begin : x.cols < y.cols;
   });
   std::uint64_t end = 0;
   for (const int r : g.order) {
-    const Layout& a = all[static_cast<std::size_t>(r)];
+    const ShardInfo& a = all[static_cast<std::size_t>(r)];
     if (a.begin != end) {
       fail(function, "rank " + std::to_string(r) +
                          ": vocab_begin = " + count(a.begin) +

@@ -14,16 +14,27 @@
 #include <string>
 #include <vector>
 
-#include "kernels/row_op.h"
 #include "mpi/comm.h"
 #include "softdot/matrix.h"
+#include "softdot/softmax.h"
 
 namespace softdot::mpi::detail {
 
-using softdot::detail::RowState;
+// A row's softmax state in double, whatever the element type: the public
+// states of a float row convert both ways exactly (the max is one of the
+// row's floats, +-inf or NaN).
+inline SoftmaxStateD widen_state(const SoftmaxState& s) {
+  return {static_cast<double>(s.max), s.sum, s.sum_lo};
+}
+inline SoftmaxStateD widen_state(const SoftmaxStateD& s) { return s; }
+template <class T>
+BasicSoftmaxState<T> state_as(const SoftmaxStateD& s) {
+  return {static_cast<T>(s.max), s.sum, s.sum_lo};
+}
 
-// What one rank announces about its arguments.
-struct Layout {
+// What one rank announces about its shard and arguments (named apart from
+// mpi::Layout, the public ring layout kind).
+struct ShardInfo {
   std::uint64_t rows, cols, begin, fingerprint;
 };
 
@@ -57,17 +68,17 @@ void agree_local(MPI_Comm comm, F&& check) {
   detail::agree_or_throw(comm, ok, what);
 }
 
-// The ranks' layouts (one Allgather), checked the same way on every rank
+// The ranks' ShardInfo (one Allgather), checked the same way on every rank
 // (every rank sees the same data, so every rank throws the same
 // std::invalid_argument naming `function` and the first bad rank): the same
 // rows and fingerprint everywhere, column ranges tiling [0, V), V >= 1 (and
 // V < 2^26 in deterministic mode).
-Global agree_layout(MPI_Comm comm, int size, const char* function,
-                    const Layout& mine, bool deterministic);
+Global agree_shards(MPI_Comm comm, int size, const char* function,
+                    const ShardInfo& mine, bool deterministic);
 
 // The per-row results every rank ends with.
 struct RowTotal {
-  RowState state;
+  SoftmaxStateD state;
   long double x_t = 0;    // the target's logit (cross_entropy)
   long double sum_x = 0;  // the sum of the row's logits (label smoothing)
 };

@@ -11,6 +11,9 @@
 //     the blocks (the sinks' partial first), which does not depend on P, so
 //     the bits are the same for every P; and within the tolerance of
 //     attention().
+// (Over 600 lines on purpose: one mpirun executable per rank count, so every
+// ring case shares the rank's set-up and the one-process references; split,
+// each part would be another mpirun start on the 2-core machine.)
 #include <mpi.h>
 
 #include <bit>

@@ -3,6 +3,9 @@
 // attention_partial()) on contiguous K and V holding that sequence's keys,
 // for every format, option, page size, page order, layout, thread count and
 // SIMD target; and every bad table is an error that writes nothing.
+// (Over 600 lines on purpose: one contiguous-vs-paged comparison harness
+// shared by every format, option and layout sweep, and the table errors
+// beside the cases they guard.)
 #include "attention_checks.h"
 #include "attention_test_util.h"
 

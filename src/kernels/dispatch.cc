@@ -1,7 +1,7 @@
 // softdot: compiles every kernel once per SIMD target and exports the
 // dispatch tables (Highway's foreach_target / HWY_EXPORT pattern).
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels.cc"
+#define HWY_TARGET_INCLUDE "kernels/dispatch.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/attention-inl.h"
@@ -9,7 +9,7 @@
 #include "kernels/softmax-inl.h"
 
 #if HWY_ONCE
-#include "kernels.h"
+#include "kernels/dispatch.h"
 
 namespace softdot::detail {
 namespace {

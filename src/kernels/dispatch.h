@@ -1,12 +1,13 @@
-// softdot: the raw kernels, dispatched to the best SIMD target at run time.
-// Preconditions are not checked here (the public functions do that); no
-// function throws or allocates. dot_kernel and softmax_row_kernel are not
-// declared noexcept: a noexcept function must keep a frame around the
-// dispatched call (to call std::terminate), so its call could not be a
-// jump; that frame cost the short calls (a 64-element dot, a 3-element
-// softmax) a push, a pop and a return each.
-#ifndef SOFTDOT_SRC_KERNELS_H_
-#define SOFTDOT_SRC_KERNELS_H_
+// softdot: the dispatch table (src/kernels/dispatch.cc): the raw kernels,
+// dispatched to the best SIMD target at run time. Preconditions are not checked
+// here (the public functions do that); no function throws or allocates.
+// dot_kernel and softmax_row_kernel are not declared noexcept: a noexcept
+// function must keep a frame around the dispatched call (to call
+// std::terminate), so its call could not be a jump; that frame cost the short
+// calls (a 64-element dot, a 3-element softmax) a push, a pop and a return
+// each.
+#ifndef SOFTDOT_SRC_KERNELS_DISPATCH_H_
+#define SOFTDOT_SRC_KERNELS_DISPATCH_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -69,4 +70,4 @@ std::int64_t compiled_targets() noexcept;
 
 }  // namespace softdot::detail
 
-#endif  // SOFTDOT_SRC_KERNELS_H_
+#endif  // SOFTDOT_SRC_KERNELS_DISPATCH_H_
