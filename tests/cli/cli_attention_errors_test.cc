@@ -154,30 +154,37 @@ std::vector<ErrorCase> error_cases() {
        {"attention", "--q", "$D/q.npy", "--k", "$D/k.npy", "--v",
         "$D/text.npy"},
        "--v: $D/text.npy: not a .npy file (no \\x93NUMPY magic), or truncated"},
+      // The option values: the library's messages (the same text as every
+      // entry point's, tests/unit/attention_request_test.cc).
       {"scale_zero", with({"--scale", "0"}),
-       "--scale: \"0\" must be a finite number > 0"},
+       "attention: scale must be finite and > 0 (also as a float), got 0"},
       {"scale_negative", with({"--scale", "-2"}),
-       "--scale: \"-2\" must be a finite number > 0"},
+       "attention: scale must be finite and > 0 (also as a float), got -2"},
       {"scale_inf", with({"--scale", "inf"}),
-       "--scale: \"inf\" must be a finite number > 0"},
+       "attention: scale must be finite and > 0 (also as a float), got inf"},
       {"scale_nan", with({"--scale", "nan"}),
-       "--scale: \"nan\" must be a finite number > 0"},
+       "attention: scale must be finite and > 0 (also as a float), got nan"},
       {"scale_text", with({"--scale", "half"}),
        "--scale: \"half\" is not a number"},
       {"scale_float_underflow", with({"--scale", "1e-60"}),
-       "--scale: \"1e-60\" rounds to 0 in float32; need a value float32 can "
-       "hold"},
+       "attention: scale must be finite and > 0 (also as a float), got "
+       "1e-60"},
       {"scale_float_overflow", with({"--scale", "1e39"}),
-       "--scale: \"1e39\" overflows in float32; need a value float32 can "
-       "hold"},
+       "attention: scale must be finite and > 0 (also as a float), got "
+       "1e+39"},
       {"softcap_negative", with({"--softcap", "-1"}),
-       "--softcap: \"-1\" must be a finite number >= 0"},
-      {"window_negative", with({"--window-left", "-1"}),
-       "--window-left: \"-1\" must be a whole number from 0 to 999999999 "
-       "(leave it out for no limit)"},
+       "attention: softcap must be finite and >= 0, got -1"},
+      {"softcap_inf", with({"--softcap", "inf"}),
+       "attention: softcap must be finite and >= 0, got inf"},
+      {"window_negative", with({"--window-left", "-2"}),
+       "attention: window_left and window_right must be >= -1, got -2 and "
+       "-1"},
+      {"window_right_negative", with({"--window-right", "-3"}),
+       "attention: window_left and window_right must be >= -1, got -1 and "
+       "-3"},
       {"window_text", with({"--window-right", "x"}),
-       "--window-right: \"x\" must be a whole number from 0 to 999999999 "
-       "(leave it out for no limit)"},
+       "--window-right: \"x\" must be a whole number from -1 (no limit) to "
+       "999999999"},
       {"explain_too_large",
        {"attention", "--q", "$D/q.npy", "--k", "$D/k65.npy", "--v",
         "$D/v65.npy", "--explain"},
