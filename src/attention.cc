@@ -71,6 +71,82 @@ T* thread_buffer(int slot, std::size_t n) {
 
 namespace detail::attn {
 
+// The per-row tables of one kernel call: each query row's address, visible
+// keys, mask and bias rows (at the plan's mask column of key 0) and sink.
+struct RowTables {
+  const float* q[detail::kMaxKernelRows];
+  std::int32_t first[detail::kMaxKernelRows], last[detail::kMaxKernelRows];
+  const std::uint8_t* mask[detail::kMaxKernelRows] = {};
+  const float* bias[detail::kMaxKernelRows] = {};
+  float sinks[detail::kMaxKernelRows] = {};
+};
+
+// Rows row0 .. row0 + cnt - 1 of KV head kh of batch b (row r is query head
+// kh g + r / n_q, query i = r % n_q); ps is the sequence's plan.
+void fill_row_tables(const Plan& p, const Plan& ps, const AttentionOptions& o,
+                     const TensorView<const float>& q, std::size_t b,
+                     std::size_t kh, std::size_t row0, std::size_t cnt,
+                     RowTables& t) {
+  for (std::size_t r = 0; r < cnt; ++r) {
+    const std::size_t row = row0 + r;
+    const std::size_t h = kh * p.g + row / p.n_q;
+    const std::size_t i = row % p.n_q;
+    t.q[r] = q.row(b, h, i);
+    visible_keys(ps, i, t.first[r], t.last[r]);
+    // A mask or bias of 0 columns (n_kv = 0) spans nothing: its strides
+    // are unchecked and it has nothing to read (fuzz_attention).
+    if (!o.mask.empty() && o.mask.cols != 0) {
+      const std::size_t mb = o.mask.batch == 1 ? 0 : b;
+      const std::size_t mh = o.mask.heads == 1 ? 0 : h;
+      t.mask[r] = reinterpret_cast<const std::uint8_t*>(o.mask.row(mb, mh, i)) +
+                  ps.mask_col0;
+    }
+    if (!o.bias.empty() && o.bias.cols != 0) {
+      const std::size_t bb = o.bias.batch == 1 ? 0 : b;
+      const std::size_t bh = o.bias.heads == 1 ? 0 : h;
+      t.bias[r] = o.bias.row(bb, bh, i) + ps.mask_col0;
+    }
+    if (!o.sinks.empty()) t.sinks[r] = o.sinks[h];
+  }
+}
+
+// Where the kernel reads KV head kh of batch b: the first row of K and V
+// (and of the int8 scales) and their strides; paged, the rows of this KV
+// head in page 0 and sequence b's row of the table.
+template <class KT>
+void set_kv_args(detail::AttnArgs& a, const KVViews<KT>& kv,
+                 const PagedKVTable* table, std::size_t b, std::size_t kh) {
+  constexpr bool kInt8 = std::is_same_v<KT, std::int8_t>;
+  a.kv_type = kv_type<KT>();
+  const std::size_t kb = table ? 0 : b;
+  // A view with no keys spans nothing, so its strides were not checked
+  // against anything and may point anywhere: its base pointer, not a
+  // row's (computing that row's address overflowed: fuzz_attention).
+  auto first_row = [kb, kh](const auto& t) {
+    return t.rows == 0 ? t.data : t.row(kb, kh, 0);
+  };
+  a.k = first_row(kv.k);
+  a.k_stride = kv.k.row_stride;
+  a.v = first_row(kv.v);
+  a.v_stride = kv.v.row_stride;
+  if (kInt8) {
+    a.k_scale = first_row(kv.k_scales);
+    a.k_scale_stride = kv.k_scales.row_stride;
+    a.v_scale = first_row(kv.v_scales);
+    a.v_scale_stride = kv.v_scales.row_stride;
+  }
+  if (table) {
+    a.block_table = table->block_table.data() + b * table->blocks_per_seq;
+    a.page_size = kv.k.rows;
+    a.k_page_stride = kv.k.batch_stride;
+    a.v_page_stride = kv.v.batch_stride;
+    if (kInt8) {
+      a.k_scale_page_stride = kv.k_scales.batch_stride;
+      a.v_scale_page_stride = kv.v_scales.batch_stride;
+    }
+  }
+}
+
 // The rows of a checked plan: finalised into the output and lse, or kept as
 // the partial result (AttentionPartial). With a paged source (k and v are
 // the pages) each sequence has its own n_kv; int8 K and V come with their
@@ -81,17 +157,12 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
   const Plan& p = plan.data();
   const AttentionOptions& o = req.options;
   const TensorView<const float>& q = req.q;
-  const TensorView<const KT>& k = kv.k;
-  const TensorView<const KT>& v = kv.v;
   const TensorView<float>& out = req.target.out;
   float* lse = req.target.lse;
   AttentionPartial* partial = req.target.kind == AttentionTarget::Kind::kPartial
                                   ? req.target.partial
                                   : nullptr;
   const PagedKVTable* table = req.kv.paged ? &req.kv.table : nullptr;
-  const bool int8 = std::is_same_v<KT, std::int8_t>;
-  const TensorView<const float>* k_scales = int8 ? &kv.k_scales : nullptr;
-  const TensorView<const float>* v_scales = int8 ? &kv.v_scales : nullptr;
   // Sequence b's plan: its own n_kv and key range when paged.
   auto plan_of = [&](std::size_t b) {
     return table
@@ -207,63 +278,10 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
     const std::size_t step = split ? detail::kDecodeMaxRows : max_rows;
     for (std::size_t s0 = 0; s0 < nr; s0 += step) {
       const std::size_t cnt = std::min(step, nr - s0);
-      const float* q_rows[detail::kMaxKernelRows];
-      std::int32_t first[detail::kMaxKernelRows], last[detail::kMaxKernelRows];
-      const std::uint8_t* mrows[detail::kMaxKernelRows] = {};
-      const float* brows[detail::kMaxKernelRows] = {};
-      float sinks[detail::kMaxKernelRows] = {};
-      for (std::size_t r = 0; r < cnt; ++r) {
-        const std::size_t row = r0 + s0 + r;
-        const std::size_t h = kh * p.g + row / p.n_q;
-        const std::size_t i = row % p.n_q;
-        q_rows[r] = q.row(b, h, i);
-        visible_keys(ps, i, first[r], last[r]);
-        // A mask or bias of 0 columns (n_kv = 0) spans nothing: its strides
-        // are unchecked and it has nothing to read (fuzz_attention).
-        if (!o.mask.empty() && o.mask.cols != 0) {
-          const std::size_t mb = o.mask.batch == 1 ? 0 : b;
-          const std::size_t mh = o.mask.heads == 1 ? 0 : h;
-          mrows[r] =
-              reinterpret_cast<const std::uint8_t*>(o.mask.row(mb, mh, i)) +
-              ps.mask_col0;
-        }
-        if (!o.bias.empty() && o.bias.cols != 0) {
-          const std::size_t bb = o.bias.batch == 1 ? 0 : b;
-          const std::size_t bh = o.bias.heads == 1 ? 0 : h;
-          brows[r] = o.bias.row(bb, bh, i) + ps.mask_col0;
-        }
-        if (!o.sinks.empty()) sinks[r] = o.sinks[h];
-      }
+      RowTables rows;
+      fill_row_tables(p, ps, o, q, b, kh, r0 + s0, cnt, rows);
       detail::AttnArgs a;
-      a.kv_type = kv_type<KT>();
-      // Paged: the rows of this KV head in page 0, and the table.
-      const std::size_t kb = table ? 0 : b;
-      // A view with no keys spans nothing, so its strides were not checked
-      // against anything and may point anywhere: its base pointer, not a
-      // row's (computing that row's address overflowed: fuzz_attention).
-      auto first_row = [kb, kh](const auto& t) {
-        return t.rows == 0 ? t.data : t.row(kb, kh, 0);
-      };
-      a.k = first_row(k);
-      a.k_stride = k.row_stride;
-      a.v = first_row(v);
-      a.v_stride = v.row_stride;
-      if (k_scales) {
-        a.k_scale = first_row(*k_scales);
-        a.k_scale_stride = k_scales->row_stride;
-        a.v_scale = first_row(*v_scales);
-        a.v_scale_stride = v_scales->row_stride;
-      }
-      if (table) {
-        a.block_table = table->block_table.data() + b * table->blocks_per_seq;
-        a.page_size = k.rows;
-        a.k_page_stride = k.batch_stride;
-        a.v_page_stride = v.batch_stride;
-        if (k_scales) {
-          a.k_scale_page_stride = k_scales->batch_stride;
-          a.v_scale_page_stride = v_scales->batch_stride;
-        }
-      }
+      set_kv_args(a, kv, table, b, kh);
       a.d = p.d;
       a.dv = dv;
       a.j_begin = ps.kv_begin + chunk * kDecodeChunk;
@@ -275,13 +293,13 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
       a.rows = cnt;
       a.decode = split;
       a.precise = o.precise;
-      a.q_rows = q_rows;
-      a.first_key = first;
-      a.last_key = last;
-      a.mask_rows = o.mask.empty() ? nullptr : mrows;
-      a.bias_rows = o.bias.empty() ? nullptr : brows;
+      a.q_rows = rows.q;
+      a.first_key = rows.first;
+      a.last_key = rows.last;
+      a.mask_rows = o.mask.empty() ? nullptr : rows.mask;
+      a.bias_rows = o.bias.empty() ? nullptr : rows.bias;
       // With a split, the sinks go into the first chunk only.
-      a.sinks = (!o.sinks.empty() && chunk == 0) ? sinks : nullptr;
+      a.sinks = (!o.sinks.empty() && chunk == 0) ? rows.sinks : nullptr;
       a.scratch = scratch_ptr;
       a.out_m = out_m + s0;
       a.out_l = out_l + s0;
