@@ -62,9 +62,11 @@ python_lint() {
 }
 
 python_suite() {
-  local dir="$1" py wheel log="$1/pytest.log"
+  local dir py wheel log
+  # An absolute path: the steps below run from other folders.
+  dir="$(mkdir -p "$1" && cd "$1" && pwd)"
+  log="$dir/pytest.log"
   py="$(find_python)"
-  mkdir -p "$dir"
   rm -rf "$dir/dist"
   log "python: pip wheel . ($("$py" --version))"
   "$py" -m pip wheel --no-deps -w "$dir/dist" "$SOFTDOT_ROOT"

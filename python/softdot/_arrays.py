@@ -207,7 +207,8 @@ def check_overlap(
     ):
         return
     try:
-        if not np.shares_memory(out, a, max_work=10000):
+        # numpy documents max_work as any int; its stub only names -1 and 0.
+        if not np.shares_memory(out, a, max_work=10000):  # type: ignore[arg-type]
             return  # interleaved, e.g. x[::2] and out[1::2] of one buffer
     except np.exceptions.TooHardError:
         pass  # undecided: refuse

@@ -150,7 +150,7 @@ def _call(
     return (user, lse_user) if return_lse else user
 
 
-scaled_dot_product_attention.__doc__ += R.CAUSAL_DOC
+scaled_dot_product_attention.__doc__ = (scaled_dot_product_attention.__doc__ or "") + R.CAUSAL_DOC
 
 
 def attention_weights(
@@ -197,7 +197,7 @@ def attention_weights(
     )
 
 
-attention_weights.__doc__ += R.CAUSAL_DOC
+attention_weights.__doc__ = (attention_weights.__doc__ or "") + R.CAUSAL_DOC
 
 
 def attention_merge(out_a: Any, lse_a: Any, out_b: Any, lse_b: Any, /, *, out: Any = None):

@@ -171,7 +171,7 @@ def paged_attention(
     Ev = v.shape[-1]
     # Mask and bias columns are key positions: as many as the caller gives
     # (at least max(seq_lens), which the library checks).
-    cols = [a.shape[-1] for a in (attn_mask, bias) if a is not None and getattr(a, "ndim", 0)]
+    cols = [a.shape[-1] for a in (attn_mask, bias) if a is not None and getattr(a, "ndim", False)]
     mask, bias4 = R.masks(
         fn, attn_mask, bias, kind, (B, Hq, L, max(cols) if cols else S), "B, Hq, L, key positions"
     )
@@ -229,4 +229,4 @@ def paged_attention(
     return (user, lse_user) if return_lse else user
 
 
-paged_attention.__doc__ += R.CAUSAL_DOC
+paged_attention.__doc__ = (paged_attention.__doc__ or "") + R.CAUSAL_DOC

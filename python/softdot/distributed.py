@@ -96,7 +96,7 @@ class RingLayout:
         shape = list(xa.shape)
         shape[ax] = self.rows
         r = np.zeros(shape, dtype=xa.dtype)
-        idx = [slice(None)] * xa.ndim
+        idx: list = [slice(None)] * xa.ndim
         idx[ax] = np.nonzero(keep)[0]
         r[tuple(idx)] = np.take(xa, pos[keep], axis=ax)
         if kind == "torch":
@@ -307,9 +307,9 @@ def logsumexp(comm: Any, x: Any, vocab_begin: int, /, *, deterministic: bool = F
     return user
 
 
-softmax.__doc__ += _VOCAB_DOC
-log_softmax.__doc__ += _VOCAB_DOC
-logsumexp.__doc__ += _VOCAB_DOC
+softmax.__doc__ = (softmax.__doc__ or "") + _VOCAB_DOC
+log_softmax.__doc__ = (log_softmax.__doc__ or "") + _VOCAB_DOC
+logsumexp.__doc__ = (logsumexp.__doc__ or "") + _VOCAB_DOC
 
 
 def cross_entropy(
@@ -363,10 +363,12 @@ def cross_entropy(
     if not (math.isfinite(eps) and 0.0 <= eps <= 1.0):
         raise ValueError(f"{fn}: label_smoothing must be in [0, 1], got {eps!r}")
     n = xa.shape[0]
-    loss_user = loss_view = None
+    loss_user: Any = None
+    loss_view: Any = None
     if reduction == "none":
         loss_user, loss_view = A.new_output((n,), xa.dtype, kind)
-    grad_user = grad_view = None
+    grad_user: Any = None
+    grad_view: Any = None
     if grad:
         grad_user, grad_view = A.new_output(xa.shape, xa.dtype, kind)
     value = _mpi.vocab_cross_entropy(
