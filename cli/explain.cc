@@ -170,7 +170,8 @@ std::string explain_softmax(std::span<const double> scores,
   }
   out += "\n";
 
-  // Special rows: the contract of docs/numerics.md, then the weights.
+  // Special rows: the special-value contract (README, "Special values";
+  // include/softdot/softmax.h), then the weights.
   if (any_nan || !std::isfinite(m)) {
     if (any_nan) {
       out +=

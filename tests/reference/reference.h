@@ -7,7 +7,7 @@
 // fractions of an ulp, together with the ulp of the element type at the exact
 // value.
 //
-// Softmax semantics (docs/numerics.md, include/softdot/softmax.h):
+// Softmax semantics (README, "Special values"; include/softdot/softmax.h):
 //   s = (T)(1.0 / temperature), rounded to the element type;
 //   score_i = x_i * s, the product exact (a product that rounds to +-inf in T
 //             counts as +-inf, as the library documents);

@@ -1,6 +1,6 @@
-// Attention tests: The special values of docs/numerics.md on every target:
-// fully masked rows, NaN in queries, keys and values, masked junk that never
-// leaks, +inf scores, 16-bit inputs.
+// Attention tests: the special values of the contract (README, "Special
+// values") on every target: fully masked rows, NaN in queries, keys and values,
+// masked junk that never leaks, +inf scores, 16-bit inputs.
 #include "attention_test_util.h"
 
 namespace softdot_test {

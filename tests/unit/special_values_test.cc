@@ -1,7 +1,8 @@
-// Every row of the special-value table (docs/numerics.md) for softmax,
-// log_softmax, logsumexp, softmax_rows and log_softmax_rows, float and double,
-// on every SIMD target. (Over 600 lines on purpose: it is one table, row by
-// row; split, the rows of one table would sit in several files.)
+// Every row of the special-value table (README, "Special values";
+// include/softdot/softmax.h) for softmax, log_softmax, logsumexp, softmax_rows
+// and log_softmax_rows, float and double, on every SIMD target. (Over 600 lines
+// on purpose: it is one table, row by row; split, the rows of one table would
+// sit in several files.)
 #include <algorithm>
 #include <random>
 #include <stdexcept>
