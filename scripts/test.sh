@@ -4,7 +4,10 @@
 #   1. build/         Release, warnings are errors; clang-tidy on its
 #                     compile_commands.json (scripts/tidy.sh), findings are errors;
 #   2. build/python/  the Python package: `pip wheel .`, the wheel in a fresh
-#                     venv, pytest on tests/python (scripts/python.sh);
+#                     venv, the wheel repaired into a manylinux wheel
+#                     (scripts/wheel.sh) and imported with the system's
+#                     libhwy and libgomp hidden, ruff and mypy, pytest on
+#                     tests/python (scripts/python.sh);
 #   3. build-asan/    RelWithDebInfo with AddressSanitizer + UndefinedBehaviorSanitizer;
 #   4. build-clang/   Release with clang, warnings are errors;
 #   5. build-fuzz/    the libFuzzer targets, 30000 fixed-seed inputs each,
