@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "attention_checks.h"
-#include "kernels/dispatch.h"
 #include "kernels/dequantize.h"
+#include "kernels/dispatch.h"
 #include "kernels/weights_row.h"
 #include "softdot/attention.h"
 #include "softdot/attention_request.h"
