@@ -7,7 +7,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 build_dir="${BUILD_DIR:-$SOFTDOT_ROOT/build}"
 ensure_deps
-configure_build "$build_dir" Release -DSOFTDOT_BUILD_CLI=ON
+configure_build "$build_dir" Release -DSOFTDOT_BUILD_CLI=ON -DSOFTDOT_PYTHON=OFF \
+  -DSOFTDOT_INSTALL_CXX=ON
 log "softdot demo"
 "$build_dir/cli/softdot" demo
 log "demo: OK (the command is $build_dir/cli/softdot; try --help)"

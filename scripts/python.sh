@@ -62,14 +62,25 @@ python_lint() {
 }
 
 python_suite() {
-  local dir py wheel log
+  local dir py wheel log reuse=()
   # An absolute path: the steps below run from other folders.
   dir="$(mkdir -p "$1" && cd "$1" && pwd)"
   log="$dir/pytest.log"
   py="$(find_python)"
   rm -rf "$dir/dist"
-  log "python: pip wheel . ($("$py" --version))"
-  "$py" -m pip wheel --no-deps -w "$dir/dist" "$SOFTDOT_ROOT"
+  # With a second argument, a Release tree of the whole project (test.sh's
+  # build/): scikit-build-core builds in it, so the library's objects, which
+  # the tree has compiled with the same compiler and flags, are not compiled
+  # again; only the extension modules are. The tree keeps its tests, command
+  # and benchmarks (configured on), and test.sh's next configure of it sets
+  # SOFTDOT_PYTHON and SOFTDOT_INSTALL_CXX back. Without it the wheel builds
+  # in build/python/<tag> (pyproject.toml), as a user's `pip install .`.
+  if (($# > 1)); then
+    reuse=(-C "build-dir=$2" -C cmake.define.SOFTDOT_BUILD_TESTS=ON
+           -C cmake.define.SOFTDOT_BUILD_CLI=ON -C cmake.define.SOFTDOT_BUILD_BENCH=ON)
+  fi
+  log "python: pip wheel . ($("$py" --version))${reuse:+ in $2}"
+  "$py" -m pip wheel --no-deps -w "$dir/dist" "${reuse[@]}" "$SOFTDOT_ROOT"
   wheel="$(ls "$dir"/dist/softdot-*.whl)"
   [[ -f "$wheel" ]] || die "python: no wheel in $dir/dist"
 

@@ -56,8 +56,12 @@ bash "$SOFTDOT_ROOT/scripts/format.sh" --check
 
 # 1. Release, and clang-tidy with the tree's compile_commands.json.
 t0=$SECONDS
+# SOFTDOT_PYTHON and SOFTDOT_INSTALL_CXX stated: step 2 builds the wheel in
+# this tree (which turns the one on and the other off), and a second run
+# must test the same tree as the first.
 configure_build "$release_dir" Release -DSOFTDOT_WERROR=ON -DSOFTDOT_BUILD_TESTS=ON \
-  -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+  -DCMAKE_EXPORT_COMPILE_COMMANDS=ON -DSOFTDOT_PYTHON=OFF -DSOFTDOT_INSTALL_CXX=ON \
+  -DSOFTDOT_BUILD_CLI=ON -DSOFTDOT_BUILD_BENCH=ON -DSOFTDOT_PYTHON_BENCH=OFF
 t1=$SECONDS
 bash "$SOFTDOT_ROOT/scripts/tidy.sh" "$release_dir"
 tidy_s=$((SECONDS - t1))
@@ -66,7 +70,7 @@ release_s=$((SECONDS - t0 - tidy_s))
 
 # 2. The Python package.
 t0=$SECONDS
-python_suite "$release_dir/python"
+python_suite "$release_dir/python" "$release_dir"
 total_tests=$((total_tests + python_tests))
 python_s=$((SECONDS - t0))
 
