@@ -116,7 +116,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # The daemons stay attached to their agent instead of daemonizing, as under
 # ssh: a daemon that fails at start-up then fails the run at once, with its
 # message, where a daemonized one failed unseen and mpirun waited for it
-# until the timeout.
+# until the timeout. (Attached, the daemons and ranks also stay in the
+# caller's session and so in its scheduler autogroup: CPU-bound load started
+# from the same session slows them more than it slowed daemonized ones,
+# which had sessions of their own; ring_test P = 4 took ~10 s instead of
+# ~3 s beside two `yes` loops of the same shell, the same ~3 s when the
+# loops ran in a session of their own.)
 timeout --kill-after=5 "${SOFTDOT_NETNS_TIMEOUT:-90}" \
   "$mpirun" --hostfile "$dir/hosts" -np "$P" \
   --mca plm_rsh_agent "$here/netns_agent.sh" \
