@@ -9,7 +9,8 @@
 # exit; mpirun runs under `timeout` (SOFTDOT_NETNS_TIMEOUT seconds, default
 # 90, below the tests' ctest TIMEOUT of 120) so that a hang still ends here
 # and cleans up. A run killed outright (SIGKILL) cannot clean up: each run
-# first removes what runs whose process is gone left behind (the owner's PID
+# first removes what runs whose process is gone left behind (namespaces,
+# veths, bridge and its directory /tmp/softdot-netns-<id>.*; the owner's PID
 # is kept in $state/<bridge>), and picks a subnet that no interface uses.
 # Usage: run_netns.sh P PROGRAM [ARGS...]   (mpirun from PATH or $MPIRUN)
 set -euo pipefail
@@ -37,6 +38,7 @@ remove_run() {
     grep -E "^sd(v|br)$rid" || true); do
     ip link del "$link" 2>/dev/null || true
   done
+  rm -rf "/tmp/softdot-netns-$rid".*
   rm -f "$state/sdbr$rid"
 }
 for link in $(ip -o link show type bridge | awk -F': ' '{print $2}' | grep -E '^sdbr[0-9a-f]{4}$' || true); do
@@ -48,6 +50,14 @@ done
 for ns in $(ip netns list | awk '{print $1}' | grep -E '^sdns[0-9a-f]{4}-' || true); do
   rid="${ns#sdns}"
   rid="${rid%%-*}"
+  [[ -e "/sys/class/net/sdbr$rid" ]] || remove_run "$rid"
+done
+# A run makes its directory after its bridge and removes it before: a
+# directory without a bridge is a leftover.
+for d in /tmp/softdot-netns-????.*; do
+  [[ -d "$d" ]] || continue
+  rid="${d#/tmp/softdot-netns-}"
+  rid="${rid%%.*}"
   [[ -e "/sys/class/net/sdbr$rid" ]] || remove_run "$rid"
 done
 # A short id unique to this run (names are limited to 15 characters), and a
@@ -63,15 +73,15 @@ while ip -o addr show | grep -q " inet 10\.$a\.$b\."; do
 done
 subnet="10.$a.$b"
 br="sdbr$id"
-dir="$(mktemp -d)"
+dir=
 cleanup() {
+  [[ -z "$dir" ]] || rm -rf "$dir"
   for ((i = 0; i < P; i++)); do
     ip netns del "sdns$id-$i" 2>/dev/null || true
     ip link del "sdv$id-$i" 2>/dev/null || true
   done
   ip link del "$br" 2>/dev/null || true
   rm -f "$state/$br"
-  rm -rf "$dir"
 }
 trap cleanup EXIT
 trap 'exit 143' TERM
@@ -80,6 +90,7 @@ echo $$ >"$state/$br"
 ip link add "$br" type bridge
 ip addr add "$subnet.254/24" dev "$br"
 ip link set "$br" up
+dir="$(mktemp -d "/tmp/softdot-netns-$id.XXXXXX")"
 : >"$dir/hosts"
 for ((i = 0; i < P; i++)); do
   ns="sdns$id-$i"
@@ -99,10 +110,24 @@ export SOFTDOT_NETNS_DIR="$dir"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Every rank on its own "host": the shared-memory BTL cannot be used
 # between them, and the runtime and the TCP BTL are held to the subnet.
+# Open MPI's session directories go under the run's directory (removed with
+# it, or by the next run if this one is killed); each "host" has a host name
+# of its own (netns_agent.sh), so each daemon has a directory of its own.
+# The daemons stay attached to their agent instead of daemonizing, as under
+# ssh: a daemon that fails at start-up then fails the run at once, with its
+# message, where a daemonized one failed unseen and mpirun waited for it
+# until the timeout. (Attached, the daemons and ranks also stay in the
+# caller's session and so in its scheduler autogroup: CPU-bound load started
+# from the same session slows them more than it slowed daemonized ones,
+# which had sessions of their own; ring_test P = 4 took ~10 s instead of
+# ~3 s beside two `yes` loops of the same shell, the same ~3 s when the
+# loops ran in a session of their own.)
 timeout --kill-after=5 "${SOFTDOT_NETNS_TIMEOUT:-90}" \
   "$mpirun" --hostfile "$dir/hosts" -np "$P" \
   --mca plm_rsh_agent "$here/netns_agent.sh" \
   --mca plm_rsh_no_tree_spawn 1 \
+  --mca orte_leave_session_attached 1 \
+  --mca orte_tmpdir_base "$dir" \
   --mca btl self,tcp \
   --mca btl_tcp_if_include "$subnet.0/24" \
   --mca oob_tcp_if_include "$subnet.0/24" \
