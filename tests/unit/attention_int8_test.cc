@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "attention_checks.h"
+#include "attention_sweeps.h"
 #include "attention_test_util.h"
 
 namespace softdot_test {
@@ -197,37 +198,17 @@ void expect_int8_equals_float(const std::string& label, const Int8Problem& p,
 
 class Int8Targets : public PerTarget {};
 
-// Both forms, strided views, the options; on every target (the widening is
-// vector code with a scalar tail: d not a multiple of the lanes).
+// Every form, strided views, every option case; on every target (the
+// widening is vector code with a scalar tail: d not a multiple of the
+// lanes).
 TEST_P(Int8Targets, EqualsFloatOnTheDequantisedValues) {
-  using softdot::detail::attn::kDecodeChunk;
-  using softdot::detail::attn::kDecodeRows;
-  Shape prefill{.B = 2,
-                .H = 4,
-                .Hkv = 2,
-                .nq = 2 * kDecodeRows + 3,
-                .nkv = 150,
-                .d = 37,
-                .dv = 29,
-                .pad = 1,
-                .seed = 500};
-  Shape decode{.B = 1,
-               .H = 8,
-               .Hkv = 2,
-               .nq = 1,
-               .nkv = 2 * kDecodeChunk + 70,
-               .d = 128,
-               .dv = 128,
-               .seed = 501};
-  for (const Shape& s : {prefill, decode}) {
-    const Int8Problem p = make_int8(s);
-    expect_int8_equals_float("plain", p, {});
-    AttentionOptions o;
-    o.causal = true;
-    o.window_left = 50;
-    o.softcap = 4.0f;
-    o.kv_begin = 9;
-    expect_int8_equals_float("causal window softcap range", p, o);
+  for (const FormShape& f : form_shapes()) {
+    const Int8Problem p = make_int8(f.shape);
+    const SweepArrays x(f.shape);
+    for (const OptionCase& c : option_sweep()) {
+      expect_int8_equals_float(std::string(f.name) + ", " + c.name, p,
+                               c.make(x));
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 // shared by every format, option and layout sweep, and the table errors
 // beside the cases they guard.)
 #include "attention_checks.h"
+#include "attention_sweeps.h"
 #include "attention_test_util.h"
 
 namespace softdot_test {
@@ -291,17 +292,25 @@ void expect_paged_equals(const std::string& what, const Tensor<float>& q,
   }
 }
 
-// One shape: every option set, against each sequence alone (contiguous),
-// paged with each page size, both layouts.
+// Lengths: empty, one key, around the 64-key tile and the 512-key decode
+// chunk, and none a multiple of every page size.
+const std::vector<std::int32_t> kLens = {0, 1, 63, 65, 130, 513, 1100};
+
+// One form shape (its H, H_kv, n_q, d, d_v and seed; the batch is one
+// sequence per length of kLens): every option case, against each sequence
+// alone (contiguous), paged with each page size, both layouts.
 template <class T>
-void paged_sweep(const std::string& label, std::size_t H, std::size_t Hkv,
-                 std::size_t nq, const std::vector<std::int32_t>& lens,
-                 const std::vector<std::size_t>& page_sizes,
-                 std::uint64_t seed) {
-  const std::size_t B = lens.size(), d = 40, dv = 24;
+void paged_sweep(const std::string& label, const Shape& form,
+                 const std::vector<std::size_t>& page_sizes) {
+  const std::vector<std::int32_t>& lens = kLens;
   std::size_t max_len = 0;
   for (auto n : lens) max_len = std::max(max_len, std::size_t(n));
-  const Cache<T> c = make_cache<T>(B, Hkv, max_len, d, dv, seed);
+  Shape s = form;
+  s.B = lens.size();
+  s.nkv = max_len;
+  const std::size_t B = s.B, H = s.H, nq = s.nq, d = s.d, dv = s.dv;
+  const std::uint64_t seed = s.seed;
+  const Cache<T> c = make_cache<T>(B, s.Hkv, max_len, d, dv, seed);
   Tensor<float> q(B, H, nq, d, 1, kNaNF);
   {
     std::mt19937_64 rng(seed + 1);
@@ -310,83 +319,37 @@ void paged_sweep(const std::string& label, std::size_t H, std::size_t Hkv,
   }
   // Mask and bias with more columns than the longest sequence (the rest
   // are never read).
-  const Tensor<bool> mask = random_mask(B, 1, nq, max_len + 3, seed + 2);
-  Tensor<float> bias(1, H, nq, max_len + 5, 1, kNaNF);
-  {
-    std::mt19937_64 rng(seed + 3);
-    std::uniform_real_distribution<double> u(-1.0, 1.0);
-    std::bernoulli_distribution hide(0.1);
-    bias.for_each([&](float& x) { x = hide(rng) ? -kInfF : float(u(rng)); });
+  const SweepArrays x(s, /*spare_cols=*/3);
+  // The paged copies, each page size and layout, made once for every case.
+  std::vector<std::pair<std::string, Paged<T>>> paged;
+  for (std::size_t ps : page_sizes) {
+    for (bool vllm : {false, true}) {
+      paged.emplace_back(
+          ", page_size " + std::to_string(ps) + (vllm ? " vLLM layout" : ""),
+          page(c, lens, ps, vllm, seed + ps));
+    }
   }
-  const std::vector<float> sinks = [&] {
-    std::vector<float> s(H);
-    for (std::size_t h = 0; h < H; ++h) s[h] = 0.25f * float(h) - 0.5f;
-    return s;
-  }();
-  std::vector<std::pair<std::string, AttentionOptions>> opts;
-  opts.push_back({"plain", {}});
-  {
-    AttentionOptions o;
-    o.causal = true;
-    opts.push_back({"causal", o});
-    o.window_left = 70;
-    o.softcap = 3.0f;
-    opts.push_back({"causal window softcap", o});
-  }
-  {
-    AttentionOptions o;
-    o.window_left = 40;
-    o.window_right = 5;
-    o.mask = mask.cview();
-    opts.push_back({"window mask", o});
-  }
-  {
-    AttentionOptions o;
-    o.bias = bias.cview();
-    o.sinks = sinks;
-    o.scale = 0.3;
-    opts.push_back({"bias sinks", o});
-  }
-  {
-    AttentionOptions o;
-    o.kv_begin = 70;
-    o.kv_end = 700;
-    o.causal = true;
-    opts.push_back({"kv range 70..700 causal", o});
-    o.kv_begin = 5;
-    o.kv_end = 6;
-    o.causal = false;
-    o.sinks = sinks;
-    opts.push_back({"kv range 5..6 sinks", o});
-  }
-  for (const auto& [oname, o] : opts) {
+  for (const OptionCase& oc : option_sweep()) {
+    const AttentionOptions o = oc.make(x);
     Expected want{Tensor<float>(B, H, nq, dv, 0, kOutSentinel),
                   std::vector<float>(B * H * nq, kLseSentinel),
                   {}};
     run_contiguous(q, c, lens, want.out, want.lse, want.part, o);
-    for (std::size_t ps : page_sizes) {
-      for (bool vllm : {false, true}) {
-        const Paged<T> p = page(c, lens, ps, vllm, seed + ps);
-        const std::string what =
-            label + " " + oname + ", page_size " + std::to_string(ps) +
-            (vllm ? " vLLM layout" : "") + " [" + softdot::simd_target() + "]";
-        expect_paged_equals(what, q, p, o, want);
-      }
+    for (const auto& [layout, p] : paged) {
+      const std::string what =
+          label + " " + oc.name + layout + " [" + softdot::simd_target() + "]";
+      expect_paged_equals(what, q, p, o, want);
     }
   }
 }
 
-// Lengths: empty, one key, around the 64-key tile and the 512-key decode
-// chunk, and none a multiple of every page size.
-const std::vector<std::int32_t> kLens = {0, 1, 63, 65, 130, 513, 1100};
-
 template <class T>
 void sweep_format(const char* name) {
   const std::vector<std::size_t> sizes = {1, 16, 64, 256};
-  // Decode: n_q = 1, GQA (4 query heads per KV head): the split form.
-  paged_sweep<T>(std::string(name) + " decode", 8, 2, 1, kLens, sizes, 11);
-  // Chunked prefill: 37 new tokens (the prefill form), GQA.
-  paged_sweep<T>(std::string(name) + " prefill", 4, 2, 37, kLens, sizes, 12);
+  for (const FormShape& f : form_shapes()) {
+    if (f.edge) continue;  // the kernels' edges: the other sweeps' business
+    paged_sweep<T>(std::string(name) + " " + f.name, f.shape, sizes);
+  }
 }
 
 class PagedTargets : public PerTarget {};

@@ -4,6 +4,7 @@
 #include <gtest/gtest-spi.h>
 
 #include "attention_checks.h"
+#include "attention_sweeps.h"
 #include "attention_test_util.h"
 
 namespace softdot_test {
@@ -53,55 +54,39 @@ void expect_finalize_equals_attention(const std::string& label,
   }
 }
 
-// Both forms (prefill: more than kDecodeRows rows per KV head; decode: at
-// most, with several chunks), every K/V format, the options that change the
-// state (sinks, causal, window, mask, kv range, softcap).
+// Every form (prefill: more than kDecodeRows rows per KV head; decode: at
+// most, with several chunks), every K/V format, every option case (those
+// that change the state: sinks, causal, window, mask, kv range, softcap).
 TEST(AttentionPartial, FinalizeEqualsAttentionBitwise) {
-  using softdot::detail::attn::kDecodeChunk;
-  using softdot::detail::attn::kDecodeRows;
-  Shape prefill{.B = 2,
-                .H = 4,
-                .Hkv = 2,
-                .nq = 2 * kDecodeRows + 5,
-                .nkv = 150,
-                .d = 40,
-                .dv = 24,
-                .pad = 1,
-                .seed = 300};
-  Shape decode{.B = 1,
-               .H = 8,
-               .Hkv = 2,
-               .nq = 1,
-               .nkv = 3 * kDecodeChunk + 17,
-               .d = 64,
-               .dv = 48,
-               .seed = 301};
-  const std::vector<float> sinks8 = {0.5f, -kInfF, 2.0f, 1.0f,
-                                     3.0f, 0.0f,   -1.f, 4.0f};
-  for (const Shape& s : {prefill, decode}) {
+  for (const FormShape& f : form_shapes()) {
+    const Shape& s = f.shape;
     const auto pf = make_problem<float>(s);
     const auto ph = make_problem<Float16>(s);
     const auto pb = make_problem<BFloat16>(s);
-    expect_finalize_equals_attention<float>("plain", pf, {});
-    expect_finalize_equals_attention<Float16>("plain", ph, {});
-    expect_finalize_equals_attention<BFloat16>("plain", pb, {});
-    AttentionOptions o;
-    o.causal = true;
-    o.window_left = 70;
-    o.softcap = 5.0f;
-    o.sinks = std::span<const float>(sinks8.data(), s.H);
-    expect_finalize_equals_attention<float>("causal window softcap sinks", pf,
-                                            o);
-    AttentionOptions r;
-    r.kv_begin = 20;
-    r.kv_end = s.nkv - 30;
-    expect_finalize_equals_attention<Float16>("kv range", ph, r);
-    r.kv_end = r.kv_begin;  // empty: every row is the identity
-    expect_finalize_equals_attention<float>("empty range", pf, r);
-    const Tensor<bool> mask = random_mask(1, s.H, s.nq, s.nkv, 7);
-    AttentionOptions m;
-    m.mask = mask.cview();
-    expect_finalize_equals_attention<BFloat16>("mask", pb, m);
+    const SweepArrays x(s);
+    for (const OptionCase& c : option_sweep()) {
+      const AttentionOptions o = c.make(x);
+      const std::string label = std::string(f.name) + ", " + c.name;
+      expect_finalize_equals_attention<float>(label, pf, o);
+      expect_finalize_equals_attention<Float16>(label, ph, o);
+      expect_finalize_equals_attention<BFloat16>(label, pb, o);
+    }
+  }
+}
+
+// The shared shapes are the forms their names say: a decode shape has at
+// most kDecodeRows query rows per KV head, a prefill shape more.
+TEST(AttentionSweeps, FormShapesAreTheirForms) {
+  using softdot::detail::attn::kDecodeRows;
+  for (const FormShape& f : form_shapes()) {
+    const std::string name = f.name;
+    ASSERT_EQ(f.shape.H % f.shape.Hkv, 0u) << name;
+    if (name.rfind("decode", 0) == 0) {
+      EXPECT_LE(rows_per_kv_head(f.shape), kDecodeRows) << name;
+    } else {
+      ASSERT_EQ(name.rfind("prefill", 0), 0u) << name;
+      EXPECT_GT(rows_per_kv_head(f.shape), kDecodeRows) << name;
+    }
   }
 }
 
