@@ -438,14 +438,6 @@ const char* kv_format_name(KVFormat f) noexcept {
 
 namespace {
 
-template <class T>
-const TensorView<const T>& values_of(const TensorView<const T>& t) {
-  return t;
-}
-const TensorView<const std::int8_t>& values_of(const Int8KV& t) {
-  return t.values;
-}
-
 // The checks of a request whose keys (and values) have element type KT.
 template <class KT>
 Plan check_typed(const char* fn, const AttentionRequest& r,
@@ -492,17 +484,34 @@ Plan check_typed(const char* fn, const AttentionRequest& r,
 
 }  // namespace
 
+namespace {
+
+// The values' view of a KVTensor (std::get_if: no exception, the variant
+// always holds one of its alternatives).
+template <class F>
+std::size_t dim_of(const KVTensor::Variant& v, F f) noexcept {
+  if (const auto* t = std::get_if<TensorView<const float>>(&v)) return f(*t);
+  if (const auto* t = std::get_if<TensorView<const Float16>>(&v)) return f(*t);
+  if (const auto* t = std::get_if<TensorView<const BFloat16>>(&v)) {
+    return f(*t);
+  }
+  if (const auto* t = std::get_if<Int8KV>(&v)) return f(t->values);
+  return 0;
+}
+
+}  // namespace
+
 std::size_t KVTensor::batch() const noexcept {
-  return std::visit([](const auto& t) { return values_of(t).batch; }, v_);
+  return dim_of(v_, [](const auto& t) { return t.batch; });
 }
 std::size_t KVTensor::heads() const noexcept {
-  return std::visit([](const auto& t) { return values_of(t).heads; }, v_);
+  return dim_of(v_, [](const auto& t) { return t.heads; });
 }
 std::size_t KVTensor::rows() const noexcept {
-  return std::visit([](const auto& t) { return values_of(t).rows; }, v_);
+  return dim_of(v_, [](const auto& t) { return t.rows; });
 }
 std::size_t KVTensor::cols() const noexcept {
-  return std::visit([](const auto& t) { return values_of(t).cols; }, v_);
+  return dim_of(v_, [](const auto& t) { return t.cols; });
 }
 
 AttentionPlan AttentionPlan::make(const AttentionRequest& r) {

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -19,6 +20,18 @@
 
 namespace softdot {
 namespace {
+
+// Bitwise equality of two float vectors (NaN compared by its bits).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::bit_cast<std::uint32_t>(a[i]) !=
+        std::bit_cast<std::uint32_t>(b[i])) {
+      return false;
+    }
+  }
+  return true;
+}
 
 constexpr std::size_t kB = 1, kH = 2, kHkv = 1, kNq = 3, kNkv = 5, kD = 4;
 
@@ -74,15 +87,14 @@ TEST(AttentionRequest, RequestsGiveTheEntryPointsBits) {
       AttentionTarget::output({got.data(), kB, kH, kNq, kD}, got_lse.data());
   r.options = o;
   run_attention(r);
-  EXPECT_EQ(0, std::memcmp(want.data(), got.data(), n * sizeof(float)));
-  EXPECT_EQ(0, std::memcmp(want_lse.data(), got_lse.data(),
-                           got_lse.size() * sizeof(float)));
+  EXPECT_TRUE(same_bits(want, got));
+  EXPECT_TRUE(same_bits(want_lse, got_lse));
 
   // Paged, through the same request type.
   std::fill(got.begin(), got.end(), -1.0f);
   r.kv = KVSource::pages(in.kpv(), in.vpv(), in.paged());
   run_attention(r);
-  EXPECT_EQ(0, std::memcmp(want.data(), got.data(), n * sizeof(float)));
+  EXPECT_TRUE(same_bits(want, got));
 
   // Partial, then finalised.
   AttentionPartial part;
@@ -91,7 +103,7 @@ TEST(AttentionRequest, RequestsGiveTheEntryPointsBits) {
   run_attention(r);
   std::fill(got.begin(), got.end(), -1.0f);
   attention_finalize(part, {got.data(), kB, kH, kNq, kD}, got_lse.data());
-  EXPECT_EQ(0, std::memcmp(want.data(), got.data(), n * sizeof(float)));
+  EXPECT_TRUE(same_bits(want, got));
 
   // Scores: the request's equal attention_scores'.
   std::vector<float> s1(kB * kH * kNq * kNkv), s2(s1.size());
@@ -99,7 +111,7 @@ TEST(AttentionRequest, RequestsGiveTheEntryPointsBits) {
   r.kv = KVSource::keys(in.kv());
   r.target = AttentionTarget::scores({s2.data(), kB, kH, kNq, kNkv});
   run_attention(r);
-  EXPECT_EQ(0, std::memcmp(s1.data(), s2.data(), s1.size() * sizeof(float)));
+  EXPECT_TRUE(same_bits(s1, s2));
 }
 
 TEST(AttentionRequest, PlanDerivedValues) {
