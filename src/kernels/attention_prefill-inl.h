@@ -329,6 +329,10 @@ template <std::size_t NV>
 struct BlockExtremes {
   VF mx[NV], mn[NV];
   hn::Mask<DF> nan[NV];
+  // With the target's attributes, as PlainDot::State's (dot-inl.h): GCC
+  // for aarch64 refuses to inline the vectors' constructors into an
+  // implicit one (target specific option mismatch).
+  HWY_ATTR BlockExtremes() {}
 };
 
 // Step 4: soft-cap, bias, mask and the causal / window limits applied to
