@@ -358,24 +358,12 @@ namespace {
 
 void output(const char* fn, TensorView<const float> q, KVSource kv,
             TensorView<float> out, const AttentionOptions& o, float* lse) {
-  AttentionRequest r;
-  r.name = fn;
-  r.q = q;
-  r.kv = kv;
-  r.target = AttentionTarget::output(out, lse);
-  r.options = o;
-  run_attention(r);
+  run_request(fn, q, kv, AttentionTarget::output(out, lse), o);
 }
 
 void partial(const char* fn, TensorView<const float> q, KVSource kv,
              AttentionPartial& part, const AttentionOptions& o) {
-  AttentionRequest r;
-  r.name = fn;
-  r.q = q;
-  r.kv = kv;
-  r.target = AttentionTarget::partial_result(part);
-  r.options = o;
-  run_attention(r);
+  run_request(fn, q, kv, AttentionTarget::partial_result(part), o);
 }
 
 }  // namespace

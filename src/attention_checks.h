@@ -150,6 +150,20 @@ void visit_kv(const KVSource& s, F&& f) {
       s.k.variant());
 }
 
+// The request of a public entry point (attention.cc, attention_weights.cc):
+// named fn, checked and run.
+inline void run_request(const char* fn, const TensorView<const float>& q,
+                        const KVSource& kv, const AttentionTarget& target,
+                        const AttentionOptions& o) {
+  AttentionRequest r;
+  r.name = fn;
+  r.q = q;
+  r.kv = kv;
+  r.target = target;
+  r.options = o;
+  run_attention(r);
+}
+
 // The runners of a checked plan: the output or the partial result
 // (attention.cc), the explicit weights or scores (attention_weights.cc).
 template <class KT>

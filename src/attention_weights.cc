@@ -146,13 +146,7 @@ namespace {
 
 void explicit_target(const char* fn, TensorView<const float> q, KVTensor k,
                      AttentionTarget target, const AttentionOptions& o) {
-  AttentionRequest r;
-  r.name = fn;
-  r.q = q;
-  r.kv = KVSource::keys(k);
-  r.target = target;
-  r.options = o;
-  run_attention(r);
+  run_request(fn, q, KVSource::keys(k), target, o);
 }
 
 }  // namespace

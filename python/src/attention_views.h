@@ -133,39 +133,6 @@ Int8KV int8_kv(const char* name, const A& values, const A& scales) {
                 view4<const float>(s.c_str(), scales)};
 }
 
-// The K/V formats of the bindings' kv_format argument.
-enum KvFormat : int { kF32 = 0, kF16 = 1, kBF16 = 2, kI8 = 3 };
-
-// Calls f(k, v) with K (and V, when v is not null; else an empty view) as
-// TensorViews of the element type kv_format names: float32, or the 16-bit
-// bits of float16 or bfloat16 (int8 goes through int8_kv). k_name and
-// v_name name the arrays in errors.
-template <class F>
-void with_kv(int kv_format, const In& k, const In* v, F&& f,
-             const char* k_name = "key", const char* v_name = "value") {
-  auto run = [&](auto tag, const char* want) {
-    using KV = decltype(tag);
-    if constexpr (std::is_same_v<KV, float>) {
-      check_dtype(k_name, k, nb::dtype<float>(), want);
-      if (v) check_dtype(v_name, *v, nb::dtype<float>(), want);
-    } else if (k.itemsize() != 2 || (v && v->itemsize() != 2)) {
-      throw nb::type_error(
-          (std::string(k_name) + " and " + v_name + " must be 16-bit").c_str());
-    }
-    const auto kv = view4<const KV>(k_name, k);
-    const auto vv = v ? view4<const KV>(v_name, *v) : TensorView<const KV>();
-    f(kv, vv);
-  };
-  if (kv_format == kF32)
-    run(float{}, "float32");
-  else if (kv_format == kF16)
-    run(Float16{}, "float16");
-  else if (kv_format == kBF16)
-    run(BFloat16{}, "bfloat16");
-  else
-    fail("kv_format must be 0 (float32), 1 (float16) or 2 (bfloat16)");
-}
-
 }  // namespace softdot::python
 
 #endif  // SOFTDOT_PYTHON_ATTENTION_VIEWS_H_
