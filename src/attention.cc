@@ -49,14 +49,15 @@ using namespace detail::attn;
 // A per-thread buffer that only grows, so that repeated calls (decode
 // steps) do not allocate, zero and fault in the scratch every time
 // (attention_scratch_floats: 204 KB at d = d_v = 128, attention.h). Slot 0:
-// the calling thread's chunk states; slot 1: kernel scratch. Uninitialised.
+// the calling thread's chunk states; slot 1: kernel scratch; slot 2: the
+// widened rows of a 16-bit query. Uninitialised.
 template <class T>
 T* thread_buffer(int slot, std::size_t n) {
   struct Buf {
     std::unique_ptr<double[]> p;
     std::size_t size = 0;
   };
-  thread_local Buf bufs[2];
+  thread_local Buf bufs[3];
   Buf& b = bufs[slot];
   const std::size_t doubles =
       (n * sizeof(T) + sizeof(double) - 1) / sizeof(double);
@@ -81,17 +82,37 @@ struct RowTables {
   float sinks[detail::kMaxKernelRows] = {};
 };
 
+// Query row (b, h, i): its address, or, for a 16-bit query, its values
+// widened (exactly) into dst (d floats).
+const float* query_row(const QueryTensor& q, std::size_t b, std::size_t h,
+                       std::size_t i, std::size_t d, float* dst) {
+  if (const auto* f = q.f32()) return f->row(b, h, i);
+  std::visit(
+      [&](const auto& t) {
+        using T = std::remove_const_t<
+            std::remove_pointer_t<decltype(t.data)>>;
+        if constexpr (!std::is_same_v<T, float>) {
+          const T* src = t.row(b, h, i);
+          for (std::size_t c = 0; c < d; ++c) dst[c] = to_float(src[c]);
+        }
+      },
+      q.variant());
+  return dst;
+}
+
 // Rows row0 .. row0 + cnt - 1 of KV head kh of batch b (row r is query head
-// kh g + r / n_q, query i = r % n_q); ps is the sequence's plan.
+// kh g + r / n_q, query i = r % n_q); ps is the sequence's plan. A 16-bit
+// query's rows are widened into widened (cnt * d floats).
 void fill_row_tables(const Plan& p, const Plan& ps, const AttentionOptions& o,
-                     const TensorView<const float>& q, std::size_t b,
+                     const QueryTensor& q, float* widened, std::size_t b,
                      std::size_t kh, std::size_t row0, std::size_t cnt,
                      RowTables& t) {
   for (std::size_t r = 0; r < cnt; ++r) {
     const std::size_t row = row0 + r;
     const std::size_t h = kh * p.g + row / p.n_q;
     const std::size_t i = row % p.n_q;
-    t.q[r] = q.row(b, h, i);
+    t.q[r] = query_row(q, b, h, i, p.d,
+                       widened != nullptr ? widened + r * p.d : nullptr);
     visible_keys(ps, i, t.first[r], t.last[r]);
     // A mask or bias of 0 columns (n_kv = 0) spans nothing: its strides
     // are unchecked and it has nothing to read (fuzz_attention).
@@ -156,8 +177,19 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
   const AttentionRequest& req = plan.request();
   const Plan& p = plan.data();
   const AttentionOptions& o = req.options;
-  const TensorView<const float>& q = req.q;
-  const TensorView<float>& out = req.target.out;
+  const QueryTensor& q = req.q;
+  const OutputTensor& out = req.target.out;
+  const bool q16 = q.format() != KVFormat::kFloat32;
+  // bfloat16 queries, keys and values run their prefill products on the
+  // units matrix_unit() names (simd.h); precise keeps float products.
+  unsigned units = 0;
+  if constexpr (std::is_same_v<KT, BFloat16>) {
+    if (q.format() == KVFormat::kBFloat16 && !o.precise) {
+      units = detail::attention_units();
+    }
+  }
+  const bool pv_split =
+      o.unit_weights == AttentionOptions::UnitWeights::kSplit;
   float* lse = req.target.lse;
   AttentionPartial* partial = req.target.kind == AttentionTarget::Kind::kPartial
                                   ? req.target.partial
@@ -213,15 +245,21 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
       partial->sum[r] = l;
       std::copy(acc, acc + dv, partial->out.data() + r * dv);
     } else {
-      detail::finalize_row_state(m, l, acc, dv, out.row(b, h, i),
-                                 lse ? lse + r : nullptr);
+      std::visit(
+          [&](const auto& t) {
+            detail::finalize_row_state(m, l, acc, dv, t.row(b, h, i),
+                                       lse ? lse + r : nullptr);
+          },
+          out.variant());
     }
   };
 
   // Per-thread scratch and row tables; states of the split chunks.
   const int threads = omp_get_max_threads();
   const std::size_t scratch_floats =
-      detail::attention_scratch_floats(p.d, dv, o.precise);
+      detail::attention_scratch_floats(p.d, dv, o.precise, units != 0);
+  const std::size_t q16_floats =
+      q16 ? std::max(max_rows, detail::kDecodeMaxRows) * p.d : 0;
   const std::size_t rows_cap = std::min(max_rows, detail::kMaxKernelRows);
   const std::size_t state_rows = split ? rows_per_kvh : rows_cap;
   const std::size_t state_slots =
@@ -245,8 +283,10 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
     // Only the scratch allocation can throw (std::bad_alloc); an exception
     // must not leave an OpenMP region, so it is carried out.
     float* scratch_ptr = nullptr;
+    float* widened = nullptr;
     try {
       scratch_ptr = thread_buffer<float>(1, scratch_floats);
+      if (q16) widened = thread_buffer<float>(2, q16_floats);
     } catch (...) {
 #pragma omp critical(softdot_attention_error)
       {
@@ -279,7 +319,7 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
     for (std::size_t s0 = 0; s0 < nr; s0 += step) {
       const std::size_t cnt = std::min(step, nr - s0);
       RowTables rows;
-      fill_row_tables(p, ps, o, q, b, kh, r0 + s0, cnt, rows);
+      fill_row_tables(p, ps, o, q, widened, b, kh, r0 + s0, cnt, rows);
       detail::AttnArgs a;
       set_kv_args(a, kv, table, b, kh);
       a.d = p.d;
@@ -293,6 +333,8 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
       a.rows = cnt;
       a.decode = split;
       a.precise = o.precise;
+      a.units = split ? 0 : units;
+      a.pv_split = pv_split;
       a.q_rows = rows.q;
       a.first_key = rows.first;
       a.last_key = rows.last;
@@ -356,8 +398,8 @@ SOFTDOT_RUNNERS(std::int8_t)
 
 namespace {
 
-void output(const char* fn, TensorView<const float> q, KVSource kv,
-            TensorView<float> out, const AttentionOptions& o, float* lse) {
+void output(const char* fn, QueryTensor q, KVSource kv, OutputTensor out,
+            const AttentionOptions& o, float* lse) {
   run_request(fn, q, kv, AttentionTarget::output(out, lse), o);
 }
 
@@ -387,6 +429,16 @@ void attention(TensorView<const float> q, TensorView<const BFloat16> k,
 void attention(TensorView<const float> q, const Int8KV& k, const Int8KV& v,
                TensorView<float> out, const AttentionOptions& options,
                float* lse) {
+  output("attention", q, KVSource::contiguous(k, v), out, options, lse);
+}
+void attention(TensorView<const BFloat16> q, TensorView<const BFloat16> k,
+               TensorView<const BFloat16> v, TensorView<BFloat16> out,
+               const AttentionOptions& options, float* lse) {
+  output("attention", q, KVSource::contiguous(k, v), out, options, lse);
+}
+void attention(TensorView<const Float16> q, TensorView<const Float16> k,
+               TensorView<const Float16> v, TensorView<Float16> out,
+               const AttentionOptions& options, float* lse) {
   output("attention", q, KVSource::contiguous(k, v), out, options, lse);
 }
 

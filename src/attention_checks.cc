@@ -464,11 +464,11 @@ Plan check_typed(const char* fn, const AttentionRequest& r,
   }
   Plan p;
   if (s.paged) {
-    p = check_paged_and_plan(fn, r.q, w.k, w.v, s.table, t.out, out_name,
-                             r.options);
+    p = check_paged_and_plan(fn, r.q.shape_view(), w.k, w.v, s.table,
+                             t.out.shape_view(), out_name, r.options);
   } else {
-    p = check_and_plan(fn, r.q, w.k, s.has_v ? &w.v : nullptr, t.out, out_name,
-                       out_cols, r.options);
+    p = check_and_plan(fn, r.q.shape_view(), w.k, s.has_v ? &w.v : nullptr,
+                       t.out.shape_view(), out_name, out_cols, r.options);
   }
   if constexpr (std::is_same_v<KT, std::int8_t>) {
     if (s.paged) {
@@ -535,6 +535,22 @@ AttentionPlan AttentionPlan::make(const AttentionRequest& r) {
     fail(fn, k + " is " + kv_format_name(s.k.format()) + " but " + v + " is " +
                  kv_format_name(s.v.format()) +
                  "; they must have the same format");
+  }
+  // 16-bit queries and outputs: their own spans first (the shape checks
+  // below see them as float views).
+  std::visit([&](const auto& q) { detail::attn::check_tensor(fn, "q", q); },
+             r.q.variant());
+  if (kind == Kind::kOutput) {
+    std::visit(
+        [&](const auto& o) { detail::attn::check_tensor(fn, "out", o); },
+        r.target.out.variant());
+  }
+  if (explicit_target && (r.q.format() != KVFormat::kFloat32 ||
+                          r.target.out.format() != KVFormat::kFloat32)) {
+    fail(fn, std::string("q is ") + kv_format_name(r.q.format()) +
+                 " and the result " + kv_format_name(r.target.out.format()) +
+                 "; the weights and scores take a float32 query and write "
+                 "float32");
   }
   Plan p;
   detail::attn::visit_kv(s, [&](const auto& w) { p = check_typed(fn, r, w); });

@@ -152,7 +152,7 @@ void visit_kv(const KVSource& s, F&& f) {
 
 // The request of a public entry point (attention.cc, attention_weights.cc):
 // named fn, checked and run.
-inline void run_request(const char* fn, const TensorView<const float>& q,
+inline void run_request(const char* fn, const QueryTensor& q,
                         const KVSource& kv, const AttentionTarget& target,
                         const AttentionOptions& o) {
   AttentionRequest r;

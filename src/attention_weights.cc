@@ -105,13 +105,15 @@ void run_explicit(const AttentionPlan& plan, const KVViews<KT>& kv) {
   const AttentionRequest& r = plan.request();
   const Plan& p = plan.data();
   const AttentionOptions& o = r.options;
-  const TensorView<float>& out = r.target.out;
+  // Float32 only (AttentionPlan::make checks): the views hold floats.
+  const TensorView<float>& out = *r.target.out.f32();
+  const TensorView<const float>& q = *r.q.f32();
   const TensorView<const float>* k_scales =
       std::is_same_v<KT, std::int8_t> ? &kv.k_scales : nullptr;
   constexpr float kInf = std::numeric_limits<float>::infinity();
   if (r.target.kind == AttentionTarget::Kind::kScores) {
     for_each_score_row(
-        p, r.q, kv.k, o,
+        p, q, kv.k, o,
         [&](std::size_t b, std::size_t h, std::size_t i, const float* s,
             const char* vis) {
           float* row = out.row(b, h, i);
@@ -123,7 +125,7 @@ void run_explicit(const AttentionPlan& plan, const KVViews<KT>& kv) {
     return;
   }
   for_each_score_row(
-      p, r.q, kv.k, o,
+      p, q, kv.k, o,
       [&](std::size_t b, std::size_t h, std::size_t i, const float* s,
           const char* vis) {
         const float sink = o.sinks.empty() ? -kInf : o.sinks[h];

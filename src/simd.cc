@@ -2,6 +2,7 @@
 #include "softdot/simd.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cctype>
 #include <cstdint>
 #include <stdexcept>
@@ -9,7 +10,12 @@
 #include <string_view>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "hwy/targets.h"
+#include "kernels/attention_args.h"
 #include "kernels/dispatch.h"
 
 namespace softdot {
@@ -83,6 +89,98 @@ void force_simd_target(std::string_view name) {
                               "\" is not a SIMD target of this build and CPU "
                               "(available: " +
                               known + ")");
+}
+
+namespace {
+
+// The CPU's AVX512-BF16 flag (CPUID leaf 7, sub-leaf 1, EAX bit 5). The OS's
+// AVX-512 state is Highway's check: the flag matters only on its AVX3
+// target.
+bool cpu_has_avx512bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d) == 0) return false;
+  return ((a >> 5) & 1u) != 0;
+#else
+  return false;
+#endif
+}
+
+constexpr unsigned kNone = 0;
+// What force_matrix_unit() chose: kAuto, kNone or a detail::kUnits* bit.
+constexpr unsigned kAuto = ~0u;
+unsigned g_unit = kAuto;
+bool g_env_read = false;
+
+unsigned units_here() {
+  unsigned u = detail::attention_units_compiled();
+  if (!cpu_has_avx512bf16()) u &= ~detail::kUnitsAvx512Bf16;
+  return u;
+}
+
+const char* unit_name(unsigned u) {
+  return u == detail::kUnitsAvx512Bf16 ? "avx512bf16"
+         : u == detail::kUnitsModel    ? "model"
+                                       : "none";
+}
+
+void set_unit(std::string_view name, const char* who) {
+  if (name.empty()) {
+    g_unit = kAuto;
+    return;
+  }
+  for (const auto& n : matrix_units()) {
+    if (same_name(name, n)) {
+      g_unit = n == "avx512bf16" ? detail::kUnitsAvx512Bf16
+               : n == "model"    ? detail::kUnitsModel
+                                 : kNone;
+      return;
+    }
+  }
+  std::string known;
+  for (const auto& n : matrix_units()) known += (known.empty() ? "" : ", ") + n;
+  throw std::invalid_argument(std::string(who) + ": \"" + std::string(name) +
+                              "\" is not a matrix unit of this build, CPU "
+                              "and SIMD target (available: " +
+                              known + ")");
+}
+
+void read_env() {
+  if (g_env_read) return;
+  g_env_read = true;
+  const char* e = std::getenv("SOFTDOT_MATRIX_UNIT");
+  if (e != nullptr && *e != '\0') set_unit(e, "SOFTDOT_MATRIX_UNIT");
+}
+
+}  // namespace
+
+namespace detail {
+
+unsigned attention_units() {
+  read_env();
+  const unsigned here = units_here();
+  if (g_unit == kAuto) return here & kUnitsAvx512Bf16;
+  if (g_unit == kNone) return 0;
+  if ((here & g_unit) != 0) return g_unit;
+  return here & kUnitsModel;  // the same bits
+}
+
+}  // namespace detail
+
+std::vector<std::string> matrix_units() {
+  const unsigned here = units_here();
+  std::vector<std::string> names;
+  if (here & detail::kUnitsAvx512Bf16) names.emplace_back("avx512bf16");
+  if (here & detail::kUnitsModel) names.emplace_back("model");
+  names.emplace_back("none");
+  return names;
+}
+
+std::string matrix_unit() { return unit_name(detail::attention_units()); }
+
+void force_matrix_unit(std::string_view name) {
+  g_env_read = true;  // an explicit choice outranks the environment
+  set_unit(name, "force_matrix_unit");
 }
 
 }  // namespace softdot

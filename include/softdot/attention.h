@@ -154,6 +154,16 @@ struct AttentionOptions {
   // round the scores of that form too.
   bool prefill_form = false;
 
+  // How the weights P enter the P V product when the products run on
+  // bfloat16 units (bfloat16 queries, keys and values; matrix_unit() in
+  // simd.h names the unit; "16-bit attention" below has the bounds):
+  // kRounded rounds each P once to bfloat16 (as other libraries do: the
+  // default); kSplit writes P as its nearest bfloat16 plus the bfloat16
+  // nearest to the rest, two products, for an error close to the float32
+  // path's. Without units (matrix_unit() "none") P stays float either way.
+  enum class UnitWeights { kRounded, kSplit };
+  UnitWeights unit_weights = UnitWeights::kRounded;
+
   // Precise scores (attention() and attention_partial() only): each score
   // is one double FMA chain over d (the float products are exact in
   // double), scaled in double and kept as two floats hi + lo (within
@@ -274,6 +284,36 @@ void attention(TensorView<const float> q, TensorView<const BFloat16> k,
 void attention(TensorView<const float> q, const Int8KV& k, const Int8KV& v,
                TensorView<float> out, const AttentionOptions& options = {},
                float* lse = nullptr);
+
+// 16-bit attention: queries, keys, values and the output in bfloat16 (or
+// float16); lse stays float. Any other mix (a 16-bit query with float32,
+// int8 or the other 16-bit format for K/V, a float32 output for a 16-bit
+// query) is an AttentionRequest (attention_request.h). The query is widened
+// exactly; the output is the double result rounded once to its format.
+// Where queries, keys and values are all bfloat16, the prefill form (not
+// precise) runs Q K^T and P V on the CPU's bfloat16 dot-product units
+// (matrix_unit(), simd.h: VDPBF16PS on AVX512-BF16) with the softmax between
+// them as above; elsewhere (float16, the decode form, no units) the products
+// are the float32 path's, exact widenings of the 16-bit inputs.
+// Accuracy on the units (docs/accuracy.md, "16-bit attention"): the bound
+// above, with these changes. The scores: each pair product of a
+// VDPBF16PS step is one FMA, so n_d is the same; a subnormal bfloat16 input
+// reads as zero and a sum below 2^-126 is written as zero, which adds
+// scale (sum_k over the products with a subnormal factor |Q_ik K_jk|
+// + 2 d 2^-126) to D_i. The weights: P enters P V rounded to the nearest
+// bfloat16, which adds 2^-9 W (UnitWeights::kRounded, the default), or as a
+// bfloat16 high part plus the bfloat16 nearest to the rest, which adds
+// 2^-18 W (kSplit); the underflow term becomes 2^-126 (n_kv + 1 +
+// sum_j |V_jc|). A 16-bit output adds its rounding, 2^-9 |exact| for
+// bfloat16 and 2^-11 |exact| for float16. The units' bits are the same on
+// every CPU with them and for any thread count; they differ from the float32
+// path's (matrix_unit() "none"), by at most the two bounds together.
+void attention(TensorView<const BFloat16> q, TensorView<const BFloat16> k,
+               TensorView<const BFloat16> v, TensorView<BFloat16> out,
+               const AttentionOptions& options = {}, float* lse = nullptr);
+void attention(TensorView<const Float16> q, TensorView<const Float16> k,
+               TensorView<const Float16> v, TensorView<Float16> out,
+               const AttentionOptions& options = {}, float* lse = nullptr);
 
 // Merges two partial results over disjoint key ranges (split-KV decoding,
 // ring attention): with m = max(lse_a, lse_b), w_a = exp(lse_a - m),

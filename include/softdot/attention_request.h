@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <variant>
 
 #include "softdot/attention.h"
@@ -62,6 +63,49 @@ class KVTensor {
   Variant v_;
 };
 
+// A query (const) or an output (mutable) in float32, float16 or bfloat16.
+// Implicit from each view. 16-bit queries are widened exactly; 16-bit
+// outputs are rounded once from the double result (attention.h, "16-bit
+// attention").
+template <bool kConst>
+class QOTensor {
+  template <class T>
+  using View = TensorView<std::conditional_t<kConst, const T, T>>;
+
+ public:
+  using Variant = std::variant<View<float>, View<Float16>, View<BFloat16>>;
+  QOTensor() = default;
+  QOTensor(View<float> t) : v_(t) {}     // NOLINT: implicit
+  QOTensor(View<Float16> t) : v_(t) {}   // NOLINT: implicit
+  QOTensor(View<BFloat16> t) : v_(t) {}  // NOLINT: implicit
+
+  // kFloat32, kFloat16 or kBFloat16.
+  KVFormat format() const noexcept { return static_cast<KVFormat>(v_.index()); }
+  const Variant& variant() const noexcept { return v_; }
+  // The float view, or null for a 16-bit tensor.
+  const View<float>* f32() const noexcept {
+    return std::get_if<View<float>>(&v_);
+  }
+  // The shape and strides (in elements) with the data address, typed as
+  // float: for the checks of shapes, never for reading.
+  View<float> shape_view() const noexcept {
+    return std::visit(
+        [](const auto& t) {
+          using P = std::conditional_t<kConst, const float*, float*>;
+          // The address is only compared with null, never read as float.
+          return View<float>(reinterpret_cast<P>(t.data), t.batch, t.heads,
+                             t.rows, t.cols, t.batch_stride, t.head_stride,
+                             t.row_stride);
+        },
+        v_);
+  }
+
+ private:
+  Variant v_;
+};
+using QueryTensor = QOTensor<true>;
+using OutputTensor = QOTensor<false>;
+
 // Where the keys and values come from: contiguous tensors
 // [B, H_kv, n_kv, d] (and d_v), or the pages of a paged cache read through a
 // page table (paged_attention()'s layout and rules, attention.h). v is left
@@ -103,11 +147,14 @@ struct AttentionTarget {
     kScores,   // out = the final scores [B, H, n_q, n_kv]
   };
   Kind kind = Kind::kOutput;
-  TensorView<float> out;
+  OutputTensor out;  // float32 for the weights and the scores
   float* lse = nullptr;
   AttentionPartial* partial = nullptr;
 
   static AttentionTarget output(TensorView<float> out, float* lse = nullptr) {
+    return {Kind::kOutput, out, lse, nullptr};
+  }
+  static AttentionTarget output(OutputTensor out, float* lse = nullptr) {
     return {Kind::kOutput, out, lse, nullptr};
   }
   static AttentionTarget partial_result(AttentionPartial& p) {
@@ -127,7 +174,7 @@ struct AttentionTarget {
 // (the Python bindings show it without "softdot::").
 struct AttentionRequest {
   const char* name = "attention";
-  TensorView<const float> q;
+  QueryTensor q;
   KVSource kv;
   AttentionTarget target;
   AttentionOptions options;

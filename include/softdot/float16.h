@@ -27,6 +27,11 @@ float to_float(Float16 h) noexcept;
 float to_float(BFloat16 b) noexcept;
 Float16 to_float16(float x) noexcept;
 BFloat16 to_bfloat16(float x) noexcept;
+// From double, rounded once (to nearest, ties to even): not through the
+// float nearest to x, which would round twice. 16-bit attention outputs are
+// written with these.
+Float16 to_float16(double x) noexcept;
+BFloat16 to_bfloat16(double x) noexcept;
 
 }  // namespace softdot
 

@@ -47,6 +47,7 @@
 #include "kernels/attention_common-inl.h"
 #include "kernels/attention_decode-inl.h"
 #include "kernels/attention_prefill-inl.h"
+#include "kernels/attention_units-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace softdot {
@@ -60,6 +61,14 @@ void AttentionRows(const AttnArgs& a) {
   const std::size_t N = attn::Lanes();
   if (a.decode) {
     attn::RunDecode(a);
+  } else if (a.units != 0) {
+    if (a.rows <= N) {
+      attn::RunPrefillUnits<1>(a);
+    } else if (a.rows <= 2 * N) {
+      attn::RunPrefillUnits<2>(a);
+    } else {
+      attn::RunPrefillUnits<4>(a);
+    }
   } else if (a.rows <= N) {
     attn::RunPrefill<1>(a);
   } else if (a.rows <= 2 * N) {
@@ -70,6 +79,21 @@ void AttentionRows(const AttnArgs& a) {
 }
 
 std::size_t AttentionMaxRows() { return attn::MaxRows(); }
+
+unsigned AttentionUnitsCompiled() { return attn::UnitsCompiled(); }
+
+// The bfloat16 dot-product step on n lanes (tests: the kernels' model and,
+// where compiled in, the instruction); false where this target has neither.
+bool AttentionUnitsDot(float* acc, const std::uint32_t* a,
+                       const std::uint32_t* b, std::size_t n, bool hw) {
+#if SOFTDOT_UNITS_MODEL
+  attn::UnitsDotLanes(acc, a, b, n, hw);
+  return true;
+#else
+  (void)acc, (void)a, (void)b, (void)n, (void)hw;
+  return false;
+#endif
+}
 
 // The unscaled score q . k of one row and one key, in the prefill form
 // (blocked chains: a float FMA chain over each block of kScoreBlock features,

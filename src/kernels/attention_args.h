@@ -37,6 +37,11 @@ inline constexpr int kKvF16 = 1;
 inline constexpr int kKvBF16 = 2;
 inline constexpr int kKvI8 = 3;  // int8 with one float scale per row
 
+// The units the prefill form's products run on (AttnArgs::units; bits of
+// attention_units(), dispatch.h). 0: float32 FMAs (the reference path).
+inline constexpr unsigned kUnitsModel = 1;       // VDPBF16PS's model
+inline constexpr unsigned kUnitsAvx512Bf16 = 2;  // VDPBF16PS (AVX512-BF16)
+
 struct AttnArgs {
   int kv_type = kKvF32;
   const void* k = nullptr;  // key j at k + j * k_stride (elements)
@@ -73,6 +78,11 @@ struct AttnArgs {
   std::size_t rows = 0;  // <= AttentionMaxRows(), or kDecodeMaxRows
   bool decode = false;   // the decode form (features in lanes)
   bool precise = false;  // prefill only: scores in double, kept as hi + lo
+  // Prefill only, bfloat16 queries (q_rows hold bfloat16 values), keys and
+  // values, not precise: the products on these units (kUnits*; 0: FMAs),
+  // and P entering P V as two bfloat16 parts (pv_split) rather than one.
+  unsigned units = 0;
+  bool pv_split = false;
   const float* const* q_rows = nullptr;            // [rows], d floats each
   const std::int32_t* first_key = nullptr;         // [rows] first visible key
   const std::int32_t* last_key = nullptr;          // [rows] last visible key
@@ -90,16 +100,21 @@ struct AttnArgs {
 
 // Floats of scratch one kernel call needs (with room for 64-byte alignment).
 // precise adds Qt in double and the scores' low parts (2 more pieces).
+// units adds the packed bfloat16 pairs of Q, P (two parts) and V.
 inline constexpr std::size_t attention_scratch_floats(std::size_t d,
                                                       std::size_t dv,
-                                                      bool precise = false) {
+                                                      bool precise = false,
+                                                      bool units = false) {
   const std::size_t bq = kMaxKernelRows;
   // Room to align up to 16 pieces to 64 bytes (16 floats) each.
   const std::size_t align_room = std::size_t{16} * 16;
   const std::size_t extra =
       precise ? 2 * d * bq + kKeyTile * bq + std::size_t{2} * 16 : 0;
+  const std::size_t packed =
+      units ? (d / 2 + 1) * bq + kKeyTile * bq + (kKeyTile / 2) * dv + 64
+            : 0;
   return (d + 16) * bq + 2 * kKeyTile * bq + kKeyTile * (d + dv) + bq +
-         2 * dv * bq + 4 * bq + 4 * bq + align_room + extra;
+         2 * dv * bq + 4 * bq + 4 * bq + align_room + extra + packed;
 }
 
 }  // namespace softdot::detail

@@ -150,6 +150,11 @@ struct Scratch {
   std::int32_t* last_key;   // [bq] last visible key of each row
   double* qtd;              // [d][bq] Qt in double (precise only)
   float* slo;               // [kKeyTile][bq] scores' low parts (precise)
+  // The units' bfloat16 pairs (AttnArgs::units; attention_units-inl.h).
+  std::uint32_t* qp;  // [ceil(d / 2)][bq] query pairs
+  std::uint32_t* pp;  // [kKeyTile / 2][bq] weight pairs (high parts)
+  std::uint32_t* pl;  // [kKeyTile / 2][bq] weight pairs (low parts, split)
+  std::uint32_t* vp;  // [kKeyTile / 2][dv] value pairs
 };
 
 HWY_INLINE float* AlignUp(float* p) {

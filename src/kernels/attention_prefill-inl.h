@@ -238,6 +238,14 @@ HWY_INLINE Scratch PrefillScratch(const AttnArgs& a, std::size_t bq) {
   sc.last_key = reinterpret_cast<std::int32_t*>(take(bq));
   sc.qtd = precise ? reinterpret_cast<double*>(take(2 * d * bq)) : nullptr;
   sc.slo = precise ? take(kKeyTile * bq) : nullptr;
+  const bool units = a.units != 0;
+  auto take_u32 = [&take](std::size_t n) {
+    return reinterpret_cast<std::uint32_t*>(take(n));
+  };
+  sc.qp = units ? take_u32((d + 1) / 2 * bq) : nullptr;
+  sc.pp = units ? take_u32(kKeyTile / 2 * bq) : nullptr;
+  sc.pl = units ? take_u32(kKeyTile / 2 * bq) : nullptr;
+  sc.vp = units ? take_u32(kKeyTile / 2 * dv) : nullptr;
   return sc;
 }
 

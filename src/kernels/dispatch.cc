@@ -42,6 +42,8 @@ HWY_EXPORT(SoftmaxRowF32);
 HWY_EXPORT(SoftmaxRowF64);
 HWY_EXPORT(AttentionRows);
 HWY_EXPORT(AttentionMaxRows);
+HWY_EXPORT(AttentionUnitsCompiled);
+HWY_EXPORT(AttentionUnitsDot);
 HWY_EXPORT(AttentionSoftcap);
 HWY_EXPORT(AttentionScore);
 
@@ -55,6 +57,14 @@ void attention_kernel(const AttnArgs& args) noexcept {
 }
 std::size_t attention_max_rows() noexcept {
   return HWY_DYNAMIC_DISPATCH(AttentionMaxRows)();
+}
+bool attention_units_dot(float* acc, const std::uint32_t* a,
+                         const std::uint32_t* b, std::size_t n,
+                         bool hw) noexcept {
+  return HWY_DYNAMIC_DISPATCH(AttentionUnitsDot)(acc, a, b, n, hw);
+}
+unsigned attention_units_compiled() noexcept {
+  return HWY_DYNAMIC_DISPATCH(AttentionUnitsCompiled)();
 }
 void attention_softcap(float* s, std::size_t n, float cap) noexcept {
   HWY_DYNAMIC_DISPATCH(AttentionSoftcap)(s, n, cap);

@@ -54,6 +54,20 @@ void softmax_row_kernel(const double* x, const std::uint8_t* mask, double scale,
 void attention_kernel(const AttnArgs& args) noexcept;
 // Rows one attention kernel call takes on the current target (4 vectors).
 std::size_t attention_max_rows() noexcept;
+// The units (kUnits* bits, attention_args.h) the current target's kernel
+// can run the bfloat16 products on; the hardware bit is compiled in, the
+// CPU may still lack the instruction (simd.cc checks CPUID).
+unsigned attention_units_compiled() noexcept;
+// acc[i] = VDPBF16PS's lane i on (acc[i], a[i], b[i]), i < n, by the
+// current target's model of it (hw false) or the instruction (hw true and
+// attention_units_compiled() has kUnitsAvx512Bf16; the CPU must have it).
+// False, with acc untouched, where the target has neither (no FMA). Tests.
+bool attention_units_dot(float* acc, const std::uint32_t* a,
+                         const std::uint32_t* b, std::size_t n,
+                         bool hw) noexcept;
+// The unit a bfloat16 attention call runs its prefill products on now
+// (kUnits* or 0): matrix_unit()'s choice (simd.cc).
+unsigned attention_units();
 // The unscaled score q . k exactly as the attention kernels form it: the
 // prefill form (decode = false) or the decode form, which needs `scratch`
 // of attention_score_scratch(d) floats (a padded, 64-byte aligned copy of q).

@@ -27,6 +27,9 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <type_traits>
+
+#include "softdot/float16.h"
 
 #include "row_op.h"
 #include "two_sum.h"
@@ -173,17 +176,28 @@ inline void merge_row_state(float& m_a, double& l_a, double* o_a, float m_b,
 // One attention row state -> its output o / l (each rounded once to float)
 // and lse = m + log l (in double, rounded once). A NaN state gives NaN, an
 // empty one (l = 0) zeros and -inf.
+template <class T>
 inline void finalize_row_state(float m, double l, const double* o,
-                               std::size_t dv, float* out, float* lse) {
+                               std::size_t dv, T* out, float* lse) {
+  // A float output, or a 16-bit one rounded once from the double quotient.
+  auto put = [](double x) -> T {
+    if constexpr (std::is_same_v<T, float>) {
+      return static_cast<float>(x);
+    } else if constexpr (std::is_same_v<T, BFloat16>) {
+      return to_bfloat16(x);
+    } else {
+      return to_float16(x);
+    }
+  };
   if (std::isnan(l)) {
-    std::fill(out, out + dv, std::numeric_limits<float>::quiet_NaN());
+    std::fill(out, out + dv, put(std::numeric_limits<double>::quiet_NaN()));
     if (lse) *lse = std::numeric_limits<float>::quiet_NaN();
   } else if (l == 0.0) {
-    std::fill(out, out + dv, 0.0f);
+    std::fill(out, out + dv, put(0.0));
     if (lse) *lse = -std::numeric_limits<float>::infinity();
   } else {
     for (std::size_t c = 0; c < dv; ++c) {
-      out[c] = static_cast<float>(o[c] / l);
+      out[c] = put(o[c] / l);
     }
     if (lse) *lse = static_cast<float>(static_cast<double>(m) + std::log(l));
   }

@@ -1,0 +1,515 @@
+// bfloat16 attention on the dot-product units (src/kernels/attention_units-
+// inl.h): the scalar model of VDPBF16PS against the kernels' vector model
+// and, where the CPU has it, the instruction; the kernels on the instruction
+// against the same kernels on the model, bit for bit; accuracy within
+// attention.h's bound ("16-bit attention"); special values; threads; 16-bit
+// queries and outputs. On a CPU without the units the model still runs the
+// kernels (matrix unit "model"), so everything but the hardware comparison
+// is tested everywhere; the tests print which units ran.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention_test_util.h"
+#include "kernels/dispatch.h"
+#include "kernels/units_model.h"
+#include "softdot/attention.h"
+#include "softdot/attention_request.h"
+#include "softdot/simd.h"
+
+namespace {
+
+using namespace softdot_test;
+using softdot::AttentionRequest;
+using softdot::AttentionTarget;
+using softdot::KVSource;
+using UnitWeights = softdot::AttentionOptions::UnitWeights;
+
+bool has_unit(const std::string& name) {
+  const auto u = softdot::matrix_units();
+  return std::find(u.begin(), u.end(), name) != u.end();
+}
+
+// Restores the automatic target and unit when a test ends.
+struct Restore {
+  ~Restore() {
+    softdot::force_simd_target("");
+    softdot::force_matrix_unit("");
+  }
+};
+
+// A random pair of bfloat16 in one 32-bit lane: mode 0 ordinary numbers,
+// 1 any bits, 2 tiny numbers (subnormal products and sums).
+std::uint32_t random_pair(std::mt19937& g, int mode) {
+  auto one = [&]() -> std::uint32_t {
+    const std::uint32_t sign = g() & 0x8000u, mant = g() & 0x7Fu;
+    if (mode == 1) return g() & 0xFFFFu;
+    const std::uint32_t e = mode == 0 ? 120 + g() % 16 : (g() % 3 == 0 ? 0 : g() % 70);
+    return sign | (e << 7) | mant;
+  };
+  return one() | (one() << 16);
+}
+
+float random_acc(std::mt19937& g, int mode) {
+  std::uint32_t u = g();
+  if (mode == 0) u = (u & 0x807FFFFFu) | ((118 + g() % 14) << 23);
+  if (mode == 2) u = (u & 0x80FFFFFFu) | ((g() % 8) << 23);
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+bool same_or_both_nan(float a, float b) {
+  return bits(a) == bits(b) || (std::isnan(a) && std::isnan(b));
+}
+
+// Compares detail::dpbf16_model with the current target's vector model
+// (hw false) or the instruction (hw true) on random lanes of every mode.
+void compare_lanes(bool hw, const std::string& label) {
+  std::mt19937 g(hw ? 7 : 11);
+  constexpr std::size_t kN = 4099;  // not a multiple of any vector
+  std::vector<float> acc(kN), want(kN);
+  std::vector<std::uint32_t> a(kN), b(kN);
+  std::size_t mismatches = 0, checked = 0;
+  for (int mode = 0; mode < 3; ++mode) {
+    for (int round = 0; round < 40; ++round) {
+      for (std::size_t i = 0; i < kN; ++i) {
+        acc[i] = random_acc(g, mode);
+        a[i] = random_pair(g, mode);
+        b[i] = random_pair(g, mode);
+        want[i] = softdot::detail::dpbf16_model(acc[i], a[i], b[i]);
+      }
+      ASSERT_TRUE(softdot::detail::attention_units_dot(acc.data(), a.data(),
+                                                       b.data(), kN, hw))
+          << label;
+      for (std::size_t i = 0; i < kN; ++i, ++checked) {
+        if (!same_or_both_nan(acc[i], want[i]) && mismatches++ < 5) {
+          ADD_FAILURE() << label << " mode " << mode << ": a " << std::hex
+                        << a[i] << " b " << b[i] << std::dec << " gives "
+                        << fmt(acc[i]) << ", the model " << fmt(want[i]);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0u) << label;
+  std::printf("[ units    ] %s: %zu lanes, %zu differ from the scalar model\n",
+              label.c_str(), checked, mismatches);
+}
+
+TEST(AttentionUnits, ListsAndForcesUnits) {
+  Restore restore;
+  const auto units = softdot::matrix_units();
+  ASSERT_FALSE(units.empty());
+  EXPECT_EQ(units.back(), "none");
+  std::string list;
+  for (const auto& u : units) list += " " + u;
+  std::printf("[ units    ] target %s, units:%s, chosen: %s\n",
+              softdot::simd_target().c_str(), list.c_str(),
+              softdot::matrix_unit().c_str());
+  // The automatic choice is the hardware unit, never the model.
+  EXPECT_EQ(softdot::matrix_unit(),
+            has_unit("avx512bf16") ? "avx512bf16" : "none");
+  softdot::force_matrix_unit("NONE");
+  EXPECT_EQ(softdot::matrix_unit(), "none");
+  if (has_unit("model")) {
+    softdot::force_matrix_unit("model");
+    EXPECT_EQ(softdot::matrix_unit(), "model");
+  }
+  expect_invalid(
+      "force_matrix_unit(\"amx-fp8\")",
+      [] { softdot::force_matrix_unit("amx-fp8"); },
+      {"force_matrix_unit", "\"amx-fp8\"", "is not a matrix unit", "none"});
+  softdot::force_matrix_unit("");
+  // A forced hardware unit that the forced SIMD target lacks runs its model
+  // (the same bits).
+  if (has_unit("avx512bf16") && has_unit("model")) {
+    softdot::force_matrix_unit("avx512bf16");
+    softdot::force_simd_target("AVX2");
+    EXPECT_EQ(softdot::matrix_unit(), "model");
+  }
+}
+
+TEST(AttentionUnits, VectorModelMatchesScalarModel) {
+  Restore restore;
+  for (const auto& t : fma_targets()) {
+    softdot::force_simd_target(t);
+    compare_lanes(false, "vector model on " + t);
+  }
+}
+
+TEST(AttentionUnits, InstructionMatchesScalarModel) {
+  Restore restore;
+  if (!has_unit("avx512bf16")) {
+    GTEST_SKIP() << "this CPU has no AVX512-BF16 (units: the model only)";
+  }
+  compare_lanes(true, "VDPBF16PS on " + softdot::simd_target());
+}
+
+// ---- attention on the units ---------------------------------------------
+
+// A problem whose query holds bfloat16 values, with the bfloat16 copy.
+struct Bf16Case {
+  Problem<BFloat16> p;
+  Tensor<BFloat16> q16;
+};
+
+Bf16Case make_case(const Shape& s) {
+  Bf16Case c{make_problem<BFloat16>(s), {}};
+  c.q16 = Tensor<BFloat16>(s.B, s.H, s.nq, s.d, s.pad,
+                           softdot::to_bfloat16(kNaNF), s.off);
+  for (std::size_t b = 0; b < s.B; ++b)
+    for (std::size_t h = 0; h < s.H; ++h)
+      for (std::size_t i = 0; i < s.nq; ++i)
+        for (std::size_t k = 0; k < s.d; ++k) {
+          const BFloat16 x = softdot::to_bfloat16(c.p.q.at(b, h, i, k));
+          c.q16.at(b, h, i, k) = x;
+          c.p.q.at(b, h, i, k) = softdot::to_float(x);
+        }
+  return c;
+}
+
+// The request with a bfloat16 query and a float32 output (and lse), on the
+// unit `unit` ("" automatic).
+Result run_unit(const Bf16Case& c, const AttentionOptions& o,
+                const std::string& unit) {
+  softdot::force_matrix_unit(unit);
+  const Shape& s = c.p.s;
+  Result r{Tensor<float>(s.B, s.H, s.nq, s.dv, s.pad + 1, kOutSentinel, s.off),
+           std::vector<float>(s.B * s.H * s.nq + kLseGuard, kLseSentinel)};
+  AttentionRequest req;
+  req.name = "attention";
+  req.q = c.q16.cview();
+  req.kv = KVSource::contiguous(c.p.k.cview(), c.p.v.cview());
+  req.target = AttentionTarget::output(r.o.view(), r.lse.data());
+  req.options = o;
+  softdot::run_attention(req);
+  softdot::force_matrix_unit("");
+  return r;
+}
+
+// The bound of attention.h's "16-bit attention" for a float32 output: the
+// float path's (the reference's) plus the weights' rounding and the
+// units' underflow (inputs here have no subnormal bfloat16).
+double units_extra(const AttnRef& ref, std::size_t oi, UnitWeights w,
+                   std::size_t n_kv, double vmax) {
+  const double wr = w == UnitWeights::kSplit ? 0x1p-18 : 0x1p-9;
+  return wr * ref.W[oi] + 0x1p-126 * (double(n_kv) + 1 + double(n_kv) * vmax);
+}
+
+struct UnitStats {
+  double ratio = 0;  // max err / (u_bf16 W)
+  std::size_t elements = 0, failures = 0;
+};
+
+void check_units(const AttnRef& ref, const Result& r, const Shape& s,
+                 UnitWeights w, const std::string& what, UnitStats& st) {
+  const double vmax = std::max(std::fabs(s.v_lo), std::fabs(s.v_hi));
+  for (std::size_t b = 0; b < ref.batch; ++b)
+    for (std::size_t h = 0; h < ref.heads; ++h)
+      for (std::size_t i = 0; i < ref.n_q; ++i) {
+        const std::size_t row = ref.li(b, h, i);
+        for (std::size_t c = 0; c < ref.d_v; ++c) {
+          const std::size_t oi = ref.oi(b, h, i, c);
+          const float got = r.o.at(b, h, i, c);
+          const LD want = ref.out[oi];
+          ++st.elements;
+          bool ok;
+          double err = 0, bound = 0;
+          if (std::isnan(want)) {
+            ok = std::isnan(got);
+          } else if (ref.visible[row] == 0) {
+            ok = bits(got) == 0u;
+          } else {
+            err = double(std::fabs(LD(got) - want));
+            bound = ref.bound[oi] + units_extra(ref, oi, w, ref.n_kv, vmax);
+            ok = std::isfinite(got) && err <= bound;
+            if (ref.W[oi] > 0) {
+              st.ratio = std::max(st.ratio, err / (0x1p-8 * ref.W[oi]));
+            }
+          }
+          if (!ok && st.failures++ < kMaxMessages) {
+            ADD_FAILURE() << what << ": out[" << b << "," << h << "," << i
+                          << "," << c << "] = " << fmt(got) << ", reference "
+                          << fmt(double(want)) << ", error " << fmt(err)
+                          << " > bound " << fmt(bound);
+          }
+        }
+      }
+  EXPECT_TRUE(r.guards_ok()) << what << ": wrote outside the output";
+}
+
+struct OptionCase {
+  std::string name;
+  std::function<void(AttentionOptions&, const Shape&)> set;
+};
+
+std::vector<OptionCase> option_cases() {
+  return {
+      {"plain", [](AttentionOptions&, const Shape&) {}},
+      {"causal", [](AttentionOptions& o, const Shape&) { o.causal = true; }},
+      {"window",
+       [](AttentionOptions& o, const Shape&) {
+         o.causal = true;
+         o.window_left = 37;
+       }},
+      {"softcap", [](AttentionOptions& o, const Shape&) { o.softcap = 5.0f; }},
+      {"kv_range",
+       [](AttentionOptions& o, const Shape& s) {
+         o.kv_begin = 3;
+         o.kv_end = s.nkv - 5;
+       }},
+  };
+}
+
+std::vector<Shape> unit_shapes() {
+  std::vector<Shape> v;
+  Shape a;  // GQA prefill: 4 query heads share 2 KV heads, odd key count
+  a.B = 2, a.H = 4, a.Hkv = 2, a.nq = 40, a.nkv = 141, a.d = 64, a.dv = 64;
+  v.push_back(a);
+  Shape b;  // d = 128, a full 64-row block, strided
+  b.H = 2, b.Hkv = 2, b.nq = 70, b.nkv = 200, b.d = 128, b.dv = 128, b.pad = 3;
+  b.seed = 2;
+  v.push_back(b);
+  Shape c;  // odd d, d_v != d, 17 rows (NV = 2 on AVX-512)
+  c.nq = 17, c.nkv = 65, c.d = 23, c.dv = 9, c.seed = 3;
+  v.push_back(c);
+  Shape e;  // large scores: qk 4 (max weights well apart), V offset
+  e.nq = 33, e.nkv = 300, e.d = 32, e.dv = 48, e.qk = 4, e.v_lo = 2,
+  e.v_hi = 3, e.seed = 4;
+  v.push_back(e);
+  return v;
+}
+
+// Every shape and option on the model and (where present) the instruction,
+// both weight modes: within the bound; the instruction's bits are the
+// model's; one and two threads give the same bits.
+TEST(AttentionUnits, WithinBoundAndHardwareMatchesModel) {
+  Restore restore;
+  if (!has_unit("model")) GTEST_SKIP() << "no FMA target: no units path";
+  const bool hw = has_unit("avx512bf16");
+  std::printf("[ units    ] running on: model%s\n",
+              hw ? " and avx512bf16" : " (no AVX512-BF16 here)");
+  for (const Shape& s : unit_shapes()) {
+    const Bf16Case c = make_case(s);
+    for (const auto& oc : option_cases()) {
+      for (UnitWeights w : {UnitWeights::kRounded, UnitWeights::kSplit}) {
+        AttentionOptions o;
+        oc.set(o, s);
+        o.unit_weights = w;
+        const AttnRef ref = reference(c.p, o);
+        const std::string what =
+            s.str() + " " + oc.name +
+            (w == UnitWeights::kSplit ? " split" : " rounded");
+        UnitStats st;
+        const Result m1 =
+            with_threads(1, [&] { return run_unit(c, o, "model"); });
+        check_units(ref, m1, s, w, what + " [model]", st);
+        const Result m2 =
+            with_threads(2, [&] { return run_unit(c, o, "model"); });
+        EXPECT_TRUE(SameBits(m1.all(), m2.all()))
+            << what << ": the model's bits depend on the thread count";
+        if (hw) {
+          const Result h1 =
+              with_threads(2, [&] { return run_unit(c, o, "avx512bf16"); });
+          EXPECT_TRUE(SameBits(m1.all(), h1.all()))
+              << what << ": VDPBF16PS's bits differ from its model's";
+        }
+        // "none": the float32 path, for comparison.
+        UnitStats sn;
+        const Result n1 = run_unit(c, o, "none");
+        check_units(ref, n1, s, w, what + " [none]", sn);
+        std::printf(
+            "[ units    ] %-58s err/(u_bf16 W) units %.2e  float32 path "
+            "%.2e\n",
+            what.c_str(), st.ratio, sn.ratio);
+      }
+    }
+  }
+}
+
+// The split mode is far more accurate than the rounded one (the measured
+// ratio, not only the bound), and the rounded one is no worse than the
+// weights' rounding allows.
+TEST(AttentionUnits, SplitWeightsAreNearTheFloatPath) {
+  Restore restore;
+  if (!has_unit("model")) GTEST_SKIP() << "no FMA target: no units path";
+  Shape s;
+  s.H = 2, s.Hkv = 1, s.nq = 64, s.nkv = 512, s.d = 64, s.dv = 64, s.seed = 9;
+  const Bf16Case c = make_case(s);
+  double ratio[3] = {};
+  const char* names[3] = {"rounded", "split", "float32 path"};
+  for (int m = 0; m < 3; ++m) {
+    AttentionOptions o;
+    o.unit_weights = m == 1 ? UnitWeights::kSplit : UnitWeights::kRounded;
+    const AttnRef ref = reference(c.p, o);
+    UnitStats st;
+    const Result r = run_unit(c, o, m == 2 ? "none" : "model");
+    check_units(ref, r, s, o.unit_weights, names[m], st);
+    ratio[m] = st.ratio;
+    std::printf("[ units    ] %-14s max err/(u_bf16 W) = %.3e\n", names[m],
+                st.ratio);
+  }
+  EXPECT_LT(ratio[1], ratio[0] / 64) << "split is not much better than rounded";
+  EXPECT_LE(ratio[0], 0.5 + 1e-3) << "rounded beyond the weights' rounding";
+  EXPECT_GT(ratio[0], 0.01) << "rounded looks unrounded: did the units run?";
+}
+
+// Masked keys never reach the output, even holding NaN and inf values (the
+// guarded block); a fully masked row is +0 with lse -inf; a NaN in a query
+// row makes that row NaN; +inf scores give the mean of their values.
+TEST(AttentionUnits, SpecialValues) {
+  Restore restore;
+  if (!has_unit("model")) GTEST_SKIP() << "no FMA target: no units path";
+  Shape s;
+  s.nq = 20, s.nkv = 90, s.d = 16, s.dv = 16, s.seed = 5;
+  Bf16Case c = make_case(s);
+  // Keys 10 and 70 hold NaN and inf values and are masked for every row;
+  // row 3 sees no key; row 5's query has a NaN.
+  Tensor<bool> mask(1, 1, s.nq, s.nkv, 0, true);
+  for (std::size_t i = 0; i < s.nq; ++i) {
+    mask.at(0, 0, i, 10) = false;
+    mask.at(0, 0, i, 70) = false;
+  }
+  for (std::size_t j = 0; j < s.nkv; ++j) mask.at(0, 0, 3, j) = false;
+  for (std::size_t k = 0; k < s.dv; ++k) {
+    c.p.v.at(0, 0, 10, k) = softdot::to_bfloat16(kNaNF);
+    c.p.v.at(0, 0, 70, k) = softdot::to_bfloat16(k % 2 ? kInfF : -kInfF);
+  }
+  c.q16.at(0, 0, 5, 7) = softdot::to_bfloat16(kNaNF);
+  c.p.q.at(0, 0, 5, 7) = kNaNF;
+  c.p.rewiden();
+  AttentionOptions o;
+  o.mask = mask.cview();
+  const AttnRef ref = reference(c.p, o);
+  for (const char* unit : {"model", "avx512bf16"}) {
+    if (!has_unit(unit)) continue;
+    for (UnitWeights w : {UnitWeights::kRounded, UnitWeights::kSplit}) {
+      o.unit_weights = w;
+      UnitStats st;
+      const Result r = run_unit(c, o, unit);
+      check_units(ref, r, s, w, std::string("special values [") + unit + "]",
+                  st);
+      EXPECT_EQ(r.lse[3], -kInfF);
+      EXPECT_TRUE(std::isnan(r.lse[5]));
+    }
+  }
+  // Scores of +inf (a bias of +inf at keys 4 and 8 of row 0): the mean of
+  // their values.
+  const Bf16Case d = make_case(s);
+  Tensor<float> bias(1, 1, s.nq, s.nkv, 0, 0.0f);
+  bias.at(0, 0, 0, 4) = kInfF;
+  bias.at(0, 0, 0, 8) = kInfF;
+  AttentionOptions ob;
+  ob.bias = bias.cview();
+  const AttnRef ref2 = reference(d.p, ob);
+  ASSERT_EQ(ref2.inf_scores[0], 2u);
+  for (const char* unit : {"model", "avx512bf16"}) {
+    if (!has_unit(unit)) continue;
+    const Result r = run_unit(d, ob, unit);
+    for (std::size_t k = 0; k < s.dv; ++k) {
+      const float mean = 0.5f * (softdot::to_float(d.p.v.at(0, 0, 4, k)) +
+                                 softdot::to_float(d.p.v.at(0, 0, 8, k)));
+      EXPECT_EQ(r.o.at(0, 0, 0, k), mean) << unit << " column " << k;
+    }
+    EXPECT_EQ(r.lse[0], kInfF) << unit;
+  }
+}
+
+// bfloat16 and float16 outputs are the double result rounded once: equal
+// to the partial result's o / l rounded by to_bfloat16(double) /
+// to_float16(double); through the public 16-bit attention() overloads.
+TEST(AttentionUnits, SixteenBitOutputsAreRoundedOnce) {
+  Restore restore;
+  Shape s;
+  s.H = 2, s.Hkv = 1, s.nq = 24, s.nkv = 100, s.d = 32, s.dv = 32, s.seed = 6;
+  const Bf16Case c = make_case(s);
+  for (const std::string unit : {"none", "model", "avx512bf16"}) {
+    if (!has_unit(unit)) continue;
+    softdot::force_matrix_unit(unit);
+    AttentionOptions o;
+    o.causal = true;
+    softdot::AttentionPartial part;
+    AttentionRequest req;
+    req.name = "attention_partial";
+    req.q = c.q16.cview();
+    req.kv = KVSource::contiguous(c.p.k.cview(), c.p.v.cview());
+    req.target = AttentionTarget::partial_result(part);
+    req.options = o;
+    softdot::run_attention(req);
+    Tensor<BFloat16> out(s.B, s.H, s.nq, s.dv, 0, BFloat16{0xFFFF});
+    std::vector<float> lse(s.B * s.H * s.nq);
+    softdot::attention(c.q16.cview(), c.p.k.cview(), c.p.v.cview(), out.view(),
+                       o, lse.data());
+    std::size_t bad = 0;
+    for (std::size_t h = 0; h < s.H; ++h)
+      for (std::size_t i = 0; i < s.nq; ++i) {
+        const std::size_t r = h * s.nq + i;
+        for (std::size_t k = 0; k < s.dv; ++k) {
+          const double x = part.out[r * s.dv + k] / part.sum[r];
+          if (out.at(0, h, i, k).bits != softdot::to_bfloat16(x).bits) ++bad;
+        }
+      }
+    EXPECT_EQ(bad, 0u) << unit;
+    softdot::force_matrix_unit("");
+  }
+  // float16 everywhere (the float32 path's products).
+  Problem<Float16> p = make_problem<Float16>(s);
+  Tensor<Float16> q16(s.B, s.H, s.nq, s.d, 0, Float16{});
+  for (std::size_t h = 0; h < s.H; ++h)
+    for (std::size_t i = 0; i < s.nq; ++i)
+      for (std::size_t k = 0; k < s.d; ++k) {
+        q16.at(0, h, i, k) = softdot::to_float16(p.q.at(0, h, i, k));
+        p.q.at(0, h, i, k) = softdot::to_float(q16.at(0, h, i, k));
+      }
+  const Result f32 = run(p, AttentionOptions{});
+  Tensor<Float16> out(s.B, s.H, s.nq, s.dv, 0, Float16{0xFFFF});
+  softdot::attention(q16.cview(), p.k.cview(), p.v.cview(), out.view());
+  const AttnRef ref = reference(p, AttentionOptions{});
+  for (std::size_t h = 0; h < s.H; ++h)
+    for (std::size_t i = 0; i < s.nq; ++i)
+      for (std::size_t k = 0; k < s.dv; ++k) {
+        const std::size_t oi = ref.oi(0, h, i, k);
+        const double got = softdot::to_float(out.at(0, h, i, k));
+        const double want = double(ref.out[oi]);
+        EXPECT_LE(std::fabs(got - want),
+                  ref.bound[oi] + 0x1p-11 * std::fabs(want) * 1.0001)
+            << "float16 out[" << h << "," << i << "," << k << "]";
+        // The same computation as the float query's.
+        EXPECT_EQ(got, double(softdot::to_float(softdot::to_float16(
+                           double(f32.o.at(0, h, i, k))))))
+            << "float16 out[" << h << "," << i << "," << k << "]";
+      }
+}
+
+// A float32 query takes the float32 path whatever the unit (the golden
+// hashes of the float32 path hold with the units present); so does the
+// decode form of a bfloat16 query.
+TEST(AttentionUnits, Float32QueriesAndDecodeKeepTheFloatPath) {
+  Restore restore;
+  Shape s;
+  s.nq = 40, s.nkv = 100, s.d = 32, s.dv = 32, s.seed = 8;
+  const Bf16Case c = make_case(s);
+  AttentionOptions o;
+  softdot::force_matrix_unit("none");
+  const Result none = run(c.p, o);
+  for (const std::string unit : {"model", "avx512bf16"}) {
+    if (!has_unit(unit)) continue;
+    softdot::force_matrix_unit(unit);
+    EXPECT_TRUE(SameBits(none.all(), run(c.p, o).all())) << unit;
+  }
+  Shape sd = s;
+  sd.nq = 1;
+  const Bf16Case cd = make_case(sd);
+  const Result dn = run_unit(cd, o, "none");
+  for (const std::string unit : {"model", "avx512bf16"}) {
+    if (!has_unit(unit)) continue;
+    EXPECT_TRUE(SameBits(dn.all(), run_unit(cd, o, unit).all())) << unit;
+  }
+}
+
+}  // namespace
