@@ -10,6 +10,14 @@
 //   BM_attention_prefill_causal_{1thread,2threads}/<n>/<d>  causal
 //   BM_attention_prefill_precise_1thread/<n>/<d>            no mask,
 //                                   AttentionOptions::precise
+//   BM_attention_prefill_bf16{,_causal}_{units,split,fma}_{1thread,2threads}
+//     /<n>/<d>  Q, K, V and the output in bfloat16: on the unit
+//     matrix_unit() picks (units: P rounded once; split:
+//     UnitWeights::kSplit) or forced to "none" (fma: the float32 path's
+//     products on the exactly widened inputs); the counter "unit" is 2 for
+//     avx512bf16, 1 for the model, 0 for none. rel_err is against the
+//     bfloat16 inputs in double; above 1e-2 (the output's rounding is 2^-9)
+//     the benchmark fails.
 // Counters (rates over the wall time of the timed loop):
 //   GFLOP/s               4 n^2 d (2 n^2 d for Q K^T, 2 n^2 d_v for P V);
 //   causal: GFLOP/s_dense_equiv  the same 4 n^2 d, a speed with the same
@@ -187,6 +195,94 @@ void BM_attention_prefill_causal_2threads(benchmark::State& s) {
 void BM_attention_prefill_precise_1thread(benchmark::State& s) {
   BM_attention_prefill<false, 1, true>(s);
 }
+// bfloat16 prefill; kMode 0: the automatic unit, P rounded; 1: split;
+// 2: forced "none" (the float32 FMA path).
+template <bool kCausal, int kThreads, int kMode>
+void BM_attention_prefill_bf16(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const auto d = static_cast<std::size_t>(state.range(1));
+  if (!CheckAffinity(state, kThreads)) return;
+  const OmpThreadsScope omp(kThreads);
+  std::vector<float> qf(n * d), kf(n * d), vf(n * d), of(n * d);
+  FillUniform(qf.data(), n * d, 1);
+  FillUniform(kf.data(), n * d, 2);
+  FillUniform(vf.data(), n * d, 3);
+  std::vector<softdot::BFloat16> q(n * d), k(n * d), v(n * d), o(n * d);
+  for (std::size_t i = 0; i < n * d; ++i) {
+    q[i] = softdot::to_bfloat16(qf[i]);
+    k[i] = softdot::to_bfloat16(kf[i]);
+    v[i] = softdot::to_bfloat16(vf[i]);
+    qf[i] = softdot::to_float(q[i]);
+    kf[i] = softdot::to_float(k[i]);
+    vf[i] = softdot::to_float(v[i]);
+  }
+  const softdot::TensorView<const softdot::BFloat16> qv(q.data(), 1, 1, n, d),
+      kv(k.data(), 1, 1, n, d), vv(v.data(), 1, 1, n, d);
+  const softdot::TensorView<softdot::BFloat16> ov(o.data(), 1, 1, n, d);
+  softdot::AttentionOptions options;
+  options.causal = kCausal;
+  if (kMode == 1) {
+    options.unit_weights = softdot::AttentionOptions::UnitWeights::kSplit;
+  }
+  softdot::force_matrix_unit(kMode == 2 ? "none" : "");
+  const std::string unit = softdot::matrix_unit();
+  state.counters["unit"] = unit == "avx512bf16" ? 2 : unit == "model" ? 1 : 0;
+  const float scale =
+      static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  try {
+    softdot::attention(qv, kv, vv, ov, options);
+  } catch (const std::exception& e) {
+    softdot::force_matrix_unit("");
+    state.SkipWithError(
+        (std::string("softdot::attention: ") + e.what()).c_str());
+    return;
+  }
+  for (std::size_t i = 0; i < n * d; ++i) of[i] = softdot::to_float(o[i]);
+  double worst = 0.0;
+  for (std::size_t i : CheckRows(n)) {
+    worst = std::max(worst, AttentionRowError(qf.data() + i * d, kf.data(),
+                                              vf.data(), kCausal ? i + 1 : n,
+                                              d, d, scale, of.data() + i * d));
+  }
+  state.counters["rel_err"] = worst;
+  if (!(worst <= 1e-2)) {
+    softdot::force_matrix_unit("");
+    state.SkipWithError(
+        ("self-check failed: rel_err " + std::to_string(worst) + " > 1e-2")
+            .c_str());
+    return;
+  }
+  const double peak = FmaPeakFlops(kThreads);
+  const auto t0 = Clock::now();
+  for (auto _ : state) {
+    softdot::attention(qv, kv, vv, ov, options);
+    benchmark::DoNotOptimize(o.data());
+    benchmark::ClobberMemory();
+  }
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - t0).count();
+  softdot::force_matrix_unit("");
+  SetPrefillCounters(state, seconds, static_cast<double>(state.iterations()), n,
+                     d, kCausal, peak);
+}
+
+#define SOFTDOT_BF16_PREFILL(NAME, CAUSAL, MODE)                      \
+  void BM_attention_prefill_bf16##NAME##_1thread(benchmark::State& s) {  \
+    BM_attention_prefill_bf16<CAUSAL, 1, MODE>(s);                    \
+  }                                                                   \
+  void BM_attention_prefill_bf16##NAME##_2threads(benchmark::State& s) { \
+    BM_attention_prefill_bf16<CAUSAL, 2, MODE>(s);                    \
+  }                                                                   \
+  BENCHMARK(BM_attention_prefill_bf16##NAME##_1thread)->Apply(PrefillArgs); \
+  BENCHMARK(BM_attention_prefill_bf16##NAME##_2threads)->Apply(PrefillArgs);
+SOFTDOT_BF16_PREFILL(_units, false, 0)
+SOFTDOT_BF16_PREFILL(_split, false, 1)
+SOFTDOT_BF16_PREFILL(_fma, false, 2)
+SOFTDOT_BF16_PREFILL(_causal_units, true, 0)
+SOFTDOT_BF16_PREFILL(_causal_split, true, 1)
+SOFTDOT_BF16_PREFILL(_causal_fma, true, 2)
+#undef SOFTDOT_BF16_PREFILL
+
 // One query against one key (d = 1): the fixed cost of a call.
 void BM_attention_one_key(benchmark::State& state) {
   std::vector<float> q = {0.5f}, k = {0.25f}, v = {2.0f}, o(1);

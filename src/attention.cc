@@ -91,7 +91,14 @@ const float* query_row(const QueryTensor& q, std::size_t b, std::size_t h,
       [&](const auto& t) {
         using T = std::remove_const_t<
             std::remove_pointer_t<decltype(t.data)>>;
-        if constexpr (!std::is_same_v<T, float>) {
+        if constexpr (std::is_same_v<T, BFloat16>) {
+          // The upper half of a float (to_float, inline so it vectorises).
+          const T* src = t.row(b, h, i);
+          for (std::size_t c = 0; c < d; ++c) {
+            const std::uint32_t u = std::uint32_t{src[c].bits} << 16;
+            std::memcpy(dst + c, &u, sizeof u);
+          }
+        } else if constexpr (std::is_same_v<T, Float16>) {
           const T* src = t.row(b, h, i);
           for (std::size_t c = 0; c < d; ++c) dst[c] = to_float(src[c]);
         }

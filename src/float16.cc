@@ -2,6 +2,8 @@
 // dependence on the CPU's F16C), so the same bits on every target.
 #include "softdot/float16.h"
 
+#include "round16.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -78,30 +80,11 @@ BFloat16 to_bfloat16(float x) noexcept {
   return BFloat16{static_cast<std::uint16_t>((bits + 0x7fffu + lsb) >> 16)};
 }
 
-namespace {
-
-// x rounded to float toward zero, with the last bit set when inexact
-// ("round to odd"): rounding that float to 8 or 11 significant bits, to
-// nearest even, gives x rounded once (the float keeps 24 bits, two more
-// than either format needs). Infinite and NaN x pass through.
-float round_to_odd(double x) noexcept {
-  float f = static_cast<float>(x);
-  if (!std::isfinite(x) || static_cast<double>(f) == x) return f;
-  if (std::fabs(static_cast<double>(f)) > std::fabs(x)) {
-    f = std::nextafter(f, 0.0f);
-  }
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  u |= 1u;
-  std::memcpy(&f, &u, sizeof(u));
-  return f;
+Float16 to_float16(double x) noexcept {
+  return to_float16(detail::round_to_odd(x));
 }
-
-}  // namespace
-
-Float16 to_float16(double x) noexcept { return to_float16(round_to_odd(x)); }
 BFloat16 to_bfloat16(double x) noexcept {
-  return to_bfloat16(round_to_odd(x));
+  return BFloat16{detail::bfloat16_bits(x)};
 }
 
 }  // namespace softdot

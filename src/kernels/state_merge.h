@@ -29,6 +29,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "round16.h"
 #include "softdot/float16.h"
 
 #include "row_op.h"
@@ -184,9 +185,9 @@ inline void finalize_row_state(float m, double l, const double* o,
     if constexpr (std::is_same_v<T, float>) {
       return static_cast<float>(x);
     } else if constexpr (std::is_same_v<T, BFloat16>) {
-      return to_bfloat16(x);
+      return BFloat16{bfloat16_bits(x)};
     } else {
-      return to_float16(x);
+      return to_float16(round_to_odd(x));
     }
   };
   if (std::isnan(l)) {
