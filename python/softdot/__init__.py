@@ -21,7 +21,14 @@ from ._attention import attention_merge, attention_weights, scaled_dot_product_a
 from ._cross_entropy import cross_entropy
 from ._paged import paged_attention
 from ._quantize import quantize_kv
-from ._softdot import force_simd_target, simd_target, simd_targets
+from ._softdot import (
+    force_matrix_unit,
+    force_simd_target,
+    matrix_unit,
+    matrix_units,
+    simd_target,
+    simd_targets,
+)
 from ._softmax import (
     SoftmaxState,
     dot,
@@ -57,6 +64,9 @@ __all__ = [
     "simd_target",
     "simd_targets",
     "force_simd_target",
+    "matrix_units",
+    "matrix_unit",
+    "force_matrix_unit",
     "__version__",
 ]
 

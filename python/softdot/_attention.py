@@ -29,6 +29,7 @@ def scaled_dot_product_attention(
     return_lse: bool = False,
     out: Any = None,
     precise: bool = False,
+    unit_weights: str = "rounded",
     is_causal: bool = False,
     enable_gqa: bool = False,
     dropout_p: float = 0.0,
@@ -38,8 +39,12 @@ def scaled_dot_product_attention(
 
     Parameters
     ----------
-    query : array [..., Hq, L, E], float32
-        torch's layout (B, H, L, E); 2-d and 3-d inputs get leading ones.
+    query : array [..., Hq, L, E]; float32, float16 or bfloat16
+        torch's layout (B, H, L, E); 2-d and 3-d inputs get leading ones. A
+        16-bit query is read as it is (widened exactly inside) and the
+        output takes its dtype, as torch's does; lse stays float32. With
+        bfloat16 query, key and value the prefill products run on the CPU's
+        bfloat16 units (:func:`matrix_unit`: AVX512-BF16's VDPBF16PS).
     key : array [..., Hkv, S, E]; float32, float16 or bfloat16
         (torch.bfloat16, or numpy arrays of ml_dtypes.bfloat16), or an int8
         pair ``(values, scales)``: int8 [..., Hkv, S, E] and float32
@@ -69,11 +74,18 @@ def scaled_dot_product_attention(
         [b, c) merged by :func:`attention_merge` equal [a, c).
     return_lse : bool, default False
         Also return the log-sum-exp of each row's scores, shape [..., L].
-    out : array [..., Hq, L, Ev], float32, optional
+    out : array [..., Hq, L, Ev], optional
+        The query's dtype, or float32 (the result rounded once to float32).
     precise : bool, default False
         Scores in double, carried as two floats into exp (C++
         ``AttentionOptions::precise``): a few u W of error even for scores
         near +-100, at about twice the score cost; always the prefill form.
+    unit_weights : "rounded" or "split", default "rounded"
+        On the bfloat16 units, the weights P enter the P V product rounded
+        once to bfloat16 ("rounded", as other libraries do: adds at most
+        2^-9 W to the error bound) or as a bfloat16 high part plus the
+        bfloat16 nearest to the rest ("split", two products: 2^-18 W, about
+        1.3x the time). Without units P stays float32 either way.
 
     Returns
     -------
@@ -110,6 +122,7 @@ def scaled_dot_product_attention(
         kv_range=kv_range,
         precise=precise,
         top_left=top_left,
+        unit_weights=unit_weights,
     )
 
 
@@ -134,17 +147,25 @@ def _call(
     sinks1 = R.sinks_array(fn, sinks, p.kind)
     o = R.options(fn, mask=mask, bias=bias4, sinks=sinks1, **opts)
     shape = p.lead + (p.L, p.Ev if kind == "output" else p.S)
+    if kind != "output" and p.q_format != R.KV_F32:
+        raise TypeError(
+            f"{fn}: query has dtype {R.KV_NAMES[p.q_format]}; the weights take a float32 query"
+        )
     if p.L == 0:  # no query rows: an empty result, as torch gives
-        user, lse_user = R.empty_rows(shape, p.kind, out, fn)
+        user, lse_user = R.empty_rows(shape, p.kind, out, fn, p.q_format, p.q_dtype)
         return (user, lse_user) if return_lse else user
-    user, out_arr = A.output(fn, out, shape, A.F32, p.kind)
+    if kind == "output":
+        user, out_arr, out_format = R.result(fn, out, shape, p.q_format, p.q_dtype, p.kind)
+    else:
+        user, out_arr = A.output(fn, out, shape, A.F32, p.kind)
+        out_format = R.KV_F32
     if out is not None:
         R.check_out_overlap(
             fn, out_arr, p.raw + [("attn_mask", mask), ("bias", bias4), ("sinks", sinks1)]
         )
     out4, direct = R.target(out_arr)
     lse_user, lse = A.new_output(p.lead + (p.L,), A.F32, p.kind) if return_lse else (None, None)
-    R.run(fn, p.q, p.kv, kind, out4, lse, o, p.scales)
+    R.run(fn, p.q, p.kv, kind, out4, lse, o, p.scales, p.q_format, out_format)
     if not direct:
         np.copyto(out_arr, out4.reshape(shape))
     return (user, lse_user) if return_lse else user

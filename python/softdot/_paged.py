@@ -88,6 +88,7 @@ def paged_attention(
     kv_layout: str = "NHD",
     return_lse: bool = False,
     out: Any = None,
+    unit_weights: str = "rounded",
 ) -> Any:
     """Fused attention over a paged K/V cache, as LLM serving engines keep
     it: sequence b's key position t lies in page
@@ -98,7 +99,9 @@ def paged_attention(
 
     Parameters
     ----------
-    query : float32 array [B, Hq, L, E]
+    query : array [B, Hq, L, E]; float32, float16 or bfloat16 (the output
+        takes its dtype; bfloat16 with a bfloat16 cache runs the prefill
+        products on the bfloat16 units, as scaled_dot_product_attention)
         Query i of L sits at key position ``i + seq_lens[b] - L`` (decode:
         L = 1; chunked prefill: L new tokens at the end of the cache).
     key_cache, value_cache : arrays [P, page_size, Hkv, E] (``kv_layout``
@@ -124,7 +127,8 @@ def paged_attention(
         (a range past a sequence's end is empty for it).
     return_lse : bool, default False
         Also return lse [B, Hq, L].
-    out : float32 array [B, Hq, L, Ev], optional
+    out : array [B, Hq, L, Ev], optional; the query's dtype or float32
+    unit_weights : "rounded" or "split"; see scaled_dot_product_attention
 
     Returns
     -------
@@ -149,7 +153,7 @@ def paged_attention(
         *(key_cache if isinstance(key_cache, tuple) else (key_cache,)),
         *(value_cache if isinstance(value_cache, tuple) else (value_cache,)),
     )
-    q = R.query(fn, query, kind)
+    q, q_format, q_dtype = R.query(fn, query, kind)
     if q.ndim != 4:
         raise ValueError(f"{fn}: query has shape {q.shape}; expected [B, Hq, L, E]")
     k, ks, fk, raw_k = _cache(fn, "key_cache", key_cache, kind, kv_layout)
@@ -186,12 +190,13 @@ def paged_attention(
         mask=mask,
         bias=bias4,
         sinks=sk,
+        unit_weights=unit_weights,
     )
     shape = (B, Hq, L, Ev)
     if L == 0:  # no query rows: an empty result, as torch gives
-        user, lse_user = R.empty_rows(shape, kind, out, fn)
+        user, lse_user = R.empty_rows(shape, kind, out, fn, q_format, q_dtype)
         return (user, lse_user) if return_lse else user
-    user, o = A.output(fn, out, shape, A.F32, kind)
+    user, o, out_format = R.result(fn, out, shape, q_format, q_dtype, kind)
     if out is not None:
         R.check_out_overlap(
             fn,
@@ -223,7 +228,7 @@ def paged_attention(
         kv["k_scales"], kv["v_scales"] = ks, vs
     # The library names a bad scale by page, head, row, sequence and position
     # (only the scales a key reads are checked; unused pages may hold anything).
-    R.run(fn, R.ready(q), kv, "output", out4, lse, opts, [])
+    R.run(fn, R.ready(q), kv, "output", out4, lse, opts, [], q_format, out_format)
     if not direct:
         np.copyto(o, out4.reshape(shape))
     return (user, lse_user) if return_lse else user

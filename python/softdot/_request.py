@@ -113,16 +113,75 @@ def is_float(a: Any, kind: str) -> bool:
     return bool(a.is_floating_point() if kind == "torch" else a.dtype.kind == "f")
 
 
-def query(fn: str, q: Any, kind: str) -> np.ndarray:
-    """The float32 query as a numpy view (torch: its memory)."""
+_Q_ACCEPTED = "float32, float16, bfloat16"
+_Q_ACCEPTED_NP = "float32, float16, bfloat16 (ml_dtypes.bfloat16)"
+
+
+def query(fn: str, q: Any, kind: str) -> Tuple[np.ndarray, int, Any]:
+    """(numpy view of the query's memory, its format, its dtype): float32,
+    or float16 / bfloat16 as their bits (uint16), never widened here."""
     q = q if kind == "torch" else A.secondary(fn, "query", q, kind)
     if kind == "torch":
         A.check_device(fn, "query", q)
-        if q.dtype != A.torch_module().float32:
-            raise A.accepted(fn, "query", q, "float32")
-    elif q.dtype != A.F32:
-        raise A.accepted(fn, "query", q, "float32")
-    return as_numpy(fn, "query", q, kind)
+        torch = A.torch_module()
+        fmt = {torch.float32: KV_F32, torch.float16: KV_F16, torch.bfloat16: KV_BF16}.get(q.dtype)
+        if fmt is None:
+            raise A.accepted(fn, "query", q, _Q_ACCEPTED)
+        v = A.tensor_view(fn, "query", q)
+        return (v.view(A.U16) if fmt == KV_F16 else v), fmt, q.dtype
+    d = q.dtype
+    if d == A.F32:
+        return q, KV_F32, d
+    if d == A.F16:
+        return q.view(A.U16), KV_F16, d
+    if d.name == "bfloat16":  # ml_dtypes.bfloat16: the bits, as uint16
+        return q.view(A.U16), KV_BF16, d
+    raise A.accepted(fn, "query", q, _Q_ACCEPTED_NP)
+
+
+def result(
+    fn: str, out: Any, shape: Tuple[int, ...], q_format: int, q_dtype: Any, kind: str
+) -> Tuple[Any, np.ndarray, int]:
+    """(what the caller gets, the numpy array the core writes, its format):
+    the attention output in the query's dtype (16-bit: written as bits), or
+    in out's when the caller passes one of the query's dtype or float32."""
+    if q_format == KV_F32:
+        user, arr = A.output(fn, out, shape, A.F32, kind)
+        return user, arr, KV_F32
+    name = KV_NAMES[q_format]
+    if out is None:
+        if kind == "torch":
+            t = A.torch_module().empty(shape, dtype=q_dtype)
+            v = A.tensor_view(fn, "out", t)
+            return t, (v.view(A.U16) if q_format == KV_F16 else v), q_format
+        a = np.empty(shape, dtype=q_dtype)
+        return a, a.view(A.U16), q_format
+    is_f32 = (out.dtype == A.torch_module().float32) if A.is_torch(out) else (
+        getattr(out, "dtype", None) == A.F32
+    )
+    if is_f32:
+        user, arr = A.user_output(fn, out, shape, A.F32, kind)
+        return user, arr, KV_F32
+    if kind == "torch":
+        if not A.is_torch(out):
+            raise TypeError(f"{fn}: out must be a torch.Tensor when the input is one")
+        A.check_device(fn, "out", out)
+        if out.requires_grad:
+            raise ValueError(f"{fn}: out requires grad; pass a tensor without autograd history")
+    elif type(out) is not np.ndarray:
+        raise TypeError(f"{fn}: out must be a numpy.ndarray when the input is one")
+    if out.dtype != q_dtype:
+        raise TypeError(
+            f"{fn}: out has dtype {A.dtype_str(out)}; expected {name} (the query's) or float32"
+        )
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{fn}: out has shape {tuple(out.shape)}; expected {tuple(shape)}")
+    if kind == "torch":
+        v = A.tensor_view(fn, "out", out)
+        return out, (v.view(A.U16) if q_format == KV_F16 else v), q_format
+    if not out.flags.writeable:
+        raise ValueError(f"{fn}: out is read-only")
+    return out, out.view(A.U16), q_format
 
 
 def masks(
@@ -221,13 +280,15 @@ def options(
     bias: Optional[np.ndarray] = None,
     sinks: Optional[np.ndarray] = None,
     top_left: bool = False,
+    unit_weights: Any = "rounded",
 ) -> Dict[str, Any]:
     """The options dict of the core's request. Values are only converted
     (types); the library checks them (scale finite and > 0, window >= -1,
     softcap finite and >= 0, the key range) and names `fn` in its message.
     A bound the core's unsigned fields cannot hold (a negative kv_range
     bound) is refused here. top_left: torch's is_causal (query i at position
-    i, key j at j)."""
+    i, key j at j). unit_weights: "rounded" or "split" (how the weights
+    enter the bfloat16 units' P V product)."""
     sc = None if scale is None else _number(fn, "scale", scale)
     if sc is not None and sc != sc:
         # The library reads NaN as "the default 1/sqrt(E)", which None says
@@ -242,6 +303,10 @@ def options(
         "bias": bias,
         "sinks": sinks,
     }
+    if unit_weights != "rounded":
+        if not isinstance(unit_weights, str):
+            raise TypeError(f"{fn}: unit_weights must be 'rounded' or 'split', not {unit_weights!r}")
+        o["unit_weights"] = unit_weights
     wl, wr = _pair(fn, "window", window, "(left, right) of ints")
     o["window_left"], o["window_right"] = _integer(fn, "window", wl), _integer(fn, "window", wr)
     if kv_range is not None:
@@ -282,7 +347,9 @@ class Prepared:
     q, k, v (and int8 scales), the source dict, the caller's shapes, and the
     arrays to check `out` against."""
 
-    __slots__ = ("kind", "q", "kv", "lead", "L", "S", "Ev", "hq", "raw", "scales")
+    __slots__ = (
+        "kind", "q", "kv", "lead", "L", "S", "Ev", "hq", "raw", "scales", "q_format", "q_dtype",
+    )
 
     kind: str
     q: np.ndarray
@@ -294,6 +361,8 @@ class Prepared:
     hq: int
     raw: List[Tuple[str, Optional[np.ndarray]]]
     scales: List[Tuple[str, np.ndarray]]
+    q_format: int
+    q_dtype: Any
 
 
 def prepare(fn: str, query_: Any, key: Any, value: Any) -> Prepared:
@@ -302,7 +371,7 @@ def prepare(fn: str, query_: Any, key: Any, value: Any) -> Prepared:
     p = Prepared()
     kind = A.kind_of(query_)
     p.kind = kind
-    q = query(fn, query_, kind)
+    q, p.q_format, p.q_dtype = query(fn, query_, kind)
 
     def kv(name: str, a: Any) -> Tuple[np.ndarray, int, Optional[np.ndarray]]:
         """(array, format, scales): an int8 (values, scales) pair or one array."""
@@ -389,13 +458,15 @@ def run(
     lse: Optional[np.ndarray],
     opts: Dict[str, Any],
     scales: List[Tuple[str, np.ndarray]],
+    q_format: int = KV_F32,
+    out_format: int = KV_F32,
 ) -> None:
     """The core's request: kind "output" (out4 and lse), "weights" or
     "scores". A refused int8 scale is named by its index in the caller's
     array (scales: the caller's (name, scales) pairs)."""
 
     def call() -> None:
-        _core.attention_request(fn, q4, kv, kind, out4, lse, opts)
+        _core.attention_request(fn, q4, q_format, kv, kind, out4, out_format, lse, opts)
 
     if scales:
         _int8.check_scales_on_error(fn, scales, call)
@@ -403,8 +474,17 @@ def run(
         call()
 
 
-def empty_rows(shape: Tuple[int, ...], kind: str, out: Any, fn: str) -> Tuple[Any, Any]:
+def empty_rows(
+    shape: Tuple[int, ...],
+    kind: str,
+    out: Any,
+    fn: str,
+    q_format: int = KV_F32,
+    q_dtype: Any = None,
+) -> Tuple[Any, Any]:
     """The result of a call with no query rows (L = 0): an empty output of
     the right shape (out itself when given), as torch returns."""
-    user, _ = A.output(fn, out, shape, A.F32, kind)
+    user = A.output(fn, out, shape, A.F32, kind)[0] if q_format == KV_F32 else (
+        result(fn, out, shape, q_format, q_dtype, kind)[0]
+    )
     return user, A.new_output(shape[:-1], A.F32, kind)[0]

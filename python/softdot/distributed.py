@@ -198,6 +198,10 @@ def ring_attention(
         raise ValueError(f"{fn}: seq_len must be >= 1, got {n}")
     R.no_grad(fn, A.kind_of(query), query, key, value, attn_mask, bias, sinks)
     p = R.prepare(fn, query, key, value)
+    if p.q_format != R.KV_F32:
+        raise TypeError(
+            f"{fn}: query has dtype {R.KV_NAMES[p.q_format]}; ring_attention takes a float32 query"
+        )
     mask, bias4 = R.masks(
         fn,
         attn_mask,

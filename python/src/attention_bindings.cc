@@ -33,24 +33,58 @@ namespace {
 // when given, lse), "weights" or "scores" (out [B, H, L, S]); kv and options
 // are the dicts of request_views.h; name is the Python function the
 // library's messages name.
-void request_py(const std::string& name, const In& q, const nb::dict& kv,
-                const std::string& kind, const Out& out,
-                const std::optional<Out>& lse, const nb::dict& options) {
-  check_dtype("query", q, nb::dtype<float>(), "float32");
-  check_dtype("out", out, nb::dtype<float>(), "float32");
+void request_py(const std::string& name, const In& q, int q_format,
+                const nb::dict& kv, const std::string& kind, const Out& out,
+                int out_format, const std::optional<Out>& lse,
+                const nb::dict& options) {
   AttentionRequest r;
   r.name = name.c_str();
-  r.q = view4<const float>("query", q);
+  // The query and the output: float32, or 16-bit (their bits, as uint16).
+  TensorView<const float> q32;
+  switch (static_cast<KVFormat>(q_format)) {
+    case KVFormat::kFloat32:
+      check_dtype("query", q, nb::dtype<float>(), "float32");
+      q32 = view4<const float>("query", q);
+      r.q = q32;
+      break;
+    case KVFormat::kFloat16:
+      r.q = view4<const Float16>("query", q);
+      break;
+    case KVFormat::kBFloat16:
+      r.q = view4<const BFloat16>("query", q);
+      break;
+    default:
+      fail("query format must be 0 (float32), 1 (float16) or 2 (bfloat16)");
+  }
   r.kv = kv_source_of(kv);
   r.options = options_of(options);
-  const auto ov = view4<float>("out", out);
+  OutputTensor ov;
+  switch (static_cast<KVFormat>(out_format)) {
+    case KVFormat::kFloat32:
+      check_dtype("out", out, nb::dtype<float>(), "float32");
+      ov = view4<float>("out", out);
+      break;
+    case KVFormat::kFloat16:
+      ov = view4<Float16>("out", out);
+      break;
+    case KVFormat::kBFloat16:
+      ov = view4<BFloat16>("out", out);
+      break;
+    default:
+      fail("out format must be 0 (float32), 1 (float16) or 2 (bfloat16)");
+  }
   if (kind == "output") {
-    r.target =
-        AttentionTarget::output(ov, lse ? lse_data("lse", *lse, r.q) : nullptr);
-  } else if (kind == "weights") {
-    r.target = AttentionTarget::weights(ov);
-  } else if (kind == "scores") {
-    r.target = AttentionTarget::scores(ov);
+    const TensorView<const float> shape = r.q.shape_view();
+    r.target = AttentionTarget::output(
+        ov, lse ? lse_data("lse", *lse, shape) : nullptr);
+  } else if (kind == "weights" || kind == "scores") {
+    if (const auto* f = ov.f32(); f != nullptr && q32.data != nullptr) {
+      r.target = kind == "weights" ? AttentionTarget::weights(*f)
+                                   : AttentionTarget::scores(*f);
+    } else {
+      fail(name + ": the weights and scores take a float32 query and write "
+                  "float32");
+    }
   } else {
     fail("kind must be 'output', 'weights' or 'scores', got '" + kind + "'");
   }
@@ -81,8 +115,9 @@ void merge_py(const In& oa, const In& la, const In& ob, const In& lb,
 
 void bind_attention(nb::module_& m) {
   using namespace nb::literals;
-  m.def("attention_request", &request_py, "name"_a, "query"_a, "kv"_a, "kind"_a,
-        "out"_a, "lse"_a.none(), "options"_a,
+  m.def("attention_request", &request_py, "name"_a, "query"_a, "q_format"_a,
+        "kv"_a, "kind"_a, "out"_a, "out_format"_a, "lse"_a.none(),
+        "options"_a,
         "One attention request: query, K/V source, target, options.");
   m.def("attention_merge", &merge_py, "out_a"_a, "lse_a"_a, "out_b"_a,
         "lse_b"_a, "out"_a, "lse"_a, "Merges two partial attention results.");

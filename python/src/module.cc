@@ -21,6 +21,12 @@ NB_MODULE(_softdot, m) {
         "Targets compiled in and supported by this CPU, best first.");
   m.def("force_simd_target", &softdot::force_simd_target, "name"_a,
         "Restricts dispatch to one target ('' restores the automatic choice).");
+  m.def("matrix_units", &softdot::matrix_units,
+        "Units the bfloat16 attention products can run on here, best first.");
+  m.def("matrix_unit", &softdot::matrix_unit,
+        "The unit bfloat16 attention runs its products on now.");
+  m.def("force_matrix_unit", &softdot::force_matrix_unit, "name"_a,
+        "Forces a unit by name ('' restores the automatic choice).");
   softdot::python::bind_softmax(m);
   softdot::python::bind_attention(m);
   softdot::python::bind_int8(m);

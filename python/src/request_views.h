@@ -93,7 +93,7 @@ inline AttentionOptions options_of(const nb::dict& d) {
   check_keys("options", d,
              {"scale", "causal", "window_left", "window_right", "softcap",
               "kv_begin", "kv_end", "precise", "prefill_form", "q_position",
-              "kv_position", "mask", "bias", "sinks"});
+              "kv_position", "mask", "bias", "sinks", "unit_weights"});
   AttentionOptions o = make_options(
       array_or_none(d, "mask"), array_or_none(d, "bias"),
       array_or_none(d, "sinks"),
@@ -109,6 +109,12 @@ inline AttentionOptions options_of(const nb::dict& d) {
   o.q_position =
       get_or<std::size_t>(d, "q_position", AttentionOptions::kAutoPosition);
   o.kv_position = get_or<std::size_t>(d, "kv_position", 0);
+  const std::string w = get_or<std::string>(d, "unit_weights", "rounded");
+  if (w == "split") {
+    o.unit_weights = AttentionOptions::UnitWeights::kSplit;
+  } else if (w != "rounded") {
+    fail("unit_weights must be 'rounded' or 'split', got '" + w + "'");
+  }
   return o;
 }
 
