@@ -241,8 +241,8 @@ void BM_attention_prefill_bf16(benchmark::State& state) {
   double worst = 0.0;
   for (std::size_t i : CheckRows(n)) {
     worst = std::max(worst, AttentionRowError(qf.data() + i * d, kf.data(),
-                                              vf.data(), kCausal ? i + 1 : n,
-                                              d, d, scale, of.data() + i * d));
+                                              vf.data(), kCausal ? i + 1 : n, d,
+                                              d, scale, of.data() + i * d));
   }
   state.counters["rel_err"] = worst;
   if (!(worst <= 1e-2)) {
@@ -266,13 +266,13 @@ void BM_attention_prefill_bf16(benchmark::State& state) {
                      d, kCausal, peak);
 }
 
-#define SOFTDOT_BF16_PREFILL(NAME, CAUSAL, MODE)                      \
-  void BM_attention_prefill_bf16##NAME##_1thread(benchmark::State& s) {  \
-    BM_attention_prefill_bf16<CAUSAL, 1, MODE>(s);                    \
-  }                                                                   \
-  void BM_attention_prefill_bf16##NAME##_2threads(benchmark::State& s) { \
-    BM_attention_prefill_bf16<CAUSAL, 2, MODE>(s);                    \
-  }                                                                   \
+#define SOFTDOT_BF16_PREFILL(NAME, CAUSAL, MODE)                            \
+  void BM_attention_prefill_bf16##NAME##_1thread(benchmark::State& s) {     \
+    BM_attention_prefill_bf16<CAUSAL, 1, MODE>(s);                          \
+  }                                                                         \
+  void BM_attention_prefill_bf16##NAME##_2threads(benchmark::State& s) {    \
+    BM_attention_prefill_bf16<CAUSAL, 2, MODE>(s);                          \
+  }                                                                         \
   BENCHMARK(BM_attention_prefill_bf16##NAME##_1thread)->Apply(PrefillArgs); \
   BENCHMARK(BM_attention_prefill_bf16##NAME##_2threads)->Apply(PrefillArgs);
 SOFTDOT_BF16_PREFILL(_units, false, 0)

@@ -89,8 +89,7 @@ const float* query_row(const QueryTensor& q, std::size_t b, std::size_t h,
   if (const auto* f = q.f32()) return f->row(b, h, i);
   std::visit(
       [&](const auto& t) {
-        using T = std::remove_const_t<
-            std::remove_pointer_t<decltype(t.data)>>;
+        using T = std::remove_const_t<std::remove_pointer_t<decltype(t.data)>>;
         if constexpr (std::is_same_v<T, BFloat16>) {
           // The upper half of a float (to_float, inline so it vectorises).
           const T* src = t.row(b, h, i);
@@ -195,8 +194,7 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
       units = detail::attention_units();
     }
   }
-  const bool pv_split =
-      o.unit_weights == AttentionOptions::UnitWeights::kSplit;
+  const bool pv_split = o.unit_weights == AttentionOptions::UnitWeights::kSplit;
   float* lse = req.target.lse;
   AttentionPartial* partial = req.target.kind == AttentionTarget::Kind::kPartial
                                   ? req.target.partial

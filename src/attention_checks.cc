@@ -541,9 +541,8 @@ AttentionPlan AttentionPlan::make(const AttentionRequest& r) {
   std::visit([&](const auto& q) { detail::attn::check_tensor(fn, "q", q); },
              r.q.variant());
   if (kind == Kind::kOutput) {
-    std::visit(
-        [&](const auto& o) { detail::attn::check_tensor(fn, "out", o); },
-        r.target.out.variant());
+    std::visit([&](const auto& o) { detail::attn::check_tensor(fn, "out", o); },
+               r.target.out.variant());
   }
   if (explicit_target && (r.q.format() != KVFormat::kFloat32 ||
                           r.target.out.format() != KVFormat::kFloat32)) {

@@ -2,11 +2,11 @@
 // dependence on the CPU's F16C), so the same bits on every target.
 #include "softdot/float16.h"
 
-#include "round16.h"
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+
+#include "round16.h"
 
 namespace softdot {
 

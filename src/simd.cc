@@ -2,9 +2,9 @@
 #include "softdot/simd.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cctype>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <string_view>

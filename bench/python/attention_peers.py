@@ -10,7 +10,13 @@ the same cases on the same arrays.)
 Implementations (all on the same arrays, one after another for each case):
   softdot        softdot.scaled_dot_product_attention (Q float32; K, V float32,
                  float16, bfloat16, or int8 as (values, scales) pairs from
-                 softdot.quantize_kv; output float32);
+                 softdot.quantize_kv; output float32; in the 16-bit prefill
+                 cases Q, K, V and the output all 16-bit, as torch's, the
+                 products on the unit softdot.matrix_unit() names, P rounded
+                 once to bfloat16);
+  softdot split  16-bit prefill only: unit_weights="split" (P as two
+                 bfloat16 parts) with a float32 output (its error would
+                 otherwise be the output's rounding);
   torch SDPA     torch.nn.functional.scaled_dot_product_attention, enable_gqa=True
                  when the heads differ (torch needs one dtype: Q, K, V and the
                  output are all 16-bit in the 16-bit cases);
@@ -30,7 +36,14 @@ Implementations (all on the same arrays, one after another for each case):
   OpenVINO       an opset13 ScaledDotProductAttention model (16-bit K/V through
                  a Convert to f32), compiled for CPU with INFERENCE_NUM_THREADS
                  and INFERENCE_PRECISION_HINT=f32 (no silent bf16); GQA as for
-                 torch matmul.
+                 torch matmul. In the 16-bit prefill cases the hint is the
+                 cases' dtype (bf16 or f16), as its users run it, with the
+                 query rounded to that dtype.
+16-bit prefill accuracy ("err/(u W)"): on 48 rows spread over the heads and
+positions, max_c |O - exact| / (u W_c), the exact result computed in float64
+from the 16-bit inputs, W_c = sum_j w_j |V_jc|, u = 2^-8 (bfloat16) or
+2^-11 (float16): the measure of the issue's goals (torch: 6e-4 to 8e-3
+absolute).
 onnx + onnxruntime and openvino are optional: one not installed is a "not
 run" line under the table, saying so.
 int8 decode (K, V quantised by softdot.quantize_kv: int8 values and one float32
@@ -89,7 +102,7 @@ AVX2_ENV = {
     "NPY_DISABLE_CPU_FEATURES": "AVX512F AVX512CD AVX512_SKX AVX512_CLX AVX512_CNL "
     "AVX512_ICL AVX512_SPR",
 }
-IMPLS = ["softdot", "torch SDPA", "torch matmul", "ONNX Runtime", "OpenVINO"]
+IMPLS = ["softdot", "softdot split", "torch SDPA", "torch matmul", "ONNX Runtime", "OpenVINO"]
 ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "int8": 1}
 
 
@@ -154,7 +167,7 @@ def cases(quick: bool) -> list:
                                 "causal": True,
                             }
                         )
-    for dt in ("f32", "bf16"):
+    for dt in ("f32", "bf16", "f16"):
         for n in (1024, 4096) + (() if quick else (16384,)):
             for e in (64, 128):
                 for causal in (False, True):
@@ -308,7 +321,22 @@ def causal_mask(c, rows_per_query=1):
 
 
 # ---- implementations: each returns (f(i), output as float32 [B, Hq, L, E], note)
-def run_softdot(c, q, kv, env):
+def q16(c, q):
+    """The query rounded to the case's 16-bit dtype (16-bit prefill cases),
+    as a numpy array of that dtype (ml_dtypes.bfloat16 for bf16), and as float32."""
+    import ml_dtypes
+    import numpy as np
+
+    t = ml_dtypes.bfloat16 if c["dtype"] == "bf16" else np.float16
+    a = q.astype(t)
+    return a, a.astype(np.float32)
+
+
+def sixteen_bit_prefill(c) -> bool:
+    return c["kind"] == "prefill" and c["dtype"] in ("bf16", "f16")
+
+
+def run_softdot(c, q, kv, env, split=False):
     import numpy as np
 
     import softdot
@@ -317,14 +345,63 @@ def run_softdot(c, q, kv, env):
         import ml_dtypes
 
         kv = [(k.view(ml_dtypes.bfloat16), v.view(ml_dtypes.bfloat16)) for k, v in kv]
-    out = np.empty(q.shape, np.float32)
     causal = c["causal"] and not (c["kind"] == "decode" and c["L"] == 1)
+    opts = {}
+    note = ""
+    if sixteen_bit_prefill(c):
+        q, _ = q16(c, q)
+        out = np.empty(q.shape, np.float32 if split else q.dtype)
+        if split:
+            opts["unit_weights"] = "split"
+        note = f"Q, K, V 16-bit, out {out.dtype}; unit {softdot.matrix_unit()}"
+        if c["dtype"] == "f16":
+            note += " (float16: the float32 FMA path)"
+    elif split:
+        raise Skip("16-bit prefill only")
+    else:
+        out = np.empty(q.shape, np.float32)
 
     def f(i):
         k, v = kv[i % len(kv)]
-        softdot.scaled_dot_product_attention(q, k, v, causal=causal, out=out)
+        softdot.scaled_dot_product_attention(q, k, v, causal=causal, out=out, **opts)
 
-    return f, lambda: out, ""
+    return f, lambda: out.astype(np.float32), note
+
+
+def run_softdot_split(c, q, kv, env):
+    return run_softdot(c, q, kv, env, split=True)
+
+
+def accuracy(c, q, kv, out, rows=48):
+    """max over sampled rows and columns of |O - exact| / (u W) (16-bit
+    prefill cases): exact in float64 from the 16-bit inputs."""
+    import numpy as np
+
+    _, qf = q16(c, q)
+    k, v = kv[0]
+    if c["dtype"] == "bf16":
+        k = (k.astype(np.uint32) << 16).view(np.float32)
+        v = (v.astype(np.uint32) << 16).view(np.float32)
+    k, v = k.astype(np.float64), v.astype(np.float64)
+    u = 2.0**-8 if c["dtype"] == "bf16" else 2.0**-11
+    G = c["Hq"] // c["Hkv"]
+    scale = 1.0 / math.sqrt(c["E"])
+    worst = 0.0
+    rng = np.random.default_rng(5)
+    for t in range(rows):
+        h = int(rng.integers(c["Hq"]))
+        i = int(rng.integers(c["L"])) if t % 4 else c["L"] - 1 - t // 4
+        i = max(i, 0)
+        hk = h // G
+        vis = i + 1 if c["causal"] else c["S"]
+        s = (k[0, hk, :vis] @ qf[0, h, i].astype(np.float64)) * scale
+        w = np.exp(s - s.max())
+        w /= w.sum()
+        exact = w @ v[0, hk, :vis]
+        W = w @ np.abs(v[0, hk, :vis])
+        err = np.abs(out[0, h, i].astype(np.float64) - exact) / (u * W)
+        worst = max(worst, float(err.max()))
+    return worst
 
 
 def dequantised(c, kv, env):
@@ -673,14 +750,19 @@ def run_openvino(c, q, kv, env):
         o = ops.scaled_dot_product_attention(pq, k, v, ops.constant(causal_mask(c, G)))
     else:
         o = ops.scaled_dot_product_attention(pq, k, v)
+    hint = dt if sixteen_bit_prefill(c) else "f32"
     cfg = {
         "INFERENCE_NUM_THREADS": env["threads"],
-        "INFERENCE_PRECISION_HINT": "f32",
+        "INFERENCE_PRECISION_HINT": hint,
         "PERFORMANCE_HINT": "LATENCY",
         "NUM_STREAMS": 1,
     }
     compiled = ov.Core().compile_model(ov.Model([o], params, "sdpa"), "CPU", cfg)
-    assert str(compiled.get_property("INFERENCE_PRECISION_HINT")) in ("<Type: 'float32'>", "f32")
+    got_hint = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    if hint == "f32":
+        assert got_hint in ("<Type: 'float32'>", "f32")
+    if sixteen_bit_prefill(c):
+        q = q16(c, q)[1]
     req = compiled.create_infer_request()
 
     def tensor(a):
@@ -716,7 +798,7 @@ def run_openvino(c, q, kv, env):
             layers.add(kind + ("" if prim.startswith("unknown") else f" ({prim})"))
     layers = sorted(layers)
     note = (
-        "ScaledDotProductAttention (opset13), f32 hint; CPU graph: "
+        f"ScaledDotProductAttention (opset13), {hint} hint (got {got_hint}); CPU graph: "
         + ", ".join(layers)
         + (
             "; int8 K, V and scales as inputs, Convert + Multiply to f32 in front"
@@ -731,6 +813,7 @@ def run_openvino(c, q, kv, env):
 
 RUNNERS = {
     "softdot": run_softdot,
+    "softdot split": run_softdot_split,
     "torch SDPA": run_torch_sdpa,
     "torch matmul": run_torch_matmul,
     "ONNX Runtime": run_ort,
@@ -840,6 +923,8 @@ def child(args) -> dict:
                 if ref is None:
                     ref = o.copy()
                 r["max_abs_diff"] = float(np.max(np.abs(o - ref)))
+                if sixteen_bit_prefill(c):
+                    r["err_uw"] = accuracy(c, q, kv, o)
                 r["seconds"] = t = best_time(f, mt)
                 r["kv_gbs"] = nbytes / t / 1e9
                 r["gflops"] = flops / t / 1e9

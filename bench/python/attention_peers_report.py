@@ -200,12 +200,22 @@ def report(header, runs, target) -> str:
                     f"MKL sgemm (torch.mm 1024³) {fmt(run['sgemm_gflops'], 4)} GFLOP/s"
                 )
                 rate_cols = ["GFLOP/s", "of sgemm"]
-            cols = ["case", "implementation", "ms"] + rate_cols + ["vs best peer", "max abs diff"]
+            acc = any("err_uw" in r for r in rs)
+            cols = (
+                ["case", "implementation", "ms"]
+                + rate_cols
+                + ["vs best peer", "max abs diff"]
+                + (["err/(u W)"] if acc else [])
+            )
             rows = []
             labels = list(dict.fromkeys(r["case"]["label"] for r in rs))
             for lab in labels:
                 row = [r for r in rs if r["case"]["label"] == lab]
-                peers = [r["seconds"] for r in row if r["impl"] != "softdot" and "seconds" in r]
+                peers = [
+                    r["seconds"]
+                    for r in row
+                    if not r["impl"].startswith("softdot") and "seconds" in r
+                ]
                 best = min(peers, default=None)
                 for r in row:
                     if "seconds" not in r:
@@ -221,17 +231,18 @@ def report(header, runs, target) -> str:
                     vs = f"{best / r['seconds']:.2f}" if best else "—"
                     diff = "ref." if r["impl"] == "softdot" else f"{r['max_abs_diff']:.1e}"
                     frac = "—" if rate[1] is None else f"{rate[1]:.2f}"
-                    rows.append(
-                        [
-                            lab,
-                            r["impl"],
-                            f"{r['seconds'] * 1e3:.3f}",
-                            f"{rate[0]:.1f}",
-                            frac,
-                            vs,
-                            diff,
-                        ]
-                    )
+                    cells = [
+                        lab,
+                        r["impl"],
+                        f"{r['seconds'] * 1e3:.3f}",
+                        f"{rate[0]:.1f}",
+                        frac,
+                        vs,
+                        diff,
+                    ]
+                    if acc:
+                        cells.append(f"{r['err_uw']:.3f}" if "err_uw" in r else "—")
+                    rows.append(cells)
             L += ["", md_table(cols, rows, text_columns=2), ""]
         L.append(
             "\"vs best peer\": the best peer's time / this one's (softdot's speed-up; "

@@ -296,18 +296,23 @@ void attention(TensorView<const float> q, const Int8KV& k, const Int8KV& v,
 // them as above; elsewhere (float16, the decode form, no units) the products
 // are the float32 path's, exact widenings of the 16-bit inputs.
 // Accuracy on the units (docs/accuracy.md, "16-bit attention"): the bound
-// above, with these changes. The scores: each pair product of a
-// VDPBF16PS step is one FMA, so n_d is the same; a subnormal bfloat16 input
-// reads as zero and a sum below 2^-126 is written as zero, which adds
-// scale (sum_k over the products with a subnormal factor |Q_ik K_jk|
-// + 2 d 2^-126) to D_i. The weights: P enters P V rounded to the nearest
-// bfloat16, which adds 2^-9 W (UnitWeights::kRounded, the default), or as a
-// bfloat16 high part plus the bfloat16 nearest to the rest, which adds
-// 2^-18 W (kSplit); the underflow term becomes 2^-126 (n_kv + 1 +
-// sum_j |V_jc|). A 16-bit output adds its rounding, 2^-9 |exact| for
-// bfloat16 and 2^-11 |exact| for float16. The units' bits are the same on
-// every CPU with them and for any thread count; they differ from the float32
-// path's (matrix_unit() "none"), by at most the two bounds together.
+// above, with these changes. The scores: each pair step of VDPBF16PS is two
+// FMAs, and the units chain 32 features (not 16) before adding the chain to
+// the running score, so n_d = min(d, 32) + ceil(d / 32) - 1 (35 at d = 128);
+// a subnormal bfloat16 input reads as zero and a sum below 2^-126 is written
+// as zero, which adds scale (sum of |Q_ik K_jk| over the products with a
+// subnormal factor + 2 d 2^-126) to D_i. P V: one chain over each 64-key
+// tile (64 roundings per term, not 16 + 3: 70 u becomes 120 u). The weights:
+// P enters P V rounded to the nearest bfloat16 (u_bf16 = 2^-8), which adds
+// 2^-8 W (UnitWeights::kRounded, the default), or as a bfloat16 high part
+// plus the bfloat16 nearest to the rest, which adds 2^-16 W (kSplit); the
+// underflow term becomes 2^-126 (n_kv + 1 + sum_j |V_jc|). A 16-bit output
+// adds its rounding, 2^-8 |exact| for bfloat16 and 2^-11 |exact| for float16
+// (so a bfloat16 output's error is at least its rounding, whatever P's
+// mode: ask for a float32 output to see kSplit's accuracy). The units' bits
+// are the same on every CPU with them and for any thread count; they differ
+// from the float32 path's (matrix_unit() "none") by at most the two bounds
+// together.
 void attention(TensorView<const BFloat16> q, TensorView<const BFloat16> k,
                TensorView<const BFloat16> v, TensorView<BFloat16> out,
                const AttentionOptions& options = {}, float* lse = nullptr);

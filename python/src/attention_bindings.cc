@@ -82,8 +82,9 @@ void request_py(const std::string& name, const In& q, int q_format,
       r.target = kind == "weights" ? AttentionTarget::weights(*f)
                                    : AttentionTarget::scores(*f);
     } else {
-      fail(name + ": the weights and scores take a float32 query and write "
-                  "float32");
+      fail(name +
+           ": the weights and scores take a float32 query and write "
+           "float32");
     }
   } else {
     fail("kind must be 'output', 'weights' or 'scores', got '" + kind + "'");
@@ -116,8 +117,7 @@ void merge_py(const In& oa, const In& la, const In& ob, const In& lb,
 void bind_attention(nb::module_& m) {
   using namespace nb::literals;
   m.def("attention_request", &request_py, "name"_a, "query"_a, "q_format"_a,
-        "kv"_a, "kind"_a, "out"_a, "out_format"_a, "lse"_a.none(),
-        "options"_a,
+        "kv"_a, "kind"_a, "out"_a, "out_format"_a, "lse"_a.none(), "options"_a,
         "One attention request: query, K/V source, target, options.");
   m.def("attention_merge", &merge_py, "out_a"_a, "lse_a"_a, "out_b"_a,
         "lse_b"_a, "out"_a, "lse"_a, "Merges two partial attention results.");

@@ -25,6 +25,15 @@ inline constexpr std::size_t kScoreBlock = 16;
 // (at most 16 + 3 roundings per term of a 64-key tile, against 64 for one
 // chain). The decode form keeps one chain over the tile.
 inline constexpr std::size_t kValueBlock = 16;
+// The units' blocks (attention_units-inl.h): a score chain over each block
+// of 32 features (16 pair steps, two roundings each: at most
+// min(d, 32) + ceil(d / 32) - 1 roundings per product, 35 at d = 128) and
+// one P V chain over the whole key tile (64 roundings per term): at 16 the
+// blocks' flushes cost a third as many instructions as the pair products,
+// and the units' rounding of P (2^-8 or 2^-16 relative) dwarfs the longer
+// chains' (2^-24 per rounding).
+inline constexpr std::size_t kUnitsScoreBlock = 32;
+inline constexpr std::size_t kUnitsValueBlock = kKeyTile;
 // Rows per kernel call are at most this many on any target.
 inline constexpr std::size_t kMaxKernelRows = 64;
 
@@ -111,8 +120,7 @@ inline constexpr std::size_t attention_scratch_floats(std::size_t d,
   const std::size_t extra =
       precise ? 2 * d * bq + kKeyTile * bq + std::size_t{2} * 16 : 0;
   const std::size_t packed =
-      units ? (d / 2 + 1) * bq + kKeyTile * bq + (kKeyTile / 2) * dv + 64
-            : 0;
+      units ? (d / 2 + 1) * bq + kKeyTile * bq + (kKeyTile / 2) * dv + 64 : 0;
   return (d + 16) * bq + 2 * kKeyTile * bq + kKeyTile * (d + dv) + bq +
          2 * dv * bq + 4 * bq + 4 * bq + align_room + extra + packed;
 }

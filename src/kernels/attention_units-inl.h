@@ -52,8 +52,7 @@
 // so the model path compiled with the attribute runs on CPUs without it.
 #undef SOFTDOT_UNITS_HW
 #undef SOFTDOT_UNITS_ATTR
-#if (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) && \
-    defined(__x86_64__)
+#if (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL) && defined(__x86_64__)
 #define SOFTDOT_UNITS_HW 1
 #define SOFTDOT_UNITS_ATTR __attribute__((target(HWY_TARGET_STR ",avx512bf16")))
 #else
@@ -163,7 +162,7 @@ SOFTDOT_UNITS_ATTR HWY_INLINE void ScoreTileUnits(
   const DF df;
   const DU du;
   const std::size_t N = hn::Lanes(df);
-  constexpr std::size_t kB = detail::kScoreBlock;
+  constexpr std::size_t kB = detail::kUnitsScoreBlock;
   for (std::size_t k0 = 0; k0 < d; k0 += kB) {
     const std::size_t k1 = std::min(d, k0 + kB);
     const std::size_t k1p = k0 + ((k1 - k0) & ~std::size_t{1});
@@ -256,8 +255,7 @@ HWY_INLINE bool ValuesFiniteBf16(const AttnArgs& a, std::size_t j0,
 template <std::size_t NV>
 SOFTDOT_UNITS_ATTR HWY_INLINE void PackWeightPairs(const Scratch& sc,
                                                    std::size_t bq,
-                                                   std::size_t kb,
-                                                   bool split) {
+                                                   std::size_t kb, bool split) {
   const DF df;
   const DU du;
   const std::size_t N = hn::Lanes(df);
@@ -329,7 +327,7 @@ SOFTDOT_UNITS_ATTR HWY_INLINE void ValueTileUnits(
   const DF df;
   const DU du;
   const std::size_t N = hn::Lanes(df);
-  constexpr std::size_t kB = detail::kValueBlock / 2;
+  constexpr std::size_t kB = detail::kUnitsValueBlock / 2;
   constexpr std::size_t kL = hn::MaxLanes(DF());
   HWY_ALIGN float tot[CT * NV * kL];
 #pragma GCC unroll 16

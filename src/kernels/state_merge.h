@@ -30,9 +30,8 @@
 #include <type_traits>
 
 #include "round16.h"
-#include "softdot/float16.h"
-
 #include "row_op.h"
+#include "softdot/float16.h"
 #include "two_sum.h"
 
 namespace softdot::detail {

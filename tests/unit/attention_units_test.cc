@@ -49,7 +49,8 @@ std::uint32_t random_pair(std::mt19937& g, int mode) {
   auto one = [&]() -> std::uint32_t {
     const std::uint32_t sign = g() & 0x8000u, mant = g() & 0x7Fu;
     if (mode == 1) return g() & 0xFFFFu;
-    const std::uint32_t e = mode == 0 ? 120 + g() % 16 : (g() % 3 == 0 ? 0 : g() % 70);
+    const std::uint32_t e =
+        mode == 0 ? 120 + g() % 16 : (g() % 3 == 0 ? 0 : g() % 70);
     return sign | (e << 7) | mant;
   };
   return one() | (one() << 16);
@@ -193,12 +194,17 @@ Result run_unit(const Bf16Case& c, const AttentionOptions& o,
 }
 
 // The bound of attention.h's "16-bit attention" for a float32 output: the
-// float path's (the reference's) plus the weights' rounding and the
-// units' underflow (inputs here have no subnormal bfloat16).
-double units_extra(const AttnRef& ref, std::size_t oi, UnitWeights w,
-                   std::size_t n_kv, double vmax) {
-  const double wr = w == UnitWeights::kSplit ? 0x1p-18 : 0x1p-9;
-  return wr * ref.W[oi] + 0x1p-126 * (double(n_kv) + 1 + double(n_kv) * vmax);
+// float path's (the reference's, with 70 u W) plus the longer P V chain
+// (120 u W in all), the weights' rounding and the units' underflow (inputs
+// here have no subnormal bfloat16). The score's n_d is the reference's
+// (chains of 16) there; the units' 35 at d = 128 against 23 is covered by
+// a factor 35 / 19 on the D term (19 is the reference's smallest n_d at d
+// >= 16), taken as 2 D W more.
+double units_extra(const AttnRef& ref, std::size_t oi, std::size_t row,
+                   UnitWeights w, std::size_t n_kv, double vmax) {
+  const double wr = w == UnitWeights::kSplit ? 0x1p-16 : 0x1p-8;
+  return (wr + 50 * kU + 2 * ref.D[row]) * ref.W[oi] +
+         0x1p-126 * (double(n_kv) + 1 + double(n_kv) * vmax);
 }
 
 struct UnitStats {
@@ -226,7 +232,7 @@ void check_units(const AttnRef& ref, const Result& r, const Shape& s,
             ok = bits(got) == 0u;
           } else {
             err = double(std::fabs(LD(got) - want));
-            bound = ref.bound[oi] + units_extra(ref, oi, w, ref.n_kv, vmax);
+            bound = ref.bound[oi] + units_extra(ref, oi, row, w, ref.n_kv, vmax);
             ok = std::isfinite(got) && err <= bound;
             if (ref.W[oi] > 0) {
               st.ratio = std::max(st.ratio, err / (0x1p-8 * ref.W[oi]));
@@ -279,8 +285,8 @@ std::vector<Shape> unit_shapes() {
   c.nq = 17, c.nkv = 65, c.d = 23, c.dv = 9, c.seed = 3;
   v.push_back(c);
   Shape e;  // large scores: qk 4 (max weights well apart), V offset
-  e.nq = 33, e.nkv = 300, e.d = 32, e.dv = 48, e.qk = 4, e.v_lo = 2,
-  e.v_hi = 3, e.seed = 4;
+  e.nq = 33, e.nkv = 300, e.d = 32, e.dv = 48, e.qk = 4, e.v_lo = 2, e.v_hi = 3,
+  e.seed = 4;
   v.push_back(e);
   return v;
 }
@@ -355,7 +361,7 @@ TEST(AttentionUnits, SplitWeightsAreNearTheFloatPath) {
                 st.ratio);
   }
   EXPECT_LT(ratio[1], ratio[0] / 64) << "split is not much better than rounded";
-  EXPECT_LE(ratio[0], 0.5 + 1e-3) << "rounded beyond the weights' rounding";
+  EXPECT_LE(ratio[0], 1.0 + 1e-3) << "rounded beyond the weights' rounding";
   EXPECT_GT(ratio[0], 0.01) << "rounded looks unrounded: did the units run?";
 }
 
@@ -480,8 +486,8 @@ TEST(AttentionUnits, SixteenBitOutputsAreRoundedOnce) {
                   ref.bound[oi] + 0x1p-11 * std::fabs(want) * 1.0001)
             << "float16 out[" << h << "," << i << "," << k << "]";
         // The same computation as the float query's.
-        EXPECT_EQ(got, double(softdot::to_float(softdot::to_float16(
-                           double(f32.o.at(0, h, i, k))))))
+        EXPECT_EQ(got, double(softdot::to_float(
+                           softdot::to_float16(double(f32.o.at(0, h, i, k))))))
             << "float16 out[" << h << "," << i << "," << k << "]";
       }
 }
