@@ -156,8 +156,10 @@ def result(
             return t, (v.view(A.U16) if q_format == KV_F16 else v), q_format
         a = np.empty(shape, dtype=q_dtype)
         return a, a.view(A.U16), q_format
-    is_f32 = (out.dtype == A.torch_module().float32) if A.is_torch(out) else (
-        getattr(out, "dtype", None) == A.F32
+    is_f32 = (
+        (out.dtype == A.torch_module().float32)
+        if A.is_torch(out)
+        else (getattr(out, "dtype", None) == A.F32)
     )
     if is_f32:
         user, arr = A.user_output(fn, out, shape, A.F32, kind)
@@ -305,7 +307,9 @@ def options(
     }
     if unit_weights != "rounded":
         if not isinstance(unit_weights, str):
-            raise TypeError(f"{fn}: unit_weights must be 'rounded' or 'split', not {unit_weights!r}")
+            raise TypeError(
+                f"{fn}: unit_weights must be 'rounded' or 'split', not {unit_weights!r}"
+            )
         o["unit_weights"] = unit_weights
     wl, wr = _pair(fn, "window", window, "(left, right) of ints")
     o["window_left"], o["window_right"] = _integer(fn, "window", wl), _integer(fn, "window", wr)
@@ -348,7 +352,18 @@ class Prepared:
     arrays to check `out` against."""
 
     __slots__ = (
-        "kind", "q", "kv", "lead", "L", "S", "Ev", "hq", "raw", "scales", "q_format", "q_dtype",
+        "kind",
+        "q",
+        "kv",
+        "lead",
+        "L",
+        "S",
+        "Ev",
+        "hq",
+        "raw",
+        "scales",
+        "q_format",
+        "q_dtype",
     )
 
     kind: str
@@ -484,7 +499,9 @@ def empty_rows(
 ) -> Tuple[Any, Any]:
     """The result of a call with no query rows (L = 0): an empty output of
     the right shape (out itself when given), as torch returns."""
-    user = A.output(fn, out, shape, A.F32, kind)[0] if q_format == KV_F32 else (
-        result(fn, out, shape, q_format, q_dtype, kind)[0]
+    user = (
+        A.output(fn, out, shape, A.F32, kind)[0]
+        if q_format == KV_F32
+        else (result(fn, out, shape, q_format, q_dtype, kind)[0])
     )
     return user, A.new_output(shape[:-1], A.F32, kind)[0]

@@ -171,9 +171,9 @@ def test_zero_copy_caches(monkeypatch):
     seen = {}
     real = softdot._request._core.attention_request
 
-    def spy(name, qq, kv, *rest):
+    def spy(name, qq, q_format, kv, *rest):
         seen["k"], seen["v"] = kv["k"], kv["v"]
-        return real(name, qq, kv, *rest)
+        return real(name, qq, q_format, kv, *rest)
 
     monkeypatch.setattr(softdot._request._core, "attention_request", spy)
     out = np.empty((2, 2, 1, 16), dtype=np.float32)
