@@ -89,15 +89,18 @@ class QOTensor {
   // The shape and strides (in elements) with the data address, typed as
   // float: for the checks of shapes, never for reading.
   View<float> shape_view() const noexcept {
-    return std::visit(
-        [](const auto& t) {
-          using P = std::conditional_t<kConst, const float*, float*>;
-          // The address is only compared with null, never read as float.
-          return View<float>(reinterpret_cast<P>(t.data), t.batch, t.heads,
-                             t.rows, t.cols, t.batch_stride, t.head_stride,
-                             t.row_stride);
-        },
-        v_);
+    using P = std::conditional_t<kConst, const float*, float*>;
+    // The address is only compared with null, never read as float.
+    auto as_float = [](const auto& t) {
+      return View<float>(reinterpret_cast<P>(t.data), t.batch, t.heads, t.rows,
+                         t.cols, t.batch_stride, t.head_stride, t.row_stride);
+    };
+    // std::get_if, not std::visit (which may throw): the variant always
+    // holds one of its alternatives.
+    if (const auto* t = std::get_if<View<Float16>>(&v_)) return as_float(*t);
+    if (const auto* t = std::get_if<View<BFloat16>>(&v_)) return as_float(*t);
+    if (const auto* t = std::get_if<View<float>>(&v_)) return *t;
+    return {};
   }
 
  private:

@@ -232,7 +232,8 @@ void check_units(const AttnRef& ref, const Result& r, const Shape& s,
             ok = bits(got) == 0u;
           } else {
             err = double(std::fabs(LD(got) - want));
-            bound = ref.bound[oi] + units_extra(ref, oi, row, w, ref.n_kv, vmax);
+            bound =
+                ref.bound[oi] + units_extra(ref, oi, row, w, ref.n_kv, vmax);
             ok = std::isfinite(got) && err <= bound;
             if (ref.W[oi] > 0) {
               st.ratio = std::max(st.ratio, err / (0x1p-8 * ref.W[oi]));
