@@ -107,10 +107,12 @@ bool cpu_has_avx512bf16() {
 }
 
 constexpr unsigned kNone = 0;
-// What force_matrix_unit() chose: kAuto, kNone or a detail::kUnits* bit.
+// A choice: kAuto, kNone or a detail::kUnits* bit; kUnset: none forced.
 constexpr unsigned kAuto = ~0u;
-unsigned g_unit = kAuto;
-bool g_env_read = false;
+constexpr unsigned kUnset = ~0u - 1;
+// What force_matrix_unit() chose (written only there: not thread-safe with
+// concurrent calls, as force_simd_target).
+unsigned g_unit_forced = kUnset;
 
 unsigned units_here() {
   unsigned u = detail::attention_units_compiled();
@@ -124,17 +126,15 @@ const char* unit_name(unsigned u) {
                                        : "none";
 }
 
-void set_unit(std::string_view name, const char* who) {
-  if (name.empty()) {
-    g_unit = kAuto;
-    return;
-  }
+// The choice a name stands for ("" is kAuto); `who` names the caller in
+// the message for a name that is not in matrix_units().
+unsigned parse_unit(std::string_view name, const char* who) {
+  if (name.empty()) return kAuto;
   for (const auto& n : matrix_units()) {
     if (same_name(name, n)) {
-      g_unit = n == "avx512bf16" ? detail::kUnitsAvx512Bf16
-               : n == "model"    ? detail::kUnitsModel
-                                 : kNone;
-      return;
+      return n == "avx512bf16" ? detail::kUnitsAvx512Bf16
+             : n == "model"    ? detail::kUnitsModel
+                               : kNone;
     }
   }
   std::string known;
@@ -145,11 +145,15 @@ void set_unit(std::string_view name, const char* who) {
                               known + ")");
 }
 
-void read_env() {
-  if (g_env_read) return;
-  g_env_read = true;
-  const char* e = std::getenv("SOFTDOT_MATRIX_UNIT");
-  if (e != nullptr && *e != '\0') set_unit(e, "SOFTDOT_MATRIX_UNIT");
+// SOFTDOT_MATRIX_UNIT's choice, read once (a function-local static: safe
+// when the first attention calls run on several threads at once; a bad
+// value throws from every call, as its initialisation never completes).
+unsigned env_unit() {
+  static const unsigned u = [] {
+    const char* e = std::getenv("SOFTDOT_MATRIX_UNIT");
+    return e != nullptr ? parse_unit(e, "SOFTDOT_MATRIX_UNIT") : kAuto;
+  }();
+  return u;
 }
 
 }  // namespace
@@ -157,11 +161,11 @@ void read_env() {
 namespace detail {
 
 unsigned attention_units() {
-  read_env();
+  const unsigned choice = g_unit_forced != kUnset ? g_unit_forced : env_unit();
   const unsigned here = units_here();
-  if (g_unit == kAuto) return here & kUnitsAvx512Bf16;
-  if (g_unit == kNone) return 0;
-  if ((here & g_unit) != 0) return g_unit;
+  if (choice == kAuto) return here & kUnitsAvx512Bf16;
+  if (choice == kNone) return 0;
+  if ((here & choice) != 0) return choice;
   return here & kUnitsModel;  // the same bits
 }
 
@@ -179,8 +183,8 @@ std::vector<std::string> matrix_units() {
 std::string matrix_unit() { return unit_name(detail::attention_units()); }
 
 void force_matrix_unit(std::string_view name) {
-  g_env_read = true;  // an explicit choice outranks the environment
-  set_unit(name, "force_matrix_unit");
+  // An explicit choice outranks the environment; "" goes back to it.
+  g_unit_forced = name.empty() ? kUnset : parse_unit(name, "force_matrix_unit");
 }
 
 }  // namespace softdot

@@ -41,10 +41,12 @@ std::vector<std::string> matrix_units();
 std::string matrix_unit();
 
 // Forces a unit by name (case-insensitive); an empty name restores the
-// automatic choice. Throws std::invalid_argument for a name not in
-// matrix_units(). The environment variable SOFTDOT_MATRIX_UNIT, read the
-// first time a unit is chosen, does the same for a whole process. Not
-// thread-safe with concurrent softdot calls: call it between them.
+// default choice. Throws std::invalid_argument for a name not in
+// matrix_units(). The default is the environment variable
+// SOFTDOT_MATRIX_UNIT's unit when it is set (read once, the first time a
+// unit is chosen; a bad name makes every bfloat16 attention call throw,
+// naming the variable), else the automatic choice. Not thread-safe with
+// concurrent softdot calls: call it between them.
 void force_matrix_unit(std::string_view name);
 
 }  // namespace softdot
