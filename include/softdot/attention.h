@@ -302,7 +302,8 @@ void attention(TensorView<const float> q, const Int8KV& k, const Int8KV& v,
 // a subnormal bfloat16 input reads as zero and a sum below 2^-126 is written
 // as zero, which adds scale (sum of |Q_ik K_jk| over the products with a
 // subnormal factor + 2 d 2^-126) to D_i. P V: one chain over each 64-key
-// tile (64 roundings per term, not 16 + 3: 70 u becomes 120 u). The weights:
+// tile (64 roundings per term, 128 with kSplit's two products, not 16 + 3:
+// 70 u becomes 120 u, 190 u with kSplit). The weights:
 // P enters P V rounded to the nearest bfloat16 (u_bf16 = 2^-8), which adds
 // 2^-8 W (UnitWeights::kRounded, the default), or as a bfloat16 high part
 // plus the bfloat16 nearest to the rest, which adds 2^-16 W (kSplit); the

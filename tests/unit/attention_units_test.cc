@@ -201,15 +201,17 @@ Result run_unit(const Bf16Case& c, const AttentionOptions& o,
 
 // The bound of attention.h's "16-bit attention" for a float32 output: the
 // float path's (the reference's, with 70 u W) plus the longer P V chain
-// (120 u W in all), the weights' rounding and the units' underflow (inputs
-// here have no subnormal bfloat16). The score's n_d is the reference's
-// (chains of 16) there; the units' 35 at d = 128 against 23 is covered by
-// a factor 35 / 19 on the D term (19 is the reference's smallest n_d at d
-// >= 16), taken as 2 D W more.
+// (120 u W in all, 190 u W split), the weights' rounding and the units'
+// underflow (inputs here have no subnormal bfloat16). The score's n_d is
+// the reference's (chains of 16) there; the units' 35 at d = 128 against
+// 23 is covered by a factor 35 / 19 on the D term (19 is the reference's
+// smallest n_d at d >= 16), taken as 2 D W more.
 double units_extra(const AttnRef& ref, std::size_t oi, std::size_t row,
                    UnitWeights w, std::size_t n_kv, double vmax) {
-  const double wr = w == UnitWeights::kSplit ? 0x1p-16 : 0x1p-8;
-  return (wr + 50 * kU + 2 * ref.D[row]) * ref.W[oi] +
+  const bool split = w == UnitWeights::kSplit;
+  const double wr = split ? 0x1p-16 : 0x1p-8;
+  const double chain = split ? 120 * kU : 50 * kU;
+  return (wr + chain + 2 * ref.D[row]) * ref.W[oi] +
          0x1p-126 * (double(n_kv) + 1 + double(n_kv) * vmax);
 }
 
