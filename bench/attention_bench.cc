@@ -66,6 +66,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -108,6 +109,48 @@ std::vector<std::size_t> CheckRows(std::size_t n) {
 
 // ---- prefill
 // ---------------------------------------------------------------------
+// The worst row error (CheckRows, AttentionRowError) of a prefill output o
+// of n rows against attention in double over q, k, v ([n, d] floats each).
+double PrefillError(const float* q, const float* k, const float* v,
+                    const float* o, std::size_t n, std::size_t d, bool causal) {
+  const float scale =
+      static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  double worst = 0.0;
+  for (std::size_t i : CheckRows(n)) {
+    worst =
+        std::max(worst, AttentionRowError(q + i * d, k, v, causal ? i + 1 : n,
+                                          d, d, scale, o + i * d));
+  }
+  return worst;
+}
+
+// The self-check's verdict (rel_err against limit: the counter, or the
+// benchmark skipped), then the timed loop of call() and the prefill
+// counters.
+template <class F>
+void TimePrefill(benchmark::State& state, double rel_err, double limit,
+                 std::size_t n, std::size_t d, bool causal, int threads,
+                 F call) {
+  state.counters["rel_err"] = rel_err;
+  if (!(rel_err <= limit)) {
+    char msg[96];
+    std::snprintf(msg, sizeof msg, "self-check failed: rel_err %g > %g",
+                  rel_err, limit);
+    state.SkipWithError(msg);
+    return;
+  }
+  const double peak = FmaPeakFlops(threads);
+  const auto t0 = Clock::now();
+  for (auto _ : state) {
+    call();
+    benchmark::ClobberMemory();
+  }
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - t0).count();
+  SetPrefillCounters(state, seconds, static_cast<double>(state.iterations()), n,
+                     d, causal, peak);
+}
+
 template <bool kCausal, int kThreads, bool kPrecise = false>
 void BM_attention_prefill(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
@@ -129,8 +172,6 @@ void BM_attention_prefill(benchmark::State& state) {
   softdot::AttentionOptions options;
   options.causal = kCausal;
   options.precise = kPrecise;
-  const float scale =
-      static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
 
   // Self-check (remembered per shape and thread count), which is also the
   // warm-up call.
@@ -144,33 +185,15 @@ void BM_attention_prefill(benchmark::State& state) {
   }
   auto it = checked.find({n, d});
   if (it == checked.end()) {
-    double worst = 0.0;
-    for (std::size_t i : CheckRows(n)) {
-      worst = std::max(
-          worst, AttentionRowError(q + i * d, k, v, kCausal ? i + 1 : n, d, d,
-                                   scale, o + i * d));
-    }
-    it = checked.emplace(std::make_tuple(n, d), worst).first;
+    it = checked
+             .emplace(std::make_tuple(n, d),
+                      PrefillError(q, k, v, o, n, d, kCausal))
+             .first;
   }
-  state.counters["rel_err"] = it->second;
-  if (!(it->second <= kMaxRelErr)) {
-    state.SkipWithError(
-        ("self-check failed: rel_err " + std::to_string(it->second) + " > 1e-4")
-            .c_str());
-    return;
-  }
-  const double peak = FmaPeakFlops(kThreads);
-
-  const auto t0 = Clock::now();
-  for (auto _ : state) {
+  TimePrefill(state, it->second, kMaxRelErr, n, d, kCausal, kThreads, [&] {
     softdot::attention(qv, kv, vv, ov, options);
     benchmark::DoNotOptimize(o);
-    benchmark::ClobberMemory();
-  }
-  const double seconds =
-      std::chrono::duration<double>(Clock::now() - t0).count();
-  SetPrefillCounters(state, seconds, static_cast<double>(state.iterations()), n,
-                     d, kCausal, peak);
+  });
 }
 
 void PrefillArgs(benchmark::internal::Benchmark* b) {
@@ -224,46 +247,28 @@ void BM_attention_prefill_bf16(benchmark::State& state) {
   if (kMode == 1) {
     options.unit_weights = softdot::AttentionOptions::UnitWeights::kSplit;
   }
-  softdot::force_matrix_unit(kMode == 2 ? "none" : "");
+  // The unit for this benchmark, the automatic choice again after it.
+  struct UnitScope {
+    explicit UnitScope(const char* name) { softdot::force_matrix_unit(name); }
+    ~UnitScope() { softdot::force_matrix_unit(""); }
+  } unit_scope(kMode == 2 ? "none" : "");
   const std::string unit = softdot::matrix_unit();
   state.counters["unit"] = unit == "avx512bf16" ? 2 : unit == "model" ? 1 : 0;
-  const float scale =
-      static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   try {
     softdot::attention(qv, kv, vv, ov, options);
   } catch (const std::exception& e) {
-    softdot::force_matrix_unit("");
     state.SkipWithError(
         (std::string("softdot::attention: ") + e.what()).c_str());
     return;
   }
   for (std::size_t i = 0; i < n * d; ++i) of[i] = softdot::to_float(o[i]);
-  double worst = 0.0;
-  for (std::size_t i : CheckRows(n)) {
-    worst = std::max(worst, AttentionRowError(qf.data() + i * d, kf.data(),
-                                              vf.data(), kCausal ? i + 1 : n, d,
-                                              d, scale, of.data() + i * d));
-  }
-  state.counters["rel_err"] = worst;
-  if (!(worst <= 1e-2)) {
-    softdot::force_matrix_unit("");
-    state.SkipWithError(
-        ("self-check failed: rel_err " + std::to_string(worst) + " > 1e-2")
-            .c_str());
-    return;
-  }
-  const double peak = FmaPeakFlops(kThreads);
-  const auto t0 = Clock::now();
-  for (auto _ : state) {
-    softdot::attention(qv, kv, vv, ov, options);
-    benchmark::DoNotOptimize(o.data());
-    benchmark::ClobberMemory();
-  }
-  const double seconds =
-      std::chrono::duration<double>(Clock::now() - t0).count();
-  softdot::force_matrix_unit("");
-  SetPrefillCounters(state, seconds, static_cast<double>(state.iterations()), n,
-                     d, kCausal, peak);
+  TimePrefill(
+      state,
+      PrefillError(qf.data(), kf.data(), vf.data(), of.data(), n, d, kCausal),
+      1e-2, n, d, kCausal, kThreads, [&] {
+        softdot::attention(qv, kv, vv, ov, options);
+        benchmark::DoNotOptimize(o.data());
+      });
 }
 
 #define SOFTDOT_BF16_PREFILL(NAME, CAUSAL, MODE)                            \

@@ -148,15 +148,17 @@ void plan_options(const char* fn, const TensorView<const float>& q,
 }  // namespace
 
 template <class KT>
-Plan check_and_plan(const char* fn, const TensorView<const float>& q,
+Plan check_and_plan(const char* fn, const QueryTensor& qt,
                     const TensorView<const KT>& k,
-                    const TensorView<const KT>* v, const TensorView<float>& out,
+                    const TensorView<const KT>* v, const OutputTensor& outt,
                     const char* out_name, std::size_t out_cols,
                     const AttentionOptions& o) {
-  check_tensor(fn, "q", q);
-  check_tensor(fn, "k", k);
-  if (v != nullptr) check_tensor(fn, "v", *v);
-  if (out_name != nullptr) check_tensor(fn, out_name, out);
+  check_query_and_output(fn, qt, outt, out_name, [&] {
+    check_tensor(fn, "k", k);
+    if (v != nullptr) check_tensor(fn, "v", *v);
+  });
+  const TensorView<const float> q = qt.shape_view();
+  const TensorView<float> out = outt.shape_view();
   if (q.rows == 0 || q.cols == 0) fail(fn, shape("q", q) + " is empty");
   if (k.batch != q.batch) {
     fail(fn, shape("k", k) + " has batch " + count(k.batch) + " but " +
@@ -218,29 +220,26 @@ Plan check_and_plan(const char* fn, const TensorView<const float>& q,
   return p;
 }
 
-template Plan check_and_plan<float>(const char*, const TensorView<const float>&,
+template Plan check_and_plan<float>(const char*, const QueryTensor&,
                                     const TensorView<const float>&,
                                     const TensorView<const float>*,
-                                    const TensorView<float>&, const char*,
+                                    const OutputTensor&, const char*,
                                     std::size_t, const AttentionOptions&);
-template Plan check_and_plan<Float16>(const char*,
-                                      const TensorView<const float>&,
+template Plan check_and_plan<Float16>(const char*, const QueryTensor&,
                                       const TensorView<const Float16>&,
                                       const TensorView<const Float16>*,
-                                      const TensorView<float>&, const char*,
+                                      const OutputTensor&, const char*,
                                       std::size_t, const AttentionOptions&);
-template Plan check_and_plan<BFloat16>(const char*,
-                                       const TensorView<const float>&,
+template Plan check_and_plan<BFloat16>(const char*, const QueryTensor&,
                                        const TensorView<const BFloat16>&,
                                        const TensorView<const BFloat16>*,
-                                       const TensorView<float>&, const char*,
+                                       const OutputTensor&, const char*,
                                        std::size_t, const AttentionOptions&);
 
-template Plan check_and_plan<std::int8_t>(const char*,
-                                          const TensorView<const float>&,
+template Plan check_and_plan<std::int8_t>(const char*, const QueryTensor&,
                                           const TensorView<const std::int8_t>&,
                                           const TensorView<const std::int8_t>*,
-                                          const TensorView<float>&, const char*,
+                                          const OutputTensor&, const char*,
                                           std::size_t, const AttentionOptions&);
 
 void check_scales(const char* fn, const char* name,
@@ -269,15 +268,17 @@ void check_scales(const char* fn, const char* name,
 }
 
 template <class KT>
-Plan check_paged_and_plan(const char* fn, const TensorView<const float>& q,
+Plan check_paged_and_plan(const char* fn, const QueryTensor& qt,
                           const TensorView<const KT>& k,
                           const TensorView<const KT>& v, const PagedKVTable& t,
-                          const TensorView<float>& out, const char* out_name,
+                          const OutputTensor& outt, const char* out_name,
                           const AttentionOptions& o) {
-  check_tensor(fn, "q", q);
-  check_tensor(fn, "k_pages", k);
-  check_tensor(fn, "v_pages", v);
-  if (out_name != nullptr) check_tensor(fn, out_name, out);
+  check_query_and_output(fn, qt, outt, out_name, [&] {
+    check_tensor(fn, "k_pages", k);
+    check_tensor(fn, "v_pages", v);
+  });
+  const TensorView<const float> q = qt.shape_view();
+  const TensorView<float> out = outt.shape_view();
   if (q.rows == 0 || q.cols == 0) fail(fn, shape("q", q) + " is empty");
   if (k.cols != q.cols) {
     fail(fn, shape("k_pages", k) + " has d = " + count(k.cols) + " but " +
@@ -364,12 +365,11 @@ Plan check_paged_and_plan(const char* fn, const TensorView<const float>& q,
   return p;
 }
 
-#define SOFTDOT_PAGED_PLAN(KT)                                    \
-  template Plan check_paged_and_plan<KT>(                         \
-      const char*, const TensorView<const float>&,                \
-      const TensorView<const KT>&, const TensorView<const KT>&,   \
-      const PagedKVTable&, const TensorView<float>&, const char*, \
-      const AttentionOptions&);
+#define SOFTDOT_PAGED_PLAN(KT)                                               \
+  template Plan check_paged_and_plan<KT>(                                    \
+      const char*, const QueryTensor&, const TensorView<const KT>&,          \
+      const TensorView<const KT>&, const PagedKVTable&, const OutputTensor&, \
+      const char*, const AttentionOptions&);
 SOFTDOT_PAGED_PLAN(float)
 SOFTDOT_PAGED_PLAN(Float16)
 SOFTDOT_PAGED_PLAN(BFloat16)
@@ -464,11 +464,11 @@ Plan check_typed(const char* fn, const AttentionRequest& r,
   }
   Plan p;
   if (s.paged) {
-    p = check_paged_and_plan(fn, r.q.shape_view(), w.k, w.v, s.table,
-                             t.out.shape_view(), out_name, r.options);
+    p = check_paged_and_plan(fn, r.q, w.k, w.v, s.table, t.out, out_name,
+                             r.options);
   } else {
-    p = check_and_plan(fn, r.q.shape_view(), w.k, s.has_v ? &w.v : nullptr,
-                       t.out.shape_view(), out_name, out_cols, r.options);
+    p = check_and_plan(fn, r.q, w.k, s.has_v ? &w.v : nullptr, t.out, out_name,
+                       out_cols, r.options);
   }
   if constexpr (std::is_same_v<KT, std::int8_t>) {
     if (s.paged) {
@@ -535,14 +535,6 @@ AttentionPlan AttentionPlan::make(const AttentionRequest& r) {
     fail(fn, k + " is " + kv_format_name(s.k.format()) + " but " + v + " is " +
                  kv_format_name(s.v.format()) +
                  "; they must have the same format");
-  }
-  // 16-bit queries and outputs: their own spans first (the shape checks
-  // below see them as float views).
-  std::visit([&](const auto& q) { detail::attn::check_tensor(fn, "q", q); },
-             r.q.variant());
-  if (kind == Kind::kOutput) {
-    std::visit([&](const auto& o) { detail::attn::check_tensor(fn, "out", o); },
-               r.target.out.variant());
   }
   if (explicit_target && (r.q.format() != KVFormat::kFloat32 ||
                           r.target.out.format() != KVFormat::kFloat32)) {

@@ -63,6 +63,22 @@ void check_tensor(const char* fn, const char* name, const TensorView<T>& t) {
   }
 }
 
+// check_tensor of the query, then of what check_kv checks (K and V), then
+// of the output when out_name is non-null, each view in its own element
+// type (a 16-bit query or output spans half a float view's bytes): the
+// checks' fixed order, q first.
+template <class F>
+void check_query_and_output(const char* fn, const QueryTensor& q,
+                            const OutputTensor& out, const char* out_name,
+                            F check_kv) {
+  std::visit([&](const auto& t) { check_tensor(fn, "q", t); }, q.variant());
+  check_kv();
+  if (out_name != nullptr) {
+    std::visit([&](const auto& t) { check_tensor(fn, out_name, t); },
+               out.variant());
+  }
+}
+
 template <class KT>
 constexpr int kv_type() {
   if constexpr (std::is_same_v<KT, Float16>) return detail::kKvF16;
@@ -80,9 +96,9 @@ using Plan = detail::AttentionPlanData;
 // no out to check, as in attention_partial()); std::invalid_argument naming
 // the function, the argument and the shapes otherwise.
 template <class KT>
-Plan check_and_plan(const char* fn, const TensorView<const float>& q,
+Plan check_and_plan(const char* fn, const QueryTensor& q,
                     const TensorView<const KT>& k,
-                    const TensorView<const KT>* v, const TensorView<float>& out,
+                    const TensorView<const KT>* v, const OutputTensor& out,
                     const char* out_name, std::size_t out_cols,
                     const AttentionOptions& o);
 
@@ -99,12 +115,11 @@ void check_scales(const char* fn, const char* name,
 // returns the plan with n_kv = the longest sequence and the unclamped key
 // range (sequence_plan gives each sequence's).
 template <class KT>
-Plan check_paged_and_plan(const char* fn, const TensorView<const float>& q,
+Plan check_paged_and_plan(const char* fn, const QueryTensor& q,
                           const TensorView<const KT>& k,
                           const TensorView<const KT>& v,
-                          const PagedKVTable& table,
-                          const TensorView<float>& out, const char* out_name,
-                          const AttentionOptions& o);
+                          const PagedKVTable& table, const OutputTensor& out,
+                          const char* out_name, const AttentionOptions& o);
 
 // check_scales for int8 pages: [pages, heads, page_size, 1] as the values,
 // and every scale a key of the (checked) table reads finite and >= 0.

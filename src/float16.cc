@@ -71,13 +71,7 @@ Float16 to_float16(float x) noexcept {
 }
 
 BFloat16 to_bfloat16(float x) noexcept {
-  std::uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) {
-    return BFloat16{static_cast<std::uint16_t>((bits >> 16) | 0x40u)};
-  }
-  const std::uint32_t lsb = (bits >> 16) & 1u;
-  return BFloat16{static_cast<std::uint16_t>((bits + 0x7fffu + lsb) >> 16)};
+  return BFloat16{detail::bfloat16_bits(x)};
 }
 
 Float16 to_float16(double x) noexcept {

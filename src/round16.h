@@ -35,16 +35,21 @@ inline float round_to_odd(double x) noexcept {
   return r;
 }
 
-// The bfloat16 bits of x, rounded once.
-inline std::uint16_t bfloat16_bits(double x) noexcept {
-  const float f = round_to_odd(x);
+// The bfloat16 nearest to a float (ties to even; NaN stays a quiet NaN,
+// overflow gives inf): to_bfloat16(float) and the double form below.
+inline std::uint16_t bfloat16_bits(float x) noexcept {
   std::uint32_t b;
-  std::memcpy(&b, &f, sizeof b);
+  std::memcpy(&b, &x, sizeof b);
   if ((b & 0x7fffffffu) > 0x7f800000u) {
     return static_cast<std::uint16_t>((b >> 16) | 0x40u);  // quiet NaN
   }
   const std::uint32_t lsb = (b >> 16) & 1u;
   return static_cast<std::uint16_t>((b + 0x7fffu + lsb) >> 16);
+}
+
+// The bfloat16 bits of x, rounded once.
+inline std::uint16_t bfloat16_bits(double x) noexcept {
+  return bfloat16_bits(round_to_odd(x));
 }
 
 }  // namespace softdot::detail

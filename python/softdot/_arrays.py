@@ -159,25 +159,36 @@ def new_output(shape: Tuple[int, ...], dtype: np.dtype, kind: str) -> Tuple[Any,
 
 
 def user_output(
-    fn: str, out: Any, shape: Tuple[int, ...], dtype: np.dtype, kind: str
+    fn: str,
+    out: Any,
+    shape: Tuple[int, ...],
+    dtype: np.dtype,
+    kind: str,
+    native: Any = None,
+    expected: Optional[str] = None,
 ) -> Tuple[Any, np.ndarray]:
     """Checks a caller's `out` (same library, dtype and shape, writable) and
-    returns (out, its numpy view)."""
+    returns (out, its numpy view; a torch bfloat16 tensor's as uint16 bits).
+    native: the dtype out must have in its own library when it is not
+    dtype's (a 16-bit one: torch.bfloat16, ml_dtypes.bfloat16, ...);
+    expected: how the message names what is accepted."""
+    expected = expected or dtype.name
     if kind == "torch":
         if not is_torch(out):
             raise TypeError(f"{fn}: out must be a torch.Tensor when the input is one")
         check_device(fn, "out", out)
         if out.requires_grad:
             raise ValueError(f"{fn}: out requires grad; pass a tensor without autograd history")
-        if out.dtype != torch_dtype(dtype) or dtype not in (F32, F64):
-            raise TypeError(f"{fn}: out has dtype {dtype_str(out)}; expected {dtype.name}")
+        want = native if native is not None else torch_dtype(dtype)
+        if out.dtype != want or (native is None and dtype not in (F32, F64)):
+            raise TypeError(f"{fn}: out has dtype {dtype_str(out)}; expected {expected}")
         if tuple(out.shape) != tuple(shape):
             raise ValueError(f"{fn}: out has shape {tuple(out.shape)}; expected {tuple(shape)}")
-        return out, out.numpy()
+        return out, (out.numpy() if native is None else tensor_view(fn, "out", out))
     if type(out) is not ndarray:
         raise TypeError(f"{fn}: out must be a numpy.ndarray when the input is one")
-    if out.dtype != dtype:
-        raise TypeError(f"{fn}: out has dtype {out.dtype.name}; expected {dtype.name}")
+    if out.dtype != (native if native is not None else dtype):
+        raise TypeError(f"{fn}: out has dtype {out.dtype.name}; expected {expected}")
     if out.shape != tuple(shape):
         raise ValueError(f"{fn}: out has shape {out.shape}; expected {tuple(shape)}")
     if not out.flags.writeable:

@@ -152,8 +152,7 @@ def result(
     if out is None:
         if kind == "torch":
             t = A.torch_module().empty(shape, dtype=q_dtype)
-            v = A.tensor_view(fn, "out", t)
-            return t, (v.view(A.U16) if q_format == KV_F16 else v), q_format
+            return t, A.tensor_view(fn, "out", t).view(A.U16), q_format
         a = np.empty(shape, dtype=q_dtype)
         return a, a.view(A.U16), q_format
     is_f32 = (
@@ -164,26 +163,10 @@ def result(
     if is_f32:
         user, arr = A.user_output(fn, out, shape, A.F32, kind)
         return user, arr, KV_F32
-    if kind == "torch":
-        if not A.is_torch(out):
-            raise TypeError(f"{fn}: out must be a torch.Tensor when the input is one")
-        A.check_device(fn, "out", out)
-        if out.requires_grad:
-            raise ValueError(f"{fn}: out requires grad; pass a tensor without autograd history")
-    elif type(out) is not np.ndarray:
-        raise TypeError(f"{fn}: out must be a numpy.ndarray when the input is one")
-    if out.dtype != q_dtype:
-        raise TypeError(
-            f"{fn}: out has dtype {A.dtype_str(out)}; expected {name} (the query's) or float32"
-        )
-    if tuple(out.shape) != tuple(shape):
-        raise ValueError(f"{fn}: out has shape {tuple(out.shape)}; expected {tuple(shape)}")
-    if kind == "torch":
-        v = A.tensor_view(fn, "out", out)
-        return out, (v.view(A.U16) if q_format == KV_F16 else v), q_format
-    if not out.flags.writeable:
-        raise ValueError(f"{fn}: out is read-only")
-    return out, out.view(A.U16), q_format
+    user, arr = A.user_output(
+        fn, out, shape, A.F32, kind, native=q_dtype, expected=f"{name} (the query's) or float32"
+    )
+    return user, arr.view(A.U16), q_format
 
 
 def masks(

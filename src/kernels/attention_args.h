@@ -25,15 +25,14 @@ inline constexpr std::size_t kScoreBlock = 16;
 // (at most 16 + 3 roundings per term of a 64-key tile, against 64 for one
 // chain). The decode form keeps one chain over the tile.
 inline constexpr std::size_t kValueBlock = 16;
-// The units' blocks (attention_units-inl.h): a score chain over each block
+// The units' score chains (attention_units-inl.h): a chain over each block
 // of 32 features (16 pair steps, two roundings each: at most
-// min(d, 32) + ceil(d / 32) - 1 roundings per product, 35 at d = 128) and
-// one P V chain over the whole key tile (64 roundings per term): at 16 the
-// blocks' flushes cost a third as many instructions as the pair products,
-// and the units' rounding of P (2^-8 or 2^-16 relative) dwarfs the longer
-// chains' (2^-24 per rounding).
+// min(d, 32) + ceil(d / 32) - 1 roundings per product, 35 at d = 128); their
+// P V is one chain over the key tile (64 roundings per term, 128 split). At
+// 16 the blocks' flushes cost a third as many instructions as the pair
+// products, and the units' rounding of P (2^-8 or 2^-16 relative) dwarfs
+// the longer chains' (2^-24 per rounding).
 inline constexpr std::size_t kUnitsScoreBlock = 32;
-inline constexpr std::size_t kUnitsValueBlock = kKeyTile;
 // Rows per kernel call are at most this many on any target.
 inline constexpr std::size_t kMaxKernelRows = 64;
 

@@ -23,6 +23,27 @@ using detail::kKeyTile;
 
 namespace attn {
 
+// One block's chains acc[jj][v] into the running scores s[jj][r] (stored
+// by the first block, added in float by the next ones), times the scale
+// after the last block: the blocked chains of ScoreTile and ScoreTileUnits.
+template <std::size_t NV, std::size_t KT>
+HWY_INLINE void AddBlockScores(const VF (&acc)[KT][NV], std::size_t bq,
+                               bool first, bool last, VF scale,
+                               float* HWY_RESTRICT s) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+#pragma GCC unroll 16
+  for (std::size_t jj = 0; jj < KT; ++jj) {
+#pragma GCC unroll 4
+    for (std::size_t v = 0; v < NV; ++v) {
+      float* sp = s + jj * bq + v * N;
+      VF t = first ? acc[jj][v] : hn::Add(hn::Load(df, sp), acc[jj][v]);
+      if (last) t = hn::Mul(t, scale);
+      hn::Store(t, df, sp);
+    }
+  }
+}
+
 // Scores of KT keys against NV vectors of rows: s[jj][r] for jj < KT.
 // krow[jj] points at key jj's d features; qt is [d][BQ]. Each score is
 // blocked chains (detail::kScoreBlock, attention_args.h): a float FMA chain
@@ -62,17 +83,7 @@ HWY_INLINE void ScoreTile(const float* HWY_RESTRICT qt, std::size_t bq,
         }
       }
     }
-    const bool first = k0 == 0, last = k1 == d;
-#pragma GCC unroll 16
-    for (std::size_t jj = 0; jj < KT; ++jj) {
-#pragma GCC unroll 4
-      for (std::size_t v = 0; v < NV; ++v) {
-        float* sp = s + jj * bq + v * N;
-        VF t = first ? acc[jj][v] : hn::Add(hn::Load(df, sp), acc[jj][v]);
-        if (last) t = hn::Mul(t, scale);
-        hn::Store(t, df, sp);
-      }
-    }
+    AddBlockScores<NV, KT>(acc, bq, k0 == 0, k1 == d, scale, s);
   }
 }
 
@@ -249,13 +260,14 @@ HWY_INLINE Scratch PrefillScratch(const AttnArgs& a, std::size_t bq) {
   return sc;
 }
 
-// Q packed transposed (padding lanes hold zeros and see every key), each
-// lane's key limits and initial state, the output zeroed; returns the
-// limits over the live rows.
+// Q packed transposed (padding lanes hold zeros and see every key; not
+// with pack_q false: the units pack their own pairs), each lane's key
+// limits and initial state, the output zeroed; returns the limits over the
+// live rows.
 HWY_INLINE KeyLimits PrefillPackRows(const AttnArgs& a, const Scratch& sc,
-                                     std::size_t bq) {
+                                     std::size_t bq, bool pack_q = true) {
   const std::size_t d = a.d, rows = a.rows;
-  for (std::size_t k = 0; k < d; ++k) {
+  for (std::size_t k = 0; pack_q && k < d; ++k) {
     float* dst = sc.qt + k * bq;
     for (std::size_t r = 0; r < rows; ++r) dst[r] = a.q_rows[r][k];
     for (std::size_t r = rows; r < bq; ++r) dst[r] = 0.0f;

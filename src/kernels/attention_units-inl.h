@@ -16,12 +16,12 @@
 // ignored. detail::dpbf16_model (units_model.h) is the scalar form.
 //
 // Where the bits come from: the scores are blocked chains like the float
-// path's (a chain of products over each block of kScoreBlock features,
-// taken in pairs, odd feature first, the blocks added in float, then one
-// multiply by the scale); the weights P enter P V rounded once to
+// path's (a chain of products over each block of kUnitsScoreBlock
+// features, taken in pairs, odd feature first, the blocks added in float,
+// then one multiply by the scale); the weights P enter P V rounded once to
 // bfloat16 (AttnArgs::pv_split: as a bfloat16 high part and the bfloat16
-// nearest to the rest, two products), in chains over kValueBlock keys as
-// the float path's; a block with a masked score and a value that is not
+// nearest to the rest, two products), in one chain over the key tile; a
+// block with a masked score and a value that is not
 // finite runs the float path's guarded P V (0 * inf must not reach the
 // output).
 
@@ -200,17 +200,7 @@ SOFTDOT_UNITS_ATTR HWY_INLINE void ScoreTileUnits(
           acc[jj][v] = Dot::Dot(acc[jj][v], q[v], kv);
       }
     }
-    const bool first = k0 == 0, last = k1 == d;
-#pragma GCC unroll 16
-    for (std::size_t jj = 0; jj < KT; ++jj) {
-#pragma GCC unroll 4
-      for (std::size_t v = 0; v < NV; ++v) {
-        float* sp = s + jj * bq + v * N;
-        VF t = first ? acc[jj][v] : hn::Add(hn::Load(df, sp), acc[jj][v]);
-        if (last) t = hn::Mul(t, scale);
-        hn::Store(t, df, sp);
-      }
-    }
+    AddBlockScores<NV, KT>(acc, bq, k0 == 0, k1 == d, scale, s);
   }
 }
 
@@ -315,10 +305,9 @@ SOFTDOT_UNITS_ATTR HWY_INLINE void PackValuePairs(const AttnArgs& a,
   }
 }
 
-// acc[c][r] = sum_j P[j][r] V[j][c0 + c] over the block's kbp pairs of
-// keys, as ValueTile's blocked chains (chains over kValueBlock keys, the
-// chains added in float); split adds each pair's low weights right after
-// its high ones.
+// acc[c][r] = sum_j P[j][r] V[j][c0 + c] over the tile's kbp pairs of keys,
+// one chain over the whole tile (kKeyTile keys, attention_args.h); split
+// adds each pair's low weights right after its high ones.
 template <class Dot, std::size_t NV, std::size_t CT, bool kSplit>
 SOFTDOT_UNITS_ATTR HWY_INLINE void ValueTileUnits(
     const std::uint32_t* HWY_RESTRICT pp, const std::uint32_t* HWY_RESTRICT pl,
@@ -327,51 +316,26 @@ SOFTDOT_UNITS_ATTR HWY_INLINE void ValueTileUnits(
   const DF df;
   const DU du;
   const std::size_t N = hn::Lanes(df);
-  constexpr std::size_t kB = detail::kUnitsValueBlock / 2;
-  constexpr std::size_t kL = hn::MaxLanes(DF());
-  HWY_ALIGN float tot[CT * NV * kL];
 #pragma GCC unroll 16
   for (std::size_t c = 0; c < CT; ++c) {
 #pragma GCC unroll 4
     for (std::size_t v = 0; v < NV; ++v) acc[c][v] = hn::Zero(df);
   }
-  for (std::size_t t0 = 0; t0 < kbp; t0 += kB) {
-    const std::size_t t1 = std::min(kbp, t0 + kB);
-    if (t0 != 0) {
-#pragma GCC unroll 16
-      for (std::size_t c = 0; c < CT; ++c) {
+  for (std::size_t t = 0; t < kbp; ++t) {
+    VU ph[NV], plo[NV];
 #pragma GCC unroll 4
-        for (std::size_t v = 0; v < NV; ++v) {
-          hn::Store(acc[c][v], df, tot + (c * NV + v) * kL);
-          acc[c][v] = hn::Zero(df);
-        }
-      }
+    for (std::size_t v = 0; v < NV; ++v) {
+      ph[v] = hn::Load(du, pp + t * bq + v * N);
+      if constexpr (kSplit) plo[v] = hn::Load(du, pl + t * bq + v * N);
     }
-    for (std::size_t t = t0; t < t1; ++t) {
-      VU ph[NV], plo[NV];
+    const std::uint32_t* vrow = vp + t * dv;
+#pragma GCC unroll 16
+    for (std::size_t c = 0; c < CT; ++c) {
+      const VU vv = hn::Set(du, vrow[c]);
 #pragma GCC unroll 4
       for (std::size_t v = 0; v < NV; ++v) {
-        ph[v] = hn::Load(du, pp + t * bq + v * N);
-        if constexpr (kSplit) plo[v] = hn::Load(du, pl + t * bq + v * N);
-      }
-      const std::uint32_t* vrow = vp + t * dv;
-#pragma GCC unroll 16
-      for (std::size_t c = 0; c < CT; ++c) {
-        const VU vv = hn::Set(du, vrow[c]);
-#pragma GCC unroll 4
-        for (std::size_t v = 0; v < NV; ++v) {
-          acc[c][v] = Dot::Dot(acc[c][v], ph[v], vv);
-          if constexpr (kSplit) acc[c][v] = Dot::Dot(acc[c][v], plo[v], vv);
-        }
-      }
-    }
-    if (t0 != 0) {
-#pragma GCC unroll 16
-      for (std::size_t c = 0; c < CT; ++c) {
-#pragma GCC unroll 4
-        for (std::size_t v = 0; v < NV; ++v) {
-          acc[c][v] = hn::Add(hn::Load(df, tot + (c * NV + v) * kL), acc[c][v]);
-        }
+        acc[c][v] = Dot::Dot(acc[c][v], ph[v], vv);
+        if constexpr (kSplit) acc[c][v] = Dot::Dot(acc[c][v], plo[v], vv);
       }
     }
   }
@@ -410,7 +374,7 @@ SOFTDOT_UNITS_ATTR HWY_INLINE void PrefillUnitsBody(const AttnArgs& a) {
   const DF df;
   const std::size_t bq = NV * hn::Lanes(df);
   const Scratch sc = PrefillScratch(a, bq);
-  const KeyLimits lim = PrefillPackRows(a, sc, bq);
+  const KeyLimits lim = PrefillPackRows(a, sc, bq, /*pack_q=*/false);
   PackQueryPairs(a, sc.qp, bq);
   const VF scale = hn::Set(df, a.scale);
   for (std::size_t j0 = a.j_begin; j0 < a.j_end; j0 += kKeyTile) {
@@ -475,11 +439,11 @@ SOFTDOT_UNITS_ATTR HWY_NOINLINE void UnitsDotLanes(float* acc,
     }
     const VF x = hn::Load(df, t_acc);
     const VU va = hn::Load(du, t_a), vb = hn::Load(du, t_b);
-    VF r = DotModel::Dot(x, va, vb);
 #if SOFTDOT_UNITS_HW
-    if (hw) r = DotHw::Dot(x, va, vb);
+    const VF r = hw ? DotHw::Dot(x, va, vb) : DotModel::Dot(x, va, vb);
 #else
     (void)hw;
+    const VF r = DotModel::Dot(x, va, vb);
 #endif
     hn::Store(r, df, t_acc);
     std::memcpy(acc + i, t_acc, m * sizeof(float));
