@@ -90,16 +90,12 @@ const float* query_row(const QueryTensor& q, std::size_t b, std::size_t h,
   std::visit(
       [&](const auto& t) {
         using T = std::remove_const_t<std::remove_pointer_t<decltype(t.data)>>;
-        if constexpr (std::is_same_v<T, BFloat16>) {
-          // The upper half of a float (to_float, inline so it vectorises).
-          const T* src = t.row(b, h, i);
-          for (std::size_t c = 0; c < d; ++c) {
-            const std::uint32_t u = std::uint32_t{src[c].bits} << 16;
-            std::memcpy(dst + c, &u, sizeof u);
-          }
-        } else if constexpr (std::is_same_v<T, Float16>) {
-          const T* src = t.row(b, h, i);
-          for (std::size_t c = 0; c < d; ++c) dst[c] = to_float(src[c]);
+        if constexpr (!std::is_same_v<T, float>) {
+          // to_float's values, in vectors (dispatch.h).
+          static_assert(sizeof(T) == sizeof(std::uint16_t));
+          detail::widen16(
+              reinterpret_cast<const std::uint16_t*>(t.row(b, h, i)), d, dst,
+              std::is_same_v<T, BFloat16>);
         }
       },
       q.variant());
@@ -221,6 +217,12 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
   // precise runs in the prefill form only (whatever the rows).
   const bool split =
       rows_per_kvh <= kDecodeRows && !o.precise && !o.prefill_form;
+  // A split KV head with enough rows to fill the units' lanes runs its
+  // chunks in the prefill form on the units (rows in lanes: a few rows would
+  // leave most lanes idle, and the decode form reads K and V at the memory's
+  // speed there). The choice depends on the shapes only.
+  const bool split_units =
+      split && units != 0 && rows_per_kvh >= kUnitsDecodeMinRows;
   const std::size_t row_blocks =
       split ? 1 : (rows_per_kvh + max_rows - 1) / max_rows;
   // Chunks of each sequence's key range (a split only); tasks run as many
@@ -320,7 +322,8 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
     double* out_o = st_o + slot * state_rows * dv;
     // Kernel calls of at most max_rows rows (a split KV head may have more
     // rows than a scalar target's kernel takes).
-    const std::size_t step = split ? detail::kDecodeMaxRows : max_rows;
+    const std::size_t step =
+        split && !split_units ? detail::kDecodeMaxRows : max_rows;
     for (std::size_t s0 = 0; s0 < nr; s0 += step) {
       const std::size_t cnt = std::min(step, nr - s0);
       RowTables rows;
@@ -336,9 +339,9 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
       a.scale = p.scale;
       a.softcap = p.softcap;
       a.rows = cnt;
-      a.decode = split;
+      a.decode = split && !split_units;
       a.precise = o.precise;
-      a.units = split ? 0 : units;
+      a.units = split && !split_units ? 0 : units;
       a.pv_split = pv_split;
       a.q_rows = rows.q;
       a.first_key = rows.first;

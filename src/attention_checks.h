@@ -28,6 +28,14 @@ using detail::span_fits;
 // Decode split: chunk size, and the most rows per KV head that use it.
 constexpr std::size_t kDecodeChunk = 512;
 constexpr std::size_t kDecodeRows = detail::kDecodeMaxRows;
+// A split KV head (decode) runs its chunks on the units (bfloat16 query,
+// keys and values) from this many rows up (attention.cc). The units hold
+// the rows in lanes (16 on AVX-512), so their time hardly depends on the
+// rows, while the decode form's grows with them: on an AMD EPYC Zen 4
+// (n_kv = 32768, d = 128) 8 rows took 1.05-1.11x the decode form's time
+// on the units and 16 rows 0.64-0.68x (BM_decode_sweep/bf16q), a
+// crossing near 9 rows.
+constexpr std::size_t kUnitsDecodeMinRows = 12;
 
 inline std::string shape(const char* name, std::size_t b, std::size_t h,
                          std::size_t r, std::size_t c) {

@@ -205,18 +205,27 @@ SOFTDOT_UNITS_ATTR HWY_INLINE void ScoreTileUnits(
 }
 
 // The scores of the block's kb keys (tiles of KT keys, then single keys).
+// The nb_next keys and values of the next block are prefetched into L2 a
+// tile of KT at a time, spread over the tiles' products: with a few rows
+// (decode on the units) the products no longer hide the memory's latency,
+// and issued all at once the prefetches filled the line buffers and stalled
+// (AMD EPYC Zen 4, 16 rows, n_kv = 32768: 4.6 GB/s without a prefetch, 5.4
+// all at once, 5.6 spread).
 template <class Dot, std::size_t NV>
 SOFTDOT_UNITS_ATTR HWY_INLINE void PrefillScoresUnits(
     const AttnArgs& a, const Scratch& sc, std::size_t bq, std::size_t j0,
-    std::size_t kb, VF scale) {
+    std::size_t kb, std::size_t nb_next, VF scale) {
   constexpr std::size_t KT = kAccRegs / NV;
   const std::uint16_t* kr[KT];
   std::size_t j = 0;
   for (; j + KT <= kb; j += KT) {
+    if (j < nb_next)
+      PrefetchBlock<2>(a, j0 + kKeyTile + j, std::min(KT, nb_next - j));
     for (std::size_t jj = 0; jj < KT; ++jj)
       kr[jj] = static_cast<const std::uint16_t*>(KeyRow(a, j0 + j + jj));
     ScoreTileUnits<Dot, NV, KT>(sc.qp, bq, kr, a.d, scale, sc.s + j * bq);
   }
+  if (j < nb_next) PrefetchBlock<2>(a, j0 + kKeyTile + j, nb_next - j);
   for (; j < kb; ++j) {
     kr[0] = static_cast<const std::uint16_t*>(KeyRow(a, j0 + j));
     ScoreTileUnits<Dot, NV, 1>(sc.qp, bq, kr, a.d, scale, sc.s + j * bq);
@@ -377,14 +386,17 @@ SOFTDOT_UNITS_ATTR HWY_INLINE void PrefillUnitsBody(const AttnArgs& a) {
   const KeyLimits lim = PrefillPackRows(a, sc, bq, /*pack_q=*/false);
   PackQueryPairs(a, sc.qp, bq);
   const VF scale = hn::Set(df, a.scale);
+  const std::size_t pf_end = std::max(a.j_end, a.prefetch_end);
   for (std::size_t j0 = a.j_begin; j0 < a.j_end; j0 += kKeyTile) {
     const std::size_t kb = std::min(kKeyTile, a.j_end - j0);
     const auto first = static_cast<std::int64_t>(j0);
     const auto last = static_cast<std::int64_t>(j0 + kb - 1);
     if (last < lim.first_min || first > lim.last_max) continue;
     const bool straddles = first < lim.first_max || last > lim.last_min;
-
-    PrefillScoresUnits<Dot, NV>(a, sc, bq, j0, kb, scale);
+    // The next tile (the last tile's: the next chunk's first).
+    const std::size_t nb_next =
+        j0 + kKeyTile < pf_end ? std::min(kKeyTile, pf_end - j0 - kKeyTile) : 0;
+    PrefillScoresUnits<Dot, NV>(a, sc, bq, j0, kb, nb_next, scale);
     BlockExtremes<NV> ex;
     PrefillMaskScores<NV>(a, sc, bq, j0, kb, straddles, ex);
     const bool any_masked = PrefillSoftmaxStep<NV>(sc, bq, kb, false, ex);

@@ -5,6 +5,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/attention-inl.h"
+#include "kernels/convert16-inl.h"
 #include "kernels/dot-inl.h"
 #include "kernels/softmax-inl.h"
 
@@ -46,6 +47,8 @@ HWY_EXPORT(AttentionUnitsCompiled);
 HWY_EXPORT(AttentionUnitsDot);
 HWY_EXPORT(AttentionSoftcap);
 HWY_EXPORT(AttentionScore);
+HWY_EXPORT(Widen16);
+HWY_EXPORT(Round16Quotient);
 
 float attention_score(const float* q, const float* k, std::size_t d,
                       bool decode, float* scratch) noexcept {
@@ -68,6 +71,15 @@ unsigned attention_units_compiled() noexcept {
 }
 void attention_softcap(float* s, std::size_t n, float cap) noexcept {
   HWY_DYNAMIC_DISPATCH(AttentionSoftcap)(s, n, cap);
+}
+
+void widen16(const std::uint16_t* src, std::size_t n, float* dst,
+             bool bf16) noexcept {
+  SOFTDOT_DISPATCH(Widen16)(src, n, dst, bf16);
+}
+void round16_quotient(const double* o, double l, std::size_t n,
+                      std::uint16_t* dst, bool bf16) noexcept {
+  SOFTDOT_DISPATCH(Round16Quotient)(o, l, n, dst, bf16);
 }
 
 float dot_kernel(const float* x, const float* y, std::size_t n) {

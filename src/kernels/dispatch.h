@@ -79,6 +79,15 @@ constexpr std::size_t attention_score_scratch(std::size_t d) noexcept {
 // s[i] = cap * tanh(s[i] / cap), exactly as the attention kernel does it.
 void attention_softcap(float* s, std::size_t n, float cap) noexcept;
 
+// dst[c] = the float value of src[c], c < n: bfloat16 bits (bf16) or
+// float16 bits; float16.cc's bits on every target (convert16-inl.h).
+void widen16(const std::uint16_t* src, std::size_t n, float* dst,
+             bool bf16) noexcept;
+// dst[c] = the bits of o[c] / l rounded once to bfloat16 (bf16) or float16,
+// c < n: to_bfloat16(double) / to_float16(double)'s bits on every target.
+void round16_quotient(const double* o, double l, std::size_t n,
+                      std::uint16_t* dst, bool bf16) noexcept;
+
 // Target selection (see simd.h).
 std::int64_t compiled_targets() noexcept;
 

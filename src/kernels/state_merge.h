@@ -26,9 +26,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <type_traits>
 
+#include "kernels/dispatch.h"
 #include "round16.h"
 #include "row_op.h"
 #include "softdot/float16.h"
@@ -196,8 +198,13 @@ inline void finalize_row_state(float m, double l, const double* o,
     std::fill(out, out + dv, put(0.0));
     if (lse) *lse = -std::numeric_limits<float>::infinity();
   } else {
-    for (std::size_t c = 0; c < dv; ++c) {
-      out[c] = put(o[c] / l);
+    if constexpr (std::is_same_v<T, float>) {
+      for (std::size_t c = 0; c < dv; ++c) out[c] = put(o[c] / l);
+    } else {
+      // The same quotients and rounding, in vectors (dispatch.h).
+      static_assert(sizeof(T) == sizeof(std::uint16_t));
+      round16_quotient(o, l, dv, reinterpret_cast<std::uint16_t*>(out),
+                       std::is_same_v<T, BFloat16>);
     }
     if (lse) *lse = static_cast<float>(static_cast<double>(m) + std::log(l));
   }

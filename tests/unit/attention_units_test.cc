@@ -157,6 +157,92 @@ TEST(AttentionUnits, InstructionMatchesScalarModel) {
   compare_lanes(true, "VDPBF16PS on " + softdot::simd_target());
 }
 
+// ---- 16-bit query rows and outputs: the vector conversions ---------------
+
+// detail::widen16 and detail::round16_quotient (convert16-inl.h) give the
+// bits of float16.cc's scalar conversions on every target: every 16-bit
+// pattern widened; quotients near every rounding edge of both formats (ties,
+// subnormals, the overflow threshold, the float range), signed zeros, inf
+// and NaN, and random ones, rounded; at lengths with vector tails.
+TEST(AttentionUnits, SixteenBitConversionsMatchTheScalarOnes) {
+  Restore restore;
+  std::vector<std::uint16_t> all(65536 + 7);
+  for (std::size_t i = 0; i < all.size(); ++i)
+    all[i] = static_cast<std::uint16_t>(i * 40503u);  // odd: a permutation
+  std::vector<double> xs = {0.0,
+                            -0.0,
+                            1.0,
+                            -1.0,
+                            65504.0,
+                            65519.99,
+                            65520.0,
+                            -65520.0,
+                            0x1p-24,
+                            0x1p-25,
+                            0x1.8p-25,
+                            0x1p-14,
+                            0x1.ffcp-15,
+                            3.0e38,
+                            3.4028234663852886e38,
+                            3.402823567797337e38,
+                            3.5e38,
+                            1e300,
+                            -1e300,
+                            0x1p-149,
+                            0x1p-150,
+                            0x1.8p-150,
+                            1e-320,
+                            std::numeric_limits<double>::infinity(),
+                            -std::numeric_limits<double>::infinity(),
+                            std::numeric_limits<double>::quiet_NaN()};
+  // Ties and near-ties of both formats at several exponents: 1 + k 2^-11
+  // (float16's half ulp), 1 + k 2^-8 (bfloat16's), nudged by a double ulp
+  // and by a float ulp.
+  for (int e : {-20, -14, -1, 0, 7, 15, 100}) {
+    for (int k = 1; k < 8; ++k) {
+      for (double half : {0x1p-11, 0x1p-8}) {
+        const double t = std::ldexp(1.0 + k * half, e);
+        for (double nudge : {0.0, 0x1p-52, -0x1p-52, 0x1p-23, -0x1p-23})
+          xs.push_back(t * (1.0 + nudge)), xs.push_back(-t * (1.0 + nudge));
+      }
+    }
+  }
+  std::mt19937_64 g(25);
+  std::uniform_real_distribution<double> m(-2.0, 2.0);
+  std::uniform_int_distribution<int> ex(-160, 140);
+  while (xs.size() < 20000) xs.push_back(std::ldexp(m(g), ex(g)));
+  for (const std::string& target : softdot::simd_targets()) {
+    softdot::force_simd_target(target);
+    for (bool bf16 : {true, false}) {
+      const char* fmt16 = bf16 ? "bfloat16" : "float16";
+      std::vector<float> wide(all.size());
+      softdot::detail::widen16(all.data(), all.size(), wide.data(), bf16);
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < all.size(); ++i) {
+        const float want = bf16 ? softdot::to_float(BFloat16{all[i]})
+                                : softdot::to_float(Float16{all[i]});
+        if (bits(wide[i]) != bits(want) && bad++ < 5)
+          ADD_FAILURE() << target << " " << fmt16 << " widen " << all[i];
+      }
+      for (double l : {1.0, 3.0, -0.7}) {
+        std::vector<double> o(xs.size());
+        for (std::size_t i = 0; i < xs.size(); ++i) o[i] = xs[i] * l;
+        std::vector<std::uint16_t> got(xs.size());
+        softdot::detail::round16_quotient(o.data(), l, o.size(), got.data(),
+                                          bf16);
+        for (std::size_t i = 0; i < xs.size(); ++i) {
+          const double q = o[i] / l;
+          const std::uint16_t want =
+              bf16 ? softdot::to_bfloat16(q).bits : softdot::to_float16(q).bits;
+          if (got[i] != want && bad++ < 5)
+            ADD_FAILURE() << target << " " << fmt16 << " round " << fmt(q)
+                          << ": " << got[i] << ", want " << want;
+        }
+      }
+    }
+  }
+}
+
 // ---- attention on the units ---------------------------------------------
 
 // A problem whose query holds bfloat16 values, with the bfloat16 copy.
@@ -297,6 +383,13 @@ std::vector<Shape> unit_shapes() {
   e.nq = 33, e.nkv = 300, e.d = 32, e.dv = 48, e.qk = 4, e.v_lo = 2, e.v_hi = 3,
   e.seed = 4;
   v.push_back(e);
+  Shape f;  // decode: 16 query heads on one KV head, 3 chunks of keys
+  f.H = 16, f.Hkv = 1, f.nkv = 1200, f.d = 64, f.dv = 64, f.seed = 5;
+  v.push_back(f);
+  Shape g;  // speculative verification: n_q = 4, GQA 4, 12 rows per KV head
+  g.B = 2, g.H = 6, g.Hkv = 2, g.nq = 4, g.nkv = 700, g.d = 128, g.dv = 128;
+  g.pad = 2, g.seed = 6;
+  v.push_back(g);
   return v;
 }
 
@@ -503,7 +596,9 @@ TEST(AttentionUnits, SixteenBitOutputsAreRoundedOnce) {
 
 // A float32 query takes the float32 path whatever the unit (the golden
 // hashes of the float32 path hold with the units present); so does the
-// decode form of a bfloat16 query.
+// decode form of a bfloat16 query with fewer than 12 rows per KV head. With
+// 12 or more the decode form runs on the units (the weights rounded: not
+// the float path's bits).
 TEST(AttentionUnits, Float32QueriesAndDecodeKeepTheFloatPath) {
   Restore restore;
   Shape s;
@@ -524,6 +619,17 @@ TEST(AttentionUnits, Float32QueriesAndDecodeKeepTheFloatPath) {
   for (const std::string unit : {"model", "avx512bf16"}) {
     if (!has_unit(unit)) continue;
     EXPECT_TRUE(SameBits(dn.all(), run_unit(cd, o, unit).all())) << unit;
+  }
+  for (std::size_t heads : {11, 12}) {
+    Shape sg = sd;
+    sg.H = heads;
+    const Bf16Case cg = make_case(sg);
+    const Result gn = run_unit(cg, o, "none");
+    for (const std::string unit : {"model", "avx512bf16"}) {
+      if (!has_unit(unit)) continue;
+      EXPECT_EQ(heads < 12, SameBits(gn.all(), run_unit(cg, o, unit).all()))
+          << unit << ", " << heads << " rows per KV head";
+    }
   }
 }
 
