@@ -102,22 +102,24 @@ const float* query_row(const QueryTensor& q, std::size_t b, std::size_t h,
   return dst;
 }
 
-// Rows row0 .. row0 + cnt - 1 of KV head kh of batch b (row r is query head
-// kh g + r / n_q, query i = r % n_q); ps is the sequence's plan. A 16-bit
-// query's rows are widened into widened (cnt * d floats).
+// Rows row0 .. row0 + cnt - 1 of KV head kh of sequence b (row r is query
+// head kh g + r / n_q, query i = r % n_q, n_q the sequence's own); ps is
+// the sequence's plan, and its query i is q's row (q_batch, h, q_row0 + i).
+// A 16-bit query's rows are widened into widened (cnt * d floats).
 void fill_row_tables(const Plan& p, const Plan& ps, const AttentionOptions& o,
                      const QueryTensor& q, float* widened, std::size_t b,
-                     std::size_t kh, std::size_t row0, std::size_t cnt,
-                     RowTables& t) {
+                     std::size_t q_batch, std::size_t q_row0, std::size_t kh,
+                     std::size_t row0, std::size_t cnt, RowTables& t) {
   for (std::size_t r = 0; r < cnt; ++r) {
     const std::size_t row = row0 + r;
-    const std::size_t h = kh * p.g + row / p.n_q;
-    const std::size_t i = row % p.n_q;
-    t.q[r] = query_row(q, b, h, i, p.d,
+    const std::size_t h = kh * p.g + row / ps.n_q;
+    const std::size_t i = row % ps.n_q;
+    t.q[r] = query_row(q, q_batch, h, q_row0 + i, p.d,
                        widened != nullptr ? widened + r * p.d : nullptr);
     visible_keys(ps, i, t.first[r], t.last[r]);
     // A mask or bias of 0 columns (n_kv = 0) spans nothing: its strides
-    // are unchecked and it has nothing to read (fuzz_attention).
+    // are unchecked and it has nothing to read (fuzz_attention). (A ragged
+    // batch has neither.)
     if (!o.mask.empty() && o.mask.cols != 0) {
       const std::size_t mb = o.mask.batch == 1 ? 0 : b;
       const std::size_t mh = o.mask.heads == 1 ? 0 : h;
@@ -196,57 +198,85 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
                                   ? req.target.partial
                                   : nullptr;
   const PagedKVTable* table = req.kv.paged ? &req.kv.table : nullptr;
-  // Sequence b's plan: its own n_kv and key range when paged.
-  auto plan_of = [&](std::size_t b) {
-    return table
-               ? sequence_plan(p, static_cast<std::size_t>(table->seq_lens[b]))
-               : p;
-  };
+  // A ragged batch (query_start_loc, paged only): sequence b's rows are rows
+  // query_start_loc[b] .. query_start_loc[b + 1] - 1 of the packed query
+  // (batch 1), its output and lse rows the same.
+  const bool ragged = table != nullptr && !table->query_start_loc.empty();
   if (partial) {
-    partial->batch = p.B;
+    partial->batch = ragged ? 1 : p.B;
     partial->heads = p.H;
     partial->rows = p.n_q;
     partial->dv = p.dv;
-    const std::size_t n = p.B * p.H * p.n_q;
+    const std::size_t n = partial->batch * p.H * p.n_q;
     partial->max.resize(n);
     partial->sum.resize(n);
     partial->out.resize(n * p.dv);
   }
-  const std::size_t rows_per_kvh = p.g * p.n_q;
   const std::size_t max_rows = detail::attention_max_rows();
-  // precise runs in the prefill form only (whatever the rows).
-  const bool split =
-      rows_per_kvh <= kDecodeRows && !o.precise && !o.prefill_form;
-  // A split KV head with enough rows to fill the units' lanes runs its
-  // chunks in the prefill form on the units (rows in lanes: a few rows would
-  // leave most lanes idle, and the decode form reads K and V at the memory's
-  // speed there). The choice depends on the shapes only.
-  const bool split_units =
-      split && units != 0 && rows_per_kvh >= kUnitsDecodeMinRows;
-  const std::size_t row_blocks =
-      split ? 1 : (rows_per_kvh + max_rows - 1) / max_rows;
-  // Chunks of each sequence's key range (a split only); tasks run as many
-  // chunks as the longest range has, and a sequence's chunks past its own
-  // are skipped, so every sequence is split as it would be alone.
-  auto chunks_of = [&](std::size_t b) -> std::size_t {
-    if (!split) return 1;
-    const Plan s = plan_of(b);
-    const std::size_t range = s.kv_end - s.kv_begin;
-    return std::max<std::size_t>(1, (range + kDecodeChunk - 1) / kDecodeChunk);
-  };
-  std::size_t chunks = 1;
-  std::size_t ranges = 0;  // keys over all sequences
-  for (std::size_t b = 0; b < p.B; ++b) {
-    chunks = std::max(chunks, chunks_of(b));
-    const Plan s = plan_of(b);
-    ranges += s.kv_end - s.kv_begin;
-  }
-  const std::size_t tasks = p.B * p.Hkv * row_blocks * chunks;
+  const std::size_t rows_cap = std::min(max_rows, detail::kMaxKernelRows);
   const std::size_t dv = p.dv;
-  // A finished row (b, h, i): finalised, or kept as a partial result.
-  auto emit = [&](std::size_t b, std::size_t h, std::size_t i, float m,
-                  double l, const double* acc) {
-    const std::size_t r = (b * p.H + h) * p.n_q + i;
+
+  // Per sequence: its plan (its own n_kv and n_q when paged or ragged),
+  // where its rows lie, its form, its tasks and its chunk states. Every
+  // choice depends on the sequence's own shape only (never on the other
+  // sequences, the thread count or the SIMD target), so a sequence's bits
+  // are those of the same call on that sequence alone.
+  struct Seq {
+    Plan plan;
+    std::size_t q_batch = 0,
+                q_row0 = 0;    // row i: q row (q_batch, h, q_row0 + i)
+    std::size_t rows = 0;      // g n_q: rows per KV head
+    bool split = false;        // the decode form's chunks
+    bool split_units = false;  // ... on the units
+    std::size_t row_blocks = 0, chunks = 1;
+    std::size_t task0 = 0;   // its first task
+    std::size_t state0 = 0;  // a split sequence's first chunk-state row
+  };
+  thread_local std::vector<Seq> seq_buffer;
+  std::vector<Seq>& seqs = seq_buffer;
+  seqs.assign(p.B, Seq{});
+  std::size_t tasks = 0, split_states = 0;
+  double work = 0.0;
+  for (std::size_t b = 0; b < p.B; ++b) {
+    Seq& s = seqs[b];
+    std::size_t n_q = p.n_q;
+    if (ragged) {
+      s.q_row0 = static_cast<std::size_t>(table->query_start_loc[b]);
+      n_q = static_cast<std::size_t>(table->query_start_loc[b + 1]) - s.q_row0;
+    } else {
+      s.q_batch = b;
+    }
+    s.plan = table ? sequence_plan(
+                         p, static_cast<std::size_t>(table->seq_lens[b]), n_q)
+                   : p;
+    s.rows = p.g * n_q;
+    s.task0 = tasks;
+    if (s.rows == 0) continue;  // a ragged sequence without rows: no task
+    // precise runs in the prefill form only (whatever the rows).
+    s.split = s.rows <= kDecodeRows && !o.precise && !o.prefill_form;
+    // A split KV head with enough rows to fill the units' lanes runs its
+    // chunks in the prefill form on the units (rows in lanes: a few rows
+    // would leave most lanes idle, and the decode form reads K and V at the
+    // memory's speed there).
+    s.split_units = s.split && units != 0 && s.rows >= kUnitsDecodeMinRows;
+    s.row_blocks = s.split ? 1 : (s.rows + max_rows - 1) / max_rows;
+    const std::size_t range = s.plan.kv_end - s.plan.kv_begin;
+    if (s.split) {
+      s.chunks =
+          std::max<std::size_t>(1, (range + kDecodeChunk - 1) / kDecodeChunk);
+      s.state0 = split_states;
+      split_states += p.Hkv * s.chunks * s.rows;
+    }
+    tasks += p.Hkv * s.row_blocks * s.chunks;
+    work += static_cast<double>(p.H * n_q) * static_cast<double>(range) *
+            static_cast<double>(p.d + dv);
+  }
+  // A finished row i of sequence b, head h: finalised, or kept as a
+  // partial result.
+  auto emit = [&](const Seq& s, std::size_t h, std::size_t i, float m, double l,
+                  const double* acc) {
+    const std::size_t row = s.q_row0 + i;
+    const std::size_t r = (s.q_batch * p.H + h) * p.n_q + row;
     if (partial) {
       partial->max[r] = m;
       partial->sum[r] = l;
@@ -254,33 +284,29 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
     } else {
       std::visit(
           [&](const auto& t) {
-            detail::finalize_row_state(m, l, acc, dv, t.row(b, h, i),
+            detail::finalize_row_state(m, l, acc, dv, t.row(s.q_batch, h, row),
                                        lse ? lse + r : nullptr);
           },
           out.variant());
     }
   };
 
-  // Per-thread scratch and row tables; states of the split chunks.
+  // Per-thread scratch and row tables; states: the split sequences' chunk
+  // states (by sequence, KV head, chunk and row), then one block of rows per
+  // thread for the others. They live in the calling thread's reusable
+  // buffer.
   const int threads = omp_get_max_threads();
   const std::size_t scratch_floats =
       detail::attention_scratch_floats(p.d, dv, o.precise, units != 0);
   const std::size_t q16_floats =
       q16 ? std::max(max_rows, detail::kDecodeMaxRows) * p.d : 0;
-  const std::size_t rows_cap = std::min(max_rows, detail::kMaxKernelRows);
-  const std::size_t state_rows = split ? rows_per_kvh : rows_cap;
-  const std::size_t state_slots =
-      split ? tasks : static_cast<std::size_t>(threads);
-  // The states live in the calling thread's reusable buffer.
-  const std::size_t n_states = state_slots * state_rows;
+  const std::size_t n_states =
+      split_states + static_cast<std::size_t>(threads) * rows_cap;
   double* states = thread_buffer<double>(0, n_states * (dv + 2));
   double* st_l = states;
   double* st_o = states + n_states;
   float* st_m = reinterpret_cast<float*>(states + n_states * (dv + 1));
 
-  const double work = static_cast<double>(p.H * p.n_q) *
-                      static_cast<double>(ranges) *
-                      static_cast<double>(p.d + dv);
   const bool parallel = tasks > 1 && work >= 4.0 * detail::kParallelElements;
 
   std::exception_ptr error;
@@ -303,45 +329,51 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
       return;
     }
     const int tid = omp_get_thread_num();
-    std::size_t rest = t;
-    const std::size_t chunk = rest % chunks;
-    rest /= chunks;
-    const std::size_t rb = rest % row_blocks;
-    rest /= row_blocks;
-    const std::size_t kh = rest % p.Hkv;
-    const std::size_t b = rest / p.Hkv;
-    if (chunk >= chunks_of(b)) return;
-    const Plan ps = plan_of(b);
+    // The sequence: the last whose first task is at or before t (one
+    // without tasks shares its first task with the next, which has them).
+    const auto it = std::upper_bound(
+        seqs.begin(), seqs.end(), t,
+        [](std::size_t x, const Seq& s) { return x < s.task0; });
+    const std::size_t b = static_cast<std::size_t>(it - seqs.begin()) - 1;
+    const Seq& s = seqs[b];
+    std::size_t rest = t - s.task0;
+    const std::size_t chunk = rest % s.chunks;
+    rest /= s.chunks;
+    const std::size_t rb = rest % s.row_blocks;
+    const std::size_t kh = rest / s.row_blocks;
+    const Plan& ps = s.plan;
     const std::size_t r0 = rb * max_rows;
-    const std::size_t nr =
-        split ? rows_per_kvh : std::min(max_rows, rows_per_kvh - r0);
+    const std::size_t nr = s.split ? s.rows : std::min(max_rows, s.rows - r0);
 
-    const std::size_t slot = split ? t : static_cast<std::size_t>(tid);
-    float* out_m = st_m + slot * state_rows;
-    double* out_l = st_l + slot * state_rows;
-    double* out_o = st_o + slot * state_rows * dv;
+    const std::size_t state_row =
+        s.split ? s.state0 + (kh * s.chunks + chunk) * s.rows
+                : split_states + static_cast<std::size_t>(tid) * rows_cap;
+    float* out_m = st_m + state_row;
+    double* out_l = st_l + state_row;
+    double* out_o = st_o + state_row * dv;
     // Kernel calls of at most max_rows rows (a split KV head may have more
     // rows than a scalar target's kernel takes).
-    const std::size_t step =
-        split && !split_units ? detail::kDecodeMaxRows : max_rows;
+    const bool decode = s.split && !s.split_units;
+    const std::size_t step = decode ? detail::kDecodeMaxRows : max_rows;
     for (std::size_t s0 = 0; s0 < nr; s0 += step) {
       const std::size_t cnt = std::min(step, nr - s0);
       RowTables rows;
-      fill_row_tables(p, ps, o, q, widened, b, kh, r0 + s0, cnt, rows);
+      fill_row_tables(p, ps, o, q, widened, b, s.q_batch, s.q_row0, kh, r0 + s0,
+                      cnt, rows);
       detail::AttnArgs a;
       set_kv_args(a, kv, table, b, kh);
       a.d = p.d;
       a.dv = dv;
       a.j_begin = ps.kv_begin + chunk * kDecodeChunk;
       a.j_end =
-          split ? std::min(ps.kv_end, a.j_begin + kDecodeChunk) : ps.kv_end;
+          s.split ? std::min(ps.kv_end, a.j_begin + kDecodeChunk) : ps.kv_end;
       a.prefetch_end = ps.kv_end;
       a.scale = p.scale;
       a.softcap = p.softcap;
       a.rows = cnt;
-      a.decode = split && !split_units;
+      a.decode = decode;
       a.precise = o.precise;
-      a.units = split && !split_units ? 0 : units;
+      a.units = decode ? 0 : units;
       a.pv_split = pv_split;
       a.q_rows = rows.q;
       a.first_key = rows.first;
@@ -358,11 +390,11 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
       // the initial state, the identity or the sink alone.
       detail::attention_kernel(a);
     }
-    if (!split) {
+    if (!s.split) {
       for (std::size_t r = 0; r < nr; ++r) {
-        const std::size_t h = kh * p.g + (r0 + r) / p.n_q;
-        const std::size_t i = (r0 + r) % p.n_q;
-        emit(b, h, i, out_m[r], out_l[r], out_o + r * dv);
+        const std::size_t h = kh * p.g + (r0 + r) / ps.n_q;
+        const std::size_t i = (r0 + r) % ps.n_q;
+        emit(s, h, i, out_m[r], out_l[r], out_o + r * dv);
       }
     }
   };
@@ -370,25 +402,27 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
   // BM_attention_one_key measures one: 0.19 us).
   detail::for_each_index<detail::Schedule::kDynamic>(tasks, parallel, run_task);
   if (failed) std::rethrow_exception(error);
-  if (!split) return;
+  if (split_states == 0) return;
 
-  // Merge the chunk states in chunk order, per (batch, KV head).
+  // Merge each split sequence's chunk states in chunk order, per KV head.
   const std::size_t groups = p.B * p.Hkv;
   auto merge_group = [&](std::size_t gi) {
     const std::size_t b = gi / p.Hkv, kh = gi % p.Hkv;
-    const std::size_t base = gi * chunks;
-    const std::size_t nc = chunks_of(b);
-    for (std::size_t r = 0; r < rows_per_kvh; ++r) {
-      float m = st_m[base * state_rows + r];
-      double l = st_l[base * state_rows + r];
-      double* acc = st_o + (base * state_rows + r) * dv;
-      for (std::size_t c = 1; c < nc; ++c) {
-        const std::size_t s = (base + c) * state_rows + r;
-        detail::merge_row_state(m, l, acc, st_m[s], st_l[s], st_o + s * dv, dv);
+    const Seq& s = seqs[b];
+    if (!s.split) return;
+    const std::size_t base = s.state0 + kh * s.chunks * s.rows;
+    for (std::size_t r = 0; r < s.rows; ++r) {
+      float m = st_m[base + r];
+      double l = st_l[base + r];
+      double* acc = st_o + (base + r) * dv;
+      for (std::size_t c = 1; c < s.chunks; ++c) {
+        const std::size_t st = base + c * s.rows + r;
+        detail::merge_row_state(m, l, acc, st_m[st], st_l[st], st_o + st * dv,
+                                dv);
       }
-      const std::size_t h = kh * p.g + r / p.n_q;
-      const std::size_t i = r % p.n_q;
-      emit(b, h, i, m, l, acc);
+      const std::size_t h = kh * p.g + r / s.plan.n_q;
+      const std::size_t i = r % s.plan.n_q;
+      emit(s, h, i, m, l, acc);
     }
   };
   detail::for_each_index(groups, parallel && groups > 1, merge_group);

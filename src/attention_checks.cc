@@ -307,8 +307,45 @@ Plan check_paged_and_plan(const char* fn, const QueryTensor& qt,
     fail(fn, "n_q = " + count(q.rows) + " must be below 2^30");
   }
   // The table.
-  const std::size_t B = q.batch, bps = t.blocks_per_seq, ps = k.rows;
-  if (t.seq_lens.size() != B) {
+  const bool ragged = !t.query_start_loc.empty();
+  const std::size_t B = ragged ? t.seq_lens.size() : q.batch;
+  const std::size_t bps = t.blocks_per_seq, ps = k.rows;
+  if (ragged) {
+    // The packed form: the sequences' rows one after another.
+    if (q.batch != 1) {
+      fail(fn, shape("q", q) +
+                   " must have batch 1 with query_start_loc (the sequences' "
+                   "rows one after another)");
+    }
+    if (t.query_start_loc.size() != B + 1) {
+      fail(fn, "query_start_loc has " + count(t.query_start_loc.size()) +
+                   " entries but seq_lens has " + count(B) +
+                   " (it needs one more: sequence b's rows are "
+                   "query_start_loc[b] to query_start_loc[b + 1] - 1)");
+    }
+    if (t.query_start_loc[0] != 0) {
+      fail(fn, "query_start_loc[0] = " + std::to_string(t.query_start_loc[0]) +
+                   " must be 0");
+    }
+    for (std::size_t b = 0; b < B; ++b) {
+      if (t.query_start_loc[b + 1] < t.query_start_loc[b]) {
+        fail(fn, "query_start_loc[" + count(b + 1) +
+                     "] = " + std::to_string(t.query_start_loc[b + 1]) +
+                     " is below query_start_loc[" + count(b) +
+                     "] = " + std::to_string(t.query_start_loc[b]) +
+                     " (sequence " + count(b) + ")");
+      }
+    }
+    if (static_cast<std::size_t>(t.query_start_loc[B]) != q.rows) {
+      fail(fn, "query_start_loc[" + count(B) + "] = " +
+                   std::to_string(t.query_start_loc[B]) + " must equal the " +
+                   count(q.rows) + " rows of " + shape("q", q));
+    }
+    if (!o.mask.empty() || !o.bias.empty()) {
+      fail(fn, std::string("a ragged batch (query_start_loc) takes no ") +
+                   (o.mask.empty() ? "bias" : "mask"));
+    }
+  } else if (t.seq_lens.size() != B) {
     fail(fn, "seq_lens has " + count(t.seq_lens.size()) + " entries but " +
                  shape("q", q) + " has batch " + count(B));
   }
@@ -555,18 +592,26 @@ std::size_t AttentionPlan::keys(std::size_t b) const noexcept {
   return p_.n_kv;
 }
 
+std::size_t AttentionPlan::sequence_rows(std::size_t b) const noexcept {
+  const auto& qsl = r_.kv.table.query_start_loc;
+  if (!r_.kv.paged || qsl.empty()) return p_.n_q;
+  return static_cast<std::size_t>(qsl[b + 1] - qsl[b]);
+}
+
 KeyRange AttentionPlan::visible_keys(std::size_t b,
                                      std::size_t i) const noexcept {
-  const Plan s = r_.kv.paged ? detail::attn::sequence_plan(p_, keys(b)) : p_;
+  const Plan s =
+      r_.kv.paged ? detail::attn::sequence_plan(p_, keys(b), sequence_rows(b))
+                  : p_;
   std::int32_t first = 0, last = 0;
   detail::attn::visible_keys(s, i, first, last);
   if (first > last) return {};
   return {static_cast<std::size_t>(first), static_cast<std::size_t>(last) + 1};
 }
 
-bool AttentionPlan::decode_form() const noexcept {
-  return p_.g * p_.n_q <= detail::attn::kDecodeRows && !r_.options.precise &&
-         !r_.options.prefill_form;
+bool AttentionPlan::decode_form(std::size_t b) const noexcept {
+  return p_.g * sequence_rows(b) <= detail::attn::kDecodeRows &&
+         !r_.options.precise && !r_.options.prefill_form;
 }
 
 void AttentionPlan::run() const {

@@ -194,13 +194,13 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv);
 template <class KT>
 void run_explicit(const AttentionPlan& plan, const KVViews<KT>& kv);
 
-// The plan of one sequence of n_kv keys: positions from its own n_kv, the
-// key range clamped to it.
-inline Plan sequence_plan(const Plan& p, std::size_t n_kv) {
+// The plan of one sequence of n_kv keys and n_q queries: positions from
+// its own n_kv and n_q, the key range clamped to it.
+inline Plan sequence_plan(const Plan& p, std::size_t n_kv, std::size_t n_q) {
   Plan s = p;
   s.n_kv = n_kv;
-  s.q_shift =
-      static_cast<std::int64_t>(n_kv) - static_cast<std::int64_t>(p.n_q);
+  s.n_q = n_q;
+  s.q_shift = static_cast<std::int64_t>(n_kv) - static_cast<std::int64_t>(n_q);
   s.kv_end = std::min(p.kv_end, n_kv);
   s.kv_begin = std::min(p.kv_begin, s.kv_end);
   return s;

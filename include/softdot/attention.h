@@ -293,8 +293,12 @@ void attention(TensorView<const float> q, const Int8KV& k, const Int8KV& v,
 // Where queries, keys and values are all bfloat16, the prefill form (not
 // precise) runs Q K^T and P V on the CPU's bfloat16 dot-product units
 // (matrix_unit(), simd.h: VDPBF16PS on AVX512-BF16) with the softmax between
-// them as above; elsewhere (float16, the decode form, no units) the products
-// are the float32 path's, exact widenings of the 16-bit inputs.
+// them as above; so does the decode form with 12 to 16 rows per KV head
+// (speculative verification, n_q = 4 with 4 query heads per KV head): each
+// chunk of 512 keys runs the units' prefill form, and the chunks' states
+// merge as the decode form's do. Elsewhere (float16, the decode form with
+// fewer rows, no units) the products are the float32 path's, exact
+// widenings of the 16-bit inputs.
 // Accuracy on the units (docs/accuracy.md, "16-bit attention"): the bound
 // above, with these changes. The scores: each pair step of VDPBF16PS is two
 // FMAs, and the units chain 32 features (not 16) before adding the chain to
@@ -412,10 +416,26 @@ void attention_finalize(const AttentionPartial& partial, TensorView<float> out,
 // for 0 <= t < seq_lens[b]. Entries past a sequence's last used page
 // (t / page_size for t >= seq_lens[b]) are never read and may hold anything
 // (-1 padding, say).
+//
+// A ragged batch (what serving engines pass: vLLM's query_start_loc,
+// flash-attn's cu_seqlens_q): with query_start_loc given (B + 1 entries,
+// query_start_loc[0] = 0, non-decreasing, query_start_loc[B] = T), q holds
+// every sequence's rows one after another, [1, H, T, d] (vLLM's [T, H, d] is
+// the view with head_stride d and row_stride H d), and sequence b's query
+// rows are rows query_start_loc[b] .. query_start_loc[b + 1] - 1: its own
+// n_q, any mix of prefill chunks, decode rows and verification rows, a
+// sequence with no rows allowed. out is [1, H, T, d_v] the same way, lse
+// [H, T] (h T + t), a partial result batch 1 with T rows. Each sequence
+// computes exactly what the call on that sequence alone computes (its own
+// n_q and seq_lens[b]; the form, the split and the bits depend on its own
+// shape only, not on its companions). The mask and the bias, and the
+// weights and scores targets, are not supported in this form.
 struct PagedKVTable {
   std::span<const std::int32_t> block_table;  // [batch * blocks_per_seq]
   std::size_t blocks_per_seq = 0;
   std::span<const std::int32_t> seq_lens;  // [batch]: n_kv of each sequence
+  // Empty, or [batch + 1]: a ragged batch (above).
+  std::span<const std::int32_t> query_start_loc{};
 };
 
 // attention() over a paged K/V cache: for each sequence b, exactly what

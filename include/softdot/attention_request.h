@@ -233,12 +233,17 @@ class AttentionPlan {
   std::size_t value_dim() const noexcept { return p_.dv; }
   // The keys of sequence b (n_kv; seq_lens[b] for a paged cache).
   std::size_t keys(std::size_t b) const noexcept;
-  // The keys query row i of sequence b can see: the key range, causal and
-  // the window applied (the mask and the bias are not).
+  // The query rows of sequence b (query_rows(), or its own count in a
+  // ragged batch).
+  std::size_t sequence_rows(std::size_t b) const noexcept;
+  // The keys query row i of sequence b can see (i counted within the
+  // sequence): the key range, causal and the window applied (the mask and
+  // the bias are not).
   KeyRange visible_keys(std::size_t b, std::size_t i) const noexcept;
-  // True when the shapes take the decode form (at most 16 query rows per KV
-  // head, not precise, not prefill_form); attention.h, "two forms".
-  bool decode_form() const noexcept;
+  // True when sequence b's shapes take the decode form (at most 16 query
+  // rows per KV head, not precise, not prefill_form; attention.h, "two
+  // forms"); every sequence has the same form unless the batch is ragged.
+  bool decode_form(std::size_t b = 0) const noexcept;
   // The derived values (internal use: src/, the command's --explain).
   const detail::AttentionPlanData& data() const noexcept { return p_; }
 

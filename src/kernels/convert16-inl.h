@@ -64,8 +64,8 @@ HWY_NOINLINE void Widen16(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
                  df, dst + c);
       continue;
     }
-    const auto special = hn::Eq(hn::And(bits, hn::Set(du16, 0x7c00)),
-                                hn::Set(du16, 0x7c00));
+    const auto special =
+        hn::Eq(hn::And(bits, hn::Set(du16, 0x7c00)), hn::Set(du16, 0x7c00));
     if (!hn::AllFalse(du16, special)) {
       convert16::WidenScalar(src + c, N, dst + c, false);
       continue;
@@ -81,8 +81,8 @@ HWY_NOINLINE void Widen16(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
 // float toward zero with the last bit set when inexact (round to odd,
 // round16.h), then to 16 bits.
 HWY_NOINLINE void Round16Quotient(const double* HWY_RESTRICT o, double l,
-                                  std::size_t n, std::uint16_t* HWY_RESTRICT dst,
-                                  bool bf16) {
+                                  std::size_t n,
+                                  std::uint16_t* HWY_RESTRICT dst, bool bf16) {
   std::size_t c = 0;
 #if HWY_TARGET <= HWY_AVX2
   const hn::ScalableTag<double> dd;

@@ -601,5 +601,319 @@ TEST(AttentionPaged, BadTablesAreErrors) {
   }
 }
 
+// ---- ragged batches (query_start_loc) ---------------------------------------
+
+// A ragged batch: the sequences' query rows packed one after another in
+// vLLM's [T, H, d] layout (q [1, H, T, d] through strides), the output the
+// same; lens[b] keys and nqs[b] rows per sequence.
+template <class T>
+struct Ragged {
+  Cache<T> c;
+  Paged<T> p;
+  std::vector<std::int32_t> qsl;
+  Tensor<float> q;  // [1, T, H, d]
+  std::size_t H = 0, T_rows = 0;
+  TensorView<const float> qview() const {
+    return TensorView<const float>(q.data(), 1, H, T_rows, q.C, q.bs, q.rs,
+                                   q.hs);
+  }
+  PagedKVTable table() const {
+    PagedKVTable t = p.pkv();
+    t.query_start_loc = qsl;
+    return t;
+  }
+};
+
+template <class T>
+Ragged<T> make_ragged(std::size_t H, std::size_t Hkv, std::size_t d,
+                      std::size_t dv, const std::vector<std::int32_t>& lens,
+                      const std::vector<std::int32_t>& nqs, std::size_t ps,
+                      bool vllm, std::uint64_t seed) {
+  Ragged<T> r;
+  std::size_t max_len = 1;
+  for (auto n : lens) max_len = std::max(max_len, std::size_t(n));
+  r.c = make_cache<T>(lens.size(), Hkv, max_len, d, dv, seed);
+  r.p = page(r.c, lens, ps, vllm, seed + 7);
+  r.qsl.assign(1, 0);
+  for (auto n : nqs) r.qsl.push_back(r.qsl.back() + n);
+  r.H = H;
+  r.T_rows = std::size_t(r.qsl.back());
+  r.q = Tensor<float>(1, r.T_rows, H, d, 1, kNaNF);
+  std::mt19937_64 rng(seed + 1);
+  std::uniform_real_distribution<double> u(-2.0, 2.0);
+  r.q.for_each([&](float& x) { x = float(u(rng)); });
+  return r;
+}
+
+template <class T>
+void run_paged_view(const TensorView<const float>& q, const Paged<T>& p,
+                    const PagedKVTable& t, const TensorView<float>& out,
+                    const AttentionOptions& o, float* lse,
+                    AttentionPartial* part) {
+  if constexpr (kInt8<T>) {
+    const Int8KV k{p.k.view(), p.ks.view()}, v{p.v.view(), p.vs.view()};
+    if (part) {
+      softdot::paged_attention_partial(q, k, v, t, *part, o);
+    } else {
+      softdot::paged_attention(q, k, v, t, out, o, lse);
+    }
+  } else {
+    if (part) {
+      softdot::paged_attention_partial(q, p.k.view(), p.v.view(), t, *part, o);
+    } else {
+      softdot::paged_attention(q, p.k.view(), p.v.view(), t, out, o, lse);
+    }
+  }
+}
+
+// The ragged call against each sequence alone (paged_attention with its own
+// q [1, H, n_q, d] and one row of the table): out, lse and the partial
+// result bit for bit, 1 and 2 threads.
+template <class T>
+void expect_ragged_equals_alone(const std::string& what, const Ragged<T>& r,
+                                const AttentionOptions& o) {
+  const std::size_t H = r.H, TR = r.T_rows, d = r.q.C, dv = r.c.v.C;
+  const std::size_t B = r.p.lens.size(), bps = r.p.blocks_per_seq;
+  for (int threads : {1, 2}) {
+    const std::string w = what + ", " + std::to_string(threads) + " threads";
+    Tensor<float> out(1, TR, H, dv, 1, kOutSentinel);
+    const TensorView<float> oview(out.data(), 1, H, TR, dv, out.bs, out.rs,
+                                  out.hs);
+    std::vector<float> lse(H * TR + kLseGuard, kLseSentinel);
+    AttentionPartial part;
+    with_threads(threads, [&] {
+      run_paged_view(r.qview(), r.p, r.table(), oview, o, lse.data(), nullptr);
+      run_paged_view(r.qview(), r.p, r.table(), oview, o, nullptr, &part);
+      return 0;
+    });
+    ASSERT_EQ(part.batch, 1u) << w;
+    ASSERT_EQ(part.rows, TR) << w;
+    for (std::size_t i = H * TR; i < lse.size(); ++i)
+      EXPECT_EQ(bits(lse[i]), bits(kLseSentinel)) << w << ": lse overrun";
+    for (std::size_t b = 0; b < B; ++b) {
+      const auto q0 = std::size_t(r.qsl[b]);
+      const std::size_t nq = std::size_t(r.qsl[b + 1]) - q0;
+      if (nq == 0) continue;
+      Tensor<float> qb(1, H, nq, d, 0, 0.0f), ob(1, H, nq, dv, 0, kOutSentinel);
+      for (std::size_t h = 0; h < H; ++h)
+        for (std::size_t i = 0; i < nq; ++i)
+          for (std::size_t x = 0; x < d; ++x)
+            qb.at(0, h, i, x) = r.q.at(0, q0 + i, h, x);
+      std::vector<float> lb(H * nq);
+      PagedKVTable tb;
+      tb.block_table =
+          std::span<const std::int32_t>(r.p.table).subspan(b * bps, bps);
+      tb.blocks_per_seq = bps;
+      tb.seq_lens = std::span<const std::int32_t>(r.p.lens).subspan(b, 1);
+      AttentionPartial pb;
+      run_paged_view(qb.cview(), r.p, tb, ob.view(), o, lb.data(), nullptr);
+      run_paged_view(qb.cview(), r.p, tb, ob.view(), o, nullptr, &pb);
+      std::size_t bad = 0;
+      for (std::size_t h = 0; h < H; ++h)
+        for (std::size_t i = 0; i < nq; ++i) {
+          const std::size_t ri = h * TR + q0 + i, bi = h * nq + i;
+          bool same =
+              bits(lse[ri]) == bits(lb[bi]) &&
+              bits(part.max[ri]) == bits(pb.max[bi]) &&
+              std::memcmp(&part.sum[ri], &pb.sum[bi], sizeof(double)) == 0;
+          for (std::size_t x = 0; x < dv; ++x)
+            same = same &&
+                   bits(out.at(0, q0 + i, h, x)) == bits(ob.at(0, h, i, x)) &&
+                   std::memcmp(&part.out[ri * dv + x], &pb.out[bi * dv + x],
+                               sizeof(double)) == 0;
+          if (!same && bad++ < 3)
+            ADD_FAILURE() << w << ": sequence " << b << " head " << h << " row "
+                          << i << " differs from the call alone";
+        }
+    }
+  }
+}
+
+// Sequences of every kind in one batch (GQA 4): decode rows (4 rows per KV
+// head), a 16-row verification block, prefill chunks on a cached prefix
+// (n_q 70 of 1100, 17 of 300), more rows than keys (causal: the first rows
+// see nothing), an empty cache, a sequence without rows; every option.
+template <class T>
+void ragged_sweep(const std::string& label) {
+  const std::vector<std::int32_t> lens = {700, 1, 1100, 65, 0, 300, 513, 40};
+  const std::vector<std::int32_t> nqs = {1, 4, 70, 0, 1, 17, 4, 2};
+  std::vector<float> sinks = {0.5f, -1.0f, 2.0f,  0.0f,
+                              1.5f, -0.5f, 0.25f, 3.0f};
+  struct Opt {
+    std::string name;
+    std::function<void(AttentionOptions&)> set;
+  };
+  const std::vector<Opt> opts = {
+      {"plain", [](AttentionOptions&) {}},
+      {"causal", [](AttentionOptions& o) { o.causal = true; }},
+      {"window",
+       [](AttentionOptions& o) {
+         o.causal = true;
+         o.window_left = 37;
+       }},
+      {"softcap+scale",
+       [](AttentionOptions& o) {
+         o.softcap = 4.0f;
+         o.scale = 0.3f;
+       }},
+      {"sinks",
+       [&](AttentionOptions& o) {
+         o.causal = true;
+         o.sinks = sinks;
+       }},
+      {"kv_range",
+       [](AttentionOptions& o) {
+         o.kv_begin = 3;
+         o.kv_end = 600;
+       }},
+      {"prefill_form",
+       [](AttentionOptions& o) {
+         o.causal = true;
+         o.prefill_form = true;
+       }},
+  };
+  for (std::size_t ps : {16, 7}) {
+    const bool vllm = ps == 16;
+    const Ragged<T> r =
+        make_ragged<T>(8, 2, 64, 48, lens, nqs, ps, vllm, 77 + ps);
+    for (const Opt& oc : opts) {
+      AttentionOptions o;
+      oc.set(o);
+      expect_ragged_equals_alone(
+          label + " " + oc.name + ", page_size " + std::to_string(ps), r, o);
+    }
+  }
+}
+
+TEST(AttentionRagged, F32EqualsEachSequenceAlone) {
+  ragged_sweep<float>("f32");
+}
+TEST(AttentionRagged, F16EqualsEachSequenceAlone) {
+  ragged_sweep<Float16>("f16");
+}
+TEST(AttentionRagged, BF16EqualsEachSequenceAlone) {
+  ragged_sweep<BFloat16>("bf16");
+}
+TEST(AttentionRagged, Int8EqualsEachSequenceAlone) {
+  ragged_sweep<std::int8_t>("int8");
+}
+
+// bfloat16 queries and outputs over bfloat16 pages (the units decide per
+// sequence: decode rows, a 16-row verification block, prefill chunks): the
+// ragged call equals each sequence alone, on the model and the automatic
+// unit, 1 and 2 threads.
+TEST(AttentionRagged, SixteenBitQueriesEqualEachSequenceAlone) {
+  const std::vector<std::int32_t> lens = {700, 1100, 300, 40};
+  const std::vector<std::int32_t> nqs = {1, 4, 70, 2};
+  const std::size_t H = 8, Hkv = 2, d = 64, dv = 64;
+  const Ragged<BFloat16> r =
+      make_ragged<BFloat16>(H, Hkv, d, dv, lens, nqs, 16, true, 5);
+  const std::size_t TR = r.T_rows, bps = r.p.blocks_per_seq;
+  std::vector<BFloat16> q16(TR * H * d), out16(TR * H * dv);
+  for (std::size_t t = 0; t < TR; ++t)
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t x = 0; x < d; ++x)
+        q16[(t * H + h) * d + x] = softdot::to_bfloat16(r.q.at(0, t, h, x));
+  auto run = [&](TensorView<const BFloat16> q, const PagedKVTable& t,
+                 TensorView<BFloat16> out, float* lse) {
+    softdot::AttentionRequest req;
+    req.name = "paged_attention";
+    req.q = q;
+    req.kv = softdot::KVSource::pages(r.p.k.view(), r.p.v.view(), t);
+    req.target = softdot::AttentionTarget::output(out, lse);
+    req.options.causal = true;
+    softdot::run_attention(req);
+  };
+  for (const std::string unit : {"model", ""}) {
+    softdot::force_matrix_unit(unit);
+    for (int threads : {1, 2}) {
+      std::vector<float> lse(H * TR);
+      with_threads(threads, [&] {
+        run(TensorView<const BFloat16>(q16.data(), 1, H, TR, d, 0, d, H * d),
+            r.table(),
+            TensorView<BFloat16>(out16.data(), 1, H, TR, dv, 0, dv, H * dv),
+            lse.data());
+        return 0;
+      });
+      for (std::size_t b = 0; b < lens.size(); ++b) {
+        const auto q0 = std::size_t(r.qsl[b]);
+        const std::size_t nq = std::size_t(nqs[b]);
+        std::vector<BFloat16> ob(nq * H * dv);
+        std::vector<float> lb(H * nq);
+        PagedKVTable tb;
+        tb.block_table =
+            std::span<const std::int32_t>(r.p.table).subspan(b * bps, bps);
+        tb.blocks_per_seq = bps;
+        tb.seq_lens = std::span<const std::int32_t>(r.p.lens).subspan(b, 1);
+        run(TensorView<const BFloat16>(q16.data() + q0 * H * d, 1, H, nq, d, 0,
+                                       d, H * d),
+            tb, TensorView<BFloat16>(ob.data(), 1, H, nq, dv, 0, dv, H * dv),
+            lb.data());
+        bool same = true;
+        for (std::size_t i = 0; i < nq * H * dv; ++i)
+          same = same && ob[i].bits == out16[q0 * H * dv + i].bits;
+        for (std::size_t h = 0; h < H; ++h)
+          for (std::size_t i = 0; i < nq; ++i)
+            same = same && bits(lb[h * nq + i]) == bits(lse[h * TR + q0 + i]);
+        EXPECT_TRUE(same) << "unit '" << unit << "', " << threads
+                          << " threads: sequence " << b
+                          << " differs from the call alone";
+      }
+    }
+  }
+  softdot::force_matrix_unit("");
+}
+
+// A bad query_start_loc, a batched q or a mask with a ragged batch: a clear
+// error, nothing written.
+TEST(AttentionRagged, BadQueryStartsAreErrors) {
+  const Ragged<float> r =
+      make_ragged<float>(4, 2, 8, 8, {5, 9}, {2, 3}, 4, false, 3);
+  const std::size_t TR = r.T_rows;  // 5
+  Tensor<float> out(1, 4, TR, 8, 0, kOutSentinel);
+  auto expect = [&](const std::string& what, std::vector<std::int32_t> qsl,
+                    const std::vector<std::string>& needles,
+                    TensorView<const float> q, const AttentionOptions& o = {},
+                    Tensor<float>* out_other = nullptr) {
+    Tensor<float>& o_t = out_other != nullptr ? *out_other : out;
+    PagedKVTable t = r.p.pkv();
+    t.query_start_loc = qsl;
+    std::vector<std::string> n = needles;
+    n.insert(n.begin(), "paged_attention");
+    expect_invalid(
+        what,
+        [&] {
+          softdot::paged_attention(q, r.p.k.view(), r.p.v.view(), t, o_t.view(),
+                                   o);
+        },
+        n);
+    for (float x : o_t.dense()) {
+      if (bits(x) != bits(kOutSentinel)) {
+        ADD_FAILURE() << what << ": out written";
+        break;
+      }
+    }
+  };
+  const TensorView<const float> q(r.q.data(), 1, 4, TR, 8, r.q.bs, r.q.rs,
+                                  r.q.hs);
+  expect("too few starts", {0, 2},
+         {"query_start_loc has 2 entries", "seq_lens has 2"}, q);
+  expect("first start", {1, 2, 5}, {"query_start_loc[0] = 1", "must be 0"}, q);
+  expect(
+      "decreasing", {0, 3, 2},
+      {"query_start_loc[2] = 2", "below query_start_loc[1] = 3", "sequence 1"},
+      q);
+  expect("last start", {0, 2, 4},
+         {"query_start_loc[2] = 4", "must equal the 5 rows"}, q);
+  Tensor<float> q2(2, 4, TR, 8, 0, 0.5f), out2(2, 4, TR, 8, 0, kOutSentinel);
+  expect("batched q", {0, 2, 5}, {"must have batch 1 with query_start_loc"},
+         q2.cview(), {}, &out2);
+  std::unique_ptr<bool[]> mask(new bool[TR * 9]());
+  AttentionOptions om;
+  om.mask = TensorView<const bool>(mask.get(), 1, 1, TR, 9);
+  expect("mask", {0, 2, 5}, {"ragged batch (query_start_loc) takes no mask"}, q,
+         om);
+}
+
 }  // namespace
 }  // namespace softdot_test
