@@ -8,6 +8,7 @@
 #include "softdot/cross_entropy.h"
 #include "softdot/dot.h"
 #include "softdot/float16.h"
+#include "softdot/kv_cache.h"
 #include "softdot/matrix.h"
 #include "softdot/simd.h"
 #include "softdot/softmax.h"

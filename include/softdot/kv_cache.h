@@ -1,0 +1,73 @@
+// softdot: writing new keys and values into a paged K/V cache, as serving
+// engines do after each step (vLLM's reshape_and_cache): the pages that
+// paged_attention() reads (attention.h, PagedKVTable).
+#ifndef SOFTDOT_KV_CACHE_H_
+#define SOFTDOT_KV_CACHE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <variant>
+
+#include "softdot/attention.h"
+#include "softdot/attention_request.h"
+#include "softdot/float16.h"
+
+namespace softdot {
+
+// A slot_mapping entry that writes nothing (vLLM's padding slot).
+inline constexpr std::int64_t kSkipSlot = -1;
+
+// int8 pages and their scales, written by write_kv.
+struct Int8Pages {
+  TensorView<std::int8_t> values;  // [P, H_kv, page_size, d]
+  TensorView<float> scales;        // [P, H_kv, page_size, 1]
+};
+
+// The pages write_kv writes: float32, float16, bfloat16 or int8 with
+// scales. Implicit from each view.
+class KVPages {
+ public:
+  using Variant = std::variant<TensorView<float>, TensorView<Float16>,
+                               TensorView<BFloat16>, Int8Pages>;
+  KVPages(TensorView<float> t) : v_(t) {}     // NOLINT: implicit
+  KVPages(TensorView<Float16> t) : v_(t) {}   // NOLINT: implicit
+  KVPages(TensorView<BFloat16> t) : v_(t) {}  // NOLINT: implicit
+  KVPages(const Int8Pages& t) : v_(t) {}      // NOLINT: implicit
+  KVFormat format() const noexcept { return static_cast<KVFormat>(v_.index()); }
+  const Variant& variant() const noexcept { return v_; }
+
+ private:
+  Variant v_;
+};
+
+// Writes T new keys and values into their slots: for each row t with
+// slot_mapping[t] = s != kSkipSlot, and every KV head h,
+//   k_pages[s / page_size, h, s % page_size, :] = key[0, h, t, :],
+//   v_pages[s / page_size, h, s % page_size, :] = value[0, h, t, :]
+// (page_size = k_pages.rows). Shapes: key [1, H_kv, T, d] and value
+// [1, H_kv, T, d_v] in float32, float16 or bfloat16 (vLLM's [T, H_kv, d] is
+// the view with head_stride d and row_stride H_kv d), k_pages
+// [P, H_kv, page_size, d] and v_pages [P, H_kv, page_size, d_v] in one format
+// (either layout through strides, as paged_attention reads them), T =
+// slot_mapping.size(). A value is stored exactly when the pages' format holds
+// it (float32 pages; 16-bit pages of the key's own format), else rounded to
+// nearest even (float32 keys into 16-bit pages, as to_float16 /
+// to_bfloat16); into int8 pages each row of each head is quantised as
+// quantize_kv quantises it (its scale into the scales), from the key's
+// exact float value: what paged_attention then reads for that row is what
+// quantize_kv's output gives.
+// Errors (std::invalid_argument naming write_kv, the argument and the
+// shapes, or the row and the slot), all found before anything is written:
+// shapes and strides; K and V pages of different formats, page counts or
+// page sizes; a slot >= P page_size, negative other than kSkipSlot, or the
+// same slot in two rows (both rows named); for int8 pages, a key or value
+// row holding inf or NaN. Single-threaded; rows may be written in any order
+// (no two share a slot). The pages must not overlap key or value.
+void write_kv(const KVTensor& key, const KVTensor& value,
+              const KVPages& k_pages, const KVPages& v_pages,
+              std::span<const std::int64_t> slot_mapping);
+
+}  // namespace softdot
+
+#endif  // SOFTDOT_KV_CACHE_H_

@@ -1,0 +1,233 @@
+// softdot: write_kv(), new keys and values into their slots of a paged
+// cache (kv_cache.h). Everything is checked first (shapes, slots, int8
+// rows); then each row is widened to float exactly and stored in the pages'
+// format.
+#include "softdot/kv_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "attention_checks.h"
+#include "kernels/dequantize.h"
+#include "softdot/float16.h"
+
+namespace softdot {
+
+using namespace detail::attn;
+
+namespace {
+
+constexpr const char* kFn = "write_kv";
+
+// The view of the rows (float32, float16 or bfloat16), checked; int8 rows
+// are rejected.
+template <class F>
+void with_rows(const char* name, const KVTensor& t, F&& f) {
+  std::visit(
+      [&](const auto& v) {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, Int8KV>) {
+          fail(kFn, std::string(name) +
+                        " is int8; write_kv takes float32, float16 or "
+                        "bfloat16 rows (it quantises into int8 pages)");
+        } else {
+          check_tensor(kFn, name, v);
+          f(v);
+        }
+      },
+      t.variant());
+}
+
+// The page values' view (int8: the values), checked; int8 scales too.
+template <class F>
+void with_pages(const char* name, const KVPages& p, F&& f) {
+  std::visit(
+      [&](const auto& v) {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, Int8Pages>) {
+          check_tensor(kFn, name, v.values);
+          const std::string sname = std::string(name) + " scales";
+          check_tensor(kFn, sname.c_str(), v.scales);
+          if (v.scales.batch != v.values.batch ||
+              v.scales.heads != v.values.heads ||
+              v.scales.rows != v.values.rows || v.scales.cols != 1) {
+            fail(kFn, shape(sname.c_str(), v.scales) + " must be " +
+                          shape(sname.c_str(), v.values.batch, v.values.heads,
+                                v.values.rows, 1) +
+                          " for " + shape(name, v.values));
+          }
+          f(v.values);
+        } else {
+          check_tensor(kFn, name, v);
+          f(v);
+        }
+      },
+      p.variant());
+}
+
+struct Dims {
+  std::size_t batch = 0, heads = 0, rows = 0, cols = 0;
+  std::string str;  // "name [b, h, r, c]"
+};
+
+template <class T>
+Dims dims_of(const char* name, const TensorView<T>& v) {
+  return {v.batch, v.heads, v.rows, v.cols, shape(name, v)};
+}
+
+// Row t of head h as floats (exact: every format widens exactly).
+template <class T>
+void widen_row(const TensorView<const T>& v, std::size_t h, std::size_t t,
+               float* dst) {
+  const T* src = v.row(0, h, t);
+  for (std::size_t c = 0; c < v.cols; ++c) {
+    if constexpr (std::is_same_v<T, float>) {
+      dst[c] = src[c];
+    } else {
+      dst[c] = to_float(src[c]);
+    }
+  }
+}
+
+// Stores a float row into page row (page, h, r) of p.
+void store_row(const KVPages& p, std::size_t page, std::size_t h,
+               std::size_t r, const float* x, std::size_t n) {
+  std::visit(
+      [&](const auto& v) {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, Int8Pages>) {
+          // Finite rows only (checked before anything was written).
+          detail::quantize_int8_row(x, n, v.values.row(page, h, r),
+                                    v.scales.row(page, h, r));
+        } else if constexpr (std::is_same_v<V, TensorView<float>>) {
+          std::copy(x, x + n, v.row(page, h, r));
+        } else if constexpr (std::is_same_v<V, TensorView<Float16>>) {
+          Float16* dst = v.row(page, h, r);
+          for (std::size_t c = 0; c < n; ++c) dst[c] = to_float16(x[c]);
+        } else {
+          BFloat16* dst = v.row(page, h, r);
+          for (std::size_t c = 0; c < n; ++c) dst[c] = to_bfloat16(x[c]);
+        }
+      },
+      p.variant());
+}
+
+}  // namespace
+
+void write_kv(const KVTensor& key, const KVTensor& value,
+              const KVPages& k_pages, const KVPages& v_pages,
+              std::span<const std::int64_t> slot_mapping) {
+  // Shapes, in a fixed order: key, value, k_pages, v_pages.
+  Dims k, v, kp, vp;
+  with_rows("key", key, [&](const auto& t) { k = dims_of("key", t); });
+  with_rows("value", value, [&](const auto& t) { v = dims_of("value", t); });
+  with_pages("k_pages", k_pages,
+             [&](const auto& t) { kp = dims_of("k_pages", t); });
+  with_pages("v_pages", v_pages,
+             [&](const auto& t) { vp = dims_of("v_pages", t); });
+  if (k_pages.format() != v_pages.format()) {
+    fail(kFn, std::string("k_pages is ") + kv_format_name(k_pages.format()) +
+                  " but v_pages is " + kv_format_name(v_pages.format()) +
+                  "; they must have the same format");
+  }
+  if (k.batch != 1 || v.batch != 1) {
+    fail(kFn, (k.batch != 1 ? k.str : v.str) +
+                  " must have batch 1 (rows t of [1, H_kv, T, d])");
+  }
+  if (v.heads != k.heads || v.rows != k.rows) {
+    fail(kFn, v.str + " must have the heads and rows of " + k.str);
+  }
+  if (vp.batch != kp.batch || vp.heads != kp.heads || vp.rows != kp.rows) {
+    fail(kFn, vp.str + " does not match " + kp.str +
+                  " in pages, heads and page_size");
+  }
+  if (kp.heads != k.heads || kp.cols != k.cols) {
+    fail(kFn, kp.str + " must have the " + count(k.heads) + " heads and d = " +
+                  count(k.cols) + " of " + k.str);
+  }
+  if (vp.cols != v.cols) {
+    fail(kFn, vp.str + " must have the d_v = " + count(v.cols) + " of " + v.str);
+  }
+  if (slot_mapping.size() != k.rows) {
+    fail(kFn, "slot_mapping has " + count(slot_mapping.size()) +
+                  " entries but " + k.str + " has " + count(k.rows) + " rows");
+  }
+  if (kp.rows == 0 && !slot_mapping.empty()) {
+    fail(kFn, kp.str + " has page_size 0");
+  }
+  // The slots: in range, and no slot twice.
+  std::size_t capacity = 0;
+  if (__builtin_mul_overflow(kp.batch, kp.rows, &capacity)) {
+    capacity = static_cast<std::size_t>(-1);
+  }
+  std::vector<std::pair<std::int64_t, std::size_t>> used;
+  used.reserve(slot_mapping.size());
+  for (std::size_t t = 0; t < slot_mapping.size(); ++t) {
+    const std::int64_t s = slot_mapping[t];
+    if (s == kSkipSlot) continue;
+    if (s < 0 || static_cast<std::uint64_t>(s) >= capacity) {
+      fail(kFn, "slot_mapping[" + count(t) + "] = " + std::to_string(s) +
+                    (s < 0 ? " is negative (only -1, skip, is allowed)"
+                           : " is not a slot: " + kp.str + " holds " +
+                                 count(kp.batch) + " pages of " +
+                                 count(kp.rows) + " (slots 0 to " +
+                                 std::to_string(capacity - 1) + ")"));
+    }
+    used.emplace_back(s, t);
+  }
+  std::sort(used.begin(), used.end());
+  for (std::size_t i = 1; i < used.size(); ++i) {
+    if (used[i].first == used[i - 1].first) {
+      fail(kFn, "slot " + std::to_string(used[i].first) + " is written twice: by row " +
+                    count(used[i - 1].second) + " and row " +
+                    count(used[i].second) + " of slot_mapping");
+    }
+  }
+  // int8 pages: every row written must be finite (quantize_kv's rule).
+  const bool int8 = k_pages.format() == KVFormat::kInt8;
+  std::vector<float> row(std::max(k.cols, v.cols));
+  if (int8) {
+    auto check_rows = [&](const char* name, const KVTensor& x, std::size_t n) {
+      with_rows(name, x, [&](const auto& t) {
+        for (const auto& [s, r] : used) {
+          (void)s;
+          for (std::size_t h = 0; h < t.heads; ++h) {
+            widen_row(t, h, r, row.data());
+            for (std::size_t c = 0; c < n; ++c) {
+              if (!std::isfinite(row[c])) {
+                fail(kFn, std::string(name) + " holds " + number(row[c]) +
+                              " at [0, " + count(h) + ", " + count(r) + ", " +
+                              count(c) + "] (slot " + std::to_string(s) +
+                              "): only finite values can be quantised");
+              }
+            }
+          }
+        }
+      });
+    };
+    check_rows("key", key, k.cols);
+    check_rows("value", value, v.cols);
+  }
+  // Write.
+  const std::size_t ps = kp.rows;
+  auto write = [&](const KVTensor& x, const KVPages& pages, std::size_t n) {
+    with_rows("", x, [&](const auto& t) {
+      for (const auto& [s, r] : used) {
+        const auto slot = static_cast<std::size_t>(s);
+        for (std::size_t h = 0; h < t.heads; ++h) {
+          widen_row(t, h, r, row.data());
+          store_row(pages, slot / ps, h, slot % ps, row.data(), n);
+        }
+      }
+    });
+  };
+  write(key, k_pages, k.cols);
+  write(value, v_pages, v.cols);
+}
+
+}  // namespace softdot
