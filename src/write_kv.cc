@@ -2,8 +2,6 @@
 // cache (kv_cache.h). Everything is checked first (shapes, slots, int8
 // rows); then each row is widened to float exactly and stored in the pages'
 // format.
-#include "softdot/kv_cache.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -15,6 +13,7 @@
 #include "attention_checks.h"
 #include "kernels/dequantize.h"
 #include "softdot/float16.h"
+#include "softdot/kv_cache.h"
 
 namespace softdot {
 
@@ -95,8 +94,8 @@ void widen_row(const TensorView<const T>& v, std::size_t h, std::size_t t,
 }
 
 // Stores a float row into page row (page, h, r) of p.
-void store_row(const KVPages& p, std::size_t page, std::size_t h,
-               std::size_t r, const float* x, std::size_t n) {
+void store_row(const KVPages& p, std::size_t page, std::size_t h, std::size_t r,
+               const float* x, std::size_t n) {
   std::visit(
       [&](const auto& v) {
         using V = std::decay_t<decltype(v)>;
@@ -147,11 +146,12 @@ void write_kv(const KVTensor& key, const KVTensor& value,
                   " in pages, heads and page_size");
   }
   if (kp.heads != k.heads || kp.cols != k.cols) {
-    fail(kFn, kp.str + " must have the " + count(k.heads) + " heads and d = " +
-                  count(k.cols) + " of " + k.str);
+    fail(kFn, kp.str + " must have the " + count(k.heads) +
+                  " heads and d = " + count(k.cols) + " of " + k.str);
   }
   if (vp.cols != v.cols) {
-    fail(kFn, vp.str + " must have the d_v = " + count(v.cols) + " of " + v.str);
+    fail(kFn,
+         vp.str + " must have the d_v = " + count(v.cols) + " of " + v.str);
   }
   if (slot_mapping.size() != k.rows) {
     fail(kFn, "slot_mapping has " + count(slot_mapping.size()) +
@@ -183,9 +183,9 @@ void write_kv(const KVTensor& key, const KVTensor& value,
   std::sort(used.begin(), used.end());
   for (std::size_t i = 1; i < used.size(); ++i) {
     if (used[i].first == used[i - 1].first) {
-      fail(kFn, "slot " + std::to_string(used[i].first) + " is written twice: by row " +
-                    count(used[i - 1].second) + " and row " +
-                    count(used[i].second) + " of slot_mapping");
+      fail(kFn, "slot " + std::to_string(used[i].first) +
+                    " is written twice: by row " + count(used[i - 1].second) +
+                    " and row " + count(used[i].second) + " of slot_mapping");
     }
   }
   // int8 pages: every row written must be finite (quantize_kv's rule).

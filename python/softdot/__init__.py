@@ -19,7 +19,7 @@ from typing import Any, List
 from . import _softdot
 from ._attention import attention_merge, attention_weights, scaled_dot_product_attention
 from ._cross_entropy import cross_entropy
-from ._paged import paged_attention
+from ._paged import paged_attention, write_kv
 from ._quantize import quantize_kv
 from ._softdot import (
     force_matrix_unit,
@@ -61,6 +61,7 @@ __all__ = [
     "attention_weights",
     "quantize_kv",
     "paged_attention",
+    "write_kv",
     "simd_target",
     "simd_targets",
     "force_simd_target",

@@ -9,6 +9,7 @@ import numpy as np
 
 from . import _arrays as A
 from . import _request as R
+from . import _softdot as _core
 
 _I32 = np.dtype(np.int32)
 _I8 = np.dtype(np.int8)
@@ -17,9 +18,24 @@ _I8 = np.dtype(np.int8)
 _PAGE_AXES = {"NHD": "[pages, page_size, H_kv, E]", "HND": "[pages, H_kv, page_size, E]"}
 
 
-def _cache(fn: str, name: str, c: Any, kind: str, layout: str):
+def _in_place(fn: str, name: str, a: np.ndarray) -> np.ndarray:
+    """a itself, for the core to write: writable, contiguous last axis,
+    non-negative strides (a copy would leave the caller's cache unchanged)."""
+    if not a.flags.writeable:
+        raise ValueError(f"{fn}: {name} is read-only; the cache is written in place")
+    if not A.row_contiguous(a) or any(s < 0 for s in a.strides):
+        raise ValueError(
+            f"{fn}: {name} (strides {a.strides}) must have a contiguous last axis and "
+            "non-negative strides to be written in place"
+        )
+    return a
+
+
+def _cache(fn: str, name: str, c: Any, kind: str, layout: str, write: bool = False):
     """(pages [P, H_kv, page_size, E] as the core reads them, scales
-    [P, H_kv, page_size, 1] or None, format code, the caller's arrays)."""
+    [P, H_kv, page_size, 1] or None, format code, the caller's arrays);
+    write: views of the caller's memory, never copies."""
+    ready = (lambda a, n: _in_place(fn, n, a)) if write else (lambda a, n: R.ready(a))
     if isinstance(c, tuple):
         if len(c) != 2:
             raise TypeError(f"{fn}: {name} as a tuple must be (values, scales) of an int8 cache")
@@ -45,14 +61,14 @@ def _cache(fn: str, name: str, c: Any, kind: str, layout: str):
         raw = [(f"{name} values", vals), (f"{name} scales", sc)]
         if layout == "NHD":
             vals, sc = vals.transpose(0, 2, 1, 3), sc.transpose(0, 2, 1, 3)
-        return R.ready(vals), R.ready(sc), R.KV_I8, raw
+        return ready(vals, f"{name} values"), ready(sc, f"{name} scales"), R.KV_I8, raw
     a, fmt = R.kv_format(fn, name, R.array(fn, name, c, kind), kind)
     if a.ndim != 4:
         raise ValueError(f"{fn}: {name} has shape {a.shape}; expected 4 axes {_PAGE_AXES[layout]}")
     raw = [(name, a)]
     if layout == "NHD":
         a = a.transpose(0, 2, 1, 3)
-    return R.ready(a), None, fmt, raw
+    return ready(a, name), None, fmt, raw
 
 
 def _int32(fn: str, name: str, a: Any, kind: str, ndim: int) -> np.ndarray:
@@ -89,6 +105,7 @@ def paged_attention(
     return_lse: bool = False,
     out: Any = None,
     unit_weights: str = "rounded",
+    query_start_loc: Any = None,
 ) -> Any:
     """Fused attention over a paged K/V cache, as LLM serving engines keep
     it: sequence b's key position t lies in page
@@ -104,6 +121,9 @@ def paged_attention(
         products on the bfloat16 units, as scaled_dot_product_attention)
         Query i of L sits at key position ``i + seq_lens[b] - L`` (decode:
         L = 1; chunked prefill: L new tokens at the end of the cache).
+        With ``query_start_loc``: the packed form [T, Hq, E] that serving
+        engines pass (flash-attn's varlen layout), every sequence's rows
+        one after another.
     key_cache, value_cache : arrays [P, page_size, Hkv, E] (``kv_layout``
         "NHD", vLLM's and flash-attn's) or [P, Hkv, page_size, E] ("HND");
         float32, float16 or bfloat16, read in place (no copy); or an int8
@@ -129,6 +149,16 @@ def paged_attention(
         Also return lse [B, Hq, L].
     out : array [B, Hq, L, Ev], optional; the query's dtype or float32
     unit_weights : "rounded" or "split"; see scaled_dot_product_attention
+    query_start_loc : int32 array [B + 1], optional
+        A ragged batch (vLLM's ``query_start_loc``, flash-attn's
+        ``cu_seqlens_q``): sequence b's query rows are rows
+        ``query_start_loc[b]`` to ``query_start_loc[b + 1] - 1`` of the
+        packed query (0 first, non-decreasing, T last), each sequence with
+        its own row count L_b (prefill chunks, decode rows and verification
+        rows in one call; its row i at position ``i + seq_lens[b] - L_b``).
+        The output is [T, Hq, Ev] and lse [Hq, T]; each sequence's rows are
+        bit for bit those of the call on that sequence alone. No mask or
+        bias in this form.
 
     Returns
     -------
@@ -154,7 +184,18 @@ def paged_attention(
         *(value_cache if isinstance(value_cache, tuple) else (value_cache,)),
     )
     q, q_format, q_dtype = R.query(fn, query, kind)
-    if q.ndim != 4:
+    ragged = query_start_loc is not None
+    if ragged:
+        if q.ndim != 3:
+            raise ValueError(
+                f"{fn}: query has shape {q.shape}; with query_start_loc expected "
+                "[T, Hq, E] (every sequence's rows one after another)"
+            )
+        if attn_mask is not None or bias is not None:
+            raise ValueError(f"{fn}: a ragged batch (query_start_loc) takes no attn_mask or bias")
+        qsl = _int32(fn, "query_start_loc", query_start_loc, kind, 1)
+        q = q.transpose(1, 0, 2)[None]  # [1, Hq, T, E], a view
+    elif q.ndim != 4:
         raise ValueError(f"{fn}: query has shape {q.shape}; expected [B, Hq, L, E]")
     k, ks, fk, raw_k = _cache(fn, "key_cache", key_cache, kind, kv_layout)
     v, vs, fv, raw_v = _cache(fn, "value_cache", value_cache, kind, kv_layout)
@@ -166,7 +207,14 @@ def paged_attention(
     B, Hq, L, E = q.shape
     bt = _int32(fn, "block_table", block_table, kind, 2)
     sl = _int32(fn, "seq_lens", seq_lens, kind, 1)
-    if bt.shape[0] != B or sl.shape[0] != B:
+    if ragged:
+        B = sl.shape[0]
+        if qsl.shape[0] != B + 1 or bt.shape[0] != B:
+            raise ValueError(
+                f"{fn}: query_start_loc has shape {qsl.shape}, block_table {bt.shape} and "
+                f"seq_lens {sl.shape}; they need B + 1, B and B rows"
+            )
+    elif bt.shape[0] != B or sl.shape[0] != B:
         raise ValueError(
             f"{fn}: block_table has shape {bt.shape} and seq_lens {sl.shape}; "
             f"both need B = {B} rows (query {q.shape})"
@@ -192,9 +240,14 @@ def paged_attention(
         sinks=sk,
         unit_weights=unit_weights,
     )
-    shape = (B, Hq, L, Ev)
+    # The ragged form's output is [T, Hq, Ev] (the core writes it as
+    # [1, Hq, T, Ev] through strides) and its lse [Hq, T].
+    shape = (L, Hq, Ev) if ragged else (B, Hq, L, Ev)
+    lse_shape = (Hq, L) if ragged else (B, Hq, L)
     if L == 0:  # no query rows: an empty result, as torch gives
         user, lse_user = R.empty_rows(shape, kind, out, fn, q_format, q_dtype)
+        if ragged and return_lse:
+            lse_user = A.new_output(lse_shape, A.F32, kind)[0]
         return (user, lse_user) if return_lse else user
     user, o, out_format = R.result(fn, out, shape, q_format, q_dtype, kind)
     if out is not None:
@@ -212,8 +265,13 @@ def paged_attention(
                 ("seq_lens", sl),
             ],
         )
-    out4, direct = R.target(o)
-    lse_user, lse = A.new_output((B, Hq, L), A.F32, kind) if return_lse else (None, None)
+    if ragged:
+        o4 = o.transpose(1, 0, 2)[None]
+        direct = A.row_contiguous(o4) and all(s >= 0 for s in o4.strides)
+        out4 = o4 if direct else np.empty(o4.shape, o.dtype)
+    else:
+        out4, direct = R.target(o)
+    lse_user, lse = A.new_output(lse_shape, A.F32, kind) if return_lse else (None, None)
     kv = {
         "format": fk,
         "k": k,
@@ -224,14 +282,88 @@ def paged_attention(
         "blocks_per_seq": bt.shape[1],
         "seq_lens": sl,
     }
+    if ragged:
+        kv["query_start_loc"] = qsl
     if ks is not None:
         kv["k_scales"], kv["v_scales"] = ks, vs
     # The library names a bad scale by page, head, row, sequence and position
     # (only the scales a key reads are checked; unused pages may hold anything).
     R.run(fn, R.ready(q), kv, "output", out4, lse, opts, [], q_format, out_format)
     if not direct:
-        np.copyto(o, out4.reshape(shape))
+        np.copyto(o, out4[0].transpose(1, 0, 2) if ragged else out4.reshape(shape))
     return (user, lse_user) if return_lse else user
 
 
 paged_attention.__doc__ = (paged_attention.__doc__ or "") + R.CAUSAL_DOC
+
+
+def write_kv(
+    key: Any,
+    value: Any,
+    key_cache: Any,
+    value_cache: Any,
+    slot_mapping: Any,
+    *,
+    kv_layout: str = "NHD",
+) -> None:
+    """Writes new keys and values into their slots of a paged cache, in
+    place (vLLM's ``reshape_and_cache``): row t goes to slot
+    ``slot_mapping[t] = page * page_size + row`` of every KV head; -1 skips
+    the row.
+
+    Parameters
+    ----------
+    key, value : arrays [T, Hkv, E] and [T, Hkv, Ev]; float32, float16 or
+        bfloat16 (numpy with ``ml_dtypes.bfloat16``, or CPU torch tensors).
+    key_cache, value_cache : the pages, as :func:`paged_attention` reads
+        them ([P, page_size, Hkv, E] for ``kv_layout`` "NHD", else
+        [P, Hkv, page_size, E]); float32, float16 or bfloat16 (a value the
+        format cannot hold is rounded to nearest even), or int8 as
+        ``(values, scales)``: each row of each head quantised as
+        :func:`quantize_kv` does. Written in place: they must be writable
+        with a contiguous last axis.
+    slot_mapping : integer array [T] (int64; other integer dtypes are
+        converted)
+
+    A slot out of range, negative other than -1, or given to two rows, and
+    for int8 caches a row holding inf or NaN, raise ValueError naming the
+    row and the slot; everything is checked before anything is written.
+    The GIL is released.
+    """
+    fn = "write_kv"
+    if kv_layout not in ("NHD", "HND"):
+        raise ValueError(f"{fn}: kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
+    kind = A.kind_of(key)
+    k, fk = R.kv_format(fn, "key", R.array(fn, "key", key, kind), kind)
+    v, fv = R.kv_format(fn, "value", R.array(fn, "value", value, kind), kind)
+    if fk != fv:
+        raise TypeError(f"{fn}: key and value must have the same dtype")
+    for name, a in (("key", k), ("value", v)):
+        if a.ndim != 3:
+            raise ValueError(f"{fn}: {name} has shape {a.shape}; expected [T, Hkv, E]")
+    kp, ks, fp, _ = _cache(fn, "key_cache", key_cache, kind, kv_layout, write=True)
+    vp, vs, fpv, _ = _cache(fn, "value_cache", value_cache, kind, kv_layout, write=True)
+    if fp != fpv:
+        raise TypeError(
+            f"{fn}: key_cache and value_cache must have the same dtype "
+            f"(int8 caches: both (values, scales) tuples)"
+        )
+    sm = R.as_numpy(fn, "slot_mapping", R.array(fn, "slot_mapping", slot_mapping, kind), kind)
+    if sm.dtype.kind not in "iu":
+        raise A.accepted(fn, "slot_mapping", sm, "int64 (or another integer dtype, converted)")
+    if sm.ndim != 1:
+        raise ValueError(f"{fn}: slot_mapping has shape {sm.shape}; expected [T]")
+    if sm.dtype.kind == "u" and sm.size and int(sm.max()) >= 2**63:
+        raise ValueError(f"{fn}: slot_mapping holds values outside int64")
+    sm = np.ascontiguousarray(sm, dtype=np.int64)
+    _core.write_kv(
+        R.ready(k.transpose(1, 0, 2)[None]),
+        R.ready(v.transpose(1, 0, 2)[None]),
+        fk,
+        kp,
+        vp,
+        fp,
+        ks,
+        vs,
+        sm,
+    )

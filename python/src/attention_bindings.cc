@@ -25,6 +25,7 @@
 #include "request_views.h"
 #include "softdot/attention.h"
 #include "softdot/attention_request.h"
+#include "softdot/kv_cache.h"
 
 namespace softdot::python {
 namespace {
@@ -108,6 +109,62 @@ void merge_py(const In& oa, const In& la, const In& ob, const In& lb,
   attention_merge(av, pa, bv, pb, ov, l);
 }
 
+// write_kv (kv_cache.h): key and value [1, H_kv, T, E] in in_format (0
+// float32, 1 float16, 2 bfloat16: 16-bit as their bits), the pages
+// [P, H_kv, page_size, E] in page_format (3: int8 values with their float32
+// scales [P, H_kv, page_size, 1]), slots int64 [T].
+void write_kv_py(const In& key, const In& value, int in_format,
+                 const Out& k_pages, const Out& v_pages, int page_format,
+                 const std::optional<Out>& k_scales,
+                 const std::optional<Out>& v_scales, const In& slots) {
+  auto rows = [&](const char* name, const In& a) -> KVTensor {
+    switch (static_cast<KVFormat>(in_format)) {
+      case KVFormat::kFloat32:
+        check_dtype(name, a, nb::dtype<float>(), "float32");
+        return view4<const float>(name, a);
+      case KVFormat::kFloat16:
+        return view4<const Float16>(name, a);
+      case KVFormat::kBFloat16:
+        return view4<const BFloat16>(name, a);
+      default:
+        fail("key format must be 0, 1 or 2");
+    }
+  };
+  auto pages = [&](const char* name, const Out& a,
+                   const std::optional<Out>& sc) -> KVPages {
+    switch (static_cast<KVFormat>(page_format)) {
+      case KVFormat::kFloat32:
+        check_dtype(name, a, nb::dtype<float>(), "float32");
+        return view4<float>(name, a);
+      case KVFormat::kFloat16:
+        return view4<Float16>(name, a);
+      case KVFormat::kBFloat16:
+        return view4<BFloat16>(name, a);
+      case KVFormat::kInt8: {
+        if (!sc) fail(std::string(name) + " is int8 and needs its scales");
+        check_dtype(name, a, nb::dtype<std::int8_t>(), "int8");
+        const std::string sname = std::string(name) + " scales";
+        check_dtype(sname.c_str(), *sc, nb::dtype<float>(), "float32");
+        return Int8Pages{view4<std::int8_t>(name, a),
+                         view4<float>(sname.c_str(), *sc)};
+      }
+      default:
+        fail("page format must be 0, 1, 2 or 3");
+    }
+  };
+  const KVTensor k = rows("key", key), v = rows("value", value);
+  const KVPages kp = pages("key_cache", k_pages, k_scales);
+  const KVPages vp = pages("value_cache", v_pages, v_scales);
+  check_dtype("slot_mapping", slots, nb::dtype<std::int64_t>(), "int64");
+  const std::span<const std::int64_t> sm(
+      static_cast<const std::int64_t*>(slots.data()),
+      contiguous_size("slot_mapping", slots));
+  with_python_messages([&] {
+    nb::gil_scoped_release release;
+    write_kv(k, v, kp, vp, sm);
+  });
+}
+
 }  // namespace
 
 void bind_attention(nb::module_& m) {
@@ -115,6 +172,10 @@ void bind_attention(nb::module_& m) {
   m.def("attention_request", &request_py, "name"_a, "query"_a, "q_format"_a,
         "kv"_a, "kind"_a, "out"_a, "out_format"_a, "lse"_a.none(), "options"_a,
         "One attention request: query, K/V source, target, options.");
+  m.def("write_kv", &write_kv_py, "key"_a, "value"_a, "in_format"_a,
+        "k_pages"_a, "v_pages"_a, "page_format"_a, "k_scales"_a.none(),
+        "v_scales"_a.none(), "slot_mapping"_a,
+        "New keys and values into their slots of a paged cache.");
   m.def("attention_merge", &merge_py, "out_a"_a, "lse_a"_a, "out_b"_a,
         "lse_b"_a, "out"_a, "lse"_a, "Merges two partial attention results.");
 }

@@ -155,11 +155,12 @@ inline std::span<const std::int32_t> int32_span(const char* name, const In& a) {
 // The source dict: format (0 float32, 1 float16, 2 bfloat16, 3 int8), k, v
 // (None for weights and scores), k_scales, v_scales (int8), k_name, v_name
 // (the arrays' names in errors), and for a paged cache block_table (int32),
-// blocks_per_seq and seq_lens (int32).
+// blocks_per_seq, seq_lens (int32) and, for a ragged batch,
+// query_start_loc (int32, or None).
 inline KVSource kv_source_of(const nb::dict& d) {
   check_keys("kv", d,
              {"format", "k", "v", "k_scales", "v_scales", "k_name", "v_name",
-              "block_table", "blocks_per_seq", "seq_lens"});
+              "block_table", "blocks_per_seq", "seq_lens", "query_start_loc"});
   const int code = nb::cast<int>(d["format"]);
   if (code < 0 || code > 3) fail("kv format must be 0, 1, 2 or 3");
   const auto f = static_cast<KVFormat>(code);
@@ -172,10 +173,12 @@ inline KVSource kv_source_of(const nb::dict& d) {
     return KVSource::contiguous(k, kv_tensor(f, d, "v", v_name.c_str()));
   }
   if (!has_v) fail("a paged cache needs its values");
-  const PagedKVTable table{
-      int32_span("block_table", nb::cast<In>(d["block_table"])),
-      nb::cast<std::size_t>(d["blocks_per_seq"]),
-      int32_span("seq_lens", nb::cast<In>(d["seq_lens"]))};
+  PagedKVTable table{int32_span("block_table", nb::cast<In>(d["block_table"])),
+                     nb::cast<std::size_t>(d["blocks_per_seq"]),
+                     int32_span("seq_lens", nb::cast<In>(d["seq_lens"]))};
+  if (const std::optional<In> qsl = array_or_none(d, "query_start_loc")) {
+    table.query_start_loc = int32_span("query_start_loc", *qsl);
+  }
   return KVSource::pages(k, kv_tensor(f, d, "v", v_name.c_str()), table);
 }
 

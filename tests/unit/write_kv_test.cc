@@ -193,8 +193,10 @@ void write_then_attend(const std::string& label) {
       for (std::size_t j = done[b]; j < done[b] + n; ++j) {
         slots.push_back(std::int64_t(table[b * bps + j / ps]) * ps + j % ps);
         for (std::size_t h = 0; h < hkv; ++h) {
-          for (std::size_t c = 0; c < d; ++c) krows.push_back(kc.at(b, h, j, c));
-          for (std::size_t c = 0; c < dv; ++c) vrows.push_back(vc.at(b, h, j, c));
+          for (std::size_t c = 0; c < d; ++c)
+            krows.push_back(kc.at(b, h, j, c));
+          for (std::size_t c = 0; c < dv; ++c)
+            vrows.push_back(vc.at(b, h, j, c));
         }
       }
       done[b] += n;
@@ -232,8 +234,8 @@ void write_then_attend(const std::string& label) {
     const auto n = std::size_t(lens[b]);
     Tensor<float> want(1, H, nq, dv, 0, 0.0f);
     const TensorView<const float> qb(q.data() + b * q.bs, 1, H, nq, d);
-    const TensorView<const float> kb(kc.data() + b * kc.bs, 1, hkv, n, d,
-                                     kc.bs, kc.hs, kc.rs);
+    const TensorView<const float> kb(kc.data() + b * kc.bs, 1, hkv, n, d, kc.bs,
+                                     kc.hs, kc.rs);
     const TensorView<const float> vb(vc.data() + b * vc.bs, 1, hkv, n, dv,
                                      vc.bs, vc.hs, vc.rs);
     if constexpr (std::is_same_v<P, std::int8_t>) {
@@ -301,37 +303,53 @@ TEST(WriteKV, BadArgumentsAreErrorsAndWriteNothing) {
     untouched(what);
   };
   using S = std::vector<std::int64_t>;
-  expect("slot out of range", [&] {
-    softdot::write_kv(kv, vv, kp.view(), vp.view(), S{0, 1, 6, 2});
-  }, {"slot_mapping[2] = 6", "is not a slot", "slots 0 to 5"});
-  expect("negative slot", [&] {
-    softdot::write_kv(kv, vv, kp.view(), vp.view(), S{0, -2, 3, 2});
-  }, {"slot_mapping[1] = -2", "only -1"});
-  expect("duplicate", [&] {
-    softdot::write_kv(kv, vv, kp.view(), vp.view(), S{4, -1, 1, 4});
-  }, {"slot 4 is written twice", "row 0 and row 3"});
-  expect("too few slots", [&] {
-    softdot::write_kv(kv, vv, kp.view(), vp.view(), S{0, 1, 2});
-  }, {"slot_mapping has 3 entries", "has 4 rows"});
-  expect("formats differ", [&] {
-    softdot::write_kv(kv, vv, kp.view(), kh.view(), S{0, 1, 2, 3});
-  }, {"k_pages is float32 but v_pages is float16"});
+  expect("slot out of range",
+         [&] {
+           softdot::write_kv(kv, vv, kp.view(), vp.view(), S{0, 1, 6, 2});
+         },
+         {"slot_mapping[2] = 6", "is not a slot", "slots 0 to 5"});
+  expect("negative slot",
+         [&] {
+           softdot::write_kv(kv, vv, kp.view(), vp.view(), S{0, -2, 3, 2});
+         },
+         {"slot_mapping[1] = -2", "only -1"});
+  expect("duplicate",
+         [&] {
+           softdot::write_kv(kv, vv, kp.view(), vp.view(), S{4, -1, 1, 4});
+         },
+         {"slot 4 is written twice", "row 0 and row 3"});
+  expect("too few slots",
+         [&] {
+           softdot::write_kv(kv, vv, kp.view(), vp.view(), S{0, 1, 2});
+         },
+         {"slot_mapping has 3 entries", "has 4 rows"});
+  expect("formats differ",
+         [&] {
+           softdot::write_kv(kv, vv, kp.view(), kh.view(), S{0, 1, 2, 3});
+         },
+         {"k_pages is float32 but v_pages is float16"});
   Tensor<float> kp5(pages, hkv, ps, d + 1, 0, kOutSentinel);
-  expect("d differs", [&] {
-    softdot::write_kv(kv, vv, kp5.view(), vp.view(), S{0, 1, 2, 3});
-  }, {"k_pages [2, 2, 3, 5] must have", "d = 4 of key"});
+  expect("d differs",
+         [&] {
+           softdot::write_kv(kv, vv, kp5.view(), vp.view(), S{0, 1, 2, 3});
+         },
+         {"k_pages [2, 2, 3, 5] must have", "d = 4 of key"});
   Tensor<float> kp3(pages, hkv + 1, ps, d, 0, kOutSentinel),
       vp3(pages, hkv + 1, ps, d, 0, kOutSentinel);
-  expect("heads differ", [&] {
-    softdot::write_kv(kv, vv, kp3.view(), vp3.view(), S{0, 1, 2, 3});
-  }, {"k_pages [2, 3, 3, 4] must have the 2 heads"});
+  expect("heads differ",
+         [&] {
+           softdot::write_kv(kv, vv, kp3.view(), vp3.view(), S{0, 1, 2, 3});
+         },
+         {"k_pages [2, 3, 3, 4] must have the 2 heads"});
   std::vector<float> knan = k;
   knan[1 * hkv * d + d + 2] = kNaNF;  // row 1, head 1, element 2
   const TensorView<const float> kvn(knan.data(), 1, hkv, 4, d, 0, d, hkv * d);
-  expect("NaN into int8", [&] {
-    softdot::write_kv(kvn, vv, Int8Pages{k8.view(), ks.view()},
-                      Int8Pages{v8.view(), vs.view()}, S{0, 1, 2, 3});
-  }, {"key holds nan at [0, 1, 1, 2]", "slot 1", "finite"});
+  expect("NaN into int8",
+         [&] {
+           softdot::write_kv(kvn, vv, Int8Pages{k8.view(), ks.view()},
+                             Int8Pages{v8.view(), vs.view()}, S{0, 1, 2, 3});
+         },
+         {"key holds nan at [0, 1, 1, 2]", "slot 1", "finite"});
   // The same NaN row skipped: written without error (float pages take NaN).
   softdot::write_kv(kvn, vv, Int8Pages{k8.view(), ks.view()},
                     Int8Pages{v8.view(), vs.view()}, S{0, -1, 2, 3});

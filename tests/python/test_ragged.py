@@ -1,0 +1,234 @@
+"""The serving engines' calls: paged_attention on a ragged batch (the packed
+query [T, Hq, E] with query_start_loc) bit for bit against each sequence
+alone and against torch SDPA, for numpy and torch, every cache dtype; and
+write_kv (vLLM's reshape_and_cache) into every cache dtype, read back by
+paged_attention, with its errors (nothing written)."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from test_paged import bottom_right, make_cache
+
+import softdot
+
+BF16 = ml_dtypes.bfloat16
+
+LENS = [700, 1, 1100, 65, 0, 300, 40]
+NQS = [1, 4, 70, 0, 1, 17, 2]
+
+
+def packed(rng, nqs, Hq, E, dtype=np.float32):
+    qsl = np.concatenate([[0], np.cumsum(nqs)]).astype(np.int32)
+    q = rng.standard_normal((int(qsl[-1]), Hq, E)).astype(np.float32).astype(dtype)
+    return q, qsl
+
+
+def int8_cache(kc, vc):
+    """(values, scales) pairs quantising every row of a float32 NHD cache
+    (NaN rows of unused slots become zeros)."""
+
+    def quant(c):
+        x = np.nan_to_num(c.astype(np.float32))
+        vals, sc = softdot.quantize_kv(x.reshape(-1, x.shape[-1]))
+        return vals.reshape(c.shape), sc.reshape(c.shape[:-1])
+
+    return quant(kc), quant(vc)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int8"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_ragged_equals_each_sequence_alone(dtype, causal):
+    rng = np.random.default_rng(3 + causal)
+    Hq, Hkv, E = 8, 2, 32
+    cdt = {"float32": np.float32, "float16": np.float16, "bfloat16": BF16, "int8": np.float32}
+    _, _, kc, vc, table, lens = make_cache(rng, LENS, 16, Hkv, E, E, dtype=cdt[dtype])
+    if dtype == "int8":
+        kc, vc = int8_cache(kc, vc)
+    q, qsl = packed(rng, NQS, Hq, E)
+    out, lse = softdot.paged_attention(
+        q, kc, vc, table, lens, causal=causal, query_start_loc=qsl, return_lse=True
+    )
+    assert out.shape == (q.shape[0], Hq, E) and out.dtype == np.float32
+    assert lse.shape == (Hq, q.shape[0])
+    for b, n in enumerate(NQS):
+        if n == 0:
+            continue
+        r = slice(int(qsl[b]), int(qsl[b + 1]))
+        qb = np.ascontiguousarray(q[r].transpose(1, 0, 2))[None]
+        ob, lb = softdot.paged_attention(
+            qb, kc, vc, table[b : b + 1], lens[b : b + 1], causal=causal, return_lse=True
+        )
+        np.testing.assert_array_equal(out[r].transpose(1, 0, 2), ob[0])
+        np.testing.assert_array_equal(lse[:, r], lb[0])
+
+
+def test_ragged_against_torch_sdpa():
+    rng = np.random.default_rng(8)
+    Hq, Hkv, E = 8, 2, 32
+    ks, vs, kc, vc, table, lens = make_cache(rng, LENS, 16, Hkv, E, E)
+    q, qsl = packed(rng, NQS, Hq, E)
+    out = softdot.paged_attention(q, kc, vc, table, lens, causal=True, query_start_loc=qsl)
+    for b, n in enumerate(NQS):
+        if n == 0 or LENS[b] == 0:
+            continue
+        r = slice(int(qsl[b]), int(qsl[b + 1]))
+        qt = torch.from_numpy(np.ascontiguousarray(q[r].transpose(1, 0, 2)))[None].double()
+        k = torch.from_numpy(ks[b])[None].double()
+        v = torch.from_numpy(vs[b])[None].double()
+        mask = bottom_right(n, LENS[b])
+        want = F.scaled_dot_product_attention(qt, k, v, attn_mask=mask, enable_gqa=True)[0]
+        seen = mask.any(dim=1).numpy()  # rows with no visible key are zeros
+        got = out[r].transpose(1, 0, 2)
+        np.testing.assert_allclose(got[:, seen], want.numpy()[:, seen], rtol=1e-5, atol=1e-6)
+        assert not got[:, ~seen].any()
+
+
+def test_ragged_torch_bfloat16_no_copy():
+    """torch bfloat16 packed query and cache: the output is bfloat16
+    [T, Hq, E], equal to each sequence alone."""
+    rng = np.random.default_rng(9)
+    Hq, Hkv, E = 8, 2, 64
+    _, _, kc, vc, table, lens = make_cache(rng, LENS, 16, Hkv, E, E, dtype=BF16)
+    q, qsl = packed(rng, NQS, Hq, E, dtype=BF16)
+    kt = torch.from_numpy(kc.view(np.uint16)).view(torch.bfloat16)
+    vt = torch.from_numpy(vc.view(np.uint16)).view(torch.bfloat16)
+    qt = torch.from_numpy(q.view(np.uint16)).view(torch.bfloat16)
+    out = softdot.paged_attention(
+        qt,
+        kt,
+        vt,
+        torch.from_numpy(table),
+        torch.from_numpy(lens),
+        causal=True,
+        query_start_loc=torch.from_numpy(qsl),
+    )
+    assert out.dtype == torch.bfloat16 and out.shape == (q.shape[0], Hq, E)
+    for b, n in enumerate(NQS):
+        if n == 0:
+            continue
+        r = slice(int(qsl[b]), int(qsl[b + 1]))
+        ob = softdot.paged_attention(
+            qt[r].transpose(0, 1)[None],
+            kt,
+            vt,
+            torch.from_numpy(table[b : b + 1]),
+            torch.from_numpy(lens[b : b + 1]),
+            causal=True,
+        )
+        assert torch.equal(out[r].transpose(0, 1).view(torch.int16), ob[0].view(torch.int16))
+
+
+def test_ragged_errors():
+    rng = np.random.default_rng(1)
+    _, _, kc, vc, table, lens = make_cache(rng, [5, 9], 4, 2, 8, 8)
+    q, qsl = packed(rng, [2, 3], 4, 8)
+    with pytest.raises(ValueError, match=r"query_start_loc\[2\] = 4 must equal the 5 rows"):
+        softdot.paged_attention(
+            q, kc, vc, table, lens, query_start_loc=np.array([0, 2, 4], np.int32)
+        )
+    with pytest.raises(ValueError, match="must be 0"):
+        softdot.paged_attention(
+            q, kc, vc, table, lens, query_start_loc=np.array([1, 2, 5], np.int32)
+        )
+    with pytest.raises(ValueError, match="expected \\[T, Hq, E\\]"):
+        softdot.paged_attention(q[None], kc, vc, table, lens, query_start_loc=qsl)
+    with pytest.raises(ValueError, match="takes no attn_mask"):
+        softdot.paged_attention(
+            q, kc, vc, table, lens, query_start_loc=qsl, attn_mask=np.ones((5, 9), bool)
+        )
+    with pytest.raises(ValueError, match="B \\+ 1"):
+        softdot.paged_attention(q, kc, vc, table, lens, query_start_loc=qsl[:2])
+
+
+@pytest.mark.parametrize("cache_dtype", ["float32", "float16", "bfloat16", "int8"])
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_write_kv_then_attend(cache_dtype, layout):
+    """A cache filled by write_kv a few tokens per step (pages in a random
+    order) attends as the contiguous keys do (int8: as quantize_kv's)."""
+    rng = np.random.default_rng(5)
+    Hq, Hkv, E, ps = 4, 2, 16, 8
+    lens = [37, 5, 70]
+    bps = 10
+    P = len(lens) * bps + 2
+    table = rng.permutation(P)[: len(lens) * bps].reshape(len(lens), bps).astype(np.int32)
+    keys = [rng.standard_normal((n, Hkv, E)).astype(np.float32) for n in lens]
+    vals = [rng.standard_normal((n, Hkv, E)).astype(np.float32) for n in lens]
+    shape = (P, ps, Hkv, E) if layout == "NHD" else (P, Hkv, ps, E)
+    if cache_dtype == "int8":
+        kc = (np.zeros(shape, np.int8), np.zeros(shape[:-1], np.float32))
+        vc = (np.zeros(shape, np.int8), np.zeros(shape[:-1], np.float32))
+    else:
+        dt = {"float32": np.float32, "float16": np.float16, "bfloat16": BF16}[cache_dtype]
+        kc, vc = np.zeros(shape, dt), np.zeros(shape, dt)
+    done = [0] * len(lens)
+    while any(d < n for d, n in zip(done, lens)):
+        slots, kr, vr = [], [], []
+        for b, n in enumerate(lens):
+            step = min(n - done[b], int(rng.integers(1, 10)))
+            for j in range(done[b], done[b] + step):
+                slots.append(int(table[b, j // ps]) * ps + j % ps)
+                kr.append(keys[b][j])
+                vr.append(vals[b][j])
+            done[b] += step
+        slots.append(-1)  # padding
+        kr.append(np.full((Hkv, E), np.nan, np.float32))
+        vr.append(np.full((Hkv, E), np.nan, np.float32))
+        softdot.write_kv(np.stack(kr), np.stack(vr), kc, vc, np.array(slots), kv_layout=layout)
+    q = rng.standard_normal((len(lens), Hq, 3, E)).astype(np.float32)
+    got = softdot.paged_attention(
+        q, kc, vc, table, np.array(lens, np.int32), causal=True, kv_layout=layout
+    )
+    for b in range(len(lens)):
+        k = keys[b].transpose(1, 0, 2)[None]
+        v = vals[b].transpose(1, 0, 2)[None]
+        if cache_dtype == "int8":
+            k = softdot.quantize_kv(np.ascontiguousarray(k))
+            v = softdot.quantize_kv(np.ascontiguousarray(v))
+        elif cache_dtype != "float32":
+            dt = {"float16": np.float16, "bfloat16": BF16}[cache_dtype]
+            k, v = k.astype(dt), v.astype(dt)
+        want = softdot.scaled_dot_product_attention(q[b : b + 1], k, v, causal=True)
+        np.testing.assert_array_equal(got[b : b + 1], want)
+
+
+def test_write_kv_torch_in_place():
+    Hkv, E, ps = 2, 8, 4
+    kc = torch.zeros((3, ps, Hkv, E), dtype=torch.bfloat16)
+    vc = torch.zeros((3, ps, Hkv, E), dtype=torch.bfloat16)
+    k = torch.randn(2, Hkv, E, dtype=torch.bfloat16)
+    v = torch.randn(2, Hkv, E, dtype=torch.bfloat16)
+    softdot.write_kv(k, v, kc, vc, torch.tensor([5, 0]))
+    assert torch.equal(kc[1, 1], k[0]) and torch.equal(vc[0, 0], v[1])
+    assert not kc[2].any()
+
+
+def test_write_kv_errors_write_nothing():
+    Hkv, E, ps = 2, 4, 3
+    kc = np.zeros((2, ps, Hkv, E), np.float32)
+    vc = np.zeros((2, ps, Hkv, E), np.float32)
+    k = np.ones((3, Hkv, E), np.float32)
+    cases = [
+        ([0, 6, 1], r"slot_mapping\[1\] = 6 is not a slot"),
+        ([0, -2, 1], r"slot_mapping\[1\] = -2 is negative"),
+        ([4, 1, 4], r"slot 4 is written twice: by row 0 and row 2"),
+        ([0, 1], "slot_mapping has 2 entries"),
+    ]
+    for slots, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            softdot.write_kv(k, k, kc, vc, np.array(slots))
+        assert not kc.any() and not vc.any()
+    k8 = (np.zeros((2, ps, Hkv, E), np.int8), np.zeros((2, ps, Hkv), np.float32))
+    v8 = (np.zeros((2, ps, Hkv, E), np.int8), np.zeros((2, ps, Hkv), np.float32))
+    bad = k.copy()
+    bad[1, 0, 2] = np.inf
+    with pytest.raises(ValueError, match="key holds inf"):
+        softdot.write_kv(bad, k, k8, v8, np.array([0, 1, 2]))
+    assert not k8[0].any() and not k8[1].any()
+    with pytest.raises(ValueError, match="read-only"):
+        ro = kc.copy()
+        ro.flags.writeable = False
+        softdot.write_kv(k, k, ro, vc, np.array([0, 1, 2]))
+    with pytest.raises(ValueError, match="contiguous last axis"):
+        softdot.write_kv(k, k, kc[..., ::2], vc[..., ::2], np.array([0, 1, 2]))
