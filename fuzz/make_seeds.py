@@ -86,6 +86,11 @@ def main():
         n = rng.choice([16, 48, 128, 400, 1500])
         write("fuzz_attention", "random_%02d" % i, bytes(rng.randrange(256) for _ in range(n)))
 
+    rng = random.Random(20261205)
+    for i in range(12):
+        n = rng.choice([64, 256, 600, 1500, 3000])
+        write("fuzz_paged", "random_%02d" % i, bytes(rng.randrange(256) for _ in range(n)))
+
 
 if __name__ == "__main__":
     main()

@@ -246,9 +246,12 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
     } else {
       s.q_batch = b;
     }
-    s.plan = table ? sequence_plan(
-                         p, static_cast<std::size_t>(table->seq_lens[b]), n_q)
-                   : p;
+    s.plan =
+        table ? positioned_plan(
+                    sequence_plan(
+                        p, static_cast<std::size_t>(table->seq_lens[b]), n_q),
+                    *table, b)
+              : p;
     s.rows = p.g * n_q;
     s.task0 = tasks;
     if (s.rows == 0) continue;  // a ragged sequence without rows: no task

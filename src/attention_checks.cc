@@ -349,6 +349,40 @@ Plan check_paged_and_plan(const char* fn, const QueryTensor& qt,
     fail(fn, "seq_lens has " + count(t.seq_lens.size()) + " entries but " +
                  shape("q", q) + " has batch " + count(B));
   }
+  // Positions (sharded caches).
+  constexpr std::int64_t kMaxPos = std::int64_t{1} << 62;
+  if (t.query_positions.empty()) {
+    if (!t.kv_position_offsets.empty() || t.kv_position_stride != 1) {
+      fail(fn,
+           "kv_position_offsets and kv_position_stride need query_positions");
+    }
+  } else {
+    if (t.query_positions.size() != B) {
+      fail(fn, "query_positions has " + count(t.query_positions.size()) +
+                   " entries but there are " + count(B) + " sequences");
+    }
+    if (!t.kv_position_offsets.empty() && t.kv_position_offsets.size() != B) {
+      fail(fn, "kv_position_offsets has " +
+                   count(t.kv_position_offsets.size()) +
+                   " entries but there are " + count(B) + " sequences");
+    }
+    if (t.kv_position_stride == 0 ||
+        t.kv_position_stride >= static_cast<std::size_t>(kMaxPos)) {
+      fail(fn, "kv_position_stride " + count(t.kv_position_stride) +
+                   " must be in [1, 2^62)");
+    }
+    for (std::size_t b = 0; b < B; ++b) {
+      const std::int64_t qp = t.query_positions[b];
+      const std::int64_t ko =
+          t.kv_position_offsets.empty() ? 0 : t.kv_position_offsets[b];
+      if (qp <= -kMaxPos || qp >= kMaxPos || ko < 0 || ko >= kMaxPos) {
+        fail(fn, "query_positions[" + count(b) + "] = " + std::to_string(qp) +
+                     " must be in (-2^62, 2^62) and kv_position_offsets[" +
+                     count(b) + "] = " + std::to_string(ko) +
+                     " in [0, 2^62) (sequence " + count(b) + ")");
+      }
+    }
+  }
   if (bps != 0 && B > std::numeric_limits<std::size_t>::max() / bps) {
     fail(fn, "batch " + count(B) + " x blocks_per_seq " + count(bps) +
                  " overflows");
@@ -601,8 +635,11 @@ std::size_t AttentionPlan::sequence_rows(std::size_t b) const noexcept {
 KeyRange AttentionPlan::visible_keys(std::size_t b,
                                      std::size_t i) const noexcept {
   const Plan s =
-      r_.kv.paged ? detail::attn::sequence_plan(p_, keys(b), sequence_rows(b))
-                  : p_;
+      r_.kv.paged
+          ? detail::attn::positioned_plan(
+                detail::attn::sequence_plan(p_, keys(b), sequence_rows(b)),
+                r_.kv.table, b)
+          : p_;
   std::int32_t first = 0, last = 0;
   detail::attn::visible_keys(s, i, first, last);
   if (first > last) return {};

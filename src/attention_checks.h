@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -206,15 +207,54 @@ inline Plan sequence_plan(const Plan& p, std::size_t n_kv, std::size_t n_q) {
   return s;
 }
 
+// Sequence b's positions from a paged table's arrays (PagedKVTable, when
+// given): row 0 at query_positions[b], key j at j stride + offsets[b].
+inline Plan positioned_plan(const Plan& s, const PagedKVTable& t,
+                            std::size_t b) {
+  if (t.query_positions.empty()) return s;
+  Plan r = s;
+  r.q_shift = t.query_positions[b];
+  r.kv_offset = t.kv_position_offsets.empty() ? 0 : t.kv_position_offsets[b];
+  r.kv_stride = static_cast<std::int64_t>(t.kv_position_stride);
+  return r;
+}
+
+// floor(a / b) and ceil(a / b) for b >= 1.
+inline std::int64_t floor_div(std::int64_t a, std::int64_t b) {
+  const std::int64_t q = a / b;
+  return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  const std::int64_t q = a / b;
+  return (a % b != 0 && a > 0) ? q + 1 : q;
+}
+
 // Visible keys of query i: [first, last] (inclusive), clamped to the key
-// range (first > last when none is visible).
+// range (first > last when none is visible). Key j sits at position
+// j kv_stride + kv_offset, query i at i + q_shift.
 inline void visible_keys(const Plan& p, std::size_t i, std::int32_t& first,
                          std::int32_t& last) {
   const auto pos = static_cast<std::int64_t>(i) + p.q_shift;
   std::int64_t a = static_cast<std::int64_t>(p.kv_begin);
   std::int64_t b = static_cast<std::int64_t>(p.kv_end) - 1;
-  if (p.wl >= 0) a = std::max(a, pos - p.wl);
-  if (p.wr >= 0) b = std::min(b, pos + p.wr);
+  // pos - wl - offset and pos + wr - offset, saturated (a window of up to
+  // 2^63 - 1 keys is allowed).
+  auto sat = [](std::int64_t x, std::int64_t y, bool add) {
+    std::int64_t r = 0;
+    const bool over = add ? __builtin_add_overflow(x, y, &r)
+                          : __builtin_sub_overflow(x, y, &r);
+    if (!over) return r;
+    return (add ? y > 0 : y < 0) ? std::numeric_limits<std::int64_t>::max()
+                                 : std::numeric_limits<std::int64_t>::min();
+  };
+  if (p.wl >= 0) {
+    const std::int64_t lo = sat(sat(pos, p.wl, false), p.kv_offset, false);
+    a = std::max(a, ceil_div(lo, p.kv_stride));
+  }
+  if (p.wr >= 0) {
+    const std::int64_t hi = sat(sat(pos, p.wr, true), p.kv_offset, false);
+    b = std::min(b, floor_div(hi, p.kv_stride));
+  }
   a = std::min<std::int64_t>(a, static_cast<std::int64_t>(p.n_kv));
   b = std::max<std::int64_t>(b, -1);
   first = static_cast<std::int32_t>(a);

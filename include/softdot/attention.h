@@ -430,12 +430,29 @@ void attention_finalize(const AttentionPartial& partial, TensorView<float> out,
 // n_q and seq_lens[b]; the form, the split and the bits depend on its own
 // shape only, not on its companions). The mask and the bias, and the
 // weights and scores targets, are not supported in this form.
+//
+// Positions (a cache sharded by position, as decode context parallelism
+// lays it out: key c of rank r of P at global position c P + r): with
+// query_positions given ([batch]), sequence b's query row i sits at position
+// query_positions[b] + i and its key j at j * kv_position_stride +
+// kv_position_offsets[b] (offsets [batch]; empty: 0); causal and the window
+// compare these positions (key j visible to row i when pos(i) - window_left
+// <= pos(j) <= pos(i) + window_right). stride in [1, 2^62), query positions
+// in (-2^62, 2^62) (negative: rows before the first key, as the default
+// gives when n_q > seq_lens[b]), offsets in [0, 2^62). Each rank's partial
+// result (paged_attention_partial) then
+// merges with the others' (attention_merge) into the attention over the
+// whole cache. Default (empty): key j at j, row i at i + seq_lens[b] - n_q.
 struct PagedKVTable {
   std::span<const std::int32_t> block_table;  // [batch * blocks_per_seq]
   std::size_t blocks_per_seq = 0;
   std::span<const std::int32_t> seq_lens;  // [batch]: n_kv of each sequence
   // Empty, or [batch + 1]: a ragged batch (above).
   std::span<const std::int32_t> query_start_loc{};
+  // Empty, or [batch]: positions (above).
+  std::span<const std::int64_t> query_positions{};
+  std::span<const std::int64_t> kv_position_offsets{};
+  std::size_t kv_position_stride = 1;
 };
 
 // attention() over a paged K/V cache: for each sequence b, exactly what

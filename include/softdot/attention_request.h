@@ -200,9 +200,12 @@ struct AttentionPlanData {
   std::size_t kv_begin = 0, kv_end = 0;
   float scale = 0.0f, softcap = 0.0f;
   std::int64_t wl = -1, wr = -1;  // -1: unbounded
-  // Query i sees key j at the distance (q_shift + i) - j (positions in key
-  // index units): n_kv - n_q by default, q_position - kv_position when set.
+  // Query i sees key j at the distance (q_shift + i) - (j kv_stride +
+  // kv_offset) (positions in key index units): n_kv - n_q by default,
+  // q_position - kv_position when set; a paged table's positions set all
+  // three per sequence.
   std::int64_t q_shift = 0;
+  std::int64_t kv_stride = 1, kv_offset = 0;
   // Column of key j in the mask and bias rows: mask_col0 + j.
   std::size_t mask_col0 = 0;
 };

@@ -18,6 +18,14 @@ _I8 = np.dtype(np.int8)
 _PAGE_AXES = {"NHD": "[pages, page_size, H_kv, E]", "HND": "[pages, H_kv, page_size, E]"}
 
 
+def _int64(fn: str, name: str, a: Any, kind: str) -> np.ndarray:
+    """A 1-d integer array as C-contiguous int64."""
+    a = R.as_numpy(fn, name, R.array(fn, name, a, kind), kind)
+    if a.dtype.kind not in "iu" or a.ndim != 1:
+        raise ValueError(f"{fn}: {name} must be a 1-d integer array, got {a.dtype} {a.shape}")
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
 def _in_place(fn: str, name: str, a: np.ndarray) -> np.ndarray:
     """a itself, for the core to write: writable, contiguous last axis,
     non-negative strides (a copy would leave the caller's cache unchanged)."""
@@ -106,6 +114,9 @@ def paged_attention(
     out: Any = None,
     unit_weights: str = "rounded",
     query_start_loc: Any = None,
+    query_positions: Any = None,
+    kv_position_offsets: Any = None,
+    kv_position_stride: int = 1,
 ) -> Any:
     """Fused attention over a paged K/V cache, as LLM serving engines keep
     it: sequence b's key position t lies in page
@@ -159,6 +170,15 @@ def paged_attention(
         The output is [T, Hq, Ev] and lse [Hq, T]; each sequence's rows are
         bit for bit those of the call on that sequence alone. No mask or
         bias in this form.
+    query_positions, kv_position_offsets : int64 arrays [B], optional
+    kv_position_stride : int, default 1
+        Positions of a cache sharded by position (decode context
+        parallelism: key c of rank r of P at global position c P + r):
+        sequence b's query row i sits at ``query_positions[b] + i`` and its
+        key j at ``j * kv_position_stride + kv_position_offsets[b]``; causal
+        and the window compare these. Each rank's result with
+        ``return_lse=True`` merges with the others' (:func:`attention_merge`)
+        into the attention over the whole cache.
 
     Returns
     -------
@@ -284,6 +304,13 @@ def paged_attention(
     }
     if ragged:
         kv["query_start_loc"] = qsl
+    if query_positions is not None:
+        kv["query_positions"] = _int64(fn, "query_positions", query_positions, kind)
+        if kv_position_offsets is not None:
+            kv["kv_position_offsets"] = _int64(fn, "kv_position_offsets", kv_position_offsets, kind)
+        kv["kv_position_stride"] = int(kv_position_stride)
+    elif kv_position_offsets is not None or kv_position_stride != 1:
+        raise ValueError(f"{fn}: kv_position_offsets and kv_position_stride need query_positions")
     if ks is not None:
         kv["k_scales"], kv["v_scales"] = ks, vs
     # The library names a bad scale by page, head, row, sequence and position

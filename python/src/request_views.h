@@ -156,11 +156,13 @@ inline std::span<const std::int32_t> int32_span(const char* name, const In& a) {
 // (None for weights and scores), k_scales, v_scales (int8), k_name, v_name
 // (the arrays' names in errors), and for a paged cache block_table (int32),
 // blocks_per_seq, seq_lens (int32) and, for a ragged batch,
-// query_start_loc (int32, or None).
+// query_start_loc (int32, or None); positions: query_positions and
+// kv_position_offsets (int64, or None), kv_position_stride.
 inline KVSource kv_source_of(const nb::dict& d) {
   check_keys("kv", d,
              {"format", "k", "v", "k_scales", "v_scales", "k_name", "v_name",
-              "block_table", "blocks_per_seq", "seq_lens", "query_start_loc"});
+              "block_table", "blocks_per_seq", "seq_lens", "query_start_loc",
+              "query_positions", "kv_position_offsets", "kv_position_stride"});
   const int code = nb::cast<int>(d["format"]);
   if (code < 0 || code > 3) fail("kv format must be 0, 1, 2 or 3");
   const auto f = static_cast<KVFormat>(code);
@@ -179,6 +181,19 @@ inline KVSource kv_source_of(const nb::dict& d) {
   if (const std::optional<In> qsl = array_or_none(d, "query_start_loc")) {
     table.query_start_loc = int32_span("query_start_loc", *qsl);
   }
+  auto int64_span = [](const char* name, const In& a) {
+    check_dtype(name, a, nb::dtype<std::int64_t>(), "int64");
+    return std::span<const std::int64_t>(
+        static_cast<const std::int64_t*>(a.data()), contiguous_size(name, a));
+  };
+  if (const std::optional<In> qp = array_or_none(d, "query_positions")) {
+    table.query_positions = int64_span("query_positions", *qp);
+  }
+  if (const std::optional<In> ko = array_or_none(d, "kv_position_offsets")) {
+    table.kv_position_offsets = int64_span("kv_position_offsets", *ko);
+  }
+  table.kv_position_stride =
+      get_or<std::size_t>(d, "kv_position_stride", std::size_t{1});
   return KVSource::pages(k, kv_tensor(f, d, "v", v_name.c_str()), table);
 }
 

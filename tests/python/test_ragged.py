@@ -232,3 +232,54 @@ def test_write_kv_errors_write_nothing():
         softdot.write_kv(k, k, ro, vc, np.array([0, 1, 2]))
     with pytest.raises(ValueError, match="contiguous last axis"):
         softdot.write_kv(k, k, kc[..., ::2], vc[..., ::2], np.array([0, 1, 2]))
+
+
+@pytest.mark.parametrize("window", [(-1, -1), (37, 0)])
+def test_sharded_positions_merge_to_the_whole_cache(window):
+    """Decode context parallelism: rank r of 3 holds the keys at global
+    positions 3 c + r; each rank's ragged call with its positions, merged
+    with attention_merge, is the attention over the whole cache."""
+    rng = np.random.default_rng(12)
+    Hq, Hkv, E, R = 4, 2, 16, 3
+    lens, nqs = [200, 31, 2], [1, 4, 2]
+    ks, vs, kc, vc, table, sl = make_cache(rng, lens, 8, Hkv, E, E)
+    q, qsl = packed(rng, nqs, Hq, E)
+    want, want_lse = softdot.paged_attention(
+        q, kc, vc, table, sl, causal=True, window=window, query_start_loc=qsl, return_lse=True
+    )
+    merged = None
+    for r in range(R):
+        shard_k = [k[:, r::R] for k in ks]
+        shard_v = [v[:, r::R] for v in vs]
+        n = [k.shape[1] for k in shard_k]
+        # A cache holding the shard (make_cache's layout: [P, ps, Hkv, E]).
+        P = sum((x + 7) // 8 for x in n) + 1
+        kcr = np.zeros((P, 8, Hkv, E), np.float32)
+        vcr = np.zeros((P, 8, Hkv, E), np.float32)
+        tab = np.full((len(lens), max(1, max((x + 7) // 8 for x in n))), -1, np.int32)
+        nxt = 0
+        for b, x in enumerate(n):
+            for i in range((x + 7) // 8):
+                tab[b, i] = nxt
+                nxt += 1
+            for t in range(x):
+                kcr[tab[b, t // 8], t % 8] = shard_k[b][:, t]
+                vcr[tab[b, t // 8], t % 8] = shard_v[b][:, t]
+        out, lse = softdot.paged_attention(
+            q,
+            kcr,
+            vcr,
+            tab,
+            np.array(n, np.int32),
+            causal=True,
+            window=window,
+            query_start_loc=qsl,
+            return_lse=True,
+            query_positions=np.array([a - b for a, b in zip(lens, nqs)]),
+            kv_position_offsets=np.full(len(lens), r),
+            kv_position_stride=R,
+        )
+        part = (np.ascontiguousarray(out.transpose(1, 0, 2)), lse)
+        merged = part if merged is None else softdot.attention_merge(*merged, *part)
+    np.testing.assert_allclose(merged[0], want.transpose(1, 0, 2), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(merged[1], want_lse, rtol=1e-6, atol=1e-6)

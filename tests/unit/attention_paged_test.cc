@@ -915,5 +915,133 @@ TEST(AttentionRagged, BadQueryStartsAreErrors) {
          om);
 }
 
+// ---- positions: a cache sharded by position (decode context parallelism) ---
+
+// Each of R ranks holds the keys at global positions c R + r of every
+// sequence (its own pages); each runs the ragged batch with query_positions
+// and kv_position_offsets = r, stride R, as paged_attention_partial; the
+// partials merged with attention_merge give the attention over the whole
+// cache (within a few float roundings; rows that see no key are exact
+// zeros in both).
+TEST(AttentionPaged, ShardedPositionsMergeToTheWholeCache) {
+  const std::vector<std::int32_t> lens = {700, 130, 1, 64};
+  const std::vector<std::int32_t> nqs = {1, 4, 3, 2};
+  const std::size_t H = 4, Hkv = 2, d = 32, R = 3;
+  for (int opt = 0; opt < 3; ++opt) {
+    AttentionOptions o;
+    o.causal = opt >= 1;
+    if (opt == 2) o.window_left = 37;
+    const std::string what = opt == 0   ? "plain"
+                             : opt == 1 ? "causal"
+                                        : "window";
+    const Ragged<float> full =
+        make_ragged<float>(H, Hkv, d, d, lens, nqs, 16, true, 41);
+    const std::size_t TR = full.T_rows, B = lens.size();
+    Tensor<float> want(1, TR, H, d, 0, kOutSentinel);
+    const TensorView<float> wv(want.data(), 1, H, TR, d, want.bs, want.rs,
+                               want.hs);
+    std::vector<float> want_lse(H * TR);
+    run_paged_view(full.qview(), full.p, full.table(), wv, o, want_lse.data(),
+                   nullptr);
+    AttentionPartial merged;
+    for (std::size_t r = 0; r < R; ++r) {
+      // Rank r's shard of every sequence, contiguous then paged.
+      std::vector<std::int32_t> shard_lens(B);
+      std::size_t most = 1;
+      for (std::size_t b = 0; b < B; ++b) {
+        const auto n = std::size_t(lens[b]);
+        shard_lens[b] = std::int32_t(n > r ? (n - r + R - 1) / R : 0);
+        most = std::max(most, std::size_t(shard_lens[b]));
+      }
+      Cache<float> c;
+      c.k = Tensor<float>(B, Hkv, most, d, 0, 0.0f);
+      c.v = Tensor<float>(B, Hkv, most, d, 0, 0.0f);
+      for (std::size_t b = 0; b < B; ++b)
+        for (std::size_t h = 0; h < Hkv; ++h)
+          for (std::size_t j = 0; j < std::size_t(shard_lens[b]); ++j)
+            for (std::size_t x = 0; x < d; ++x) {
+              c.k.at(b, h, j, x) = full.c.k.at(b, h, j * R + r, x);
+              c.v.at(b, h, j, x) = full.c.v.at(b, h, j * R + r, x);
+            }
+      const Paged<float> pg = page(c, shard_lens, 8, false, 50 + r);
+      std::vector<std::int64_t> qpos(B), offs(B, std::int64_t(r));
+      for (std::size_t b = 0; b < B; ++b) qpos[b] = lens[b] - nqs[b];
+      PagedKVTable t = pg.pkv();
+      t.query_start_loc = full.qsl;
+      t.query_positions = qpos;
+      t.kv_position_offsets = offs;
+      t.kv_position_stride = R;
+      AttentionPartial part;
+      run_paged_view(full.qview(), pg, t, TensorView<float>(), o, nullptr,
+                     &part);
+      if (r == 0) {
+        merged = part;
+      } else {
+        softdot::attention_merge(merged, part);
+      }
+    }
+    Tensor<float> got(1, H, TR, d, 0, kOutSentinel);
+    std::vector<float> got_lse(H * TR);
+    softdot::attention_finalize(merged, got.view(), got_lse.data());
+    std::size_t bad = 0;
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t t = 0; t < TR; ++t) {
+        const float wl = want_lse[h * TR + t], gl = got_lse[h * TR + t];
+        bool ok = std::isinf(wl)
+                      ? bits(gl) == bits(wl)
+                      : std::fabs(gl - wl) <= 1e-5f * (1 + std::fabs(wl));
+        for (std::size_t x = 0; x < d; ++x) {
+          const float w = want.at(0, t, h, x), g = got.at(0, h, t, x);
+          ok = ok &&
+               (std::isinf(wl) ? bits(g) == 0u : std::fabs(g - w) <= 1e-5f);
+        }
+        if (!ok && bad++ < 3)
+          ADD_FAILURE() << what << ": head " << h << " row " << t
+                        << ": the merged shards differ from the whole cache";
+      }
+  }
+}
+
+// The default positions given explicitly (row 0 at seq_lens[b] - n_q, which
+// is negative when n_q > seq_lens[b]; keys at their index): the same bits as
+// no positions; bad positions are errors.
+TEST(AttentionPaged, ExplicitDefaultPositionsAreTheDefault) {
+  const std::vector<std::int32_t> lens = {300, 5, 70};
+  const std::vector<std::int32_t> nqs = {2, 7, 1};
+  const Ragged<float> r =
+      make_ragged<float>(4, 2, 16, 16, lens, nqs, 8, false, 9);
+  AttentionOptions o;
+  o.causal = true;
+  o.window_left = 20;
+  const std::size_t TR = r.T_rows;
+  Tensor<float> a(1, 4, TR, 16, 0, 0.0f), b(1, 4, TR, 16, 0, 0.0f);
+  run_paged_view(r.qview(), r.p, r.table(), a.view(), o, nullptr, nullptr);
+  std::vector<std::int64_t> qpos = {298, -2, 69}, offs = {0, 0, 0};
+  PagedKVTable t = r.table();
+  t.query_positions = qpos;
+  t.kv_position_offsets = offs;
+  run_paged_view(r.qview(), r.p, t, b.view(), o, nullptr, nullptr);
+  EXPECT_TRUE(SameBits(a.dense(), b.dense()));
+  t.kv_position_stride = 0;
+  expect_invalid(
+      "stride 0",
+      [&] { run_paged_view(r.qview(), r.p, t, b.view(), o, nullptr, nullptr); },
+      {"paged_attention", "kv_position_stride 0 must be in [1, 2^62)"});
+  t.kv_position_stride = 1;
+  offs[2] = -1;
+  expect_invalid(
+      "negative offset",
+      [&] { run_paged_view(r.qview(), r.p, t, b.view(), o, nullptr, nullptr); },
+      {"paged_attention", "kv_position_offsets[2] = -1", "sequence 2"});
+  PagedKVTable t2 = r.table();
+  t2.kv_position_offsets = offs;
+  expect_invalid("offsets alone",
+                 [&] {
+                   run_paged_view(r.qview(), r.p, t2, b.view(), o, nullptr,
+                                  nullptr);
+                 },
+                 {"paged_attention", "need query_positions"});
+}
+
 }  // namespace
 }  // namespace softdot_test

@@ -1,0 +1,226 @@
+// Fuzz target: the serving engines' calls on a paged cache (issue 26):
+// paged_attention over a ragged batch (query_start_loc) and write_kv. The
+// fuzzer picks the batch, the table (page indices, lengths), the query
+// starts, the slots and the formats; every buffer holds exactly the
+// elements its view spans (a separate allocation, so AddressSanitizer sees
+// any read or write past it). Every call either throws
+// std::invalid_argument or returns; paged_attention that returns is
+// repeated and must give the same bits, and must equal each sequence's call
+// alone; write_kv that throws must leave the pages as they were, and one
+// that returns must have stored each written float32 row exactly.
+#include <fuzzer/FuzzedDataProvider.h>
+#include <softdot/softdot.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "fuzz_util.h"
+
+namespace {
+
+using softdot::BFloat16;
+using softdot::Float16;
+using softdot::Int8KV;
+using softdot::Int8Pages;
+using softdot::PagedKVTable;
+using softdot::TensorView;
+
+template <class T>
+T value_of(FuzzedDataProvider& f) {
+  const float x = static_cast<float>(f.ConsumeIntegralInRange<int>(-64, 64)) / 16.0f;
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else if constexpr (std::is_same_v<T, Float16>) {
+    return softdot::to_float16(x);
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return softdot::to_bfloat16(x);
+  } else {
+    return static_cast<std::int8_t>(f.ConsumeIntegralInRange<int>(-127, 127));
+  }
+}
+
+struct Case {
+  std::size_t B = 1, H = 1, Hkv = 1, d = 1, dv = 1, ps = 1, P = 1, bps = 1;
+  std::vector<std::int32_t> table, lens, qsl;
+  std::size_t T = 0;
+  softdot::AttentionOptions o;
+};
+
+// The ragged call of format T (int8 with scales), and each sequence alone.
+template <class T>
+void attend(FuzzedDataProvider& f, const Case& c) {
+  constexpr bool kInt8 = std::is_same_v<T, std::int8_t>;
+  std::vector<T> k(c.P * c.Hkv * c.ps * c.d), v(c.P * c.Hkv * c.ps * c.dv);
+  for (auto& x : k) x = value_of<T>(f);
+  for (auto& x : v) x = value_of<T>(f);
+  std::vector<float> ks(kInt8 ? c.P * c.Hkv * c.ps : 0, 0.125f),
+      vs(kInt8 ? c.P * c.Hkv * c.ps : 0, 0.25f);
+  std::vector<float> q(c.T * c.H * c.d);
+  for (auto& x : q) x = value_of<float>(f);
+  const TensorView<const T> kp(k.data(), c.P, c.Hkv, c.ps, c.d);
+  const TensorView<const T> vp(v.data(), c.P, c.Hkv, c.ps, c.dv);
+  const TensorView<const float> ksv(ks.data(), c.P, c.Hkv, c.ps, 1);
+  const TensorView<const float> vsv(vs.data(), c.P, c.Hkv, c.ps, 1);
+  // vLLM's [T, H, d] query and output.
+  const TensorView<const float> qv(q.data(), 1, c.H, c.T, c.d, 0, c.d,
+                                   c.H * c.d);
+  auto run = [&](const TensorView<const float>& qq, const PagedKVTable& t,
+                 std::vector<float>& out, std::size_t rows) {
+    out.assign(rows * c.H * c.dv, -7.0f);
+    const TensorView<float> ov(out.data(), 1, c.H, rows, c.dv, 0, c.dv,
+                               c.H * c.dv);
+    if constexpr (kInt8) {
+      softdot::paged_attention(qq, Int8KV{kp, ksv}, Int8KV{vp, vsv}, t, ov, c.o);
+    } else {
+      softdot::paged_attention(qq, kp, vp, t, ov, c.o);
+    }
+  };
+  PagedKVTable t{c.table, c.bps, c.lens};
+  t.query_start_loc = c.qsl;
+  std::vector<float> out1, out2;
+  try {
+    run(qv, t, out1, c.T);
+  } catch (const std::invalid_argument&) {
+    return;
+  }
+  run(qv, t, out2, c.T);
+  FUZZ_CHECK(std::memcmp(out1.data(), out2.data(), out1.size() * 4) == 0);
+  // Each sequence alone: the same bits.
+  for (std::size_t b = 0; b < c.B; ++b) {
+    const auto q0 = static_cast<std::size_t>(c.qsl[b]);
+    const std::size_t n = static_cast<std::size_t>(c.qsl[b + 1]) - q0;
+    if (n == 0) continue;
+    PagedKVTable tb;
+    tb.block_table = std::span<const std::int32_t>(c.table).subspan(b * c.bps, c.bps);
+    tb.blocks_per_seq = c.bps;
+    tb.seq_lens = std::span<const std::int32_t>(c.lens).subspan(b, 1);
+    const TensorView<const float> qb(q.data() + q0 * c.H * c.d, 1, c.H, n, c.d,
+                                     0, c.d, c.H * c.d);
+    std::vector<float> ob;
+    run(qb, tb, ob, n);
+    FUZZ_CHECK(std::memcmp(ob.data(), out1.data() + q0 * c.H * c.dv,
+                           ob.size() * 4) == 0);
+  }
+}
+
+// write_kv of float32 rows into pages of format P.
+template <class P>
+void write(FuzzedDataProvider& f, const Case& c) {
+  constexpr bool kInt8 = std::is_same_v<P, std::int8_t>;
+  const std::size_t T = f.ConsumeIntegralInRange<std::size_t>(0, 12);
+  std::vector<std::int64_t> slots(T);
+  for (auto& s : slots) {
+    switch (f.ConsumeIntegralInRange<int>(0, 7)) {
+      case 0:
+        s = -1;
+        break;
+      case 1:
+        s = f.ConsumeIntegral<std::int64_t>();
+        break;
+      default:
+        s = f.ConsumeIntegralInRange<std::int64_t>(-2, std::int64_t(c.P * c.ps));
+    }
+  }
+  if (f.ConsumeBool() && T > 0) slots.pop_back();  // a count mismatch
+  std::vector<float> key(T * c.Hkv * c.d), val(T * c.Hkv * c.dv);
+  for (auto& x : key) x = f.ConsumeIntegralInRange<int>(0, 40) == 0 ? std::numeric_limits<float>::infinity() : value_of<float>(f);
+  for (auto& x : val) x = value_of<float>(f);
+  std::vector<P> kp(c.P * c.Hkv * c.ps * c.d, P{}), vp(c.P * c.Hkv * c.ps * c.dv, P{});
+  std::vector<float> ks(c.P * c.Hkv * c.ps, 3.0f), vs(c.P * c.Hkv * c.ps, 3.0f);
+  const auto kp0 = kp, vp0 = vp;
+  const auto ks0 = ks;
+  const TensorView<const float> kv(key.data(), 1, c.Hkv, T, c.d, 0, c.d, c.Hkv * c.d);
+  const TensorView<const float> vv(val.data(), 1, c.Hkv, T, c.dv, 0, c.dv,
+                                   c.Hkv * c.dv);
+  const TensorView<P> kpv(kp.data(), c.P, c.Hkv, c.ps, c.d);
+  const TensorView<P> vpv(vp.data(), c.P, c.Hkv, c.ps, c.dv);
+  try {
+    if constexpr (kInt8) {
+      softdot::write_kv(kv, vv, Int8Pages{kpv, TensorView<float>(ks.data(), c.P, c.Hkv, c.ps, 1)},
+                        Int8Pages{vpv, TensorView<float>(vs.data(), c.P, c.Hkv, c.ps, 1)},
+                        slots);
+    } else {
+      softdot::write_kv(kv, vv, kpv, vpv, slots);
+    }
+  } catch (const std::invalid_argument&) {
+    FUZZ_CHECK(std::memcmp(kp.data(), kp0.data(), kp.size() * sizeof(P)) == 0);
+    FUZZ_CHECK(std::memcmp(vp.data(), vp0.data(), vp.size() * sizeof(P)) == 0);
+    FUZZ_CHECK(std::memcmp(ks.data(), ks0.data(), ks.size() * 4) == 0);
+    return;
+  }
+  if constexpr (std::is_same_v<P, float>) {
+    for (std::size_t t = 0; t < slots.size(); ++t) {
+      if (slots[t] < 0) continue;
+      const auto s = static_cast<std::size_t>(slots[t]);
+      for (std::size_t h = 0; h < c.Hkv; ++h) {
+        FUZZ_CHECK(std::memcmp(kp.data() + ((s / c.ps * c.Hkv + h) * c.ps + s % c.ps) * c.d,
+                               key.data() + (t * c.Hkv + h) * c.d, c.d * 4) == 0);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  FuzzedDataProvider f(data, size);
+  Case c;
+  c.B = f.ConsumeIntegralInRange<std::size_t>(1, 5);
+  c.Hkv = f.ConsumeIntegralInRange<std::size_t>(1, 3);
+  c.H = c.Hkv * f.ConsumeIntegralInRange<std::size_t>(1, 4) +
+        (f.ConsumeIntegralInRange<int>(0, 15) == 0 ? 1 : 0);  // sometimes not a multiple
+  c.d = f.ConsumeIntegralInRange<std::size_t>(1, 20);
+  c.dv = f.ConsumeIntegralInRange<std::size_t>(1, 20);
+  c.ps = f.ConsumeIntegralInRange<std::size_t>(1, 9);
+  c.P = f.ConsumeIntegralInRange<std::size_t>(1, 12);
+  c.bps = f.ConsumeIntegralInRange<std::size_t>(0, 8);
+  c.table.resize(c.B * c.bps);
+  for (auto& e : c.table) {
+    e = f.ConsumeIntegralInRange<int>(0, 20) == 0
+            ? f.ConsumeIntegral<std::int32_t>()
+            : f.ConsumeIntegralInRange<std::int32_t>(-1, std::int32_t(c.P) - 1);
+  }
+  c.lens.resize(c.B);
+  for (auto& n : c.lens) {
+    n = f.ConsumeIntegralInRange<int>(0, 20) == 0
+            ? f.ConsumeIntegral<std::int32_t>()
+            : f.ConsumeIntegralInRange<std::int32_t>(0, std::int32_t(c.bps * c.ps));
+  }
+  // Query starts: usually valid, sometimes not.
+  c.qsl.assign(1, f.ConsumeIntegralInRange<int>(0, 30) == 0 ? 1 : 0);
+  for (std::size_t b = 0; b < c.B; ++b) {
+    c.qsl.push_back(c.qsl.back() + f.ConsumeIntegralInRange<std::int32_t>(
+                                       f.ConsumeIntegralInRange<int>(0, 30) == 0 ? -2 : 0, 20));
+  }
+  if (f.ConsumeIntegralInRange<int>(0, 30) == 0) c.qsl.pop_back();
+  c.T = std::max<std::int32_t>(0, c.qsl.back()) +
+        (f.ConsumeIntegralInRange<int>(0, 30) == 0 ? 1 : 0);
+  c.T = std::min<std::size_t>(c.T, 200);
+  c.o.causal = f.ConsumeBool();
+  if (f.ConsumeBool()) c.o.window_left = f.ConsumeIntegralInRange<std::int64_t>(0, 40);
+  if (f.ConsumeBool()) c.o.softcap = 3.0f;
+  switch (f.ConsumeIntegralInRange<int>(0, 3)) {
+    case 0:
+      attend<float>(f, c);
+      write<float>(f, c);
+      break;
+    case 1:
+      attend<Float16>(f, c);
+      write<Float16>(f, c);
+      break;
+    case 2:
+      attend<BFloat16>(f, c);
+      write<BFloat16>(f, c);
+      break;
+    default:
+      attend<std::int8_t>(f, c);
+      write<std::int8_t>(f, c);
+  }
+  return 0;
+}
