@@ -85,7 +85,9 @@ def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
-def forward(cfg: Config, p: Dict[str, torch.Tensor], tokens: torch.Tensor, pos: torch.Tensor, attend):
+def forward(
+    cfg: Config, p: Dict[str, torch.Tensor], tokens: torch.Tensor, pos: torch.Tensor, attend
+):
     """Hidden states of the rows `tokens` [T] at positions `pos` [T];
     attend(layer, q [T, H, E], k, v [T, Hkv, E]) -> [T, H, E]."""
     x = p["embed"][tokens]
@@ -195,7 +197,9 @@ def serve(
         for b, s in enumerate(running):
             table[b, : len(s.pages)] = torch.tensor(s.pages, dtype=torch.int32)
 
-        def attend(layer, q, k, v):
+        def attend(layer, q, k, v, slots=slots, table=table, seq_lens=seq_lens, qsl=qsl):
+            # This step's keys and values into their slots, then attention
+            # over the pages for every sequence's rows at once.
             softdot.write_kv(k, v, cache.k[layer], cache.v[layer], slots)
             return softdot.paged_attention(
                 q,
@@ -283,10 +287,14 @@ def main() -> None:
     total = sum(len(o) for o in out)
     for i, (pr, o) in enumerate(zip(prompts, out)):
         print(f"prompt {i} ({len(pr):2d} tokens) -> {o}")
-    print(f"{total} tokens in {steps} steps, {secs:.3f} s: {total / secs:.0f} tokens/s "
-          f"({args.cache} cache, {softdot.simd_target()})")
+    print(
+        f"{total} tokens in {steps} steps, {secs:.3f} s: {total / secs:.0f} tokens/s "
+        f"({args.cache} cache, {softdot.simd_target()})"
+    )
     if args.check:
-        same = all(o == reference_greedy(cfg, weights, pr, args.max_new) for pr, o in zip(prompts, out))
+        same = all(
+            o == reference_greedy(cfg, weights, pr, args.max_new) for pr, o in zip(prompts, out)
+        )
         print("plain torch float32 gives the same tokens" if same else "DIFFERS from plain torch")
         if not same:
             raise SystemExit(1)

@@ -40,7 +40,7 @@ python_lint_tools=(ruff==0.17.6 mypy==2.4.1)
 # The lint step checks every Python file of the package, the tests and the
 # benchmarks; mypy checks every module of the installed wheel (it holds the
 # core's stub, _softdot.pyi, which the build generates).
-python_lint_files=(python/softdot tests/python bench/python)
+python_lint_files=(python/softdot tests/python bench/python examples)
 python_typed_modules=(softdot softdot._arrays softdot._attention softdot._cross_entropy
                       softdot._int8 softdot._paged softdot._quantize softdot._request
                       softdot._rowops softdot._softmax softdot.dask softdot.distributed

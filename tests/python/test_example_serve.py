@@ -5,6 +5,7 @@ and bfloat16 caches and seeded sampling run and are reproducible."""
 
 import importlib.util
 import pathlib
+import sys
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ _PATH = pathlib.Path(__file__).resolve().parents[2] / "examples" / "serve_tiny.p
 def serve_tiny():
     spec = importlib.util.spec_from_file_location("serve_tiny", _PATH)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules["serve_tiny"] = mod  # dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
 
@@ -54,5 +56,7 @@ def test_seeded_sampling_repeats(serve_tiny, model):
     prompts = serve_tiny.prompts_for()
     with torch.no_grad():
         a, _, _ = serve_tiny.serve(cfg, w, prompts, max_new=6, temperature=0.8, seed=3)
-        b, _, _ = serve_tiny.serve(cfg, w, prompts, max_new=6, temperature=0.8, seed=3, max_running=2)
+        b, _, _ = serve_tiny.serve(
+            cfg, w, prompts, max_new=6, temperature=0.8, seed=3, max_running=2
+        )
     assert a == b
