@@ -33,7 +33,8 @@ using softdot::TensorView;
 
 template <class T>
 T value_of(FuzzedDataProvider& f) {
-  const float x = static_cast<float>(f.ConsumeIntegralInRange<int>(-64, 64)) / 16.0f;
+  const float x =
+      static_cast<float>(f.ConsumeIntegralInRange<int>(-64, 64)) / 16.0f;
   if constexpr (std::is_same_v<T, float>) {
     return x;
   } else if constexpr (std::is_same_v<T, Float16>) {
@@ -76,7 +77,8 @@ void attend(FuzzedDataProvider& f, const Case& c) {
     const TensorView<float> ov(out.data(), 1, c.H, rows, c.dv, 0, c.dv,
                                c.H * c.dv);
     if constexpr (kInt8) {
-      softdot::paged_attention(qq, Int8KV{kp, ksv}, Int8KV{vp, vsv}, t, ov, c.o);
+      softdot::paged_attention(qq, Int8KV{kp, ksv}, Int8KV{vp, vsv}, t, ov,
+                               c.o);
     } else {
       softdot::paged_attention(qq, kp, vp, t, ov, c.o);
     }
@@ -97,7 +99,8 @@ void attend(FuzzedDataProvider& f, const Case& c) {
     const std::size_t n = static_cast<std::size_t>(c.qsl[b + 1]) - q0;
     if (n == 0) continue;
     PagedKVTable tb;
-    tb.block_table = std::span<const std::int32_t>(c.table).subspan(b * c.bps, c.bps);
+    tb.block_table =
+        std::span<const std::int32_t>(c.table).subspan(b * c.bps, c.bps);
     tb.blocks_per_seq = c.bps;
     tb.seq_lens = std::span<const std::int32_t>(c.lens).subspan(b, 1);
     const TensorView<const float> qb(q.data() + q0 * c.H * c.d, 1, c.H, n, c.d,
@@ -124,27 +127,35 @@ void write(FuzzedDataProvider& f, const Case& c) {
         s = f.ConsumeIntegral<std::int64_t>();
         break;
       default:
-        s = f.ConsumeIntegralInRange<std::int64_t>(-2, std::int64_t(c.P * c.ps));
+        s = f.ConsumeIntegralInRange<std::int64_t>(-2,
+                                                   std::int64_t(c.P * c.ps));
     }
   }
   if (f.ConsumeBool() && T > 0) slots.pop_back();  // a count mismatch
   std::vector<float> key(T * c.Hkv * c.d), val(T * c.Hkv * c.dv);
-  for (auto& x : key) x = f.ConsumeIntegralInRange<int>(0, 40) == 0 ? std::numeric_limits<float>::infinity() : value_of<float>(f);
+  for (auto& x : key)
+    x = f.ConsumeIntegralInRange<int>(0, 40) == 0
+            ? std::numeric_limits<float>::infinity()
+            : value_of<float>(f);
   for (auto& x : val) x = value_of<float>(f);
-  std::vector<P> kp(c.P * c.Hkv * c.ps * c.d, P{}), vp(c.P * c.Hkv * c.ps * c.dv, P{});
+  std::vector<P> kp(c.P * c.Hkv * c.ps * c.d, P{}),
+      vp(c.P * c.Hkv * c.ps * c.dv, P{});
   std::vector<float> ks(c.P * c.Hkv * c.ps, 3.0f), vs(c.P * c.Hkv * c.ps, 3.0f);
   const auto kp0 = kp, vp0 = vp;
   const auto ks0 = ks;
-  const TensorView<const float> kv(key.data(), 1, c.Hkv, T, c.d, 0, c.d, c.Hkv * c.d);
+  const TensorView<const float> kv(key.data(), 1, c.Hkv, T, c.d, 0, c.d,
+                                   c.Hkv * c.d);
   const TensorView<const float> vv(val.data(), 1, c.Hkv, T, c.dv, 0, c.dv,
                                    c.Hkv * c.dv);
   const TensorView<P> kpv(kp.data(), c.P, c.Hkv, c.ps, c.d);
   const TensorView<P> vpv(vp.data(), c.P, c.Hkv, c.ps, c.dv);
   try {
     if constexpr (kInt8) {
-      softdot::write_kv(kv, vv, Int8Pages{kpv, TensorView<float>(ks.data(), c.P, c.Hkv, c.ps, 1)},
-                        Int8Pages{vpv, TensorView<float>(vs.data(), c.P, c.Hkv, c.ps, 1)},
-                        slots);
+      softdot::write_kv(
+          kv, vv,
+          Int8Pages{kpv, TensorView<float>(ks.data(), c.P, c.Hkv, c.ps, 1)},
+          Int8Pages{vpv, TensorView<float>(vs.data(), c.P, c.Hkv, c.ps, 1)},
+          slots);
     } else {
       softdot::write_kv(kv, vv, kpv, vpv, slots);
     }
@@ -159,8 +170,10 @@ void write(FuzzedDataProvider& f, const Case& c) {
       if (slots[t] < 0) continue;
       const auto s = static_cast<std::size_t>(slots[t]);
       for (std::size_t h = 0; h < c.Hkv; ++h) {
-        FUZZ_CHECK(std::memcmp(kp.data() + ((s / c.ps * c.Hkv + h) * c.ps + s % c.ps) * c.d,
-                               key.data() + (t * c.Hkv + h) * c.d, c.d * 4) == 0);
+        FUZZ_CHECK(
+            std::memcmp(
+                kp.data() + ((s / c.ps * c.Hkv + h) * c.ps + s % c.ps) * c.d,
+                key.data() + (t * c.Hkv + h) * c.d, c.d * 4) == 0);
       }
     }
   }
@@ -168,13 +181,16 @@ void write(FuzzedDataProvider& f, const Case& c) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
+                                      std::size_t size) {
   FuzzedDataProvider f(data, size);
   Case c;
   c.B = f.ConsumeIntegralInRange<std::size_t>(1, 5);
   c.Hkv = f.ConsumeIntegralInRange<std::size_t>(1, 3);
   c.H = c.Hkv * f.ConsumeIntegralInRange<std::size_t>(1, 4) +
-        (f.ConsumeIntegralInRange<int>(0, 15) == 0 ? 1 : 0);  // sometimes not a multiple
+        (f.ConsumeIntegralInRange<int>(0, 15) == 0
+             ? 1
+             : 0);  // sometimes not a multiple
   c.d = f.ConsumeIntegralInRange<std::size_t>(1, 20);
   c.dv = f.ConsumeIntegralInRange<std::size_t>(1, 20);
   c.ps = f.ConsumeIntegralInRange<std::size_t>(1, 9);
@@ -190,20 +206,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (auto& n : c.lens) {
     n = f.ConsumeIntegralInRange<int>(0, 20) == 0
             ? f.ConsumeIntegral<std::int32_t>()
-            : f.ConsumeIntegralInRange<std::int32_t>(0, std::int32_t(c.bps * c.ps));
+            : f.ConsumeIntegralInRange<std::int32_t>(
+                  0, std::int32_t(c.bps * c.ps));
   }
   // Query starts: usually valid, sometimes not.
   c.qsl.assign(1, f.ConsumeIntegralInRange<int>(0, 30) == 0 ? 1 : 0);
   for (std::size_t b = 0; b < c.B; ++b) {
-    c.qsl.push_back(c.qsl.back() + f.ConsumeIntegralInRange<std::int32_t>(
-                                       f.ConsumeIntegralInRange<int>(0, 30) == 0 ? -2 : 0, 20));
+    c.qsl.push_back(
+        c.qsl.back() +
+        f.ConsumeIntegralInRange<std::int32_t>(
+            f.ConsumeIntegralInRange<int>(0, 30) == 0 ? -2 : 0, 20));
   }
   if (f.ConsumeIntegralInRange<int>(0, 30) == 0) c.qsl.pop_back();
   c.T = std::max<std::int32_t>(0, c.qsl.back()) +
         (f.ConsumeIntegralInRange<int>(0, 30) == 0 ? 1 : 0);
   c.T = std::min<std::size_t>(c.T, 200);
   c.o.causal = f.ConsumeBool();
-  if (f.ConsumeBool()) c.o.window_left = f.ConsumeIntegralInRange<std::int64_t>(0, 40);
+  if (f.ConsumeBool())
+    c.o.window_left = f.ConsumeIntegralInRange<std::int64_t>(0, 40);
   if (f.ConsumeBool()) c.o.softcap = 3.0f;
   switch (f.ConsumeIntegralInRange<int>(0, 3)) {
     case 0:
