@@ -6,6 +6,9 @@
 // (Over 600 lines on purpose: one contiguous-vs-paged comparison harness
 // shared by every format, option and layout sweep, and the table errors
 // beside the cases they guard.)
+#include <bit>
+#include <cstdint>
+
 #include "attention_checks.h"
 #include "attention_sweeps.h"
 #include "attention_test_util.h"
@@ -712,15 +715,16 @@ void expect_ragged_equals_alone(const std::string& what, const Ragged<T>& r,
       for (std::size_t h = 0; h < H; ++h)
         for (std::size_t i = 0; i < nq; ++i) {
           const std::size_t ri = h * TR + q0 + i, bi = h * nq + i;
-          bool same =
-              bits(lse[ri]) == bits(lb[bi]) &&
-              bits(part.max[ri]) == bits(pb.max[bi]) &&
-              std::memcmp(&part.sum[ri], &pb.sum[bi], sizeof(double)) == 0;
+          auto bits64 = [](double x) {
+            return std::bit_cast<std::uint64_t>(x);
+          };
+          bool same = bits(lse[ri]) == bits(lb[bi]) &&
+                      bits(part.max[ri]) == bits(pb.max[bi]) &&
+                      bits64(part.sum[ri]) == bits64(pb.sum[bi]);
           for (std::size_t x = 0; x < dv; ++x)
             same = same &&
                    bits(out.at(0, q0 + i, h, x)) == bits(ob.at(0, h, i, x)) &&
-                   std::memcmp(&part.out[ri * dv + x], &pb.out[bi * dv + x],
-                               sizeof(double)) == 0;
+                   bits64(part.out[ri * dv + x]) == bits64(pb.out[bi * dv + x]);
           if (!same && bad++ < 3)
             ADD_FAILURE() << w << ": sequence " << b << " head " << h << " row "
                           << i << " differs from the call alone";
