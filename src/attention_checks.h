@@ -34,7 +34,7 @@ constexpr std::size_t kDecodeRows = detail::kDecodeMaxRows;
 // the rows in lanes (16 on AVX-512), so their time hardly depends on the
 // rows, while the decode form's grows with them: on an AMD EPYC Zen 4
 // (n_kv = 32768, d = 128) 8 rows took 1.05-1.11x the decode form's time
-// on the units and 16 rows 0.64-0.68x (BM_decode_sweep/bf16q), a
+// on the units and 16 rows 0.65-0.72x (BM_decode_sweep/bf16q), a
 // crossing near 9 rows.
 constexpr std::size_t kUnitsDecodeMinRows = 12;
 

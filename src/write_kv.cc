@@ -12,6 +12,7 @@
 
 #include "attention_checks.h"
 #include "kernels/dequantize.h"
+#include "kernels/dispatch.h"
 #include "softdot/float16.h"
 #include "softdot/kv_cache.h"
 
@@ -23,10 +24,10 @@ namespace {
 
 constexpr const char* kFn = "write_kv";
 
-// The view of the rows (float32, float16 or bfloat16), checked; int8 rows
-// are rejected.
+// The view of the rows (float32, float16 or bfloat16), checked the first
+// time (check); int8 rows are rejected.
 template <class F>
-void with_rows(const char* name, const KVTensor& t, F&& f) {
+void with_rows(const char* name, const KVTensor& t, F&& f, bool check = true) {
   std::visit(
       [&](const auto& v) {
         using V = std::decay_t<decltype(v)>;
@@ -35,7 +36,7 @@ void with_rows(const char* name, const KVTensor& t, F&& f) {
                         " is int8; write_kv takes float32, float16 or "
                         "bfloat16 rows (it quantises into int8 pages)");
         } else {
-          check_tensor(kFn, name, v);
+          if (check) check_tensor(kFn, name, v);
           f(v);
         }
       },
@@ -79,17 +80,18 @@ Dims dims_of(const char* name, const TensorView<T>& v) {
   return {v.batch, v.heads, v.rows, v.cols, shape(name, v)};
 }
 
-// Row t of head h as floats (exact: every format widens exactly).
+// Row t of head h as floats (exact: every format widens exactly; 16-bit
+// rows through the kernels' vector conversion, float16.cc's bits).
 template <class T>
 void widen_row(const TensorView<const T>& v, std::size_t h, std::size_t t,
                float* dst) {
   const T* src = v.row(0, h, t);
-  for (std::size_t c = 0; c < v.cols; ++c) {
-    if constexpr (std::is_same_v<T, float>) {
-      dst[c] = src[c];
-    } else {
-      dst[c] = to_float(src[c]);
-    }
+  if constexpr (std::is_same_v<T, float>) {
+    std::copy(src, src + v.cols, dst);
+  } else {
+    static_assert(sizeof(T) == sizeof(std::uint16_t));
+    detail::widen16(reinterpret_cast<const std::uint16_t*>(src), v.cols, dst,
+                    std::is_same_v<T, BFloat16>);
   }
 }
 
@@ -193,22 +195,25 @@ void write_kv(const KVTensor& key, const KVTensor& value,
   std::vector<float> row(std::max(k.cols, v.cols));
   if (int8) {
     auto check_rows = [&](const char* name, const KVTensor& x, std::size_t n) {
-      with_rows(name, x, [&](const auto& t) {
-        for (const auto& [s, r] : used) {
-          (void)s;
-          for (std::size_t h = 0; h < t.heads; ++h) {
-            widen_row(t, h, r, row.data());
-            for (std::size_t c = 0; c < n; ++c) {
-              if (!std::isfinite(row[c])) {
-                fail(kFn, std::string(name) + " holds " + number(row[c]) +
-                              " at [0, " + count(h) + ", " + count(r) + ", " +
-                              count(c) + "] (slot " + std::to_string(s) +
-                              "): only finite values can be quantised");
+      with_rows(
+          name, x,
+          [&](const auto& t) {
+            for (const auto& [s, r] : used) {
+              for (std::size_t h = 0; h < t.heads; ++h) {
+                widen_row(t, h, r, row.data());
+                for (std::size_t c = 0; c < n; ++c) {
+                  if (!std::isfinite(row[c])) {
+                    fail(kFn, std::string(name) + " holds " + number(row[c]) +
+                                  " at [0, " + count(h) + ", " + count(r) +
+                                  ", " + count(c) + "] (slot " +
+                                  std::to_string(s) +
+                                  "): only finite values can be quantised");
+                  }
+                }
               }
             }
-          }
-        }
-      });
+          },
+          /*check=*/false);
     };
     check_rows("key", key, k.cols);
     check_rows("value", value, v.cols);
@@ -216,15 +221,18 @@ void write_kv(const KVTensor& key, const KVTensor& value,
   // Write.
   const std::size_t ps = kp.rows;
   auto write = [&](const KVTensor& x, const KVPages& pages, std::size_t n) {
-    with_rows("", x, [&](const auto& t) {
-      for (const auto& [s, r] : used) {
-        const auto slot = static_cast<std::size_t>(s);
-        for (std::size_t h = 0; h < t.heads; ++h) {
-          widen_row(t, h, r, row.data());
-          store_row(pages, slot / ps, h, slot % ps, row.data(), n);
-        }
-      }
-    });
+    with_rows(
+        "", x,
+        [&](const auto& t) {
+          for (const auto& [s, r] : used) {
+            const auto slot = static_cast<std::size_t>(s);
+            for (std::size_t h = 0; h < t.heads; ++h) {
+              widen_row(t, h, r, row.data());
+              store_row(pages, slot / ps, h, slot % ps, row.data(), n);
+            }
+          }
+        },
+        /*check=*/false);
   };
   write(key, k_pages, k.cols);
   write(value, v_pages, v.cols);

@@ -26,14 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
-import time
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from bench_softdot import best_time, cpu_model  # noqa: E402  (beside this script)
 
 PAGE = 16
 HQ, HKV, D = 32, 8, 128
@@ -42,27 +41,12 @@ CHUNK = 512
 DECODE = [4096 + i * (32768 - 4096) // 11 for i in range(12)]
 
 
-def best_time(f, min_time: float = 0.5, repeats: int = 3) -> float:
-    f()
-    t0 = time.perf_counter()
-    f()
-    first = time.perf_counter() - t0
-    n = max(1, int(min_time / max(first, 1e-9)))
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            f()
-        best = min(best, (time.perf_counter() - t0) / n)
-    return best
-
-
 def read_roofline(min_time: float) -> float:
     """Bytes per second of torch.sum over a 1 GiB float32 array."""
     import torch
 
     arena = torch.ones(2**28, dtype=torch.float32)
-    return arena.numel() * 4 / best_time(lambda: arena.sum(), min_time)
+    return arena.numel() * 4 / best_time(lambda: arena.sum(), min_time, 3)
 
 
 def build(dtype: str, rng):
@@ -120,7 +104,7 @@ def run(threads: int, dtypes, min_time: float) -> dict:
         def sd():
             return softdot.paged_attention(q, kc, vc, table, lens, causal=True, query_start_loc=qsl)
 
-        t_sd = best_time(sd, min_time)
+        t_sd = best_time(sd, min_time, 3)
         # Decode rows alone (the last 12 sequences).
         nd = len(DECODE)
         qd = q[int(qsl[B - nd]) :]
@@ -174,7 +158,7 @@ def run(threads: int, dtypes, min_time: float) -> dict:
             return outs
 
         with torch.no_grad():
-            t_torch = best_time(torch_peer, min_time)
+            t_torch = best_time(torch_peer, min_time, 3)
         out["cases"].append(
             {
                 "dtype": dtype,
@@ -215,7 +199,7 @@ def main() -> None:
         sys.stderr.write(res.stderr)
         runs.append(json.loads(res.stdout))
     print(
-        f"CPU: {platform.processor() or platform.machine()}; softdot SIMD target "
+        f"CPU: {cpu_model()}; softdot SIMD target "
         f"{softdot.simd_target()}, unit {softdot.matrix_unit()}"
     )
     print(

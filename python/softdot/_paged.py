@@ -265,6 +265,10 @@ def paged_attention(
     shape = (L, Hq, Ev) if ragged else (B, Hq, L, Ev)
     lse_shape = (Hq, L) if ragged else (B, Hq, L)
     if L == 0:  # no query rows: an empty result, as torch gives
+        if ragged and qsl.any():
+            raise ValueError(
+                f"{fn}: query_start_loc {qsl.tolist()} claims rows the empty query [0, Hq, E] lacks"
+            )
         user, lse_user = R.empty_rows(shape, kind, out, fn, q_format, q_dtype)
         if ragged and return_lse:
             lse_user = A.new_output(lse_shape, A.F32, kind)[0]

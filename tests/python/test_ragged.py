@@ -138,6 +138,10 @@ def test_ragged_errors():
         softdot.paged_attention(
             q, kc, vc, table, lens, query_start_loc=qsl, attn_mask=np.ones((5, 9), bool)
         )
+    with pytest.raises(ValueError, match="claims rows the empty query"):
+        softdot.paged_attention(q[:0], kc, vc, table, lens, query_start_loc=qsl)
+    out = softdot.paged_attention(q[:0], kc, vc, table, lens, query_start_loc=np.zeros(3, np.int32))
+    assert out.shape == (0, 4, 8)
     with pytest.raises(ValueError, match="B \\+ 1"):
         softdot.paged_attention(q, kc, vc, table, lens, query_start_loc=qsl[:2])
 

@@ -106,6 +106,12 @@ struct Paged {
   Pages<T> k, v;
   Pages<float> ks, vs;
   PagedKVTable pkv() const { return {table, blocks_per_seq, lens}; }
+  // Sequence b's row of the table alone (a batch of one).
+  PagedKVTable sequence(std::size_t b) const {
+    return {std::span<const std::int32_t>(table).subspan(b * blocks_per_seq,
+                                                         blocks_per_seq),
+            blocks_per_seq, std::span<const std::int32_t>(lens).subspan(b, 1)};
+  }
 };
 
 // Pages the cache: page_size ps, the pages of all sequences in a random
@@ -676,7 +682,7 @@ template <class T>
 void expect_ragged_equals_alone(const std::string& what, const Ragged<T>& r,
                                 const AttentionOptions& o) {
   const std::size_t H = r.H, TR = r.T_rows, d = r.q.C, dv = r.c.v.C;
-  const std::size_t B = r.p.lens.size(), bps = r.p.blocks_per_seq;
+  const std::size_t B = r.p.lens.size();
   for (int threads : {1, 2}) {
     const std::string w = what + ", " + std::to_string(threads) + " threads";
     Tensor<float> out(1, TR, H, dv, 1, kOutSentinel);
@@ -703,11 +709,7 @@ void expect_ragged_equals_alone(const std::string& what, const Ragged<T>& r,
           for (std::size_t x = 0; x < d; ++x)
             qb.at(0, h, i, x) = r.q.at(0, q0 + i, h, x);
       std::vector<float> lb(H * nq);
-      PagedKVTable tb;
-      tb.block_table =
-          std::span<const std::int32_t>(r.p.table).subspan(b * bps, bps);
-      tb.blocks_per_seq = bps;
-      tb.seq_lens = std::span<const std::int32_t>(r.p.lens).subspan(b, 1);
+      const PagedKVTable tb = r.p.sequence(b);
       AttentionPartial pb;
       run_paged_view(qb.cview(), r.p, tb, ob.view(), o, lb.data(), nullptr);
       run_paged_view(qb.cview(), r.p, tb, ob.view(), o, nullptr, &pb);
@@ -812,7 +814,7 @@ TEST(AttentionRagged, SixteenBitQueriesEqualEachSequenceAlone) {
   const std::size_t H = 8, Hkv = 2, d = 64, dv = 64;
   const Ragged<BFloat16> r =
       make_ragged<BFloat16>(H, Hkv, d, dv, lens, nqs, 16, true, 5);
-  const std::size_t TR = r.T_rows, bps = r.p.blocks_per_seq;
+  const std::size_t TR = r.T_rows;
   std::vector<BFloat16> q16(TR * H * d), out16(TR * H * dv);
   for (std::size_t t = 0; t < TR; ++t)
     for (std::size_t h = 0; h < H; ++h)
@@ -844,11 +846,7 @@ TEST(AttentionRagged, SixteenBitQueriesEqualEachSequenceAlone) {
         const std::size_t nq = std::size_t(nqs[b]);
         std::vector<BFloat16> ob(nq * H * dv);
         std::vector<float> lb(H * nq);
-        PagedKVTable tb;
-        tb.block_table =
-            std::span<const std::int32_t>(r.p.table).subspan(b * bps, bps);
-        tb.blocks_per_seq = bps;
-        tb.seq_lens = std::span<const std::int32_t>(r.p.lens).subspan(b, 1);
+        const PagedKVTable tb = r.p.sequence(b);
         run(TensorView<const BFloat16>(q16.data() + q0 * H * d, 1, H, nq, d, 0,
                                        d, H * d),
             tb, TensorView<BFloat16>(ob.data(), 1, H, nq, dv, 0, dv, H * dv),
