@@ -74,12 +74,16 @@ namespace detail::attn {
 
 // The per-row tables of one kernel call: each query row's address, visible
 // keys, mask and bias rows (at the plan's mask column of key 0) and sink.
+constexpr std::size_t kNoTree = std::numeric_limits<std::size_t>::max();
+
 struct RowTables {
   const float* q[detail::kMaxKernelRows];
   std::int32_t first[detail::kMaxKernelRows], last[detail::kMaxKernelRows];
   const std::uint8_t* mask[detail::kMaxKernelRows] = {};
   const float* bias[detail::kMaxKernelRows] = {};
   float sinks[detail::kMaxKernelRows] = {};
+  float alibi[detail::kMaxKernelRows] = {};
+  double alibi_base[detail::kMaxKernelRows] = {};
 };
 
 // Query row (b, h, i): its address, or, for a 16-bit query, its values
@@ -132,7 +136,71 @@ void fill_row_tables(const Plan& p, const Plan& ps, const AttentionOptions& o,
       t.bias[r] = o.bias.row(bb, bh, i) + ps.mask_col0;
     }
     if (!o.sinks.empty()) t.sinks[r] = o.sinks[h];
+    if (!o.alibi_slopes.empty()) {
+      t.alibi[r] = o.alibi_slopes[h];
+      t.alibi_base[r] = static_cast<double>(alibi_base(ps, i));
+    }
   }
+}
+
+// The keys a set of rows sees, together: lo .. hi (inclusive), empty when
+// no row sees a key.
+struct KeyHull {
+  std::size_t lo = 0, hi = 0;
+  bool none = true;
+  bool empty() const { return none; }
+  void add(std::int32_t first, std::int32_t last) {
+    if (first > last) return;
+    const auto f = static_cast<std::size_t>(first);
+    const auto l = static_cast<std::size_t>(last);
+    lo = none ? f : std::min(lo, f);
+    hi = none ? l : std::max(hi, l);
+    none = false;
+  }
+};
+
+KeyHull row_hull(const std::int32_t* first, const std::int32_t* last,
+                 std::size_t n) {
+  KeyHull h;
+  for (std::size_t r = 0; r < n; ++r) h.add(first[r], last[r]);
+  return h;
+}
+
+// Query rows i0 .. i1 - 1 of a sequence (any head: the rows of all heads
+// see the same keys).
+KeyHull visible_hull(const Plan& ps, std::size_t i0, std::size_t i1) {
+  KeyHull h;
+  for (std::size_t i = i0; i < i1; ++i) {
+    std::int32_t first = 0, last = 0;
+    visible_keys(ps, i, first, last);
+    h.add(first, last);
+  }
+  return h;
+}
+
+// A sink logit merged into a finished row state as the state (sink, 1, 0)
+// (batch_invariant merges it last): merge_row_state's rule, a -inf sink
+// adding nothing and a NaN one making the row NaN.
+void merge_sink(float& m, double& l, double* acc, float sink, std::size_t dv) {
+  if (sink == -std::numeric_limits<float>::infinity()) return;
+  const auto plan = detail::merge_plan<double>(m, l, sink, 1.0);
+  switch (plan.what) {
+    case detail::MergeCase::kNaN:
+      l = std::numeric_limits<double>::quiet_NaN();
+      return;
+    case detail::MergeCase::kTakeA:
+      return;
+    case detail::MergeCase::kTakeB:
+      m = sink;
+      l = 1.0;
+      std::fill(acc, acc + dv, 0.0);
+      return;
+    case detail::MergeCase::kCombine:
+      break;
+  }
+  for (std::size_t c = 0; c < dv; ++c) acc[c] *= plan.w_a;
+  l = l * plan.w_a + plan.w_b;
+  m = plan.max;
 }
 
 // Where the kernel reads KV head kh of batch b: the first row of K and V
@@ -193,6 +261,7 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
     }
   }
   const bool pv_split = o.unit_weights == AttentionOptions::UnitWeights::kSplit;
+  const bool invariant = o.batch_invariant;
   float* lse = req.target.lse;
   AttentionPartial* partial = req.target.kind == AttentionTarget::Kind::kPartial
                                   ? req.target.partial
@@ -228,10 +297,28 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
     std::size_t rows = 0;      // g n_q: rows per KV head
     bool split = false;        // the decode form's chunks
     bool split_units = false;  // ... on the units
+    // batch_invariant with more than kDecodeRows rows per KV head: groups of
+    // kDecodeMaxRows rows, each task folding its group's chunks in order.
+    bool grouped = false;
     std::size_t row_blocks = 0, chunks = 1;
+    // The first chunk's index: chunk c covers keys chunk_base + (chunk0 +
+    // c) kDecodeChunk onwards (chunk_base is kv_begin by default, 0 with
+    // batch_invariant: chunks at fixed key indices).
+    std::size_t chunk0 = 0, chunk_base = 0;
+    bool no_keys = false;    // batch_invariant: no row sees a key
     std::size_t task0 = 0;   // its first task
     std::size_t state0 = 0;  // a split sequence's first chunk-state row
+    // A draft tree (draft_parents): row i's mask at tree_masks[tree0 + i
+    // n_kv] (n_kv bytes, 1 = visible), kNoTree without one.
+    std::size_t tree0 = kNoTree;
   };
+  // The draft trees' masks: per row, the prefix and its ancestors.
+  // (A reference: the tasks on other threads must see the calling
+  // thread's buffer, not their own.)
+  thread_local std::vector<std::uint8_t> tree_buffer;
+  std::vector<std::uint8_t>& tree_masks = tree_buffer;
+  tree_masks.clear();
+  const bool trees = table != nullptr && !table->draft_parents.empty();
   thread_local std::vector<Seq> seq_buffer;
   std::vector<Seq>& seqs = seq_buffer;
   seqs.assign(p.B, Seq{});
@@ -255,18 +342,49 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
     s.rows = p.g * n_q;
     s.task0 = tasks;
     if (s.rows == 0) continue;  // a ragged sequence without rows: no task
+    if (trees) {
+      // Checked: n_q <= n_kv and every parent before its row.
+      const std::size_t n_kv = s.plan.n_kv, pre = n_kv - n_q;
+      const std::size_t p0 = ragged ? s.q_row0 : b * p.n_q;
+      s.tree0 = tree_masks.size();
+      tree_masks.resize(s.tree0 + n_q * n_kv, 0);
+      for (std::size_t i = 0; i < n_q; ++i) {
+        std::uint8_t* row = tree_masks.data() + s.tree0 + i * n_kv;
+        std::fill(row, row + pre, std::uint8_t{1});
+        for (auto a = static_cast<std::int64_t>(i); a >= 0;
+             a = table->draft_parents[p0 + static_cast<std::size_t>(a)]) {
+          row[pre + static_cast<std::size_t>(a)] = 1;
+        }
+      }
+    }
     // precise runs in the prefill form only (whatever the rows).
     s.split = s.rows <= kDecodeRows && !o.precise && !o.prefill_form;
+    s.grouped = invariant && !s.split;
+    s.split = s.split || s.grouped;
     // A split KV head with enough rows to fill the units' lanes runs its
     // chunks in the prefill form on the units (rows in lanes: a few rows
     // would leave most lanes idle, and the decode form reads K and V at the
-    // memory's speed there).
-    s.split_units = s.split && units != 0 && s.rows >= kUnitsDecodeMinRows;
-    s.row_blocks = s.split ? 1 : (s.rows + max_rows - 1) / max_rows;
+    // memory's speed there). Not with batch_invariant (the units round
+    // differently from the decode form).
+    s.split_units =
+        s.split && !invariant && units != 0 && s.rows >= kUnitsDecodeMinRows;
+    s.row_blocks = s.grouped ? (s.rows + detail::kDecodeMaxRows - 1) /
+                                   detail::kDecodeMaxRows
+                   : s.split ? 1
+                             : (s.rows + max_rows - 1) / max_rows;
     const std::size_t range = s.plan.kv_end - s.plan.kv_begin;
-    if (s.split) {
-      s.chunks =
-          std::max<std::size_t>(1, (range + kDecodeChunk - 1) / kDecodeChunk);
+    s.chunk_base = invariant ? 0 : s.plan.kv_begin;
+    if (s.split && !s.grouped) {
+      if (invariant) {
+        // The chunks (at fixed key indices) that hold a key some row sees.
+        const KeyHull hull = visible_hull(s.plan, 0, n_q);
+        s.no_keys = hull.empty();
+        s.chunk0 = s.no_keys ? 0 : hull.lo / kDecodeChunk;
+        s.chunks = s.no_keys ? 1 : hull.hi / kDecodeChunk - s.chunk0 + 1;
+      } else {
+        s.chunks =
+            std::max<std::size_t>(1, (range + kDecodeChunk - 1) / kDecodeChunk);
+      }
       s.state0 = split_states;
       split_states += p.Hkv * s.chunks * s.rows;
     }
@@ -303,14 +421,28 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
       detail::attention_scratch_floats(p.d, dv, o.precise, units != 0);
   const std::size_t q16_floats =
       q16 ? std::max(max_rows, detail::kDecodeMaxRows) * p.d : 0;
+  // Per thread: one kernel call's rows, or a group's running state and
+  // its chunk's state (grouped).
+  const std::size_t thread_rows =
+      std::max(rows_cap, 2 * detail::kDecodeMaxRows);
   const std::size_t n_states =
-      split_states + static_cast<std::size_t>(threads) * rows_cap;
+      split_states + static_cast<std::size_t>(threads) * thread_rows;
   double* states = thread_buffer<double>(0, n_states * (dv + 2));
   double* st_l = states;
   double* st_o = states + n_states;
   float* st_m = reinterpret_cast<float*>(states + n_states * (dv + 1));
 
   const bool parallel = tasks > 1 && work >= 4.0 * detail::kParallelElements;
+  // Rows row0 .. row0 + cnt - 1 of sequence s (numbered as in
+  // fill_row_tables) read their draft tree's masks.
+  auto set_tree_masks = [&](const Seq& s, std::size_t row0, std::size_t cnt,
+                            RowTables& rows) {
+    if (s.tree0 == kNoTree) return;
+    for (std::size_t r = 0; r < cnt; ++r) {
+      const std::size_t i = (row0 + r) % s.plan.n_q;
+      rows.mask[r] = tree_masks.data() + s.tree0 + i * s.plan.n_kv;
+    }
+  };
 
   std::exception_ptr error;
   bool failed = false;
@@ -345,12 +477,16 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
     const std::size_t rb = rest % s.row_blocks;
     const std::size_t kh = rest / s.row_blocks;
     const Plan& ps = s.plan;
-    const std::size_t r0 = rb * max_rows;
-    const std::size_t nr = s.split ? s.rows : std::min(max_rows, s.rows - r0);
+    const std::size_t block_rows =
+        s.grouped ? detail::kDecodeMaxRows : max_rows;
+    const std::size_t r0 = rb * block_rows;
+    const std::size_t nr =
+        s.split && !s.grouped ? s.rows : std::min(block_rows, s.rows - r0);
 
     const std::size_t state_row =
-        s.split ? s.state0 + (kh * s.chunks + chunk) * s.rows
-                : split_states + static_cast<std::size_t>(tid) * rows_cap;
+        s.split && !s.grouped
+            ? s.state0 + (kh * s.chunks + chunk) * s.rows
+            : split_states + static_cast<std::size_t>(tid) * thread_rows;
     float* out_m = st_m + state_row;
     double* out_l = st_l + state_row;
     double* out_o = st_o + state_row * dv;
@@ -358,18 +494,18 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
     // rows than a scalar target's kernel takes).
     const bool decode = s.split && !s.split_units;
     const std::size_t step = decode ? detail::kDecodeMaxRows : max_rows;
-    for (std::size_t s0 = 0; s0 < nr; s0 += step) {
-      const std::size_t cnt = std::min(step, nr - s0);
-      RowTables rows;
-      fill_row_tables(p, ps, o, q, widened, b, s.q_batch, s.q_row0, kh, r0 + s0,
-                      cnt, rows);
+    // One kernel call: rows r0 + s0 .. + cnt - 1 over chunk c (split) or
+    // the whole key range, its states at m, l and acc.
+    auto call = [&](std::size_t cnt, const RowTables& rows, std::size_t c,
+                    bool empty, float* m, double* l, double* acc) {
       detail::AttnArgs a;
       set_kv_args(a, kv, table, b, kh);
       a.d = p.d;
       a.dv = dv;
-      a.j_begin = ps.kv_begin + chunk * kDecodeChunk;
+      a.j_begin = s.chunk_base + c * kDecodeChunk;
       a.j_end =
           s.split ? std::min(ps.kv_end, a.j_begin + kDecodeChunk) : ps.kv_end;
+      if (empty) a.j_end = a.j_begin;
       a.prefetch_end = ps.kv_end;
       a.scale = p.scale;
       a.softcap = p.softcap;
@@ -381,17 +517,67 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
       a.q_rows = rows.q;
       a.first_key = rows.first;
       a.last_key = rows.last;
-      a.mask_rows = o.mask.empty() ? nullptr : rows.mask;
+      a.mask_rows = o.mask.empty() && !trees ? nullptr : rows.mask;
       a.bias_rows = o.bias.empty() ? nullptr : rows.bias;
-      // With a split, the sinks go into the first chunk only.
-      a.sinks = (!o.sinks.empty() && chunk == 0) ? rows.sinks : nullptr;
+      if (!o.alibi_slopes.empty()) {
+        a.alibi_slopes = rows.alibi;
+        a.alibi_base = rows.alibi_base;
+        a.alibi_stride = static_cast<double>(ps.kv_stride);
+      }
+      // With a split, the sinks go into the first chunk only; with
+      // batch_invariant they are merged after the last.
+      a.sinks = (!o.sinks.empty() && c == s.chunk0 && !invariant) ? rows.sinks
+                                                                  : nullptr;
       a.scratch = scratch_ptr;
-      a.out_m = out_m + s0;
-      a.out_l = out_l + s0;
-      a.out_o = out_o + s0 * dv;
+      a.out_m = m;
+      a.out_l = l;
+      a.out_o = acc;
       // An empty range (j_begin >= j_end) runs no block: the kernel returns
       // the initial state, the identity or the sink alone.
       detail::attention_kernel(a);
+    };
+    if (s.grouped) {
+      // A group of at most kDecodeMaxRows rows: the chunks that hold a key
+      // one of its rows sees, folded in chunk order as merge_group folds a
+      // split sequence's (chunk states at out_*, chunk temporaries after).
+      RowTables rows;
+      fill_row_tables(p, ps, o, q, widened, b, s.q_batch, s.q_row0, kh, r0, nr,
+                      rows);
+      set_tree_masks(s, r0, nr, rows);
+      const KeyHull hull = row_hull(rows.first, rows.last, nr);
+      const std::size_t c_lo = hull.empty() ? 0 : hull.lo / kDecodeChunk;
+      const std::size_t c_hi = hull.empty() ? 0 : hull.hi / kDecodeChunk;
+      float* tm = out_m + detail::kDecodeMaxRows;
+      double* tl = out_l + detail::kDecodeMaxRows;
+      double* to = out_o + detail::kDecodeMaxRows * dv;
+      for (std::size_t c = c_lo; c <= c_hi; ++c) {
+        const bool first = c == c_lo;
+        call(nr, rows, c, hull.empty(), first ? out_m : tm, first ? out_l : tl,
+             first ? out_o : to);
+        if (first) continue;
+        for (std::size_t r = 0; r < nr; ++r) {
+          detail::merge_row_state(out_m[r], out_l[r], out_o + r * dv, tm[r],
+                                  tl[r], to + r * dv, dv);
+        }
+      }
+      for (std::size_t r = 0; r < nr; ++r) {
+        if (!o.sinks.empty()) {
+          merge_sink(out_m[r], out_l[r], out_o + r * dv, rows.sinks[r], dv);
+        }
+        const std::size_t h = kh * p.g + (r0 + r) / ps.n_q;
+        const std::size_t i = (r0 + r) % ps.n_q;
+        emit(s, h, i, out_m[r], out_l[r], out_o + r * dv);
+      }
+      return;
+    }
+    for (std::size_t s0 = 0; s0 < nr; s0 += step) {
+      const std::size_t cnt = std::min(step, nr - s0);
+      RowTables rows;
+      fill_row_tables(p, ps, o, q, widened, b, s.q_batch, s.q_row0, kh, r0 + s0,
+                      cnt, rows);
+      set_tree_masks(s, r0 + s0, cnt, rows);
+      call(cnt, rows, s.chunk0 + chunk, s.no_keys, out_m + s0, out_l + s0,
+           out_o + s0 * dv);
     }
     if (!s.split) {
       for (std::size_t r = 0; r < nr; ++r) {
@@ -412,7 +598,7 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
   auto merge_group = [&](std::size_t gi) {
     const std::size_t b = gi / p.Hkv, kh = gi % p.Hkv;
     const Seq& s = seqs[b];
-    if (!s.split) return;
+    if (!s.split || s.grouped) return;
     const std::size_t base = s.state0 + kh * s.chunks * s.rows;
     for (std::size_t r = 0; r < s.rows; ++r) {
       float m = st_m[base + r];
@@ -422,6 +608,9 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
         const std::size_t st = base + c * s.rows + r;
         detail::merge_row_state(m, l, acc, st_m[st], st_l[st], st_o + st * dv,
                                 dv);
+      }
+      if (invariant && !o.sinks.empty()) {
+        merge_sink(m, l, acc, o.sinks[kh * p.g + r / s.plan.n_q], dv);
       }
       const std::size_t h = kh * p.g + r / s.plan.n_q;
       const std::size_t i = r % s.plan.n_q;

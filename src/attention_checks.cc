@@ -40,6 +40,11 @@ void check_option_values(const char* fn, const AttentionOptions& o) {
                  std::to_string(o.window_left) + " and " +
                  std::to_string(o.window_right));
   }
+  if (o.batch_invariant && (o.precise || o.prefill_form)) {
+    fail(fn, std::string("batch_invariant cannot be combined with ") +
+                 (o.precise ? "precise" : "prefill_form") +
+                 " (each computes every row alone in the prefill form)");
+  }
   if (o.kv_begin > o.kv_end) {
     fail(fn, "kv_begin " + count(o.kv_begin) + " is past kv_end " +
                  count(o.kv_end));
@@ -142,6 +147,24 @@ void plan_options(const char* fn, const TensorView<const float>& q,
   if (!o.sinks.empty() && o.sinks.size() != p.H) {
     fail(fn, "sinks has " + count(o.sinks.size()) + " values but " +
                  shape("q", q) + " has " + count(p.H) + " heads");
+  }
+  if (!o.alibi_slopes.empty()) {
+    if (o.alibi_slopes.size() != p.H) {
+      fail(fn, "alibi_slopes has " + count(o.alibi_slopes.size()) +
+                   " values but " + shape("q", q) + " has " + count(p.H) +
+                   " heads");
+    }
+    for (std::size_t h = 0; h < p.H; ++h) {
+      if (!std::isfinite(o.alibi_slopes[h])) {
+        fail(fn, "alibi_slopes[" + count(h) +
+                     "] = " + number(o.alibi_slopes[h]) + " must be finite");
+      }
+    }
+    if (!o.bias.empty()) {
+      fail(fn,
+           "alibi_slopes cannot be combined with a bias (add the ALiBi "
+           "terms to the bias instead)");
+    }
   }
 }
 
@@ -348,6 +371,46 @@ Plan check_paged_and_plan(const char* fn, const QueryTensor& qt,
   } else if (t.seq_lens.size() != B) {
     fail(fn, "seq_lens has " + count(t.seq_lens.size()) + " entries but " +
                  shape("q", q) + " has batch " + count(B));
+  }
+  // A draft tree: one parent per query row, each before its row.
+  if (!t.draft_parents.empty()) {
+    const std::size_t rows = ragged ? q.rows : B * q.rows;
+    if (t.draft_parents.size() != rows) {
+      fail(fn, "draft_parents has " + count(t.draft_parents.size()) +
+                   " entries but there are " + count(rows) +
+                   " query rows (one parent per row)");
+    }
+    if (!o.mask.empty() || !o.bias.empty() || !t.query_positions.empty()) {
+      fail(fn, std::string("draft_parents cannot be combined with ") +
+                   (!o.mask.empty()   ? "a mask"
+                    : !o.bias.empty() ? "a bias"
+                                      : "query_positions"));
+    }
+    for (std::size_t b = 0; b < B; ++b) {
+      const std::size_t r0 =
+          ragged ? static_cast<std::size_t>(t.query_start_loc[b]) : b * q.rows;
+      const std::size_t n_q =
+          ragged ? static_cast<std::size_t>(t.query_start_loc[b + 1]) - r0
+                 : q.rows;
+      if (n_q != 0 && t.seq_lens[b] >= 0 &&
+          n_q > static_cast<std::size_t>(t.seq_lens[b])) {
+        fail(fn, "sequence " + count(b) + " has " + count(n_q) +
+                     " draft rows but seq_lens[" + count(b) +
+                     "] = " + std::to_string(t.seq_lens[b]) +
+                     " keys (a draft tree's rows need their keys, the last " +
+                     "n_q, in the cache)");
+      }
+      for (std::size_t i = 0; i < n_q; ++i) {
+        const std::int32_t p = t.draft_parents[r0 + i];
+        if (p < -1 || p >= static_cast<std::int64_t>(i)) {
+          fail(fn, "draft_parents[" + count(r0 + i) +
+                       "] = " + std::to_string(p) +
+                       " must be -1 or a row before it (" + "0 .. " +
+                       std::to_string(static_cast<std::int64_t>(i) - 1) +
+                       " of sequence " + count(b) + "'s rows)");
+        }
+      }
+    }
   }
   // Positions (sharded caches).
   constexpr std::int64_t kMaxPos = std::int64_t{1} << 62;
@@ -647,8 +710,10 @@ KeyRange AttentionPlan::visible_keys(std::size_t b,
 }
 
 bool AttentionPlan::decode_form(std::size_t b) const noexcept {
-  return p_.g * sequence_rows(b) <= detail::attn::kDecodeRows &&
-         !r_.options.precise && !r_.options.prefill_form;
+  const AttentionOptions& o = r_.options;
+  return (p_.g * sequence_rows(b) <= detail::attn::kDecodeRows ||
+          o.batch_invariant) &&
+         !o.precise && !o.prefill_form;
 }
 
 void AttentionPlan::run() const {

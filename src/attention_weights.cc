@@ -43,7 +43,8 @@ void for_each_score_row(const Plan& p, const TensorView<const float>& q,
   std::vector<float> krow_f(p.n_kv * p.d);
   std::vector<float> score_scratch(detail::attention_score_scratch(p.d));
   // The form attention() takes for these shapes decides how scores round.
-  const bool decode = p.g * p.n_q <= kDecodeRows && !o.prefill_form;
+  const bool decode =
+      (p.g * p.n_q <= kDecodeRows || o.batch_invariant) && !o.prefill_form;
   for (std::size_t b = 0; b < p.B; ++b) {
     for (std::size_t h = 0; h < p.H; ++h) {
       const std::size_t kh = h / p.g;
@@ -80,6 +81,12 @@ void for_each_score_row(const Plan& p, const TensorView<const float>& q,
                            i)[p.mask_col0 + j];
             if (bv == -kInf) keep = false;
             s[j] = s[j] + bv;
+          }
+          if (!o.alibi_slopes.empty()) {
+            s[j] =
+                s[j] + detail::alibi_term(o.alibi_slopes[h], j,
+                                          static_cast<double>(alibi_base(p, i)),
+                                          static_cast<double>(p.kv_stride));
           }
           if (!o.mask.empty() &&
               !o.mask.row(o.mask.batch == 1 ? 0 : b, o.mask.heads == 1 ? 0 : h,

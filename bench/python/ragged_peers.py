@@ -13,8 +13,9 @@ of 16 tokens in vLLM's layout, taken in a random order; bfloat16 or int8 pages.
   dequantised to bfloat16 first, torch has no int8 attention), a bottom-right causal
   mask for the prefill chunks.
 
-It also times the 12 decode rows alone (softdot) and reports their K+V bytes per second
-against a read roofline (torch.sum over a 1 GiB float32 array). OpenVINO's
+softdot runs twice: by default and with ``batch_invariant=True`` (every row in the decode
+form: a token's bits do not depend on its batch). It also times the 12 decode rows alone
+(softdot, both ways) and reports their K+V bytes per second against a read roofline (torch.sum over a 1 GiB float32 array). OpenVINO's
 PagedAttention is not built here: its Python API exposes it only inside a converted
 model. Run:
 
@@ -101,20 +102,32 @@ def run(threads: int, dtypes, min_time: float) -> dict:
         kc, vc, table, lens, q, qsl, nqs = build(dtype, rng)
         B = len(lens)
 
-        def sd():
-            return softdot.paged_attention(q, kc, vc, table, lens, causal=True, query_start_loc=qsl)
+        def sd(inv=False):
+            return softdot.paged_attention(
+                q, kc, vc, table, lens, causal=True, query_start_loc=qsl, batch_invariant=inv
+            )
 
         t_sd = best_time(sd, min_time, 3)
+        t_inv = best_time(lambda: sd(True), min_time, 3)
         # Decode rows alone (the last 12 sequences).
         nd = len(DECODE)
         qd = q[int(qsl[B - nd]) :]
         qsl_d = (qsl[B - nd :] - qsl[B - nd]).astype(np.int32)
-        t_dec = best_time(
-            lambda: softdot.paged_attention(
-                qd, kc, vc, table[B - nd :], lens[B - nd :], causal=True, query_start_loc=qsl_d
-            ),
-            min_time,
-        )
+
+        def sd_dec(inv=False):
+            return softdot.paged_attention(
+                qd,
+                kc,
+                vc,
+                table[B - nd :],
+                lens[B - nd :],
+                causal=True,
+                query_start_loc=qsl_d,
+                batch_invariant=inv,
+            )
+
+        t_dec = best_time(sd_dec, min_time)
+        t_dec_inv = best_time(lambda: sd_dec(True), min_time)
         dec_bytes = kv_bytes(DECODE, dtype)
 
         # torch: per sequence, gathered pages and SDPA.
@@ -168,6 +181,9 @@ def run(threads: int, dtypes, min_time: float) -> dict:
                 "decode_ms": t_dec * 1e3,
                 "decode_GBs": dec_bytes / t_dec / 1e9,
                 "decode_of_roofline": dec_bytes / t_dec / roof,
+                "invariant_ms": t_inv * 1e3,
+                "invariant_speedup": t_torch / t_inv,
+                "invariant_decode_of_roofline": dec_bytes / t_dec_inv / roof,
             }
         )
         print(f"[{threads} thread(s)] {dtype}: {out['cases'][-1]}", file=sys.stderr)
@@ -209,15 +225,17 @@ def main() -> None:
     )
     print(
         "| threads | pages | softdot ms | torch SDPA per sequence ms | speed-up | "
-        "decode rows alone ms | decode GB/s | of read roofline |"
+        "decode rows alone ms | decode GB/s | of read roofline | batch_invariant ms | "
+        "its speed-up | its decode of roofline |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in runs:
         for c in r["cases"]:
             print(
                 f"| {r['threads']} | {c['dtype']} | {c['softdot_ms']:.1f} | {c['torch_ms']:.1f} | "
                 f"{c['speedup']:.2f} | {c['decode_ms']:.2f} | {c['decode_GBs']:.1f} | "
-                f"{c['decode_of_roofline']:.2f} |"
+                f"{c['decode_of_roofline']:.2f} | {c['invariant_ms']:.1f} | "
+                f"{c['invariant_speedup']:.2f} | {c['invariant_decode_of_roofline']:.2f} |"
             )
     if args.json:
         with open(args.json, "w") as f:

@@ -121,6 +121,15 @@ struct AttentionOptions {
   // parts only.
   std::span<const float> sinks;
 
+  // ALiBi: one slope per query head (alibi_slopes.size() == heads of Q),
+  // computed in the kernel rather than passed as a bias tensor: the score
+  // of query i and key j gains slope_h (pos_j - pos_i), the positions those
+  // causal compares (bottom-right by default, q_position / kv_position, a
+  // paged cache's positions), computed in double and rounded once to float
+  // (exact distance below 2^53), then added as a bias is: bit for bit the
+  // call with that bias. Slopes finite; not with a bias. Empty: none.
+  std::span<const float> alibi_slopes;
+
   // Partial attention: only keys kv_begin <= j < kv_end of K and V are used
   // (kv_end is clamped to n_kv; kv_begin past the clamped kv_end is an
   // error, kv_begin == kv_end an empty range). Positions (causal, window) and
@@ -153,6 +162,25 @@ struct AttentionOptions {
   // run several times slower. attention_weights() and attention_scores()
   // round the scores of that form too.
   bool prefill_form = false;
+
+  // Batch-invariant bits at the decode form's speed: every row is computed
+  // in the decode form's arithmetic (scores as 16-lane FMA chains reduced
+  // in a fixed tree, attention.h "two forms"), its keys cut into chunks of
+  // 512 at fixed key indices (keys 512 c .. 512 c + 511 of the sequence)
+  // whose states are merged in chunk order, and the sink (if any) merged
+  // last. A row's bits then depend only on its query row, the keys and
+  // values it sees and the options: not on the other rows of the call, the
+  // other sequences of a batch (ragged or not), where a chunked prefill cut
+  // its prompt, whether it is a prefill, decode or verification row, or
+  // the thread count. Decode shapes run at the default's decode speed
+  // (bfloat16 rows that would take the units' decode run the decode form);
+  // prefill shapes run the decode form in groups of 16 rows, each group
+  // reading its keys once (docs/performance.md has the cost). Not the
+  // default's bits (its prefill rows round their scores differently, its
+  // chunks start at kv_begin and its sink enters the first chunk); within
+  // the same bounds. Not with precise or prefill_form (each already gives
+  // a row bits of its own, in the prefill form).
+  bool batch_invariant = false;
 
   // How the weights P enter the P V product when the products run on
   // bfloat16 units (bfloat16 queries, keys and values; matrix_unit() in
@@ -443,6 +471,19 @@ void attention_finalize(const AttentionPartial& partial, TensorView<float> out,
 // result (paged_attention_partial) then
 // merges with the others' (attention_merge) into the attention over the
 // whole cache. Default (empty): key j at j, row i at i + seq_lens[b] - n_q.
+//
+// A draft tree (speculative verification, as tree decoding lays it out):
+// with draft_parents given (one entry per query row: T entries with
+// query_start_loc, row query_start_loc[b] + i; else B n_q, row b n_q + i),
+// sequence b's n_q rows are draft tokens whose keys are its last n_q keys
+// (row i's at key seq_lens[b] - n_q + i), and draft_parents of row i is
+// the row of its parent within the sequence (0 <= p < i), or -1 for a token
+// that follows the cached prefix directly. Row i then sees the prefix
+// (keys 0 .. seq_lens[b] - n_q - 1) and the keys of its ancestors and
+// itself, nothing else of the draft: each draft token sees what it would
+// see alone on its branch (causal and the window still apply, by key
+// index). A chain (parent i - 1, -1 for row 0) is plain causal attention.
+// Needs n_q <= seq_lens[b]; not with a mask, a bias or query_positions.
 struct PagedKVTable {
   std::span<const std::int32_t> block_table;  // [batch * blocks_per_seq]
   std::size_t blocks_per_seq = 0;
@@ -453,6 +494,8 @@ struct PagedKVTable {
   std::span<const std::int64_t> query_positions{};
   std::span<const std::int64_t> kv_position_offsets{};
   std::size_t kv_position_stride = 1;
+  // Empty, or one per query row: a draft tree (above).
+  std::span<const std::int32_t> draft_parents{};
 };
 
 // attention() over a paged K/V cache: for each sequence b, exactly what

@@ -244,8 +244,9 @@ class AttentionPlan {
   // the bias are not).
   KeyRange visible_keys(std::size_t b, std::size_t i) const noexcept;
   // True when sequence b's shapes take the decode form (at most 16 query
-  // rows per KV head, not precise, not prefill_form; attention.h, "two
-  // forms"); every sequence has the same form unless the batch is ragged.
+  // rows per KV head or batch_invariant, not precise, not prefill_form;
+  // attention.h, "two forms"); every sequence has the same form unless the
+  // batch is ragged.
   bool decode_form(std::size_t b = 0) const noexcept;
   // The derived values (internal use: src/, the command's --explain).
   const detail::AttentionPlanData& data() const noexcept { return p_; }

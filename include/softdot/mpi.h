@@ -69,7 +69,8 @@ struct RingOptions {
   // have one row per local query row (rows() of the layout, padding rows
   // included; rows broadcast with row_stride 0 as in attention()) and one
   // column per global position (seq_len columns). kv_begin, kv_end,
-  // q_position, kv_position and prefill_form must keep their defaults.
+  // q_position, kv_position, prefill_form and batch_invariant must keep
+  // their defaults.
   AttentionOptions attention;
   // The whole sequence's length and its layout over the communicator's
   // ranks (ring_layout(seq_len, P, layout, deterministic)): every rank's q,

@@ -30,6 +30,8 @@ def scaled_dot_product_attention(
     out: Any = None,
     precise: bool = False,
     unit_weights: str = "rounded",
+    batch_invariant: bool = False,
+    alibi_slopes: Any = None,
     is_causal: bool = False,
     enable_gqa: bool = False,
     dropout_p: float = 0.0,
@@ -86,6 +88,18 @@ def scaled_dot_product_attention(
         2^-9 W to the error bound) or as a bfloat16 high part plus the
         bfloat16 nearest to the rest ("split", two products: 2^-18 W, about
         1.3x the time). Without units P stays float32 either way.
+    batch_invariant : bool, default False
+        Every row in the decode form's arithmetic, its keys in chunks of
+        512 at fixed key indices merged in order (C++
+        ``AttentionOptions::batch_invariant``): a row's bits depend only on
+        its own query, keys, values and options, not on how many rows the
+        call has, at the decode form's speed for decode shapes (prefill
+        shapes cost more: docs/performance.md). Not with ``precise``.
+    alibi_slopes : array [Hq], optional
+        ALiBi, one slope per query head, computed in the kernel: the score
+        of query i and key j gains ``slope * (pos_j - pos_i)`` (positions
+        as ``causal`` places them), rounded once to float32 and added as a
+        bias is (bit for bit that bias). Not with ``bias``.
 
     Returns
     -------
@@ -123,6 +137,8 @@ def scaled_dot_product_attention(
         precise=precise,
         top_left=top_left,
         unit_weights=unit_weights,
+        batch_invariant=batch_invariant,
+        alibi_slopes=alibi_slopes,
     )
 
 
@@ -145,6 +161,8 @@ def _call(
     full = p.lead + (p.L, p.S)
     mask, bias4 = R.masks(fn, attn_mask, bias, p.kind, full, "query's batch axes, L, S")
     sinks1 = R.sinks_array(fn, sinks, p.kind)
+    if opts.get("alibi_slopes") is not None:
+        opts["alibi_slopes"] = R.sinks_array(fn, opts["alibi_slopes"], p.kind, "alibi_slopes", "slope")
     o = R.options(fn, mask=mask, bias=bias4, sinks=sinks1, **opts)
     shape = p.lead + (p.L, p.Ev if kind == "output" else p.S)
     if kind != "output" and p.q_format != R.KV_F32:

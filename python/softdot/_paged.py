@@ -117,6 +117,9 @@ def paged_attention(
     query_positions: Any = None,
     kv_position_offsets: Any = None,
     kv_position_stride: int = 1,
+    batch_invariant: bool = False,
+    draft_parents: Any = None,
+    alibi_slopes: Any = None,
 ) -> Any:
     """Fused attention over a paged K/V cache, as LLM serving engines keep
     it: sequence b's key position t lies in page
@@ -179,6 +182,24 @@ def paged_attention(
         and the window compare these. Each rank's result with
         ``return_lse=True`` merges with the others' (:func:`attention_merge`)
         into the attention over the whole cache.
+    batch_invariant : bool, default False
+        Every row computed in the decode form with its keys in chunks of 512
+        at fixed key indices (see :func:`scaled_dot_product_attention`): a
+        token's bits are the same whatever its batch companions, wherever a
+        chunked prefill cut its prompt, and whether it is a prefill, decode
+        or verification row, with decode at its usual speed.
+    draft_parents : int32 array, optional
+        A draft tree per sequence (speculative verification): one entry per
+        query row ([T] with ``query_start_loc``, else [B, L]), the row of its
+        parent within its sequence (an earlier row), or -1 for a token that
+        follows the cached prefix. A sequence's L rows are draft tokens whose
+        keys are its last L keys (row i's at ``seq_lens[b] - L + i``): row i
+        sees the prefix and its ancestors' keys and its own, no other draft
+        key. Not with ``attn_mask``, ``bias`` or ``query_positions``.
+    alibi_slopes : float32 array [Hq], optional
+        ALiBi slopes, as :func:`scaled_dot_product_attention` (vLLM's
+        ``alibi_slopes``): ``slope * (pos_j - pos_i)`` with each sequence's
+        positions.
 
     Returns
     -------
@@ -259,6 +280,8 @@ def paged_attention(
         bias=bias4,
         sinks=sk,
         unit_weights=unit_weights,
+        batch_invariant=batch_invariant,
+        alibi_slopes=R.sinks_array(fn, alibi_slopes, kind, "alibi_slopes", "slope"),
     )
     # The ragged form's output is [T, Hq, Ev] (the core writes it as
     # [1, Hq, T, Ev] through strides) and its lse [Hq, T].
@@ -308,6 +331,9 @@ def paged_attention(
     }
     if ragged:
         kv["query_start_loc"] = qsl
+    if draft_parents is not None:
+        dp = _int32(fn, "draft_parents", draft_parents, kind, 1 if ragged else 2)
+        kv["draft_parents"] = dp.reshape(-1)
     if query_positions is not None:
         kv["query_positions"] = _int64(fn, "query_positions", query_positions, kind)
         if kv_position_offsets is not None:

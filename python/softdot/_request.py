@@ -212,16 +212,18 @@ def masks(
     return mask, bias4
 
 
-def sinks_array(fn: str, sinks: Any, kind: str) -> Optional[np.ndarray]:
-    """The sinks as contiguous float32 (the library checks there is one per
-    query head)."""
+def sinks_array(
+    fn: str, sinks: Any, kind: str, name: str = "sinks", what: str = "logit"
+) -> Optional[np.ndarray]:
+    """The sinks (or ALiBi slopes) as contiguous float32 (the library checks
+    there is one per query head)."""
     if sinks is None:
         return None
-    s = array(fn, "sinks", sinks, kind)
+    s = array(fn, name, sinks, kind)
     if kind == "torch":
-        s = as_numpy(fn, "sinks", s.float() if s.dtype != A.torch_module().float32 else s, kind)
+        s = as_numpy(fn, name, s.float() if s.dtype != A.torch_module().float32 else s, kind)
     if s.ndim != 1:
-        raise ValueError(f"{fn}: sinks has shape {s.shape}; expected one logit per query head")
+        raise ValueError(f"{fn}: {name} has shape {s.shape}; expected one {what} per query head")
     return np.ascontiguousarray(s, dtype=A.F32)
 
 
@@ -266,6 +268,8 @@ def options(
     sinks: Optional[np.ndarray] = None,
     top_left: bool = False,
     unit_weights: Any = "rounded",
+    batch_invariant: Any = False,
+    alibi_slopes: Optional[np.ndarray] = None,
 ) -> Dict[str, Any]:
     """The options dict of the core's request. Values are only converted
     (types); the library checks them (scale finite and > 0, window >= -1,
@@ -284,6 +288,8 @@ def options(
         "causal": bool(causal),
         "softcap": _number(fn, "softcap", softcap),
         "precise": bool(precise),
+        "batch_invariant": bool(batch_invariant),
+        "alibi_slopes": alibi_slopes,
         "mask": mask,
         "bias": bias,
         "sinks": sinks,

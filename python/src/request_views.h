@@ -86,14 +86,16 @@ inline std::optional<In> array_or_none(const nb::dict& d, const char* key) {
 
 // The options dict: scale (None: 1/sqrt(d)), causal, window_left,
 // window_right, softcap, kv_begin, kv_end (None: every key), precise,
-// prefill_form, q_position (None: automatic), kv_position, and the arrays
-// mask (bool), bias (float32) and sinks (float32, 1-d). The arrays must
-// outlive the call (the dict holds them).
+// prefill_form, batch_invariant, q_position (None: automatic),
+// kv_position, and the arrays mask (bool), bias (float32), sinks and
+// alibi_slopes (float32, 1-d). The arrays must outlive the call (the dict
+// holds them).
 inline AttentionOptions options_of(const nb::dict& d) {
-  check_keys("options", d,
-             {"scale", "causal", "window_left", "window_right", "softcap",
-              "kv_begin", "kv_end", "precise", "prefill_form", "q_position",
-              "kv_position", "mask", "bias", "sinks", "unit_weights"});
+  check_keys(
+      "options", d,
+      {"scale", "causal", "window_left", "window_right", "softcap", "kv_begin",
+       "kv_end", "precise", "prefill_form", "batch_invariant", "q_position",
+       "kv_position", "mask", "bias", "sinks", "unit_weights", "alibi_slopes"});
   AttentionOptions o = make_options(
       array_or_none(d, "mask"), array_or_none(d, "bias"),
       array_or_none(d, "sinks"),
@@ -106,6 +108,14 @@ inline AttentionOptions options_of(const nb::dict& d) {
                           std::numeric_limits<std::size_t>::max()));
   o.precise = get_or<bool>(d, "precise", false);
   o.prefill_form = get_or<bool>(d, "prefill_form", false);
+  o.batch_invariant = get_or<bool>(d, "batch_invariant", false);
+  if (const std::optional<In> al = array_or_none(d, "alibi_slopes")) {
+    check_dtype("alibi_slopes", *al, nb::dtype<float>(), "float32");
+    if (al->ndim() != 1 || (al->shape(0) > 1 && al->stride(0) != 1))
+      fail("alibi_slopes must be a contiguous 1-d array, one slope per head");
+    o.alibi_slopes = std::span<const float>(
+        static_cast<const float*>(al->data()), al->shape(0));
+  }
   o.q_position =
       get_or<std::size_t>(d, "q_position", AttentionOptions::kAutoPosition);
   o.kv_position = get_or<std::size_t>(d, "kv_position", 0);
@@ -157,12 +167,14 @@ inline std::span<const std::int32_t> int32_span(const char* name, const In& a) {
 // (the arrays' names in errors), and for a paged cache block_table (int32),
 // blocks_per_seq, seq_lens (int32) and, for a ragged batch,
 // query_start_loc (int32, or None); positions: query_positions and
-// kv_position_offsets (int64, or None), kv_position_stride.
+// kv_position_offsets (int64, or None), kv_position_stride; a draft tree:
+// draft_parents (int32, or None).
 inline KVSource kv_source_of(const nb::dict& d) {
   check_keys("kv", d,
              {"format", "k", "v", "k_scales", "v_scales", "k_name", "v_name",
               "block_table", "blocks_per_seq", "seq_lens", "query_start_loc",
-              "query_positions", "kv_position_offsets", "kv_position_stride"});
+              "query_positions", "kv_position_offsets", "kv_position_stride",
+              "draft_parents"});
   const int code = nb::cast<int>(d["format"]);
   if (code < 0 || code > 3) fail("kv format must be 0, 1, 2 or 3");
   const auto f = static_cast<KVFormat>(code);
@@ -180,6 +192,9 @@ inline KVSource kv_source_of(const nb::dict& d) {
                      int32_span("seq_lens", nb::cast<In>(d["seq_lens"]))};
   if (const std::optional<In> qsl = array_or_none(d, "query_start_loc")) {
     table.query_start_loc = int32_span("query_start_loc", *qsl);
+  }
+  if (const std::optional<In> dp = array_or_none(d, "draft_parents")) {
+    table.draft_parents = int32_span("draft_parents", *dp);
   }
   auto int64_span = [](const char* name, const In& a) {
     check_dtype(name, a, nb::dtype<std::int64_t>(), "int64");

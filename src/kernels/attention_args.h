@@ -97,14 +97,31 @@ struct AttnArgs {
   const std::uint8_t* const* mask_rows = nullptr;  // null, or [rows] (entries
                                                    // may be null), by key j
   const float* const* bias_rows = nullptr;         // the same for the bias
-  const float* sinks = nullptr;                    // null or [rows]
-  float* scratch = nullptr;  // attention_scratch_floats(d, dv) floats
+  // ALiBi (AttentionOptions::alibi_slopes): null, or per row its slope and
+  // base, key j's term alibi_term(slope, j, base, alibi_stride).
+  const float* alibi_slopes = nullptr;  // [rows]
+  const double* alibi_base = nullptr;   // [rows]
+  double alibi_stride = 1.0;
+  const float* sinks = nullptr;  // null or [rows]
+  float* scratch = nullptr;      // attention_scratch_floats(d, dv) floats
   // The state of each row: max, sum (NaN if the row saw a NaN), and the
   // unnormalised output sum_j exp(s_j - max) V_j.
   float* out_m = nullptr;   // [rows]
   double* out_l = nullptr;  // [rows]
   double* out_o = nullptr;  // [rows * dv]
 };
+
+// The ALiBi term of key j for a row: slope (pos_j - pos_i), pos_j - pos_i
+// = j stride + base (base = the key offset minus the row's position),
+// computed in double (exact while |j stride + base| < 2^53: the product of
+// a float and such an integer is exact in double) and rounded once to float.
+// The kernels add it to the score as they add a bias; attention_weights()
+// too.
+inline float alibi_term(float slope, std::size_t j, double base,
+                        double stride) {
+  return static_cast<float>(static_cast<double>(slope) *
+                            (static_cast<double>(j) * stride + base));
+}
 
 // Floats of scratch one kernel call needs (with room for 64-byte alignment).
 // precise adds Qt in double and the scores' low parts (2 more pieces).

@@ -499,12 +499,17 @@ HWY_INLINE bool DecodeSoftmaxStep(const AttnArgs& a, const DecodeScratch& sc,
     float* pr = sc.P + r * B;
     // Scale, cap, bias, mask and limits, by vectors of keys.
     const bool ext = (a.bias_rows != nullptr && a.bias_rows[r] != nullptr) ||
-                     (a.mask_rows != nullptr && a.mask_rows[r] != nullptr);
+                     (a.mask_rows != nullptr && a.mask_rows[r] != nullptr) ||
+                     a.alibi_slopes != nullptr;
     if (ext) {
       for (std::size_t j = 0; j < kb; ++j) {
         float x = 0.0f;
         if (a.bias_rows != nullptr && a.bias_rows[r] != nullptr) {
           x = a.bias_rows[r][j0 + j];
+        }
+        if (a.alibi_slopes != nullptr) {
+          x = detail::alibi_term(a.alibi_slopes[r], j0 + j, a.alibi_base[r],
+                                 a.alibi_stride);
         }
         if (a.mask_rows != nullptr && a.mask_rows[r] != nullptr &&
             a.mask_rows[r][j0 + j] == 0) {

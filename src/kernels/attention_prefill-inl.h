@@ -368,7 +368,8 @@ HWY_INLINE void PrefillMaskScores(const AttnArgs& a, const Scratch& sc,
   const std::size_t rows = a.rows;
   const bool precise = a.precise;
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  const bool extra = a.mask_rows != nullptr || a.bias_rows != nullptr;
+  const bool extra = a.mask_rows != nullptr || a.bias_rows != nullptr ||
+                     a.alibi_slopes != nullptr;
   const VF neg_inf = hn::Set(df, -kInf);
   const VF pos_inf = hn::Set(df, kInf);
   const bool softcap = a.softcap > 0.0f;
@@ -385,6 +386,10 @@ HWY_INLINE void PrefillMaskScores(const AttnArgs& a, const Scratch& sc,
         if (r < rows) {
           if (a.bias_rows != nullptr && a.bias_rows[r] != nullptr) {
             add = a.bias_rows[r][j0 + j];
+          }
+          if (a.alibi_slopes != nullptr) {
+            add = detail::alibi_term(a.alibi_slopes[r], j0 + j, a.alibi_base[r],
+                                     a.alibi_stride);
           }
           if (a.mask_rows != nullptr && a.mask_rows[r] != nullptr &&
               a.mask_rows[r][j0 + j] == 0) {

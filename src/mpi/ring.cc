@@ -189,10 +189,11 @@ std::string check_local(const RingLayout& L, int rank,
   const AttentionOptions& o = ro.attention;
   if (o.kv_begin != 0 || o.kv_end != std::numeric_limits<std::size_t>::max() ||
       o.q_position != AttentionOptions::kAutoPosition || o.kv_position != 0 ||
-      o.prefill_form) {
+      o.prefill_form || o.batch_invariant) {
     return fn +
            ": options.attention.kv_begin, kv_end, q_position, "
-           "kv_position and prefill_form must keep their defaults";
+           "kv_position, prefill_form and batch_invariant must keep their "
+           "defaults";
   }
   const std::size_t n = L.rows();
   if (q.rows != n || k.rows != n || v.rows != n) {

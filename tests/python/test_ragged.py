@@ -64,6 +64,98 @@ def test_ragged_equals_each_sequence_alone(dtype, causal):
         np.testing.assert_array_equal(lse[:, r], lb[0])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+def test_batch_invariant_token_bits(dtype):
+    """batch_invariant: each token's bits in a ragged batch (prefill chunks,
+    decode rows, a 4-token verification block; bfloat16 queries on bfloat16
+    pages too) equal the token decoded alone; by default a prefill row's do
+    not."""
+    rng = np.random.default_rng(26)
+    Hq, Hkv, E = 8, 2, 64
+    cdt = {"float32": np.float32, "bfloat16": BF16, "int8": np.float32}
+    lens = [1100, 700, 40, 600]
+    nqs = [37, 1, 4, 9]
+    _, _, kc, vc, table, sl = make_cache(rng, lens, 16, Hkv, E, E, dtype=cdt[dtype])
+    if dtype == "int8":
+        kc, vc = int8_cache(kc, vc)
+    q, qsl = packed(rng, nqs, Hq, E, BF16 if dtype == "bfloat16" else np.float32)
+    kw = dict(causal=True, sinks=np.linspace(-1, 1, Hq, dtype=np.float32), window=(500, 0))
+    out, lse = softdot.paged_attention(
+        q, kc, vc, table, sl, query_start_loc=qsl, return_lse=True, batch_invariant=True, **kw
+    )
+    default = softdot.paged_attention(q, kc, vc, table, sl, query_start_loc=qsl, **kw)
+    differs = False
+    for b, n in enumerate(nqs):
+        for i in range(n):
+            t = int(qsl[b]) + i
+            ob, lb = softdot.paged_attention(
+                q[t : t + 1],
+                kc,
+                vc,
+                table[b : b + 1],
+                np.array([lens[b] - n + i + 1], np.int32),
+                query_start_loc=np.array([0, 1], np.int32),
+                return_lse=True,
+                batch_invariant=True,
+                **kw,
+            )
+            np.testing.assert_array_equal(out[t].view(np.uint8), ob[0].view(np.uint8))
+            np.testing.assert_array_equal(lse[:, t], lb[:, 0])
+            differs |= not np.array_equal(default[t].view(np.uint8), ob[0].view(np.uint8))
+    assert differs  # the default's prefill rows round their scores otherwise
+    with pytest.raises(ValueError, match="batch_invariant cannot be combined with precise"):
+        softdot.scaled_dot_product_attention(
+            np.zeros((1, 1, 2, 4), np.float32),
+            np.zeros((1, 1, 2, 4), np.float32),
+            np.zeros((1, 1, 2, 4), np.float32),
+            precise=True,
+            batch_invariant=True,
+        )
+
+
+def test_draft_tree_equals_its_dense_mask_and_torch():
+    """A ragged batch of draft trees (parents per row): each sequence equals
+    the call on it alone with the dense mask the tree stands for, bit for
+    bit, and torch SDPA with that mask within float32 rounding; a bad
+    parent is a clear error."""
+    rng = np.random.default_rng(7)
+    Hq, Hkv, E = 8, 2, 32
+    lens, nqs = [300, 40, 700], [6, 5, 9]
+    ks, vs, kc, vc, table, sl = make_cache(rng, lens, 16, Hkv, E, E)
+    q, qsl = packed(rng, nqs, Hq, E)
+    par = np.concatenate([[rng.integers(-1, i) for i in range(n)] for n in nqs]).astype(np.int32)
+    out = softdot.paged_attention(
+        q, kc, vc, table, sl, causal=True, query_start_loc=qsl, draft_parents=par
+    )
+    for b, n in enumerate(nqs):
+        L = lens[b]
+        r = slice(int(qsl[b]), int(qsl[b + 1]))
+        mask = np.zeros((n, L), bool)
+        mask[:, : L - n] = True
+        for i in range(n):
+            a = i
+            while a >= 0:
+                mask[i, L - n + a] = True
+                a = int(par[int(qsl[b]) + a])
+        qb = np.ascontiguousarray(q[r].transpose(1, 0, 2))[None]
+        ob = softdot.paged_attention(
+            qb, kc, vc, table[b : b + 1], sl[b : b + 1], causal=True, attn_mask=mask
+        )
+        np.testing.assert_array_equal(out[r].transpose(1, 0, 2), ob[0])
+        want = F.scaled_dot_product_attention(
+            torch.from_numpy(qb).double(),
+            torch.from_numpy(ks[b][None]).double(),
+            torch.from_numpy(vs[b][None]).double(),
+            attn_mask=torch.from_numpy(mask),
+            enable_gqa=True,
+        )
+        np.testing.assert_allclose(out[r].transpose(1, 0, 2), want[0].numpy(), atol=2e-6)
+    bad = par.copy()
+    bad[1] = 1
+    with pytest.raises(ValueError, match=r"draft_parents\[1\] = 1 must be -1 or a row before it"):
+        softdot.paged_attention(q, kc, vc, table, sl, query_start_loc=qsl, draft_parents=bad)
+
+
 def test_ragged_against_torch_sdpa():
     rng = np.random.default_rng(8)
     Hq, Hkv, E = 8, 2, 32

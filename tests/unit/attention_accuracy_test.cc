@@ -146,6 +146,42 @@ TEST(AttentionAccuracy, BatchHeadsStridedGqaMqa) {
   }
 }
 
+// batch_invariant (every row in the decode form, chunks at fixed key
+// indices, the sink merged last): within the same bound on every target,
+// for decode, verification and prefill shapes (groups of 16 rows), causal
+// with a window, sinks and softcap, and non-causal with a key range.
+TEST(AttentionAccuracy, BatchInvariantWithinBound) {
+  const std::vector<float> sinks = {0.5f, -1.0f, 2.0f,  0.0f,
+                                    1.5f, -0.5f, 0.25f, -kInfF};
+  for (const std::size_t nq : {1, 4, 37}) {
+    Shape s{.B = 2,
+            .H = 8,
+            .Hkv = 2,
+            .nq = nq,
+            .nkv = 1100,
+            .d = 64,
+            .dv = 48,
+            .pad = 2,
+            .off = 1,
+            .seed = 40 + nq};
+    AttentionOptions o;
+    o.batch_invariant = true;
+    o.causal = true;
+    o.window_left = 700;
+    o.sinks = sinks;
+    o.softcap = 20.0f;
+    accuracy_case<float>("invariant causal", make_problem<float>(s), o);
+    accuracy_case<BFloat16>("invariant causal", make_problem<BFloat16>(s), o);
+    AttentionOptions o2;
+    o2.batch_invariant = true;
+    o2.kv_begin = 100;
+    o2.kv_end = 1050;
+    s.d = 40;  // the untiled decode form
+    accuracy_case<float>("invariant kv_range", make_problem<float>(s), o2);
+    accuracy_case<Float16>("invariant kv_range", make_problem<Float16>(s), o2);
+  }
+}
+
 // Larger scores (spread about 50: the score error term D dominates), an
 // explicit scale, and values far from 0 (a well-conditioned sum) or of
 // mixed magnitude.

@@ -1045,5 +1045,380 @@ TEST(AttentionPaged, ExplicitDefaultPositionsAreTheDefault) {
                  {"paged_attention", "need query_positions"});
 }
 
+// ---- batch-invariant bits (batch_invariant) ---------------------------------
+
+// Rows i0 .. i1 - 1 of sequence b of a Ragged batch (token i at position
+// lens[b] - nqs[b] + i), computed against the cache up to the last of them
+// (seq_len lens[b] - nqs[b] + i1): a prefill chunk, a decode row (one
+// row), verification rows.
+struct RowsItem {
+  std::size_t b, i0, i1;
+};
+
+// One ragged paged_attention call over the items: for item n and its row
+// i, the bits of out (head-major, H dv) and lse (H) in result[n][i - i0].
+template <class T>
+std::vector<std::vector<std::vector<std::uint32_t>>> invariant_call(
+    const Ragged<T>& r, const std::vector<RowsItem>& items,
+    const AttentionOptions& o) {
+  const std::size_t H = r.H, d = r.q.C, dv = r.c.v.C;
+  const std::size_t bps = r.p.blocks_per_seq;
+  std::vector<std::int32_t> table, lens, qsl = {0};
+  for (const RowsItem& it : items) {
+    const std::size_t pre = std::size_t(r.p.lens[it.b]) -
+                            std::size_t(r.qsl[it.b + 1] - r.qsl[it.b]);
+    table.insert(table.end(), r.p.table.begin() + it.b * bps,
+                 r.p.table.begin() + (it.b + 1) * bps);
+    lens.push_back(std::int32_t(pre + it.i1));
+    qsl.push_back(qsl.back() + std::int32_t(it.i1 - it.i0));
+  }
+  const auto TR = std::size_t(qsl.back());
+  Tensor<float> q(1, TR, H, d, 0, 0.0f), out(1, TR, H, dv, 0, kOutSentinel);
+  std::size_t t = 0;
+  for (const RowsItem& it : items)
+    for (std::size_t i = it.i0; i < it.i1; ++i, ++t)
+      for (std::size_t h = 0; h < H; ++h)
+        for (std::size_t x = 0; x < d; ++x)
+          q.at(0, t, h, x) = r.q.at(0, std::size_t(r.qsl[it.b]) + i, h, x);
+  PagedKVTable tb{table, bps, lens};
+  tb.query_start_loc = qsl;
+  std::vector<float> lse(H * TR, kLseSentinel);
+  run_paged_view(
+      TensorView<const float>(q.data(), 1, H, TR, d, q.bs, q.rs, q.hs), r.p, tb,
+      TensorView<float>(out.data(), 1, H, TR, dv, out.bs, out.rs, out.hs), o,
+      lse.data(), nullptr);
+  std::vector<std::vector<std::vector<std::uint32_t>>> res;
+  t = 0;
+  for (const RowsItem& it : items) {
+    auto& rows = res.emplace_back();
+    for (std::size_t i = it.i0; i < it.i1; ++i, ++t) {
+      auto& bits_row = rows.emplace_back();
+      for (std::size_t h = 0; h < H; ++h) {
+        for (std::size_t x = 0; x < dv; ++x)
+          bits_row.push_back(bits(out.at(0, t, h, x)));
+        bits_row.push_back(bits(lse[h * TR + t]));
+      }
+    }
+  }
+  return res;
+}
+
+// With batch_invariant, every token's bits are those of the token alone as
+// a decode row: in ragged batches of all 17 sequences and of random 3,
+// with prompts cut into chunks at random rows (chunks of random batches
+// of 3), as 4-token verification blocks (16 rows per KV head: the units'
+// decode form for bfloat16 by default), 1 and 2 threads. Contexts up to 1300
+// keys (three 512-key chunks) and up to 40 rows (160 rows per KV head:
+// groups of 16); every FMA target gives the same bits. Then the same bits
+// from the contiguous attention().
+template <class T>
+void invariant_sweep(const std::string& label) {
+  std::mt19937_64 rng(91);
+  std::vector<std::int32_t> lens, nqs;
+  for (int b = 0; b < 17; ++b) {
+    const int L = std::uniform_int_distribution<int>(1, 1300)(rng);
+    lens.push_back(L);
+    nqs.push_back(std::uniform_int_distribution<int>(1, std::min(L, 40))(rng));
+  }
+  const std::size_t H = 8;
+  std::vector<float> sinks = {0.5f, -1.0f, 2.0f,  0.0f,
+                              1.5f, -0.5f, 0.25f, 3.0f};
+  struct Opt {
+    std::string name;
+    std::function<void(AttentionOptions&)> set;
+  };
+  const std::vector<Opt> opts = {
+      {"causal", [](AttentionOptions& o) { o.causal = true; }},
+      {"window+sinks+softcap", [&](AttentionOptions& o) {
+         o.causal = true;
+         o.window_left = 300;
+         o.sinks = sinks;
+         o.softcap = 30.0f;
+         o.scale = 0.2;
+       }}};
+  for (const std::size_t ps : {16, 5}) {
+    const Ragged<T> r =
+        make_ragged<T>(H, 2, 64, 64, lens, nqs, ps, ps == 16, 13 + ps);
+    for (const Opt& oc : opts) {
+      AttentionOptions o;
+      oc.set(o);
+      o.batch_invariant = true;
+      const std::string w0 =
+          label + " " + oc.name + ", page_size " + std::to_string(ps);
+      // Each token alone as a decode row (one thread).
+      std::vector<std::vector<std::vector<std::uint32_t>>> ref(lens.size());
+      with_threads(1, [&] {
+        for (std::size_t b = 0; b < lens.size(); ++b)
+          for (std::size_t i = 0; i < std::size_t(nqs[b]); ++i)
+            ref[b].push_back(invariant_call(r, {{b, i, i + 1}}, o)[0][0]);
+        return 0;
+      });
+      auto expect = [&](const std::string& what,
+                        const std::vector<RowsItem>& items) {
+        const auto got = invariant_call(r, items, o);
+        std::size_t bad = 0;
+        for (std::size_t n = 0; n < items.size(); ++n)
+          for (std::size_t i = items[n].i0; i < items[n].i1; ++i)
+            if (got[n][i - items[n].i0] != ref[items[n].b][i] && bad++ < 3)
+              ADD_FAILURE() << what << ": sequence " << items[n].b << " token "
+                            << i << " differs from the token alone";
+      };
+      for (int threads : {1, 2}) {
+        const std::string w = w0 + ", " + std::to_string(threads) + " threads";
+        with_threads(threads, [&] {
+          std::vector<RowsItem> all;
+          for (std::size_t b = 0; b < lens.size(); ++b)
+            all.push_back({b, 0, std::size_t(nqs[b])});
+          expect(w + ", batch of 17", all);
+          for (int k = 0; k < 4; ++k) {
+            std::shuffle(all.begin(), all.end(), rng);
+            expect(w + ", batch of 3",
+                   std::vector<RowsItem>(all.begin(), all.begin() + 3));
+          }
+          // Prompts cut at random rows; chunks in random batches of 3.
+          std::vector<RowsItem> chunks;
+          for (std::size_t b = 0; b < lens.size(); ++b) {
+            std::size_t i = 0;
+            while (i < std::size_t(nqs[b])) {
+              const std::size_t n =
+                  std::uniform_int_distribution<std::size_t>(1, 24)(rng);
+              chunks.push_back({b, i, std::min<std::size_t>(nqs[b], i + n)});
+              i = chunks.back().i1;
+            }
+          }
+          std::shuffle(chunks.begin(), chunks.end(), rng);
+          for (std::size_t c = 0; c < chunks.size(); c += 3)
+            expect(w + ", chunks",
+                   std::vector<RowsItem>(
+                       chunks.begin() + c,
+                       chunks.begin() + std::min(chunks.size(), c + 3)));
+          // Verification blocks of 4 tokens, alone and together.
+          std::vector<RowsItem> verify;
+          for (std::size_t b = 0; b < lens.size(); ++b)
+            if (nqs[b] >= 4) verify.push_back({b, 0, 4});
+          expect(w + ", verification", verify);
+          for (const RowsItem& v : verify) expect(w + ", verification", {v});
+          return 0;
+        });
+      }
+      // Every FMA target: the same bits (the decode form's scores are one
+      // fixed tree, its exp the same on every target).
+      for (const std::string& t : fma_targets()) {
+        softdot::force_simd_target(t);
+        std::vector<RowsItem> all;
+        for (std::size_t b = 0; b < lens.size(); ++b)
+          all.push_back({b, 0, std::size_t(nqs[b])});
+        expect(w0 + ", target " + t, all);
+      }
+      softdot::force_simd_target("");
+      // The contiguous call on one sequence's whole rows: the same bits.
+      const std::size_t b = 0, n = std::size_t(nqs[b]);
+      const auto L = std::size_t(lens[b]);
+      Tensor<float> qb(1, H, n, 64, 0, 0.0f), ob(1, H, n, 64, 0, 0.0f);
+      for (std::size_t h = 0; h < H; ++h)
+        for (std::size_t i = 0; i < n; ++i)
+          for (std::size_t x = 0; x < 64; ++x)
+            qb.at(0, h, i, x) = r.q.at(0, std::size_t(r.qsl[b]) + i, h, x);
+      std::vector<float> lb(H * n);
+      if constexpr (kInt8<T>) {
+        softdot::attention(
+            qb.cview(), Int8KV{seq_view(r.c.k, b, L), seq_view(r.c.ks, b, L)},
+            Int8KV{seq_view(r.c.v, b, L), seq_view(r.c.vs, b, L)}, ob.view(), o,
+            lb.data());
+      } else {
+        softdot::attention(qb.cview(), seq_view(r.c.k, b, L),
+                           seq_view(r.c.v, b, L), ob.view(), o, lb.data());
+      }
+      bool same = true;
+      for (std::size_t i = 0; i < n; ++i) {
+        std::vector<std::uint32_t> row;
+        for (std::size_t h = 0; h < H; ++h) {
+          for (std::size_t x = 0; x < 64; ++x)
+            row.push_back(bits(ob.at(0, h, i, x)));
+          row.push_back(bits(lb[h * n + i]));
+        }
+        same = same && row == ref[b][i];
+      }
+      EXPECT_TRUE(same) << w0 << ": attention() differs from paged_attention";
+    }
+  }
+}
+
+TEST(AttentionInvariant, F32TokenBitsIndependentOfTheBatch) {
+  invariant_sweep<float>("f32");
+}
+TEST(AttentionInvariant, F16TokenBitsIndependentOfTheBatch) {
+  invariant_sweep<Float16>("f16");
+}
+TEST(AttentionInvariant, BF16TokenBitsIndependentOfTheBatch) {
+  invariant_sweep<BFloat16>("bf16");
+}
+TEST(AttentionInvariant, Int8TokenBitsIndependentOfTheBatch) {
+  invariant_sweep<std::int8_t>("int8");
+}
+
+// batch_invariant with precise or prefill_form: a clear error.
+TEST(AttentionInvariant, WithPreciseOrPrefillFormIsAnError) {
+  const Ragged<float> r =
+      make_ragged<float>(4, 2, 8, 8, {5, 9}, {2, 3}, 4, false, 3);
+  Tensor<float> out(1, 4, r.T_rows, 8, 0, kOutSentinel);
+  for (const bool precise : {true, false}) {
+    AttentionOptions o;
+    o.batch_invariant = true;
+    o.precise = precise;
+    o.prefill_form = !precise;
+    expect_invalid(precise ? "precise" : "prefill_form",
+                   [&] {
+                     softdot::paged_attention(r.qview(), r.p.k.view(),
+                                              r.p.v.view(), r.table(),
+                                              out.view(), o);
+                   },
+                   {"paged_attention", "batch_invariant",
+                    precise ? "precise" : "prefill_form"});
+  }
+}
+
+// ---- draft trees (draft_parents) -------------------------------------------
+
+// Random parents: row i's parent uniform in -1 .. i - 1.
+std::vector<std::int32_t> random_parents(const std::vector<std::int32_t>& nqs,
+                                         std::mt19937_64& rng) {
+  std::vector<std::int32_t> par;
+  for (const auto n : nqs)
+    for (std::int32_t i = 0; i < n; ++i)
+      par.push_back(
+          std::uniform_int_distribution<std::int32_t>(-1, i - 1)(rng));
+  return par;
+}
+
+// A ragged batch of draft trees against each sequence alone with the dense
+// mask the tree stands for (mask [1, 1, n_q, seq_len]: the prefix and the
+// row's ancestors): the same bits, 1 and 2 threads; a chain (parent i - 1)
+// is plain causal attention, bit for bit.
+template <class T>
+void tree_sweep(const std::string& label) {
+  const std::vector<std::int32_t> lens = {700, 300, 40, 1100, 9};
+  const std::vector<std::int32_t> nqs = {7, 16, 5, 20, 0};
+  const std::size_t H = 8, dv = 48;
+  std::mt19937_64 rng(5);
+  const Ragged<T> r = make_ragged<T>(H, 2, 64, dv, lens, nqs, 16, true, 29);
+  const std::vector<std::int32_t> par = random_parents(nqs, rng);
+  std::vector<float> sinks = {0.5f, -1.0f, 2.0f,  0.0f,
+                              1.5f, -0.5f, 0.25f, 3.0f};
+  const std::size_t TR = r.T_rows;
+  for (const bool inv : {false, true}) {
+    AttentionOptions o;
+    o.causal = true;
+    o.batch_invariant = inv;
+    if (inv) o.sinks = sinks;
+    const std::string w0 = label + (inv ? " batch_invariant+sinks" : " causal");
+    for (int threads : {1, 2}) {
+      const std::string w = w0 + ", " + std::to_string(threads) + " threads";
+      Tensor<float> out(1, TR, H, dv, 0, kOutSentinel);
+      const TensorView<float> ov(out.data(), 1, H, TR, dv, out.bs, out.rs,
+                                 out.hs);
+      std::vector<float> lse(H * TR);
+      PagedKVTable t = r.table();
+      t.draft_parents = par;
+      with_threads(threads, [&] {
+        run_paged_view(r.qview(), r.p, t, ov, o, lse.data(), nullptr);
+        return 0;
+      });
+      for (std::size_t b = 0; b < lens.size(); ++b) {
+        const auto q0 = std::size_t(r.qsl[b]), nq = std::size_t(nqs[b]);
+        const auto L = std::size_t(lens[b]);
+        if (nq == 0) continue;
+        Tensor<float> qb(1, H, nq, 64, 0, 0.0f), ob(1, H, nq, dv, 0, 0.0f);
+        for (std::size_t h = 0; h < H; ++h)
+          for (std::size_t i = 0; i < nq; ++i)
+            for (std::size_t x = 0; x < 64; ++x)
+              qb.at(0, h, i, x) = r.q.at(0, q0 + i, h, x);
+        std::vector<std::uint8_t> mask(nq * L, 0);
+        for (std::size_t i = 0; i < nq; ++i) {
+          for (std::size_t j = 0; j < L - nq; ++j) mask[i * L + j] = 1;
+          for (auto a = std::int32_t(i); a >= 0; a = par[q0 + std::size_t(a)])
+            mask[i * L + L - nq + std::size_t(a)] = 1;
+        }
+        AttentionOptions ob_o = o;
+        ob_o.mask = softdot::TensorView<const bool>(
+            reinterpret_cast<const bool*>(mask.data()), 1, 1, nq, L, 0, 0, L);
+        std::vector<float> lb(H * nq);
+        run_paged_view(qb.cview(), r.p, r.p.sequence(b), ob.view(), ob_o,
+                       lb.data(), nullptr);
+        bool same = true;
+        for (std::size_t h = 0; h < H; ++h)
+          for (std::size_t i = 0; i < nq; ++i) {
+            same = same && bits(lse[h * TR + q0 + i]) == bits(lb[h * nq + i]);
+            for (std::size_t x = 0; x < dv; ++x)
+              same = same &&
+                     bits(out.at(0, q0 + i, h, x)) == bits(ob.at(0, h, i, x));
+          }
+        EXPECT_TRUE(same) << w << ": sequence " << b
+                          << " differs from its dense mask";
+      }
+      // A chain: plain causal.
+      std::vector<std::int32_t> chain;
+      for (const auto n : nqs)
+        for (std::int32_t i = 0; i < n; ++i) chain.push_back(i - 1);
+      t.draft_parents = chain;
+      Tensor<float> oc(1, TR, H, dv, 0, kOutSentinel),
+          op(1, TR, H, dv, 0, kOutSentinel);
+      with_threads(threads, [&] {
+        run_paged_view(
+            r.qview(), r.p, t,
+            TensorView<float>(oc.data(), 1, H, TR, dv, oc.bs, oc.rs, oc.hs), o,
+            nullptr, nullptr);
+        run_paged_view(
+            r.qview(), r.p, r.table(),
+            TensorView<float>(op.data(), 1, H, TR, dv, op.bs, op.rs, op.hs), o,
+            nullptr, nullptr);
+        return 0;
+      });
+      EXPECT_TRUE(SameBits(oc.dense(), op.dense()))
+          << w << ": a chain differs from causal attention";
+    }
+  }
+}
+
+TEST(AttentionTree, F32EqualsItsDenseMask) { tree_sweep<float>("f32"); }
+TEST(AttentionTree, BF16EqualsItsDenseMask) { tree_sweep<BFloat16>("bf16"); }
+TEST(AttentionTree, Int8EqualsItsDenseMask) { tree_sweep<std::int8_t>("int8"); }
+
+// Bad trees: a clear error naming the entry, nothing written.
+TEST(AttentionTree, BadParentsAreErrors) {
+  const Ragged<float> r =
+      make_ragged<float>(4, 2, 8, 8, {5, 9}, {2, 3}, 4, false, 3);
+  Tensor<float> out(1, 4, r.T_rows, 8, 0, kOutSentinel);
+  auto expect = [&](const std::string& what, std::vector<std::int32_t> par,
+                    const std::vector<std::string>& needles,
+                    std::vector<std::int32_t> lens = {5, 9}) {
+    PagedKVTable t = r.table();
+    t.seq_lens = lens;
+    t.draft_parents = par;
+    std::vector<std::string> n = needles;
+    n.insert(n.begin(), "paged_attention");
+    expect_invalid(
+        what,
+        [&] {
+          softdot::paged_attention(r.qview(), r.p.k.view(), r.p.v.view(), t,
+                                   out.view(), {});
+        },
+        n);
+    for (float x : out.dense()) {
+      if (bits(x) != bits(kOutSentinel)) {
+        ADD_FAILURE() << what << ": out written";
+        break;
+      }
+    }
+  };
+  expect("too few", {-1, 0, -1, 0}, {"draft_parents has 4 entries", "5"});
+  expect("parent after", {-1, 1, -1, 0, 1}, {"draft_parents[1] = 1", "0 .. 0"});
+  expect("parent below -1", {-1, 0, -1, -2, 1},
+         {"draft_parents[3] = -2", "sequence 1"});
+  expect("own row", {-1, 0, -1, 0, 2}, {"draft_parents[4] = 2"});
+  expect("more rows than keys", {-1, 0, -1, 0, 1},
+         {"sequence 0 has 2 draft rows", "seq_lens[0] = 1"}, {1, 9});
+}
+
 }  // namespace
 }  // namespace softdot_test
