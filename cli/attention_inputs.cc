@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -145,7 +146,8 @@ std::string layout_clause(KvLayout layout) {
 // blocks_per_seq] and seq_lens [batch] int32. The messages show the shapes
 // as the files hold them.
 void check_paged(const Input& q, const Input& k, const Input& v,
-                 const Input& table, const Input& lens, KvLayout layout) {
+                 const Input& table, const Input& lens, KvLayout layout,
+                 std::size_t batch) {
   if (q.rank() != 4) {
     throw CliError("--q is " + q.text() +
                    ": a paged cache (--block-table) needs a 4-D q [batch x "
@@ -189,15 +191,18 @@ void check_paged(const Input& q, const Input& k, const Input& v,
   if (v.cols() == 0) {
     throw CliError("--v is " + v.text() + ": d_v must be at least 1");
   }
-  if (table.array.shape.size() != 2 || table.array.shape[0] != q.batch()) {
+  const std::string of = batch == q.batch()
+                             ? " (q is " + q.text() + ")"
+                             : " (--query-start-loc has batch + 1 entries)";
+  if (table.array.shape.size() != 2 || table.array.shape[0] != batch) {
     throw CliError("--block-table is " + table.text() +
                    " but need [batch x blocks_per_seq] with batch = " +
-                   std::to_string(q.batch()) + " (q is " + q.text() + ")");
+                   std::to_string(batch) + of);
   }
-  if (lens.array.shape.size() != 1 || lens.array.shape[0] != q.batch()) {
+  if (lens.array.shape.size() != 1 || lens.array.shape[0] != batch) {
     throw CliError("--seq-lens is " + lens.text() +
-                   " but need [batch] with batch = " +
-                   std::to_string(q.batch()) + " (q is " + q.text() + ")");
+                   " but need [batch] with batch = " + std::to_string(batch) +
+                   of);
   }
 }
 
@@ -458,6 +463,11 @@ AttentionInputs read_attention_inputs(const AttentionArgs& args) {
         "--block-table and --seq-lens go together: a paged cache needs "
         "both");
   }
+  if ((args.query_start_loc || args.draft_parents) && !args.block_table) {
+    throw CliError(std::string(args.query_start_loc ? "--query-start-loc"
+                                                    : "--draft-parents") +
+                   " is an option of --block-table (a paged cache)");
+  }
 
   static constexpr NpyDtype kF32[] = {NpyDtype::kFloat32};
   static constexpr NpyDtype kKV[] = {NpyDtype::kFloat32, NpyDtype::kFloat16,
@@ -467,8 +477,45 @@ AttentionInputs read_attention_inputs(const AttentionArgs& args) {
   AttentionInputs in;
   in.quantize = quantize_kv_option(args);
   in.layout = kv_layout_option(args);
-  in.q =
-      read_input("--q", args.q, kF32, "[n_q x d]", "[batch x heads x n_q x d]");
+  if (args.query_start_loc) {
+    // The packed rows [T, heads, d], held as [1, heads, T, d].
+    in.q = read_any("--q", args.q, kF32);
+    if (in.q.rank() != 3) {
+      throw CliError("--q is " + in.q.text() +
+                     ": with --query-start-loc it holds every sequence's "
+                     "rows one after another, [T x heads x d]");
+    }
+    const std::size_t T = in.q.array.shape[0], H = in.q.array.shape[1],
+                      d = in.q.array.shape[2];
+    std::string packed(in.q.array.data.size(), '\0');
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t h = 0; h < H; ++h)
+        std::memcpy(&packed[((h * T + t) * d) * 4],
+                    &in.q.array.data[((t * H + h) * d) * 4], d * 4);
+    in.q.array.data = std::move(packed);
+    in.q.array.shape = {1, H, T, d};
+    in.q_packed = true;
+    in.query_start_loc =
+        read_any("--query-start-loc", *args.query_start_loc, kI32);
+    if (in.query_start_loc.rank() != 1 ||
+        in.query_start_loc.array.shape[0] == 0) {
+      throw CliError("--query-start-loc is " + in.query_start_loc.text() +
+                     ": need [batch + 1] row starts");
+    }
+  } else {
+    in.q = read_input("--q", args.q, kF32, "[n_q x d]",
+                      "[batch x heads x n_q x d]");
+  }
+  if (args.draft_parents) {
+    in.draft_parents = read_any("--draft-parents", *args.draft_parents, kI32);
+  }
+  if (args.alibi_slopes) {
+    in.alibi_slopes = read_any("--alibi-slopes", *args.alibi_slopes, kF32);
+    if (in.alibi_slopes.rank() != 1) {
+      throw CliError("--alibi-slopes is " + in.alibi_slopes.text() +
+                     ": need [heads], one slope per query head");
+    }
+  }
   std::size_t n_kv = 0;
   if (args.block_table) {
     // Pages of float32, float16 or int8 (with scales in the same layout,
@@ -478,7 +525,10 @@ AttentionInputs read_attention_inputs(const AttentionArgs& args) {
     in.k.nhd = in.v.nhd = in.layout == KvLayout::kNHD;
     in.block_table = read_any("--block-table", *args.block_table, kI32);
     in.seq_lens = read_any("--seq-lens", *args.seq_lens, kI32);
-    check_paged(in.q, in.k, in.v, in.block_table, in.seq_lens, in.layout);
+    const std::size_t batch =
+        in.q_packed ? in.query_start_loc.array.shape[0] - 1 : in.q.batch();
+    check_paged(in.q, in.k, in.v, in.block_table, in.seq_lens, in.layout,
+                batch);
     check_table(in.block_table, in.seq_lens, in.k);
     read_int8_scales(args, &in);
     for (std::int32_t n : int32s_of(in.seq_lens.array)) {
@@ -548,9 +598,22 @@ void assemble_tensors(const AttentionInputs& in, AttentionTensors<KV>* t,
     t->table_values = int32s_of(in.block_table.array);
     t->len_values = int32s_of(in.seq_lens.array);
     const std::size_t bps = in.block_table.array.shape[1];
+    const std::size_t batch = in.sequences();
     t->table = PagedKVTable{
-        std::span<const std::int32_t>(t->table_values.data(), q.batch() * bps),
-        bps, std::span<const std::int32_t>(t->len_values.data(), q.batch())};
+        std::span<const std::int32_t>(t->table_values.data(), batch * bps), bps,
+        std::span<const std::int32_t>(t->len_values.data(), batch)};
+    if (in.q_packed) {
+      t->qsl_values = int32s_of(in.query_start_loc.array);
+      t->table.query_start_loc = t->qsl_values;
+    }
+    if (in.draft_parents.present()) {
+      t->parent_values = int32s_of(in.draft_parents.array);
+      t->table.draft_parents = t->parent_values;
+    }
+  }
+  if (in.alibi_slopes.present()) {
+    t->alibi_values = floats_of(in.alibi_slopes.array);
+    options->alibi_slopes = t->alibi_values;
   }
 }
 

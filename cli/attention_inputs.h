@@ -74,6 +74,15 @@ std::string both(const Input& a, const Input& b);
 // least max(seq_lens) columns.
 struct AttentionInputs {
   Input q, k, v, mask, bias, k_scales, v_scales, block_table, seq_lens;
+  // --query-start-loc (q, read as [T, heads, d], is held as [1, heads, T,
+  // d]: q_packed), --draft-parents, --alibi-slopes.
+  Input query_start_loc, draft_parents, alibi_slopes;
+  bool q_packed = false;
+  // Sequences of the paged cache: q's batch, or seq_lens' length when
+  // ragged.
+  std::size_t sequences() const {
+    return q_packed ? seq_lens.array.shape[0] : q.batch();
+  }
   bool quantize = false;  // --kv int8: float k and v quantised to int8
   KvLayout layout = KvLayout::kNHD;  // of paged k, v and their scales
   bool paged() const { return block_table.present(); }
@@ -103,7 +112,8 @@ struct AttentionTensors {
   std::vector<float> k_scale_values, v_scale_values;  // int8 only
   std::unique_ptr<bool[]> mask_flags;
   std::vector<float> bias_values;
-  std::vector<std::int32_t> table_values, len_values;
+  std::vector<std::int32_t> table_values, len_values, qsl_values, parent_values;
+  std::vector<float> alibi_values;
   TensorView<const float> q;
   TensorView<const KV> k, v;
   TensorView<const float> k_scales, v_scales;  // int8 only

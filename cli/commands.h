@@ -42,6 +42,13 @@ struct AttentionArgs {
   std::optional<std::string> block_table;
   std::optional<std::string> seq_lens;
   std::optional<std::string> kv_layout;
+  // A ragged batch over the paged cache: int32 [batch + 1] row starts, q
+  // then [T, heads, d] (the sequences' rows one after another); a draft
+  // tree (int32, one parent per query row).
+  std::optional<std::string> query_start_loc;
+  std::optional<std::string> draft_parents;
+  std::optional<std::string> alibi_slopes;  // float32 [heads]
+  bool batch_invariant = false;
   std::optional<std::string> scale;
   std::optional<std::string> window_left;
   std::optional<std::string> window_right;

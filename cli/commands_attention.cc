@@ -151,7 +151,19 @@ int compute(const AttentionArgs& args, const AttentionInputs& in,
   }
 
   std::string out_bytes, lse_bytes;
-  if (in.q.rank() == 4) {
+  if (in.q_packed) {
+    // [1, heads, T, d_v] back to the packed rows [T, heads, d_v]; lse
+    // [heads, T] as the library writes it.
+    std::vector<float> rows(out.size());
+    for (std::size_t h = 0; h < heads; ++h)
+      for (std::size_t r = 0; r < n_q; ++r)
+        std::copy_n(out.data() + (h * n_q + r) * d_v, d_v,
+                    rows.data() + (r * heads + h) * d_v);
+    const std::size_t out_shape[] = {n_q, heads, d_v};
+    const std::size_t lse_shape[] = {heads, n_q};
+    if (args.output) out_bytes = encode_npy(rows, out_shape);
+    if (args.lse) lse_bytes = encode_npy(lse, lse_shape);
+  } else if (in.q.rank() == 4) {
     const std::size_t out_shape[] = {batch, heads, n_q, d_v};
     const std::size_t lse_shape[] = {batch, heads, n_q};
     if (args.output) out_bytes = encode_npy(out, out_shape);
@@ -198,6 +210,7 @@ int run_attention(const AttentionArgs& args) {
         static_cast<float>(parse_value(args.softcap, "--softcap"));
   }
   options.causal = args.causal;
+  options.batch_invariant = args.batch_invariant;
   options.window_left = parse_window(args.window_left, "--window-left");
   options.window_right = parse_window(args.window_right, "--window-right");
   // The values, as the library checks them (one place, one message).

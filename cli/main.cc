@@ -184,6 +184,31 @@ CLI::App* add_attention(CLI::App& app, softdot::cli::AttentionArgs& attn) {
                    "sequence (its n_kv)")
       ->type_name("FILE");
   attn_cmd
+      ->add_option("--query-start-loc", attn.query_start_loc,
+                   "With --block-table: a ragged batch (vLLM's "
+                   "query_start_loc): int32 .npy [batch + 1]; q is then "
+                   "[T, heads, d], sequence b's query rows are rows "
+                   "query_start_loc[b] .. query_start_loc[b + 1] - 1, and -o "
+                   "is [T, heads, d_v], --lse [heads, T]")
+      ->type_name("FILE");
+  attn_cmd
+      ->add_option("--draft-parents", attn.draft_parents,
+                   "With --block-table: a draft tree, int32 .npy with one "
+                   "entry per query row ([T] or [batch, n_q]): the row of "
+                   "its parent within its sequence, or -1 after the cached "
+                   "prefix; a sequence's n_q rows are its last n_q keys")
+      ->type_name("FILE");
+  attn_cmd
+      ->add_option("--alibi-slopes", attn.alibi_slopes,
+                   "ALiBi: float32 .npy [heads], one slope per query head; "
+                   "the score gains slope (pos_j - pos_i)")
+      ->type_name("FILE");
+  attn_cmd->add_flag(
+      "--batch-invariant", attn.batch_invariant,
+      "Every row in the decode form, keys in 512-key chunks at fixed key "
+      "indices: a token's bits do not depend on its batch, its chunk or "
+      "its form");
+  attn_cmd
       ->add_option("--kv-layout", attn.kv_layout,
                    "With --block-table: the axes of the pages of --k and --v "
                    "(and of their scales, last axis 1): NHD [pages, "

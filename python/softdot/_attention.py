@@ -162,7 +162,8 @@ def _call(
     mask, bias4 = R.masks(fn, attn_mask, bias, p.kind, full, "query's batch axes, L, S")
     sinks1 = R.sinks_array(fn, sinks, p.kind)
     if opts.get("alibi_slopes") is not None:
-        opts["alibi_slopes"] = R.sinks_array(fn, opts["alibi_slopes"], p.kind, "alibi_slopes", "slope")
+        slopes = opts["alibi_slopes"]
+        opts["alibi_slopes"] = R.sinks_array(fn, slopes, p.kind, "alibi_slopes", "slope")
     o = R.options(fn, mask=mask, bias=bias4, sinks=sinks1, **opts)
     shape = p.lead + (p.L, p.Ev if kind == "output" else p.S)
     if kind != "output" and p.q_format != R.KV_F32:

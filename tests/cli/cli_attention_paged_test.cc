@@ -592,3 +592,126 @@ TEST(CliAttentionPaged, BadKvLayoutIsAClearError) {
 
 }  // namespace
 }  // namespace softdot_test
+
+namespace softdot_test {
+namespace {
+
+using namespace cli_attention;
+
+// The packed rows [T, H, d] of a uniform batch [B, H, n_q, d].
+Array packed_rows(const Array& q) {
+  const std::size_t B = q.shape[0], H = q.shape[1], n = q.shape[2],
+                    d = q.shape[3];
+  Array a;
+  a.shape = {B * n, H, d};
+  a.values.resize(q.values.size());
+  for (std::size_t b = 0; b < B; ++b)
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t c = 0; c < d; ++c)
+          a.values[((b * n + i) * H + h) * d + c] = q.at(b, h, i, c);
+  return a;
+}
+
+// --query-start-loc: the ragged form of the uniform batch gives its bits
+// (out [T, H, d_v], lse [H, T]), with --batch-invariant and --alibi-slopes
+// too; a draft tree that is a chain (--draft-parents) is plain causal; a
+// bad combination is one error line.
+TEST(CliAttentionPaged, RaggedBatchMatchesTheUniformBatch) {
+  Files f;
+  const PagedCase c;
+  f.put("q.npy", f32_npy(c.q));
+  f.put("k.npy", f32_npy(c.kp));
+  f.put("v.npy", f32_npy(c.vp));
+  const std::string qp = f.put("qp.npy", f32_npy(packed_rows(c.q)));
+  const std::string table = f.put("table.npy", i32_npy({2, 4}, c.table));
+  const std::string lens = f.put("lens.npy", i32_npy({2}, c.lens));
+  const std::string qsl = f.put("qsl.npy", i32_npy({3}, {0, 3, 6}));
+  const std::string chain =
+      f.put("chain.npy", i32_npy({6}, {-1, 0, 1, -1, 0, 1}));
+  Array slopes;
+  slopes.shape = {4};
+  slopes.values = {0.5f, 0.25f, -0.125f, 1.0f};
+  const std::string alibi = f.put("alibi.npy", f32_npy(slopes));
+  const std::vector<std::string> base = {
+      "attention", "--k",        f.k,  "--v",         f.v,   "--block-table",
+      table,       "--seq-lens", lens, "--kv-layout", "HND", "--causal"};
+  const std::size_t T = 6, H = PagedCase::H, dv = PagedCase::dv;
+  for (const std::vector<std::string>& extra :
+       std::vector<std::vector<std::string>>{
+           {}, {"--batch-invariant", "--alibi-slopes", alibi}}) {
+    std::vector<std::string> uni = base, rag = base;
+    uni.insert(uni.end(), {"--q", f.q, "-o", f.out, "--lse", f.lse});
+    rag.insert(rag.end(),
+               {"--q", qp, "--query-start-loc", qsl, "-o", f.dir.path("or.npy"),
+                "--lse", f.dir.path("lr.npy")});
+    uni.insert(uni.end(), extra.begin(), extra.end());
+    rag.insert(rag.end(), extra.begin(), extra.end());
+    const CommandResult ru = run_softdot(uni);
+    ASSERT_EQ(ru.status, 0) << ru.err;
+    const CommandResult rr = run_softdot(rag);
+    ASSERT_EQ(rr.status, 0) << rr.err;
+    const ParsedNpy o_r = parse_npy(read_whole_file(f.dir.path("or.npy")));
+    EXPECT_EQ(o_r.shape, "(6, 4, 3)");
+    const std::vector<float> got = values_of<float>(o_r.data);
+    const std::vector<float> want = read_output(f.out);
+    const std::vector<float> lr = read_output(f.dir.path("lr.npy"));
+    const std::vector<float> lu = read_output(f.lse);
+    ASSERT_EQ(got.size(), T * H * dv);
+    ASSERT_EQ(lr.size(), H * T);
+    bool same = true;
+    for (std::size_t b = 0; b < 2; ++b)
+      for (std::size_t h = 0; h < H; ++h)
+        for (std::size_t i = 0; i < 3; ++i) {
+          const std::size_t t = b * 3 + i;
+          same =
+              same && std::bit_cast<std::uint32_t>(lr[h * T + t]) ==
+                          std::bit_cast<std::uint32_t>(lu[(b * H + h) * 3 + i]);
+          for (std::size_t x = 0; x < dv; ++x)
+            same = same &&
+                   std::bit_cast<std::uint32_t>(got[(t * H + h) * dv + x]) ==
+                       std::bit_cast<std::uint32_t>(
+                           want[((b * H + h) * 3 + i) * dv + x]);
+        }
+    EXPECT_TRUE(same) << "ragged differs from uniform with " << extra.size()
+                      << " extra arguments";
+  }
+  // A chain of draft tokens: plain causal attention.
+  std::vector<std::string> tree = base;
+  tree.insert(tree.end(),
+              {"--q", qp, "--query-start-loc", qsl, "--draft-parents", chain,
+               "-o", f.dir.path("ot.npy")});
+  ASSERT_EQ(run_softdot(tree).status, 0);
+  std::vector<std::string> plain = base;
+  plain.insert(plain.end(), {"--q", qp, "--query-start-loc", qsl, "-o",
+                             f.dir.path("op.npy")});
+  ASSERT_EQ(run_softdot(plain).status, 0);
+  EXPECT_EQ(read_whole_file(f.dir.path("ot.npy")),
+            read_whole_file(f.dir.path("op.npy")));
+  // Errors: one line, nothing written.
+  const CommandResult e1 =
+      run_softdot({"attention", "--q", qp, "--k", f.k, "--v", f.v,
+                   "--query-start-loc", qsl, "-o", f.dir.path("e.npy")});
+  EXPECT_NE(e1.status, 0);
+  EXPECT_NE(e1.err.find("--query-start-loc is an option of --block-table"),
+            std::string::npos)
+      << e1.err;
+  std::vector<std::string> four = base;
+  four.insert(four.end(), {"--q", f.q, "--query-start-loc", qsl, "-o",
+                           f.dir.path("e.npy")});
+  const CommandResult e2 = run_softdot(four);
+  EXPECT_NE(e2.status, 0);
+  EXPECT_NE(e2.err.find("[T x heads x d]"), std::string::npos) << e2.err;
+  const std::string bad = f.put("bad.npy", i32_npy({6}, {-1, 1, 1, -1, 0, 1}));
+  std::vector<std::string> badtree = base;
+  badtree.insert(badtree.end(),
+                 {"--q", qp, "--query-start-loc", qsl, "--draft-parents", bad,
+                  "-o", f.dir.path("e.npy")});
+  const CommandResult e3 = run_softdot(badtree);
+  EXPECT_NE(e3.status, 0);
+  EXPECT_NE(e3.err.find("draft_parents[1] = 1"), std::string::npos) << e3.err;
+  EXPECT_FALSE(file_exists(f.dir.path("e.npy")));
+}
+
+}  // namespace
+}  // namespace softdot_test

@@ -156,6 +156,57 @@ def test_draft_tree_equals_its_dense_mask_and_torch():
         softdot.paged_attention(q, kc, vc, table, sl, query_start_loc=qsl, draft_parents=bad)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_alibi_slopes_equal_their_bias_and_torch(dtype):
+    """alibi_slopes: bit for bit the bias slope (pos_j - pos_i) rounded once to
+    float32 (contiguous prefill and decode, bfloat16 queries on the units,
+    a paged cache), a ragged batch equals each sequence alone, and torch
+    SDPA with that bias agrees within float32 rounding."""
+    rng = np.random.default_rng(11)
+    Hq, Hkv, E = 8, 2, 32
+    slopes = (2.0 ** -np.arange(1, Hq + 1)).astype(np.float32)
+    dt = BF16 if dtype == "bfloat16" else np.float32
+    for L, S in [(1, 700), (4, 700), (40, 300)]:
+        q = rng.standard_normal((1, Hq, L, E)).astype(np.float32).astype(dt)
+        k = rng.standard_normal((1, Hkv, S, E)).astype(np.float32).astype(dt)
+        v = rng.standard_normal((1, Hkv, S, E)).astype(np.float32).astype(dt)
+        dist = np.arange(S)[None, :] - (S - L + np.arange(L))[:, None]
+        bias = (slopes.astype(np.float64)[:, None, None] * dist).astype(np.float32)[None]
+        a = softdot.scaled_dot_product_attention(q, k, v, causal=True, alibi_slopes=slopes)
+        b = softdot.scaled_dot_product_attention(q, k, v, causal=True, bias=bias)
+        np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+        if dtype == "float32":
+            want = F.scaled_dot_product_attention(
+                torch.from_numpy(q).double(),
+                torch.from_numpy(k).double(),
+                torch.from_numpy(v).double(),
+                attn_mask=torch.from_numpy(bias)
+                .double()
+                .masked_fill(torch.ones(L, S, dtype=torch.bool).tril(S - L).logical_not(), -1e300),
+                enable_gqa=True,
+            )
+            np.testing.assert_allclose(a, want.numpy(), atol=2e-6)
+    # Paged, ragged: each sequence alone, and alone with the bias.
+    lens, nqs = [700, 40, 300], [1, 5, 17]
+    _, _, kc, vc, table, sl = make_cache(rng, lens, 16, Hkv, E, E)
+    qr, qsl = packed(rng, nqs, Hq, E)
+    out = softdot.paged_attention(
+        qr, kc, vc, table, sl, causal=True, query_start_loc=qsl, alibi_slopes=slopes
+    )
+    for b, n in enumerate(nqs):
+        r = slice(int(qsl[b]), int(qsl[b + 1]))
+        qb = np.ascontiguousarray(qr[r].transpose(1, 0, 2))[None]
+        S = lens[b]
+        dist = np.arange(S)[None, :] - (S - n + np.arange(n))[:, None]
+        bias = (slopes.astype(np.float64)[:, None, None] * dist).astype(np.float32)[None]
+        ob = softdot.paged_attention(
+            qb, kc, vc, table[b : b + 1], sl[b : b + 1], causal=True, bias=bias
+        )
+        np.testing.assert_array_equal(out[r].transpose(1, 0, 2), ob[0])
+    with pytest.raises(ValueError, match="alibi_slopes has 3 values"):
+        softdot.paged_attention(qr, kc, vc, table, sl, query_start_loc=qsl, alibi_slopes=slopes[:3])
+
+
 def test_ragged_against_torch_sdpa():
     rng = np.random.default_rng(8)
     Hq, Hkv, E = 8, 2, 32

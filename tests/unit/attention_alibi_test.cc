@@ -27,8 +27,8 @@ Tensor<float> alibi_bias(std::size_t B, std::size_t H, std::size_t nq,
 
 template <class KV>
 void alibi_equals_bias(const std::string& label) {
-  const std::vector<float> slopes = {0.5f,    0.25f,  0.125f,     0.0625f,
-                                     0.0f,    -0.03f, 1.0f / 3.0f, 2.0f};
+  const std::vector<float> slopes = {0.5f, 0.25f,  0.125f,      0.0625f,
+                                     0.0f, -0.03f, 1.0f / 3.0f, 2.0f};
   struct Case {
     const char* name;
     std::size_t nq, nkv;
@@ -117,23 +117,27 @@ void alibi_equals_bias(const std::string& label) {
 }
 
 TEST(AttentionAlibi, F32EqualsItsBias) { alibi_equals_bias<float>("f32"); }
-TEST(AttentionAlibi, BF16EqualsItsBias) {
-  alibi_equals_bias<BFloat16>("bf16");
-}
+TEST(AttentionAlibi, BF16EqualsItsBias) { alibi_equals_bias<BFloat16>("bf16"); }
 
 // Within the bound of the exact attention with that bias (the reference
 // takes the bias tensor).
 TEST(AttentionAlibi, WithinBound) {
   const std::vector<float> slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
   for (const std::size_t nq : {1, 40}) {
-    Shape s{.B = 1, .H = 4, .Hkv = 1, .nq = nq, .nkv = 900, .d = 64,
-            .dv = 64, .seed = 9};
+    Shape s{.B = 1,
+            .H = 4,
+            .Hkv = 1,
+            .nq = nq,
+            .nkv = 900,
+            .d = 64,
+            .dv = 64,
+            .seed = 9};
     AttentionOptions o;
     o.causal = true;
     o.alibi_slopes = slopes;
     const Problem<float> p = make_problem<float>(s);
-    const Tensor<float> bias = alibi_bias(1, 4, nq, 900, slopes,
-                                          std::int64_t(900 - nq), 0);
+    const Tensor<float> bias =
+        alibi_bias(1, 4, nq, 900, slopes, std::int64_t(900 - nq), 0);
     AttentionOptions ref_o = o;
     ref_o.alibi_slopes = {};
     ref_o.bias = bias.cview();
