@@ -471,11 +471,15 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
         [](std::size_t x, const Seq& s) { return x < s.task0; });
     const std::size_t b = static_cast<std::size_t>(it - seqs.begin()) - 1;
     const Seq& s = seqs[b];
+    // KV heads vary fastest: consecutive tasks read the same keys of every
+    // KV head, so a page whose rows interleave the heads (vLLM's NHD layout)
+    // is read whole while it is in cache, rather than once per head (the
+    // order of the tasks never changes the bits).
     std::size_t rest = t - s.task0;
-    const std::size_t chunk = rest % s.chunks;
-    rest /= s.chunks;
+    const std::size_t kh = rest % p.Hkv;
+    rest /= p.Hkv;
     const std::size_t rb = rest % s.row_blocks;
-    const std::size_t kh = rest / s.row_blocks;
+    const std::size_t chunk = rest / s.row_blocks;
     const Plan& ps = s.plan;
     const std::size_t block_rows =
         s.grouped ? detail::kDecodeMaxRows : max_rows;

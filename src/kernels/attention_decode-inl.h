@@ -350,16 +350,34 @@ inline constexpr std::size_t kWidenRows = 2;
 inline constexpr std::size_t kWidenRows = 4;
 #endif
 
+// How far ahead the tiled decode prefetches, in keys. Rows stored one after
+// another (contiguous K and V, HND pages): the next block (the hardware
+// streams the rest). Rows far apart (vLLM's NHD pages: one KV head's rows
+// 2 KiB apart at H_kv = 8, d = 128, bfloat16): about 256 KiB of K and V
+// ahead, up to a chunk. AMD EPYC Zen 4, one thread, the 12 decode rows of
+// bench/python/ragged_peers.py (4k-32k keys, 16-key pages in a random order):
+// NHD a block ahead read 5.0 GB/s (bfloat16) and 10.4 (float32), 256 KiB
+// ahead 9.3 and 11.8; HND 10.5 and 14.8 a block ahead, less farther on.
+// (With the KV heads of a chunk in consecutive tasks, run_rows.)
+HWY_INLINE std::size_t DecodePrefetchAhead(const AttnArgs& a) {
+  constexpr std::size_t B = kKeyTile;
+  if (a.k_stride <= a.d && a.v_stride <= a.dv) return B;
+  const std::size_t block_bytes = B * (a.d + a.dv) * KvElementBytes(a);
+  const std::size_t blocks =
+      std::clamp<std::size_t>((std::size_t{256} << 10) / block_bytes, 1, 8);
+  return blocks * B;
+}
 // The decode form's pieces of the scratch buffer.
 struct DecodeScratch {
-  float* S;          // [rows][kKeyTile] scores
-  float* P;          // [rows][kKeyTile] exp(S - m)
-  float* qp;         // [rows][dpad] the rows, zero-padded
-  std::size_t dpad;  // d rounded up to a multiple of 16
-  float* kc;         // widened keys (or null)
-  float* vc;         // widened values (or null)
-  double* od;        // [rows][dv] output accumulators
-  float* add;        // [kKeyTile] bias / mask of one row
+  float* S;              // [rows][kKeyTile] scores
+  float* P;              // [rows][kKeyTile] exp(S - m)
+  float* qp;             // [rows][dpad] the rows, zero-padded
+  std::size_t dpad;      // d rounded up to a multiple of 16
+  float* kc;             // widened keys (or null)
+  float* vc;             // widened values (or null)
+  double* od;            // [rows][dv] output accumulators
+  float* add;            // [kKeyTile] bias / mask of one row
+  std::size_t pf_ahead;  // tiled: a block prefetches the block this far on
 };
 
 // The running state of each row.
@@ -394,15 +412,16 @@ HWY_INLINE DecodeScratch DecodeSetUp(const AttnArgs& a, bool widen) {
   sc.vc = widen ? take(B * dv) : nullptr;
   sc.od = reinterpret_cast<double*>(take(2 * rows * dv));
   sc.add = take(B);
+  sc.pf_ahead = DecodePrefetchAhead(a);
   std::memset(sc.od, 0, rows * dv * sizeof(double));
   return sc;
 }
 
 // The scores S of every row against the block's kb keys. Tiled: transposed
 // trees (DecodeScoreTile), AVX-512 tiles of 4 rows x 4 keys, 2 x 8 or
-// 1 x 16, AVX2 tiles of 2 x 2 or 1 x 4, the next block prefetched (nb_next
-// keys) during the first group of rows. Untiled: tiles of 4 rows x 2 keys,
-// or 1 row x 4 keys, over the float rows of LoadBlock (kv).
+// 1 x 16, AVX2 tiles of 2 x 2 or 1 x 4, the block sc.pf_ahead keys on
+// prefetched (nb_next keys) during the first group of rows. Untiled: tiles of 4
+// rows x 2 keys, or 1 row x 4 keys, over the float rows of LoadBlock (kv).
 template <bool kTiled, class RR>
 HWY_INLINE void DecodeBlockScores(const AttnArgs& a, const DecodeScratch& sc,
                                   const RR& rr, const BlockRows& kv,
@@ -418,7 +437,7 @@ HWY_INLINE void DecodeBlockScores(const AttnArgs& a, const DecodeScratch& sc,
     bool first_group = true;
     auto on_keys = [&](std::size_t j, std::size_t n) {
       if (first_group && j < nb_next) {
-        PrefetchBlock<2>(a, j0 + B + j, std::min(n, nb_next - j));
+        PrefetchBlock<2>(a, j0 + sc.pf_ahead + j, std::min(n, nb_next - j));
       }
     };
     if constexpr (kTileScores == 16) {
@@ -756,7 +775,10 @@ void RunDecodeT(const AttnArgs& a) {
     // block is computed (without any prefetch the loop waited on memory: f32
     // from DRAM 15.1 GB/s, with this 17.4 GB/s).
     const std::size_t nb_next =
-        j0 + B < pf_end ? std::min(B, pf_end - j0 - B) : 0;
+        kTiled ? (j0 + sc.pf_ahead < pf_end
+                      ? std::min(B, pf_end - j0 - sc.pf_ahead)
+                      : 0)
+               : (j0 + B < pf_end ? std::min(B, pf_end - j0 - B) : 0);
     BlockRows kv{};
     if constexpr (kTiled) {
       FillDecodeRows(a, j0, kb, kvr);
