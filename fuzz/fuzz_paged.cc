@@ -1,13 +1,15 @@
 // Fuzz target: the serving engines' calls on a paged cache (issue 26):
-// paged_attention over a ragged batch (query_start_loc) and write_kv. The
-// fuzzer picks the batch, the table (page indices, lengths), the query
-// starts, the slots and the formats; every buffer holds exactly the
+// paged_attention over a ragged batch (query_start_loc, draft trees, ALiBi
+// slopes, batch_invariant) and write_kv. The fuzzer picks the batch, the
+// table (page indices, lengths), the query starts, the parents, the slopes,
+// the slots and the formats; every buffer holds exactly the
 // elements its view spans (a separate allocation, so AddressSanitizer sees
 // any read or write past it). Every call either throws
 // std::invalid_argument or returns; paged_attention that returns is
 // repeated and must give the same bits, and must equal each sequence's call
-// alone; write_kv that throws must leave the pages as they were, and one
-// that returns must have stored each written float32 row exactly.
+// alone (with batch_invariant, causal and no tree, each row must equal that
+// token decoded alone); write_kv that throws must leave the pages as they were,
+// and one that returns must have stored each written float32 row exactly.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <softdot/softdot.h>
 
@@ -48,7 +50,8 @@ T value_of(FuzzedDataProvider& f) {
 
 struct Case {
   std::size_t B = 1, H = 1, Hkv = 1, d = 1, dv = 1, ps = 1, P = 1, bps = 1;
-  std::vector<std::int32_t> table, lens, qsl;
+  std::vector<std::int32_t> table, lens, qsl, parents;
+  std::vector<float> slopes;
   std::size_t T = 0;
   softdot::AttentionOptions o;
 };
@@ -85,6 +88,7 @@ void attend(FuzzedDataProvider& f, const Case& c) {
   };
   PagedKVTable t{c.table, c.bps, c.lens};
   t.query_start_loc = c.qsl;
+  t.draft_parents = c.parents;
   std::vector<float> out1, out2;
   try {
     run(qv, t, out1, c.T);
@@ -103,12 +107,33 @@ void attend(FuzzedDataProvider& f, const Case& c) {
         std::span<const std::int32_t>(c.table).subspan(b * c.bps, c.bps);
     tb.blocks_per_seq = c.bps;
     tb.seq_lens = std::span<const std::int32_t>(c.lens).subspan(b, 1);
+    if (!c.parents.empty()) {
+      tb.draft_parents =
+          std::span<const std::int32_t>(c.parents).subspan(q0, n);
+    }
     const TensorView<const float> qb(q.data() + q0 * c.H * c.d, 1, c.H, n, c.d,
                                      0, c.d, c.H * c.d);
     std::vector<float> ob;
     run(qb, tb, ob, n);
     FUZZ_CHECK(std::memcmp(ob.data(), out1.data() + q0 * c.H * c.dv,
                            ob.size() * 4) == 0);
+    // batch_invariant: each row as the token decoded alone (causal, no
+    // tree: the row at position lens[b] - n + i sees keys 0 .. that).
+    if (!c.o.batch_invariant || !c.o.causal || !c.parents.empty()) continue;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t len =
+          std::int64_t(c.lens[b]) - std::int64_t(n) + std::int64_t(i) + 1;
+      if (len < 1) continue;
+      const auto len32 = static_cast<std::int32_t>(len);
+      tb.seq_lens = std::span<const std::int32_t>(&len32, 1);
+      tb.draft_parents = {};
+      const TensorView<const float> qi(q.data() + (q0 + i) * c.H * c.d, 1, c.H,
+                                       1, c.d, 0, c.d, c.H * c.d);
+      std::vector<float> oi;
+      run(qi, tb, oi, 1);
+      FUZZ_CHECK(std::memcmp(oi.data(), out1.data() + (q0 + i) * c.H * c.dv,
+                             oi.size() * 4) == 0);
+    }
   }
 }
 
@@ -225,6 +250,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
   if (f.ConsumeBool())
     c.o.window_left = f.ConsumeIntegralInRange<std::int64_t>(0, 40);
   if (f.ConsumeBool()) c.o.softcap = 3.0f;
+  c.o.batch_invariant = f.ConsumeBool();
+  if (f.ConsumeIntegralInRange<int>(0, 3) == 0) {
+    // A draft tree: parents usually before their row, sometimes not.
+    const std::size_t n = c.T + (f.ConsumeIntegralInRange<int>(0, 20) == 0);
+    for (std::size_t t = 0; t < n; ++t) {
+      c.parents.push_back(f.ConsumeIntegralInRange<std::int32_t>(-2, 6));
+    }
+  }
+  if (f.ConsumeIntegralInRange<int>(0, 3) == 0) {
+    const std::size_t n = c.H + (f.ConsumeIntegralInRange<int>(0, 20) == 0);
+    for (std::size_t h = 0; h < n; ++h) {
+      c.slopes.push_back(f.ConsumeIntegralInRange<int>(0, 40) == 0
+                             ? std::numeric_limits<float>::quiet_NaN()
+                             : value_of<float>(f));
+    }
+    c.o.alibi_slopes = c.slopes;
+  }
   switch (f.ConsumeIntegralInRange<int>(0, 3)) {
     case 0:
       attend<float>(f, c);

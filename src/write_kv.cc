@@ -238,4 +238,122 @@ void write_kv(const KVTensor& key, const KVTensor& value,
   write(value, v_pages, v.cols);
 }
 
+namespace {
+
+// The bytes of a view's rows (page, h, r), and the view's identity.
+struct RowBytes {
+  char* base = nullptr;
+  std::size_t batch = 0, heads = 0, rows = 0, cols = 0, esize = 0;
+  std::size_t bs = 0, hs = 0, rs = 0;  // strides in elements
+  char* row(std::size_t p, std::size_t h, std::size_t r) const {
+    return base + (p * bs + h * hs + r * rs) * esize;
+  }
+};
+
+template <class T>
+RowBytes bytes_of(const TensorView<T>& v) {
+  using E = std::remove_const_t<T>;
+  return {reinterpret_cast<char*>(const_cast<E*>(v.data)),
+          v.batch,
+          v.heads,
+          v.rows,
+          v.cols,
+          sizeof(E),
+          v.batch_stride,
+          v.head_stride,
+          v.row_stride};
+}
+
+// The pages written (values, and int8 scales).
+std::vector<RowBytes> page_views(const KVPages& p) {
+  return std::visit(
+      [](const auto& v) -> std::vector<RowBytes> {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, Int8Pages>) {
+          return {bytes_of(v.values), bytes_of(v.scales)};
+        } else {
+          return {bytes_of(v)};
+        }
+      },
+      p.variant());
+}
+
+// The pages a request reads.
+std::vector<RowBytes> read_views(const KVTensor& t) {
+  return std::visit(
+      [](const auto& v) -> std::vector<RowBytes> {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, Int8KV>) {
+          return {bytes_of(v.values), bytes_of(v.scales)};
+        } else {
+          return {bytes_of(v)};
+        }
+      },
+      t.variant());
+}
+
+bool same_views(const std::vector<RowBytes>& a,
+                const std::vector<RowBytes>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const RowBytes &x = a[i], &y = b[i];
+    if (x.base != y.base || x.batch != y.batch || x.heads != y.heads ||
+        x.rows != y.rows || x.cols != y.cols || x.esize != y.esize ||
+        x.bs != y.bs || x.hs != y.hs || x.rs != y.rs) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+void write_kv_and_attend(const KVTensor& key, const KVTensor& value,
+                         const KVPages& k_pages, const KVPages& v_pages,
+                         std::span<const std::int64_t> slot_mapping,
+                         const AttentionRequest& attend) {
+  constexpr const char* fn = "write_kv_and_attend";
+  const std::vector<RowBytes> kw = page_views(k_pages),
+                              vw = page_views(v_pages);
+  if (!attend.kv.paged || !attend.kv.has_v ||
+      !same_views(kw, read_views(attend.kv.k)) ||
+      !same_views(vw, read_views(attend.kv.v))) {
+    fail(fn,
+         "the attention request must read the pages written: a paged "
+         "KVSource over k_pages and v_pages (the same memory, format, shape "
+         "and strides)");
+  }
+  // The old contents of every slot in range (a bad slot fails write_kv's
+  // checks before anything is written).
+  std::vector<std::pair<const RowBytes*, std::size_t>> rows;
+  std::vector<char> saved;
+  std::vector<std::size_t> where;  // (page, head, row) per saved row
+  for (const std::vector<RowBytes>* views : {&kw, &vw}) {
+    for (const RowBytes& v : *views) {
+      const std::size_t capacity = v.batch * v.rows;
+      for (const std::int64_t s : slot_mapping) {
+        if (s < 0 || static_cast<std::uint64_t>(s) >= capacity) continue;
+        const auto slot = static_cast<std::size_t>(s);
+        for (std::size_t h = 0; h < v.heads; ++h) {
+          const char* src = v.row(slot / v.rows, h, slot % v.rows);
+          rows.emplace_back(&v, saved.size());
+          where.insert(where.end(), {slot / v.rows, h, slot % v.rows});
+          saved.insert(saved.end(), src, src + v.cols * v.esize);
+        }
+      }
+    }
+  }
+  write_kv(key, value, k_pages, v_pages, slot_mapping);
+  try {
+    run_attention(attend);
+  } catch (...) {
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const RowBytes& v = *rows[i].first;
+      std::copy_n(saved.data() + rows[i].second, v.cols * v.esize,
+                  v.row(where[3 * i], where[3 * i + 1], where[3 * i + 2]));
+    }
+    throw;
+  }
+}
+
 }  // namespace softdot

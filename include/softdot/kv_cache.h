@@ -68,6 +68,20 @@ void write_kv(const KVTensor& key, const KVTensor& value,
               const KVPages& k_pages, const KVPages& v_pages,
               std::span<const std::int64_t> slot_mapping);
 
+// Write and attend in one call (an engine step): write_kv(key, value,
+// k_pages, v_pages, slot_mapping), then run_attention(attend), where attend
+// reads the same pages (KVSource::pages over views of k_pages' and v_pages'
+// memory, format and shape: std::invalid_argument otherwise, before
+// anything is written). Everything write_kv checks is checked before
+// anything is written; if the attention then fails (a bad table or option,
+// std::bad_alloc), the rows written are put back as they were, bit for bit,
+// and the exception is rethrown, so a failed call leaves the pages
+// unchanged. The result is that of the two calls, bit for bit.
+void write_kv_and_attend(const KVTensor& key, const KVTensor& value,
+                         const KVPages& k_pages, const KVPages& v_pages,
+                         std::span<const std::int64_t> slot_mapping,
+                         const AttentionRequest& attend);
+
 }  // namespace softdot
 
 #endif  // SOFTDOT_KV_CACHE_H_

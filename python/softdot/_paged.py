@@ -94,6 +94,35 @@ def _int32(fn: str, name: str, a: Any, kind: str, ndim: int) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
+def _write_then_restorable(
+    fn: str, kv_write: Any, key_cache: Any, value_cache: Any, layout: str, *views: Any
+) -> Any:
+    """paged_attention's kv_write: the old contents of the slots it names
+    (in range) kept, the rows written by write_kv (which checks everything
+    first), and a function that puts the old contents back."""
+    try:
+        key, value, slot_mapping = kv_write
+    except (TypeError, ValueError):
+        raise ValueError(f"{fn}: kv_write must be (key, value, slot_mapping)") from None
+    pages = views[0]  # [P, Hkv, page_size, E], the caller's memory
+    P, ps = pages.shape[0], pages.shape[2]
+    sm = np.asarray(slot_mapping.numpy() if hasattr(slot_mapping, "numpy") else slot_mapping)
+    if sm.dtype.kind in "iu" and sm.ndim == 1:
+        s = sm.astype(np.int64)
+        s = s[(s >= 0) & (s < P * ps)]
+    else:
+        s = np.zeros(0, np.int64)  # write_kv names the bad argument
+    pg, row = s // ps, s % ps
+    saved = [(a, a[pg, :, row].copy()) for a in views if a is not None]
+    write_kv(key, value, key_cache, value_cache, slot_mapping, kv_layout=layout)
+
+    def restore() -> None:
+        for a, old in saved:
+            a[pg, :, row] = old
+
+    return restore
+
+
 def paged_attention(
     query: Any,
     key_cache: Any,
@@ -120,6 +149,7 @@ def paged_attention(
     batch_invariant: bool = False,
     draft_parents: Any = None,
     alibi_slopes: Any = None,
+    kv_write: Any = None,
 ) -> Any:
     """Fused attention over a paged K/V cache, as LLM serving engines keep
     it: sequence b's key position t lies in page
@@ -196,6 +226,14 @@ def paged_attention(
         keys are its last L keys (row i's at ``seq_lens[b] - L + i``): row i
         sees the prefix and its ancestors' keys and its own, no other draft
         key. Not with ``attn_mask``, ``bias`` or ``query_positions``.
+    kv_write : (key, value, slot_mapping), optional
+        Write and attend in one call: :func:`write_kv` of these rows into
+        ``key_cache`` and ``value_cache`` first (the step's new tokens), then
+        the attention over the caches holding them. Everything the write
+        checks is checked before anything is written; if the attention then
+        raises (a bad table, say), the rows written are put back as they
+        were, bit for bit, so a failed call leaves the cache unchanged. The
+        caches must be writable in place, as for :func:`write_kv`.
     alibi_slopes : float32 array [Hq], optional
         ALiBi slopes, as :func:`scaled_dot_product_attention` (vLLM's
         ``alibi_slopes``): ``slope * (pos_j - pos_i)`` with each sequence's
@@ -238,8 +276,11 @@ def paged_attention(
         q = q.transpose(1, 0, 2)[None]  # [1, Hq, T, E], a view
     elif q.ndim != 4:
         raise ValueError(f"{fn}: query has shape {q.shape}; expected [B, Hq, L, E]")
-    k, ks, fk, raw_k = _cache(fn, "key_cache", key_cache, kind, kv_layout)
-    v, vs, fv, raw_v = _cache(fn, "value_cache", value_cache, kind, kv_layout)
+    # With kv_write the attention must read the caller's memory (the rows
+    # just written), never a copy.
+    in_place = kv_write is not None
+    k, ks, fk, raw_k = _cache(fn, "key_cache", key_cache, kind, kv_layout, write=in_place)
+    v, vs, fv, raw_v = _cache(fn, "value_cache", value_cache, kind, kv_layout, write=in_place)
     if fk != fv:
         raise TypeError(
             f"{fn}: key_cache and value_cache must have the same dtype "
@@ -345,7 +386,17 @@ def paged_attention(
         kv["k_scales"], kv["v_scales"] = ks, vs
     # The library names a bad scale by page, head, row, sequence and position
     # (only the scales a key reads are checked; unused pages may hold anything).
-    R.run(fn, R.ready(q), kv, "output", out4, lse, opts, [], q_format, out_format)
+    restore = None
+    if kv_write is not None:
+        restore = _write_then_restorable(
+            fn, kv_write, key_cache, value_cache, kv_layout, k, ks, v, vs
+        )
+    try:
+        R.run(fn, R.ready(q), kv, "output", out4, lse, opts, [], q_format, out_format)
+    except BaseException:
+        if restore is not None:
+            restore()  # the attention failed: the cache as it was, bit for bit
+        raise
     if not direct:
         np.copyto(o, out4[0].transpose(1, 0, 2) if ragged else out4.reshape(shape))
     return (user, lse_user) if return_lse else user

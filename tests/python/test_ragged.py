@@ -340,6 +340,77 @@ def test_write_kv_then_attend(cache_dtype, layout):
         np.testing.assert_array_equal(got[b : b + 1], want)
 
 
+@pytest.mark.parametrize("cache_dtype", ["float32", "bfloat16", "int8"])
+def test_write_and_attend_in_one_call(cache_dtype):
+    """kv_write: the same bits as write_kv then paged_attention, and a call
+    whose attention fails (a bad table) leaves the cache as it was, bit for
+    bit; a bad slot raises before anything is written."""
+    rng = np.random.default_rng(8)
+    Hq, Hkv, E, ps, P = 4, 2, 16, 8, 12
+    shape = (P, ps, Hkv, E)
+    if cache_dtype == "int8":
+        base = (
+            lambda: (  # noqa: E731
+                rng.integers(-100, 100, shape).astype(np.int8),
+                rng.uniform(0.01, 0.02, shape[:-1]).astype(np.float32),
+            )
+        )
+    else:
+        dt = BF16 if cache_dtype == "bfloat16" else np.float32
+        base = lambda: rng.standard_normal(shape).astype(np.float32).astype(dt)  # noqa: E731
+    kc0, vc0 = base(), base()
+    copy = lambda c: tuple(x.copy() for x in c) if isinstance(c, tuple) else c.copy()  # noqa: E731
+    table = np.array([[3, 7, 1], [0, 5, -1]], np.int32)
+    lens = np.array([20, 12], np.int32)
+    qsl = np.array([0, 2, 3], np.int32)
+    q = rng.standard_normal((3, Hq, E)).astype(np.float32)
+    key = rng.standard_normal((3, Hkv, E)).astype(np.float32)
+    value = rng.standard_normal((3, Hkv, E)).astype(np.float32)
+    slots = np.array([7 * ps + 2, 7 * ps + 3, 5 * ps + 3])  # the new tokens' slots
+    kc, vc = copy(kc0), copy(vc0)
+    softdot.write_kv(key, value, kc, vc, slots)
+    want = softdot.paged_attention(q, kc, vc, table, lens, causal=True, query_start_loc=qsl)
+    kc, vc = copy(kc0), copy(vc0)
+    got = softdot.paged_attention(
+        q, kc, vc, table, lens, causal=True, query_start_loc=qsl, kv_write=(key, value, slots)
+    )
+    np.testing.assert_array_equal(got, want)
+
+    def same(a, b):
+        for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
+            np.testing.assert_array_equal(x.view(np.uint8), y.view(np.uint8))
+
+    kc, vc = copy(kc0), copy(vc0)
+    bad_table = table.copy()
+    bad_table[1, 0] = P  # not a page: the attention raises after the write
+    with pytest.raises(ValueError, match="block_table"):
+        softdot.paged_attention(
+            q,
+            kc,
+            vc,
+            bad_table,
+            lens,
+            causal=True,
+            query_start_loc=qsl,
+            kv_write=(key, value, slots),
+        )
+    same(kc, kc0)
+    same(vc, vc0)
+    with pytest.raises(ValueError, match="written twice"):
+        softdot.paged_attention(
+            q,
+            kc,
+            vc,
+            table,
+            lens,
+            causal=True,
+            query_start_loc=qsl,
+            kv_write=(key, value, np.array([3, 3, 4])),
+        )
+    same(kc, kc0)
+    same(vc, vc0)
+
+
 def test_write_kv_torch_in_place():
     Hkv, E, ps = 2, 8, 4
     kc = torch.zeros((3, ps, Hkv, E), dtype=torch.bfloat16)

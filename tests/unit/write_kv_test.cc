@@ -356,5 +356,96 @@ TEST(WriteKV, BadArgumentsAreErrorsAndWriteNothing) {
   EXPECT_EQ(k8.at(0, 0, 0, 0), std::int8_t{127});
 }
 
+// write_kv_and_attend: the bits of write_kv then run_attention; a failing
+// attention (a bad table) puts every written row back, bit for bit (int8
+// pages and scales too); a request over other pages is refused before
+// anything is written.
+TEST(WriteKV, WriteAndAttendInOneCall) {
+  const std::size_t hkv = 2, H = 4, d = 8, ps = 4, pages = 6, T = 3;
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<float> k(T * hkv * d), v(T * hkv * d), q(T * H * d);
+  for (float& x : k) x = float(u(rng));
+  for (float& x : v) x = float(u(rng));
+  for (float& x : q) x = float(u(rng));
+  const TensorView<const float> kv(k.data(), 1, hkv, T, d, 0, d, hkv * d);
+  const TensorView<const float> vv(v.data(), 1, hkv, T, d, 0, d, hkv * d);
+  const TensorView<const float> qv(q.data(), 1, H, T, d, 0, d, H * d);
+  // The new tokens: positions 7 and 8 of sequence 0, 5 of sequence 1.
+  const std::vector<std::int64_t> slots = {7, 8, 17};
+  const std::vector<std::int32_t> table = {0, 1, 2, 3, 4, 5}, lens = {9, 6},
+                                  qsl = {0, 2, 3};
+  std::vector<std::int32_t> bad_table = table;
+  bad_table[4] = std::int32_t(pages);  // not a page
+  auto fill = [&](Tensor<std::int8_t>& t8, Tensor<float>& sc) {
+    t8.for_each([&](std::int8_t& x) { x = std::int8_t(int(u(rng) * 100)); });
+    sc.for_each([&](float& x) { x = float(0.01 + 0.01 * std::abs(u(rng))); });
+  };
+  Tensor<std::int8_t> k8(pages, hkv, ps, d, 0, std::int8_t{0}),
+      v8(pages, hkv, ps, d, 0, std::int8_t{0});
+  Tensor<float> ks(pages, hkv, ps, 1, 0, 0.0f), vs(pages, hkv, ps, 1, 0, 0.0f);
+  fill(k8, ks);
+  fill(v8, vs);
+  const auto k8_0 = k8.dense(), v8_0 = v8.dense();
+  const auto ks_0 = ks.dense(), vs_0 = vs.dense();
+  auto request = [&](const std::vector<std::int32_t>& tab, float* out) {
+    PagedKVTable t{tab, 3, lens};
+    t.query_start_loc = qsl;
+    softdot::AttentionRequest r;
+    r.name = "paged_attention";
+    r.q = qv;
+    r.kv = softdot::KVSource::pages(Int8KV{k8.cview(), ks.cview()},
+                                    Int8KV{v8.cview(), vs.cview()}, t);
+    r.target =
+        softdot::AttentionTarget::output(TensorView<float>(out, 1, H, T, d));
+    r.options.causal = true;
+    return r;
+  };
+  const Int8Pages kp{k8.view(), ks.view()}, vp{v8.view(), vs.view()};
+  // Two calls, then the state restored by hand, then one call.
+  std::vector<float> want(H * T * d), got(H * T * d);
+  softdot::write_kv(kv, vv, kp, vp, slots);
+  softdot::run_attention(request(table, want.data()));
+  const auto k8_w = k8.dense();
+  const auto ks_w = ks.dense();
+  k8.for_each(
+      [&, i = std::size_t(0)](std::int8_t& x) mutable { x = k8_0[i++]; });
+  v8.for_each(
+      [&, i = std::size_t(0)](std::int8_t& x) mutable { x = v8_0[i++]; });
+  ks.for_each([&, i = std::size_t(0)](float& x) mutable { x = ks_0[i++]; });
+  vs.for_each([&, i = std::size_t(0)](float& x) mutable { x = vs_0[i++]; });
+  softdot::write_kv_and_attend(kv, vv, kp, vp, slots,
+                               request(table, got.data()));
+  EXPECT_TRUE(SameBits(got, want)) << "one call differs from two";
+  EXPECT_EQ(k8.dense(), k8_w);
+  EXPECT_TRUE(SameBits(ks.dense(), ks_w));
+  // Back to the start; a bad table: an error, and the pages as they were.
+  k8.for_each(
+      [&, i = std::size_t(0)](std::int8_t& x) mutable { x = k8_0[i++]; });
+  v8.for_each(
+      [&, i = std::size_t(0)](std::int8_t& x) mutable { x = v8_0[i++]; });
+  ks.for_each([&, i = std::size_t(0)](float& x) mutable { x = ks_0[i++]; });
+  vs.for_each([&, i = std::size_t(0)](float& x) mutable { x = vs_0[i++]; });
+  expect_invalid("bad table",
+                 [&] {
+                   softdot::write_kv_and_attend(kv, vv, kp, vp, slots,
+                                                request(bad_table, got.data()));
+                 },
+                 {"paged_attention", "block_table"});
+  EXPECT_EQ(k8.dense(), k8_0);
+  EXPECT_EQ(v8.dense(), v8_0);
+  EXPECT_TRUE(SameBits(ks.dense(), ks_0));
+  EXPECT_TRUE(SameBits(vs.dense(), vs_0));
+  // A request over other pages: refused, nothing written.
+  Tensor<std::int8_t> other(pages, hkv, ps, d, 0, std::int8_t{0});
+  softdot::AttentionRequest r = request(table, got.data());
+  r.kv.k = Int8KV{other.cview(), ks.cview()};
+  expect_invalid(
+      "other pages",
+      [&] { softdot::write_kv_and_attend(kv, vv, kp, vp, slots, r); },
+      {"write_kv_and_attend", "must read the pages written"});
+  EXPECT_EQ(k8.dense(), k8_0);
+}
+
 }  // namespace
 }  // namespace softdot_test
