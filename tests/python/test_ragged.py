@@ -348,18 +348,21 @@ def test_write_and_attend_in_one_call(cache_dtype):
     rng = np.random.default_rng(8)
     Hq, Hkv, E, ps, P = 4, 2, 16, 8, 12
     shape = (P, ps, Hkv, E)
-    if cache_dtype == "int8":
-        base = (
-            lambda: (  # noqa: E731
+
+    def base():
+        if cache_dtype == "int8":
+            return (
                 rng.integers(-100, 100, shape).astype(np.int8),
                 rng.uniform(0.01, 0.02, shape[:-1]).astype(np.float32),
             )
-        )
-    else:
         dt = BF16 if cache_dtype == "bfloat16" else np.float32
-        base = lambda: rng.standard_normal(shape).astype(np.float32).astype(dt)  # noqa: E731
+        return rng.standard_normal(shape).astype(np.float32).astype(dt)
+
     kc0, vc0 = base(), base()
-    copy = lambda c: tuple(x.copy() for x in c) if isinstance(c, tuple) else c.copy()  # noqa: E731
+
+    def copy(c):
+        return tuple(x.copy() for x in c) if isinstance(c, tuple) else c.copy()
+
     table = np.array([[3, 7, 1], [0, 5, -1]], np.int32)
     lens = np.array([20, 12], np.int32)
     qsl = np.array([0, 2, 3], np.int32)
