@@ -471,15 +471,17 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
         [](std::size_t x, const Seq& s) { return x < s.task0; });
     const std::size_t b = static_cast<std::size_t>(it - seqs.begin()) - 1;
     const Seq& s = seqs[b];
-    // KV heads vary fastest: consecutive tasks read the same keys of every
-    // KV head, so a page whose rows interleave the heads (vLLM's NHD layout)
-    // is read whole while it is in cache, rather than once per head (the
-    // order of the tasks never changes the bits).
-    std::size_t rest = t - s.task0;
-    const std::size_t kh = rest % p.Hkv;
-    rest /= p.Hkv;
-    const std::size_t rb = rest % s.row_blocks;
-    const std::size_t chunk = rest / s.row_blocks;
+    // The order of the tasks never changes the bits. Decode chunks: the KV
+    // heads vary fastest, so consecutive tasks read the same keys of every
+    // KV head and a page whose rows interleave the heads (vLLM's NHD layout)
+    // is read whole while it is in cache, rather than once per head. Row
+    // blocks: the blocks vary fastest, so consecutive tasks reuse one KV
+    // head's keys from cache.
+    const std::size_t rest = t - s.task0;
+    const bool chunked = s.split && !s.grouped;  // row_blocks 1, else chunks 1
+    const std::size_t kh = chunked ? rest % p.Hkv : rest / s.row_blocks;
+    const std::size_t rb = chunked ? 0 : rest % s.row_blocks;
+    const std::size_t chunk = chunked ? rest / p.Hkv : 0;
     const Plan& ps = s.plan;
     const std::size_t block_rows =
         s.grouped ? detail::kDecodeMaxRows : max_rows;
