@@ -16,8 +16,9 @@ of 16 tokens in vLLM's layout, taken in a random order; bfloat16 or int8 pages.
 softdot runs twice: by default and with ``batch_invariant=True`` (every row in the decode
 form: a token's bits do not depend on its batch). It also times the 12 decode rows alone
 (softdot, both ways) and reports their K+V bytes per second against a read roofline
-(torch.sum over a 1 GiB float32 array). OpenVINO's PagedAttention is not built here: its
-Python API exposes it only inside a converted model. Run:
+(torch.sum over a 1 GiB float32 array). OpenVINO's PagedAttention is not built here: Python
+reaches it only through the private, experimental ``openvino._pyopenvino.op.
+_PagedAttentionExtension``, whose inputs change between releases. Run:
 
     python bench/python/ragged_peers.py --threads 1,2 [--dtype bf16,int8] [--json F]
 """

@@ -1,0 +1,105 @@
+"""Decode rows over a paged cache, by page layout: the 12 decode rows of
+ragged_peers.py (contexts of 4k to 32k, 32 query heads on 8 KV heads, d = 128) over
+pages in vLLM's NHD layout and in HND, pages in a random or in sequential order, and
+the same rows with contiguous keys (one call per sequence); K+V bytes per second.
+Prints one line per case. Run:
+
+    OMP_NUM_THREADS=1 python bench/python/paged_decode_layouts.py [--dtype bf16|f32|int8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_softdot import cpu_model  # noqa: E402  (beside this script)
+
+HQ, HKV, D = 32, 8, 128
+DECODE = [4096 + i * (32768 - 4096) // 11 for i in range(12)]
+
+
+def best(f, n: int = 5) -> float:
+    f()
+    t = 1e9
+    for _ in range(n):
+        a = time.perf_counter()
+        f()
+        t = min(t, time.perf_counter() - a)
+    return t
+
+
+def cache(rng, shape, dtype: str):
+    import ml_dtypes
+
+    import softdot
+
+    x = rng.standard_normal(shape, dtype=np.float32)
+    if dtype == "int8":
+        vals, sc = softdot.quantize_kv(x.reshape(-1, shape[-1]))
+        return vals.reshape(shape), sc.reshape(shape[:-1] + (1,))
+    return x.astype(ml_dtypes.bfloat16) if dtype == "bf16" else x
+
+
+def main() -> None:
+    import softdot
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "f32", "int8"])
+    args = ap.parse_args()
+    per = {"bf16": 2 * D, "f32": 4 * D, "int8": D + 4}[args.dtype]
+    nbytes = 2 * sum(DECODE) * HKV * per
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((12, HQ, D), dtype=np.float32)
+    qsl = np.arange(13, dtype=np.int32)
+    lens = np.array(DECODE, np.int32)
+    print(
+        f"CPU: {cpu_model()}; SIMD target {softdot.simd_target()}; {args.dtype}; "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"
+    )
+    for layout, page, order in [
+        ("NHD", 16, "random"),
+        ("NHD", 16, "sequential"),
+        ("HND", 16, "random"),
+        ("HND", 16, "sequential"),
+        ("NHD", 256, "random"),
+        ("HND", 256, "random"),
+    ]:
+        blocks = [(n + page - 1) // page for n in DECODE]
+        P = sum(blocks)
+        perm = rng.permutation(P) if order == "random" else np.arange(P)
+        table = np.full((12, max(blocks)), -1, np.int32)
+        nxt = 0
+        for b, nb in enumerate(blocks):
+            table[b, :nb] = perm[nxt : nxt + nb]
+            nxt += nb
+        shape = (P, page, HKV, D) if layout == "NHD" else (P, HKV, page, D)
+        kc, vc = cache(rng, shape, args.dtype), cache(rng, shape, args.dtype)
+        t = best(
+            lambda: softdot.paged_attention(
+                q, kc, vc, table, lens, causal=True, query_start_loc=qsl, kv_layout=layout
+            )
+        )
+        print(
+            f"{layout} pages of {page}, {order} order: {t * 1e3:.1f} ms, "
+            f"{nbytes / t / 1e9:.1f} GB/s"
+        )
+    ks = [cache(rng, (1, HKV, n, D), args.dtype) for n in DECODE]
+    vs = [cache(rng, (1, HKV, n, D), args.dtype) for n in DECODE]
+    q1 = q[:1, :, None]
+
+    def contiguous() -> None:
+        for k, v in zip(ks, vs):
+            softdot.scaled_dot_product_attention(q1, k, v, causal=True)
+
+    t = best(contiguous)
+    print(f"contiguous, one call per sequence: {t * 1e3:.1f} ms, {nbytes / t / 1e9:.1f} GB/s")
+
+
+if __name__ == "__main__":
+    main()
