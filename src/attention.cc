@@ -179,28 +179,11 @@ KeyHull visible_hull(const Plan& ps, std::size_t i0, std::size_t i1) {
 }
 
 // A sink logit merged into a finished row state as the state (sink, 1, 0)
-// (batch_invariant merges it last): merge_row_state's rule, a -inf sink
-// adding nothing and a NaN one making the row NaN.
+// (batch_invariant merges it last), by merge_row_state; a -inf sink adds
+// nothing (as InitialState), a NaN one makes the row NaN.
 void merge_sink(float& m, double& l, double* acc, float sink, std::size_t dv) {
   if (sink == -std::numeric_limits<float>::infinity()) return;
-  const auto plan = detail::merge_plan<double>(m, l, sink, 1.0);
-  switch (plan.what) {
-    case detail::MergeCase::kNaN:
-      l = std::numeric_limits<double>::quiet_NaN();
-      return;
-    case detail::MergeCase::kTakeA:
-      return;
-    case detail::MergeCase::kTakeB:
-      m = sink;
-      l = 1.0;
-      std::fill(acc, acc + dv, 0.0);
-      return;
-    case detail::MergeCase::kCombine:
-      break;
-  }
-  for (std::size_t c = 0; c < dv; ++c) acc[c] *= plan.w_a;
-  l = l * plan.w_a + plan.w_b;
-  m = plan.max;
+  detail::merge_row_state(m, l, acc, sink, 1.0, nullptr, dv);
 }
 
 // Where the kernel reads KV head kh of batch b: the first row of K and V
@@ -311,6 +294,9 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
     // A draft tree (draft_parents): row i's mask at tree_masks[tree0 + i
     // n_kv] (n_kv bytes, 1 = visible), kNoTree without one.
     std::size_t tree0 = kNoTree;
+    // The decode form's chunks as tasks of their own (one row block, the
+    // states merged by merge_group); else one chunk per task.
+    bool chunked() const { return split && !grouped; }
   };
   // The draft trees' masks: per row, the prefix and its ancestors.
   // (A reference: the tasks on other threads must see the calling
@@ -374,7 +360,7 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
                              : (s.rows + max_rows - 1) / max_rows;
     const std::size_t range = s.plan.kv_end - s.plan.kv_begin;
     s.chunk_base = invariant ? 0 : s.plan.kv_begin;
-    if (s.split && !s.grouped) {
+    if (s.chunked()) {
       if (invariant) {
         // The chunks (at fixed key indices) that hold a key some row sees.
         const KeyHull hull = visible_hull(s.plan, 0, n_q);
@@ -478,7 +464,7 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
     // blocks: the blocks vary fastest, so consecutive tasks reuse one KV
     // head's keys from cache.
     const std::size_t rest = t - s.task0;
-    const bool chunked = s.split && !s.grouped;  // row_blocks 1, else chunks 1
+    const bool chunked = s.chunked();  // row_blocks 1, else chunks 1
     const std::size_t kh = chunked ? rest % p.Hkv : rest / s.row_blocks;
     const std::size_t rb = chunked ? 0 : rest % s.row_blocks;
     const std::size_t chunk = chunked ? rest / p.Hkv : 0;
@@ -486,13 +472,11 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
     const std::size_t block_rows =
         s.grouped ? detail::kDecodeMaxRows : max_rows;
     const std::size_t r0 = rb * block_rows;
-    const std::size_t nr =
-        s.split && !s.grouped ? s.rows : std::min(block_rows, s.rows - r0);
+    const std::size_t nr = chunked ? s.rows : std::min(block_rows, s.rows - r0);
 
     const std::size_t state_row =
-        s.split && !s.grouped
-            ? s.state0 + (kh * s.chunks + chunk) * s.rows
-            : split_states + static_cast<std::size_t>(tid) * thread_rows;
+        chunked ? s.state0 + (kh * s.chunks + chunk) * s.rows
+                : split_states + static_cast<std::size_t>(tid) * thread_rows;
     float* out_m = st_m + state_row;
     double* out_l = st_l + state_row;
     double* out_o = st_o + state_row * dv;
@@ -604,7 +588,7 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
   auto merge_group = [&](std::size_t gi) {
     const std::size_t b = gi / p.Hkv, kh = gi % p.Hkv;
     const Seq& s = seqs[b];
-    if (!s.split || s.grouped) return;
+    if (!s.chunked()) return;
     const std::size_t base = s.state0 + kh * s.chunks * s.rows;
     for (std::size_t r = 0; r < s.rows; ++r) {
       float m = st_m[base + r];

@@ -229,15 +229,15 @@ inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
   return (a % b != 0 && a > 0) ? q + 1 : q;
 }
 
-// Visible keys of query i: [first, last] (inclusive), clamped to the key
-// range (first > last when none is visible). Key j sits at position
-// j kv_stride + kv_offset, query i at i + q_shift.
 // The ALiBi base of query row i: key j's distance pos_j - pos_i is
 // j kv_stride + alibi_base (in key index units, as visible_keys counts).
 inline std::int64_t alibi_base(const Plan& p, std::size_t i) {
   return p.kv_offset - (p.q_shift + static_cast<std::int64_t>(i));
 }
 
+// Visible keys of query i: [first, last] (inclusive), clamped to the key
+// range (first > last when none is visible). Key j sits at position
+// j kv_stride + kv_offset, query i at i + q_shift.
 inline void visible_keys(const Plan& p, std::size_t i, std::int32_t& first,
                          std::int32_t& last) {
   const auto pos = static_cast<std::int64_t>(i) + p.q_shift;

@@ -72,6 +72,7 @@ void for_each_score_row(const Plan& p, const TensorView<const float>& q,
         }
         if (p.softcap > 0.0f)
           detail::attention_softcap(s.data(), p.n_kv, p.softcap);
+        const auto base = static_cast<double>(alibi_base(p, i));
         for (std::size_t j = 0; j < p.n_kv; ++j) {
           const auto jj = static_cast<std::int32_t>(j);
           bool keep = jj >= first && jj <= last;
@@ -83,10 +84,8 @@ void for_each_score_row(const Plan& p, const TensorView<const float>& q,
             s[j] = s[j] + bv;
           }
           if (!o.alibi_slopes.empty()) {
-            s[j] =
-                s[j] + detail::alibi_term(o.alibi_slopes[h], j,
-                                          static_cast<double>(alibi_base(p, i)),
-                                          static_cast<double>(p.kv_stride));
+            s[j] = s[j] + detail::alibi_term(o.alibi_slopes[h], j, base,
+                                             static_cast<double>(p.kv_stride));
           }
           if (!o.mask.empty() &&
               !o.mask.row(o.mask.batch == 1 ? 0 : b, o.mask.heads == 1 ? 0 : h,

@@ -264,32 +264,19 @@ RowBytes bytes_of(const TensorView<T>& v) {
           v.row_stride};
 }
 
-// The pages written (values, and int8 scales).
-std::vector<RowBytes> page_views(const KVPages& p) {
+// The views of pages, written (KVPages) or read (KVTensor): the values,
+// and an int8 cache's scales.
+template <class Variant>
+std::vector<RowBytes> views_of(const Variant& pages) {
   return std::visit(
       [](const auto& v) -> std::vector<RowBytes> {
-        using V = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<V, Int8Pages>) {
+        if constexpr (requires { v.scales; }) {
           return {bytes_of(v.values), bytes_of(v.scales)};
         } else {
           return {bytes_of(v)};
         }
       },
-      p.variant());
-}
-
-// The pages a request reads.
-std::vector<RowBytes> read_views(const KVTensor& t) {
-  return std::visit(
-      [](const auto& v) -> std::vector<RowBytes> {
-        using V = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<V, Int8KV>) {
-          return {bytes_of(v.values), bytes_of(v.scales)};
-        } else {
-          return {bytes_of(v)};
-        }
-      },
-      t.variant());
+      pages);
 }
 
 bool same_views(const std::vector<RowBytes>& a,
@@ -313,11 +300,11 @@ void write_kv_and_attend(const KVTensor& key, const KVTensor& value,
                          std::span<const std::int64_t> slot_mapping,
                          const AttentionRequest& attend) {
   constexpr const char* fn = "write_kv_and_attend";
-  const std::vector<RowBytes> kw = page_views(k_pages),
-                              vw = page_views(v_pages);
+  const std::vector<RowBytes> kw = views_of(k_pages.variant()),
+                              vw = views_of(v_pages.variant());
   if (!attend.kv.paged || !attend.kv.has_v ||
-      !same_views(kw, read_views(attend.kv.k)) ||
-      !same_views(vw, read_views(attend.kv.v))) {
+      !same_views(kw, views_of(attend.kv.k.variant())) ||
+      !same_views(vw, views_of(attend.kv.v.variant()))) {
     fail(fn,
          "the attention request must read the pages written: a paged "
          "KVSource over k_pages and v_pages (the same memory, format, shape "
@@ -325,9 +312,13 @@ void write_kv_and_attend(const KVTensor& key, const KVTensor& value,
   }
   // The old contents of every slot in range (a bad slot fails write_kv's
   // checks before anything is written).
-  std::vector<std::pair<const RowBytes*, std::size_t>> rows;
-  std::vector<char> saved;
-  std::vector<std::size_t> where;  // (page, head, row) per saved row
+  struct Saved {
+    const RowBytes* view;
+    char* row;
+    std::size_t at;  // in bytes
+  };
+  std::vector<Saved> rows;
+  std::vector<char> bytes;
   for (const std::vector<RowBytes>* views : {&kw, &vw}) {
     for (const RowBytes& v : *views) {
       const std::size_t capacity = v.batch * v.rows;
@@ -335,10 +326,9 @@ void write_kv_and_attend(const KVTensor& key, const KVTensor& value,
         if (s < 0 || static_cast<std::uint64_t>(s) >= capacity) continue;
         const auto slot = static_cast<std::size_t>(s);
         for (std::size_t h = 0; h < v.heads; ++h) {
-          const char* src = v.row(slot / v.rows, h, slot % v.rows);
-          rows.emplace_back(&v, saved.size());
-          where.insert(where.end(), {slot / v.rows, h, slot % v.rows});
-          saved.insert(saved.end(), src, src + v.cols * v.esize);
+          char* row = v.row(slot / v.rows, h, slot % v.rows);
+          rows.push_back({&v, row, bytes.size()});
+          bytes.insert(bytes.end(), row, row + v.cols * v.esize);
         }
       }
     }
@@ -347,10 +337,8 @@ void write_kv_and_attend(const KVTensor& key, const KVTensor& value,
   try {
     run_attention(attend);
   } catch (...) {
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      const RowBytes& v = *rows[i].first;
-      std::copy_n(saved.data() + rows[i].second, v.cols * v.esize,
-                  v.row(where[3 * i], where[3 * i + 1], where[3 * i + 2]));
+    for (const Saved& r : rows) {
+      std::copy_n(bytes.data() + r.at, r.view->cols * r.view->esize, r.row);
     }
     throw;
   }

@@ -1,7 +1,8 @@
 """Decode rows over a paged cache, by page layout: the 12 decode rows of
 ragged_peers.py (contexts of 4k to 32k, 32 query heads on 8 KV heads, d = 128) over
 pages in vLLM's NHD layout and in HND, pages in a random or in sequential order, and
-the same rows with contiguous keys (one call per sequence); K+V bytes per second.
+the same rows with contiguous keys (one call per sequence), also with NHD's strides
+without pages; K+V bytes per second.
 Prints one line per case. Run:
 
     OMP_NUM_THREADS=1 python bench/python/paged_decode_layouts.py [--dtype bf16|f32|int8]
@@ -52,6 +53,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f32", "int8"])
     args = ap.parse_args()
+    if os.environ.get("SOFTDOT_BENCH_TARGET"):  # e.g. AVX2 on an AVX-512 machine
+        softdot.force_simd_target(os.environ["SOFTDOT_BENCH_TARGET"])
     per = {"bf16": 2 * D, "f32": 4 * D, "int8": D + 4}[args.dtype]
     nbytes = 2 * sum(DECODE) * HKV * per
     rng = np.random.default_rng(1)
@@ -99,6 +102,21 @@ def main() -> None:
 
     t = best(contiguous)
     print(f"contiguous, one call per sequence: {t * 1e3:.1f} ms, {nbytes / t / 1e9:.1f} GB/s")
+    # The same keys with NHD's strides and no pages: [n, H_kv, d] seen as [1, H_kv, n, d].
+    ns = [np.ascontiguousarray(k[0].transpose(1, 0, 2)) for k in ks]
+    nv = [np.ascontiguousarray(v[0].transpose(1, 0, 2)) for v in vs]
+    if args.dtype == "int8":
+        print("contiguous with NHD strides: not measured for int8 (its scales need their own view)")
+        return
+
+    def strided() -> None:
+        for k, v in zip(ns, nv):
+            softdot.scaled_dot_product_attention(
+                q1, k.transpose(1, 0, 2)[None], v.transpose(1, 0, 2)[None], causal=True
+            )
+
+    t = best(strided)
+    print(f"contiguous with NHD strides: {t * 1e3:.1f} ms, {nbytes / t / 1e9:.1f} GB/s")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ reaches it only through the private, experimental ``openvino._pyopenvino.op.
 _PagedAttentionExtension``, whose inputs change between releases. Run:
 
     python bench/python/ragged_peers.py --threads 1,2 [--dtype bf16,int8] [--json F]
+
+(SOFTDOT_BENCH_TARGET=AVX2 measures softdot's AVX2 code on an AVX-512 machine.)
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ def run(threads: int, dtypes, min_time: float) -> dict:
 
     import softdot
 
+    if os.environ.get("SOFTDOT_BENCH_TARGET"):  # e.g. AVX2 on an AVX-512 machine
+        softdot.force_simd_target(os.environ["SOFTDOT_BENCH_TARGET"])
     torch.set_num_threads(threads)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     rng = np.random.default_rng(26)
@@ -207,6 +211,8 @@ def main() -> None:
 
     import softdot
 
+    if os.environ.get("SOFTDOT_BENCH_TARGET"):  # the target the children run
+        softdot.force_simd_target(os.environ["SOFTDOT_BENCH_TARGET"])
     runs = []
     for th in [int(x) for x in args.threads.split(",")]:
         env = dict(os.environ, OMP_NUM_THREADS=str(th))

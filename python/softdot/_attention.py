@@ -156,13 +156,13 @@ def _call(
     **opts: Any,
 ) -> Any:
     """One request with contiguous K/V: kind "output" or "weights"."""
-    R.no_grad(fn, A.kind_of(query), query, key, value, attn_mask, bias, sinks)
+    slopes = opts.get("alibi_slopes")
+    R.no_grad(fn, A.kind_of(query), query, key, value, attn_mask, bias, sinks, slopes)
     p = R.prepare(fn, query, key, value)
     full = p.lead + (p.L, p.S)
     mask, bias4 = R.masks(fn, attn_mask, bias, p.kind, full, "query's batch axes, L, S")
     sinks1 = R.sinks_array(fn, sinks, p.kind)
-    if opts.get("alibi_slopes") is not None:
-        slopes = opts["alibi_slopes"]
+    if slopes is not None:
         opts["alibi_slopes"] = R.sinks_array(fn, slopes, p.kind, "alibi_slopes", "slope")
     o = R.options(fn, mask=mask, bias=bias4, sinks=sinks1, **opts)
     shape = p.lead + (p.L, p.Ev if kind == "output" else p.S)

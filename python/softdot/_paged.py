@@ -259,6 +259,7 @@ def paged_attention(
         attn_mask,
         bias,
         sinks,
+        alibi_slopes,
         *(key_cache if isinstance(key_cache, tuple) else (key_cache,)),
         *(value_cache if isinstance(value_cache, tuple) else (value_cache,)),
     )

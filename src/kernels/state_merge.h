@@ -150,7 +150,8 @@ T logsumexp_of_state(const RowState& s) {
 // a = merge(a, b) for attention row states (max m, sum l, output o[dv]),
 // everything in double: each merge adds at most 2 rounding errors of 2^-53
 // to l and o, so a chain of P merges stays within about 2P 2^-53 relative
-// of the exact merge of its parts. Commutative bit for bit.
+// of the exact merge of its parts. Commutative bit for bit. A null o_b is
+// an output of zeros (a sink: the state (sink, 1, 0)).
 inline void merge_row_state(float& m_a, double& l_a, double* o_a, float m_b,
                             double l_b, const double* o_b, std::size_t dv) {
   const auto plan = merge_plan<double>(m_a, l_a, m_b, l_b);
@@ -163,13 +164,21 @@ inline void merge_row_state(float& m_a, double& l_a, double* o_a, float m_b,
     case MergeCase::kTakeB:
       m_a = m_b;
       l_a = l_b;
-      std::copy(o_b, o_b + dv, o_a);
+      if (o_b == nullptr) {
+        std::fill(o_a, o_a + dv, 0.0);
+      } else {
+        std::copy(o_b, o_b + dv, o_a);
+      }
       return;
     case MergeCase::kCombine:
       break;
   }
-  for (std::size_t c = 0; c < dv; ++c) {
-    o_a[c] = o_a[c] * plan.w_a + o_b[c] * plan.w_b;
+  if (o_b == nullptr) {
+    for (std::size_t c = 0; c < dv; ++c) o_a[c] = o_a[c] * plan.w_a + 0.0;
+  } else {
+    for (std::size_t c = 0; c < dv; ++c) {
+      o_a[c] = o_a[c] * plan.w_a + o_b[c] * plan.w_b;
+    }
   }
   l_a = l_a * plan.w_a + l_b * plan.w_b;
   m_a = plan.max;

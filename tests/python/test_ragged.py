@@ -203,6 +203,15 @@ def test_alibi_slopes_equal_their_bias_and_torch(dtype):
             qb, kc, vc, table[b : b + 1], sl[b : b + 1], causal=True, bias=bias
         )
         np.testing.assert_array_equal(out[r].transpose(1, 0, 2), ob[0])
+    if dtype == "float32":  # a slope that requires grad: no silent missing gradient
+        st = torch.tensor(slopes, requires_grad=True)
+        t = torch.from_numpy(qr[None].transpose(0, 2, 1, 3).copy())
+        with pytest.raises(NotImplementedError, match="requires grad"):
+            softdot.scaled_dot_product_attention(t, t, t, alibi_slopes=st)
+        with pytest.raises(NotImplementedError, match="requires grad"):
+            softdot.paged_attention(
+                torch.from_numpy(qr), kc, vc, table, sl, query_start_loc=qsl, alibi_slopes=st
+            )
     with pytest.raises(ValueError, match="alibi_slopes has 3 values"):
         softdot.paged_attention(qr, kc, vc, table, sl, query_start_loc=qsl, alibi_slopes=slopes[:3])
 

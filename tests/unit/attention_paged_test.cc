@@ -631,6 +631,17 @@ struct Ragged {
     t.query_start_loc = qsl;
     return t;
   }
+  // Sequence b's query rows alone, [1, H, n_q, d].
+  Tensor<float> sequence_q(std::size_t b) const {
+    const auto q0 = std::size_t(qsl[b]);
+    const std::size_t nq = std::size_t(qsl[b + 1]) - q0, d = q.C;
+    Tensor<float> qb(1, H, nq, d, 0, 0.0f);
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t i = 0; i < nq; ++i)
+        for (std::size_t x = 0; x < d; ++x)
+          qb.at(0, h, i, x) = q.at(0, q0 + i, h, x);
+    return qb;
+  }
 };
 
 template <class T>
@@ -681,7 +692,7 @@ void run_paged_view(const TensorView<const float>& q, const Paged<T>& p,
 template <class T>
 void expect_ragged_equals_alone(const std::string& what, const Ragged<T>& r,
                                 const AttentionOptions& o) {
-  const std::size_t H = r.H, TR = r.T_rows, d = r.q.C, dv = r.c.v.C;
+  const std::size_t H = r.H, TR = r.T_rows, dv = r.c.v.C;
   const std::size_t B = r.p.lens.size();
   for (int threads : {1, 2}) {
     const std::string w = what + ", " + std::to_string(threads) + " threads";
@@ -703,11 +714,8 @@ void expect_ragged_equals_alone(const std::string& what, const Ragged<T>& r,
       const auto q0 = std::size_t(r.qsl[b]);
       const std::size_t nq = std::size_t(r.qsl[b + 1]) - q0;
       if (nq == 0) continue;
-      Tensor<float> qb(1, H, nq, d, 0, 0.0f), ob(1, H, nq, dv, 0, kOutSentinel);
-      for (std::size_t h = 0; h < H; ++h)
-        for (std::size_t i = 0; i < nq; ++i)
-          for (std::size_t x = 0; x < d; ++x)
-            qb.at(0, h, i, x) = r.q.at(0, q0 + i, h, x);
+      const Tensor<float> qb = r.sequence_q(b);
+      Tensor<float> ob(1, H, nq, dv, 0, kOutSentinel);
       std::vector<float> lb(H * nq);
       const PagedKVTable tb = r.p.sequence(b);
       AttentionPartial pb;
@@ -1214,11 +1222,8 @@ void invariant_sweep(const std::string& label) {
       // The contiguous call on one sequence's whole rows: the same bits.
       const std::size_t b = 0, n = std::size_t(nqs[b]);
       const auto L = std::size_t(lens[b]);
-      Tensor<float> qb(1, H, n, 64, 0, 0.0f), ob(1, H, n, 64, 0, 0.0f);
-      for (std::size_t h = 0; h < H; ++h)
-        for (std::size_t i = 0; i < n; ++i)
-          for (std::size_t x = 0; x < 64; ++x)
-            qb.at(0, h, i, x) = r.q.at(0, std::size_t(r.qsl[b]) + i, h, x);
+      const Tensor<float> qb = r.sequence_q(b);
+      Tensor<float> ob(1, H, n, 64, 0, 0.0f);
       std::vector<float> lb(H * n);
       if constexpr (kInt8<T>) {
         softdot::attention(
@@ -1328,11 +1333,8 @@ void tree_sweep(const std::string& label) {
         const auto q0 = std::size_t(r.qsl[b]), nq = std::size_t(nqs[b]);
         const auto L = std::size_t(lens[b]);
         if (nq == 0) continue;
-        Tensor<float> qb(1, H, nq, 64, 0, 0.0f), ob(1, H, nq, dv, 0, 0.0f);
-        for (std::size_t h = 0; h < H; ++h)
-          for (std::size_t i = 0; i < nq; ++i)
-            for (std::size_t x = 0; x < 64; ++x)
-              qb.at(0, h, i, x) = r.q.at(0, q0 + i, h, x);
+        const Tensor<float> qb = r.sequence_q(b);
+        Tensor<float> ob(1, H, nq, dv, 0, 0.0f);
         std::vector<std::uint8_t> mask(nq * L, 0);
         for (std::size_t i = 0; i < nq; ++i) {
           for (std::size_t j = 0; j < L - nq; ++j) mask[i * L + j] = 1;

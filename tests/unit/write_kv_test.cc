@@ -402,30 +402,29 @@ TEST(WriteKV, WriteAndAttendInOneCall) {
     return r;
   };
   const Int8Pages kp{k8.view(), ks.view()}, vp{v8.view(), vs.view()};
+  // The pages as they were before any write.
+  auto reset = [&] {
+    k8.for_each(
+        [&, i = std::size_t(0)](std::int8_t& x) mutable { x = k8_0[i++]; });
+    v8.for_each(
+        [&, i = std::size_t(0)](std::int8_t& x) mutable { x = v8_0[i++]; });
+    ks.for_each([&, i = std::size_t(0)](float& x) mutable { x = ks_0[i++]; });
+    vs.for_each([&, i = std::size_t(0)](float& x) mutable { x = vs_0[i++]; });
+  };
   // Two calls, then the state restored by hand, then one call.
   std::vector<float> want(H * T * d), got(H * T * d);
   softdot::write_kv(kv, vv, kp, vp, slots);
   softdot::run_attention(request(table, want.data()));
   const auto k8_w = k8.dense();
   const auto ks_w = ks.dense();
-  k8.for_each(
-      [&, i = std::size_t(0)](std::int8_t& x) mutable { x = k8_0[i++]; });
-  v8.for_each(
-      [&, i = std::size_t(0)](std::int8_t& x) mutable { x = v8_0[i++]; });
-  ks.for_each([&, i = std::size_t(0)](float& x) mutable { x = ks_0[i++]; });
-  vs.for_each([&, i = std::size_t(0)](float& x) mutable { x = vs_0[i++]; });
+  reset();
   softdot::write_kv_and_attend(kv, vv, kp, vp, slots,
                                request(table, got.data()));
   EXPECT_TRUE(SameBits(got, want)) << "one call differs from two";
   EXPECT_EQ(k8.dense(), k8_w);
   EXPECT_TRUE(SameBits(ks.dense(), ks_w));
   // Back to the start; a bad table: an error, and the pages as they were.
-  k8.for_each(
-      [&, i = std::size_t(0)](std::int8_t& x) mutable { x = k8_0[i++]; });
-  v8.for_each(
-      [&, i = std::size_t(0)](std::int8_t& x) mutable { x = v8_0[i++]; });
-  ks.for_each([&, i = std::size_t(0)](float& x) mutable { x = ks_0[i++]; });
-  vs.for_each([&, i = std::size_t(0)](float& x) mutable { x = vs_0[i++]; });
+  reset();
   expect_invalid("bad table",
                  [&] {
                    softdot::write_kv_and_attend(kv, vv, kp, vp, slots,
