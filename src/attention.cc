@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "attention_checks.h"
+#include "attention_rows.h"
 #include "kernels/attention_args.h"
 #include "kernels/dispatch.h"
 #include "kernels/state_merge.h"
@@ -71,20 +72,6 @@ T* thread_buffer(int slot, std::size_t n) {
 }  // namespace
 
 namespace detail::attn {
-
-// The per-row tables of one kernel call: each query row's address, visible
-// keys, mask and bias rows (at the plan's mask column of key 0) and sink.
-constexpr std::size_t kNoTree = std::numeric_limits<std::size_t>::max();
-
-struct RowTables {
-  const float* q[detail::kMaxKernelRows];
-  std::int32_t first[detail::kMaxKernelRows], last[detail::kMaxKernelRows];
-  const std::uint8_t* mask[detail::kMaxKernelRows] = {};
-  const float* bias[detail::kMaxKernelRows] = {};
-  float sinks[detail::kMaxKernelRows] = {};
-  float alibi[detail::kMaxKernelRows] = {};
-  double alibi_base[detail::kMaxKernelRows] = {};
-};
 
 // Query row (b, h, i): its address, or, for a 16-bit query, its values
 // widened (exactly) into dst (d floats).
@@ -142,22 +129,6 @@ void fill_row_tables(const Plan& p, const Plan& ps, const AttentionOptions& o,
     }
   }
 }
-
-// The keys a set of rows sees, together: lo .. hi (inclusive), empty when
-// no row sees a key.
-struct KeyHull {
-  std::size_t lo = 0, hi = 0;
-  bool none = true;
-  bool empty() const { return none; }
-  void add(std::int32_t first, std::int32_t last) {
-    if (first > last) return;
-    const auto f = static_cast<std::size_t>(first);
-    const auto l = static_cast<std::size_t>(last);
-    lo = none ? f : std::min(lo, f);
-    hi = none ? l : std::max(hi, l);
-    none = false;
-  }
-};
 
 KeyHull row_hull(const std::int32_t* first, const std::int32_t* last,
                  std::size_t n) {

@@ -353,6 +353,67 @@ void attention(TensorView<const Float16> q, TensorView<const Float16> k,
                TensorView<const Float16> v, TensorView<Float16> out,
                const AttentionOptions& options = {}, float* lse = nullptr);
 
+// The gradients attention_backward() writes (float32). dbias and dsinks
+// are optional (empty: not computed).
+struct AttentionGradients {
+  TensorView<float> dq;  // [B, H, n_q, d]
+  TensorView<float> dk;  // [B, H_kv, n_kv, d]
+  TensorView<float> dv;  // [B, H_kv, n_kv, d_v]
+  // [B, H, n_q, n_kv], dense in meaning (no broadcasting): the gradient of
+  // the loss with respect to each score's additive bias, dS_ij (0 where
+  // key j is hidden). A bias that was broadcast takes the sum over the
+  // broadcast dimensions (the caller's reduction).
+  TensorView<float> dbias;
+  std::span<float> dsinks;  // [H]: needs options.sinks
+};
+
+// The gradients of attention() with respect to q, k, v (and, on request,
+// the bias and the sinks), given the forward's out and lse and the
+// gradient dout of the loss with respect to out, by recomputation
+// (FlashAttention-2): memory beyond the arguments is O(n) (dQ in double,
+// per-row Delta, each thread's scratch), never an n_q x n_kv buffer.
+// With s_ij the forward's score of row i and key j (attention_scores()),
+// P_ij = exp(s_ij - lse_i) (exactly 0 where j is hidden),
+//   dV_j  = sum_i P_ij dO_i,            dP_ij = dO_i . V_j,
+//   Delta_i = sum_c dO_ic O_ic,          dS_ij = P_ij (dP_ij - Delta_i),
+//   dQ_i  = scale sum_j cap'_ij dS_ij K_j,  dK_j = scale sum_i cap'_ij dS_ij
+//   Q_i, dsink_h = -sum_{b,i} exp(sink_h - lse_i) Delta_i,
+// cap'_ij = 1 - tanh^2(t_ij / softcap) with soft-capping (t the scaled
+// score), else 1; GQA sums dK and dV over the query heads of a KV head in
+// head order. Every option of attention() is honoured (causal, window,
+// mask, bias, ALiBi, softcap, sinks, kv_range, positions, scale); the
+// scores are recomputed in the prefill form (its blocked chains, rounded
+// as attention_scores() rounds them for prefill shapes: for those shapes
+// the forward's own scores, bit for bit) with the forward's exp, whatever
+// form or mode (precise, batch_invariant) the forward took.
+//
+// Arithmetic: P, dP, dS and the products' terms in float; every sum over
+// keys (dQ) or over query rows (dK, dV) is a float FMA chain over at most
+// 16 terms (in index order) added into a double accumulator in order,
+// Delta in double;
+// each gradient is rounded once to float (dQ and dK after the multiply by
+// the scale, in double). Results are bitwise the same for any number of
+// threads and on every SIMD target with FMA. Error bounds: docs/accuracy.md,
+// "Attention backward".
+//
+// Special values: a row that sees no key (fully masked) gives dQ = 0 and
+// adds nothing to dK and dV, whatever dout holds; a hidden (masked) pair
+// never reaches a gradient, even when its Q, K, V or dO rows hold inf or
+// NaN; a row whose lse is +inf (k scores of +inf) uses the forward's limit,
+// P = 1/k at those keys; a NaN in a row's visible inputs (or lse or dout)
+// gives NaN in that row's dQ and in the dK, dV of the keys it sees.
+//
+// Arguments as attention() (std::invalid_argument naming the argument and
+// the shapes): q [B, H, n_q, d], k [B, H_kv, n_kv, d], v [B, H_kv, n_kv,
+// d_v], out and dout [B, H, n_q, d_v], lse B H n_q floats (attention()'s);
+// the gradients the shapes above; no gradient may overlap an input or
+// another gradient. Threads: OpenMP over batch x KV heads x 64-key blocks.
+void attention_backward(TensorView<const float> q, TensorView<const float> k,
+                        TensorView<const float> v, TensorView<const float> out,
+                        const float* lse, TensorView<const float> dout,
+                        const AttentionGradients& grads,
+                        const AttentionOptions& options = {});
+
 // Merges two partial results over disjoint key ranges (split-KV decoding,
 // ring attention): with m = max(lse_a, lse_b), w_a = exp(lse_a - m),
 // w_b = exp(lse_b - m),

@@ -111,6 +111,46 @@ struct AttnArgs {
   double* out_o = nullptr;  // [rows * dv]
 };
 
+// One backward kernel call (attention_backward-inl.h): the keys
+// f.j_begin .. f.j_end - 1 (at most kKeyTile) against f.rows query rows,
+// with f's query rows, key limits, mask, bias, ALiBi, K/V source, scale and
+// soft-cap as the forward's prefill form reads them (f.sinks, f.decode,
+// f.precise, f.units and the out_* pointers are not used).
+struct AttnBackArgs {
+  AttnArgs f;
+  const float* const* do_rows = nullptr;  // [rows] dO rows (dv floats)
+  const float* lse = nullptr;             // [rows] the forward's lse
+  const float* delta = nullptr;           // [rows] rowsum(dO * O)
+  // Null, or [rows]: 1/k for a row whose lse is +inf (k scores of +inf).
+  const float* inf_share = nullptr;
+  // Accumulators the call adds its keys' sums into, in double: dV [kb][dv]
+  // and dK [kb][d] (unscaled), row strides >= d and dv rounded up to 16.
+  double* dv_acc = nullptr;
+  std::size_t dv_stride = 0;
+  double* dk_acc = nullptr;
+  std::size_t dk_stride = 0;
+  // Written: dQt[c][r] = sum_j dT[j][r] K[j][c] (unscaled), c < d, for the
+  // kernel's rows (at most kMaxKernelRows lanes) at dq + c * dq_stride + r.
+  double* dq = nullptr;
+  std::size_t dq_stride = 0;
+  // Null, or [rows] rows (entries may be null) of the bias gradient dS, by
+  // key j: written at the block's visible keys.
+  float* const* dbias_rows = nullptr;
+  // Non-null: count each row's +inf scores of the block into inf_count[r]
+  // and do nothing else.
+  double* inf_count = nullptr;
+};
+
+// Floats of scratch one backward kernel call needs.
+inline constexpr std::size_t attention_backward_scratch_floats(std::size_t d,
+                                                               std::size_t dv) {
+  const std::size_t bq = kMaxKernelRows;
+  const std::size_t pad = 16;
+  return d * bq + kKeyTile * bq + kKeyTile * (d + dv) + 4 * bq + dv * bq +
+         bq * (d + pad) + bq * (dv + pad) + 3 * kKeyTile * bq + 5 * bq +
+         std::size_t{16} * 24;
+}
+
 // The ALiBi term of key j for a row: slope (pos_j - pos_i), pos_j - pos_i
 // = j stride + base (base = the key offset minus the row's position),
 // computed in double (exact while |j stride + base| < 2^53: the product of

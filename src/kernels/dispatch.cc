@@ -5,6 +5,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/attention-inl.h"
+#include "kernels/attention_backward-inl.h"
 #include "kernels/convert16-inl.h"
 #include "kernels/dot-inl.h"
 #include "kernels/softmax-inl.h"
@@ -42,6 +43,7 @@ HWY_EXPORT(DotAccurateF64);
 HWY_EXPORT(SoftmaxRowF32);
 HWY_EXPORT(SoftmaxRowF64);
 HWY_EXPORT(AttentionRows);
+HWY_EXPORT(AttentionBackwardRows);
 HWY_EXPORT(AttentionMaxRows);
 HWY_EXPORT(AttentionUnitsCompiled);
 HWY_EXPORT(AttentionUnitsDot);
@@ -57,6 +59,9 @@ float attention_score(const float* q, const float* k, std::size_t d,
 
 void attention_kernel(const AttnArgs& args) noexcept {
   HWY_DYNAMIC_DISPATCH(AttentionRows)(args);
+}
+void attention_backward_kernel(const AttnBackArgs& args) noexcept {
+  HWY_DYNAMIC_DISPATCH(AttentionBackwardRows)(args);
 }
 std::size_t attention_max_rows() noexcept {
   return HWY_DYNAMIC_DISPATCH(AttentionMaxRows)();

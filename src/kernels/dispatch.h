@@ -52,6 +52,9 @@ void softmax_row_kernel(const double* x, const std::uint8_t* mask, double scale,
 // One attention kernel call (kernels/attention_args.h); rows <=
 // attention_max_rows().
 void attention_kernel(const AttnArgs& args) noexcept;
+// One backward kernel call (AttnBackArgs, attention_args.h); rows <=
+// attention_max_rows().
+void attention_backward_kernel(const AttnBackArgs& args) noexcept;
 // Rows one attention kernel call takes on the current target (4 vectors).
 std::size_t attention_max_rows() noexcept;
 // The units (kUnits* bits, attention_args.h) the current target's kernel

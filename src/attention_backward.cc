@@ -1,0 +1,455 @@
+// softdot: attention_backward(), the gradients of attention() by
+// recomputation (FlashAttention-2's backward), deterministic for any thread
+// count.
+//
+// Work split. For every batch b and KV head kh the keys of the key range
+// are cut into blocks of kKeyTile (64) keys from kv_begin, and each block is
+// one task: it runs the backward kernel against every block of query rows
+// of the g query heads that share kh (rows r = (h - kh g) n_q + i, as the
+// forward numbers them), in row order, so its keys' dK and dV are summed by
+// one thread in one fixed order (GQA: the query heads in head order), and
+// are written when the task ends. dQ gathers a contribution from every key
+// block: each task computes its contribution to a row block, then waits
+// until the key blocks before it have added theirs into the row block's
+// double accumulator, adds its own and lets the next key block go. The
+// tasks are handed out in index order (key blocks of one KV head in key
+// order, OpenMP's dynamic schedule), so the lowest unfinished task never
+// waits and the wait always ends; and every dQ row is the sum over key
+// blocks in key order, whatever the thread count. Row blocks are cut at
+// attention_max_rows() rows (a multiple of 16), and the kernel's row sums
+// go into double per 16 rows, so the bits do not depend on the SIMD target
+// (among those with FMA) either.
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attention_checks.h"
+#include "attention_rows.h"
+#include "kernels/attention_args.h"
+#include "kernels/dispatch.h"
+#include "parallel.h"
+#include "softdot/attention.h"
+#include "softdot/attention_request.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace softdot {
+namespace {
+
+using namespace detail::attn;
+constexpr const char* kFn = "attention_backward";
+
+// [first, last) bytes a view spans (empty when it holds no element).
+struct Span {
+  std::uintptr_t lo = 0, hi = 0;
+};
+
+template <class T>
+Span bytes_of(const TensorView<T>& t) {
+  Span s;
+  if (t.data == nullptr || t.batch == 0 || t.heads == 0 || t.rows == 0 ||
+      t.cols == 0) {
+    return s;
+  }
+  const std::size_t last = (t.batch - 1) * t.batch_stride +
+                           (t.heads - 1) * t.head_stride +
+                           (t.rows - 1) * t.row_stride + t.cols;
+  s.lo = reinterpret_cast<std::uintptr_t>(t.data);
+  s.hi = s.lo + last * sizeof(T);
+  return s;
+}
+
+template <class T>
+void check_dims(const char* name, const TensorView<T>& t, const char* like,
+                std::size_t b, std::size_t h, std::size_t r, std::size_t c) {
+  check_tensor(kFn, name, t);
+  if (t.batch != b || t.heads != h || t.rows != r || t.cols != c) {
+    fail(kFn, shape(name, t) + " must have " + like + "'s shape " +
+                  shape(like, b, h, r, c).substr(std::strlen(like) + 1));
+  }
+}
+
+// Every element of a view set to +0.
+void zero_view(const TensorView<float>& t) {
+  for (std::size_t b = 0; b < t.batch; ++b) {
+    for (std::size_t h = 0; h < t.heads; ++h) {
+      for (std::size_t r = 0; r < t.rows; ++r) {
+        std::fill_n(t.row(b, h, r), t.cols, 0.0f);
+      }
+    }
+  }
+}
+
+// Per-thread scratch that only grows.
+struct BackBuffers {
+  std::vector<float> scratch;
+  std::vector<double> dk, dv;
+  std::vector<double> dq;
+};
+
+BackBuffers& thread_buffers() {
+  thread_local BackBuffers b;
+  return b;
+}
+
+void pause_briefly(unsigned spins) {
+  if (spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#endif
+  } else {
+    std::this_thread::yield();
+  }
+}
+
+}  // namespace
+
+void attention_backward(TensorView<const float> q, TensorView<const float> k,
+                        TensorView<const float> v, TensorView<const float> out,
+                        const float* lse, TensorView<const float> dout,
+                        const AttentionGradients& grads,
+                        const AttentionOptions& options) {
+  // q, k, v, out and the options: the forward's checks and plan.
+  AttentionRequest req;
+  req.name = kFn;
+  req.q = q;
+  req.kv = KVSource::contiguous(k, v);
+  TensorView<float> out_w(const_cast<float*>(out.data), out.batch, out.heads,
+                          out.rows, out.cols, out.batch_stride,
+                          out.head_stride, out.row_stride);
+  req.target = AttentionTarget::output(out_w, const_cast<float*>(lse));
+  req.options = options;
+  const AttentionPlan plan = AttentionPlan::make(req);
+  const Plan& p = plan.data();
+  const std::size_t B = p.B, H = p.H, Hkv = p.Hkv, g = p.g, n_q = p.n_q,
+                    n_kv = p.n_kv, d = p.d, dv = p.dv;
+  if (lse == nullptr) fail(kFn, "lse is null (the forward's lse is needed)");
+  check_dims("dout", dout, "out", B, H, n_q, dv);
+  check_dims("dq", grads.dq, "q", B, H, n_q, d);
+  check_dims("dk", grads.dk, "k", B, Hkv, n_kv, d);
+  check_dims("dv", grads.dv, "v", B, Hkv, n_kv, dv);
+  const bool want_dbias = !grads.dbias.empty();
+  if (want_dbias) check_dims("dbias", grads.dbias, "scores", B, H, n_q, n_kv);
+  const bool want_dsinks = !grads.dsinks.empty();
+  if (want_dsinks && options.sinks.empty()) {
+    fail(kFn, "dsinks given (" + count(grads.dsinks.size()) +
+                  " floats) but options.sinks is empty");
+  }
+  if (want_dsinks && grads.dsinks.size() != H) {
+    fail(kFn, "dsinks has " + count(grads.dsinks.size()) +
+                  " floats; expected one per query head (" + count(H) + ")");
+  }
+  // No gradient may overlap an input or another gradient.
+  {
+    struct Named {
+      const char* name;
+      std::uintptr_t lo, hi;
+    };
+    auto named = [](const char* name, const auto& t) {
+      const auto s = bytes_of(t);
+      return Named{name, s.lo, s.hi};
+    };
+    std::vector<Named> ins = {named("q", q),       named("k", k),
+                              named("v", v),       named("out", out),
+                              named("dout", dout)};
+    if (!options.mask.empty()) ins.push_back(named("mask", options.mask));
+    if (!options.bias.empty()) ins.push_back(named("bias", options.bias));
+    const std::size_t rows = B * H * n_q;
+    auto raw = [](const char* name, const void* p0, std::size_t bytes) {
+      const auto lo = reinterpret_cast<std::uintptr_t>(p0);
+      return Named{name, lo, p0 == nullptr ? lo : lo + bytes};
+    };
+    ins.push_back(raw("lse", lse, rows * sizeof(float)));
+    std::vector<Named> outs = {named("dq", grads.dq), named("dk", grads.dk),
+                               named("dv", grads.dv)};
+    if (want_dbias) outs.push_back(named("dbias", grads.dbias));
+    if (want_dsinks) {
+      outs.push_back(raw("dsinks", grads.dsinks.data(),
+                         grads.dsinks.size() * sizeof(float)));
+      ins.push_back(raw("sinks", options.sinks.data(),
+                        options.sinks.size() * sizeof(float)));
+    }
+    auto meet = [](const Named& a, const Named& b) {
+      return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi;
+    };
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      for (const Named& in : ins) {
+        if (meet(outs[i], in)) {
+          fail(kFn, std::string(outs[i].name) + " overlaps " + in.name);
+        }
+      }
+      for (std::size_t j = 0; j < i; ++j) {
+        if (meet(outs[i], outs[j])) {
+          fail(kFn, std::string(outs[i].name) + " overlaps " + outs[j].name);
+        }
+      }
+    }
+  }
+
+  // Everything is checked: from here on nothing throws.
+  zero_view(grads.dq);
+  zero_view(grads.dk);
+  zero_view(grads.dv);
+  if (want_dbias) zero_view(grads.dbias);
+  const std::size_t rows_total = B * H * n_q;
+  const std::size_t max_rows =
+      std::min(detail::attention_max_rows(), detail::kMaxKernelRows);
+  const std::size_t group_rows = g * n_q;
+  const std::size_t row_blocks = (group_rows + max_rows - 1) / max_rows;
+  const std::size_t range = p.kv_end - p.kv_begin;
+  const std::size_t key_blocks = (range + detail::kKeyTile - 1) /
+                                 detail::kKeyTile;
+  const double work = static_cast<double>(rows_total) *
+                      static_cast<double>(range) *
+                      static_cast<double>(d + dv);
+  const bool parallel = work >= 2e5 && omp_get_max_threads() > 1;
+  auto lse_at = [&](std::size_t b, std::size_t h, std::size_t i) {
+    return lse[(b * H + h) * n_q + i];
+  };
+
+  // Delta = rowsum(dO * O) in double (terms where O is exactly 0 skipped:
+  // a row that sees no key has O = 0 and Delta = 0, whatever dO holds).
+  std::vector<double> delta(rows_total);
+  detail::for_each_index(rows_total, parallel && rows_total >= 64,
+                         [&](std::size_t r) {
+                           const std::size_t i = r % n_q;
+                           const std::size_t h = (r / n_q) % H;
+                           const std::size_t b = r / (n_q * H);
+                           const float* o = out.row(b, h, i);
+                           const float* go = dout.row(b, h, i);
+                           double s = 0.0;
+                           for (std::size_t c = 0; c < dv; ++c) {
+                             if (o[c] != 0.0f) {
+                               s += static_cast<double>(o[c]) *
+                                    static_cast<double>(go[c]);
+                             }
+                           }
+                           delta[r] = s;
+                         });
+  if (want_dsinks) {
+    // d lse / d sink = exp(sink - lse): dsink = -sum_rows P_sink Delta.
+    for (std::size_t h = 0; h < H; ++h) {
+      const float sink = options.sinks[h];
+      double s = 0.0;
+      for (std::size_t b = 0; b < B; ++b) {
+        for (std::size_t i = 0; i < n_q; ++i) {
+          const float l = lse_at(b, h, i);
+          const double ps =
+              sink == -std::numeric_limits<float>::infinity()
+                  ? 0.0
+                  : std::exp(static_cast<double>(sink) -
+                             static_cast<double>(l));
+          const double dl = delta[(b * H + h) * n_q + i];
+          if (ps != 0.0 || std::isnan(dl)) s -= ps * dl;
+        }
+      }
+      grads.dsinks[h] = static_cast<float>(s);
+    }
+  }
+  if (key_blocks == 0 || rows_total == 0) return;
+
+  std::vector<float> delta_f(rows_total);
+  for (std::size_t r = 0; r < rows_total; ++r) {
+    delta_f[r] = static_cast<float>(delta[r]);
+  }
+  // Rows whose lse is +inf: 1/k, k their count of +inf scores (the
+  // forward's limit), counted by the kernel on the calling thread.
+  std::vector<float> share;
+  bool any_inf = false;
+  for (std::size_t r = 0; r < rows_total && !any_inf; ++r) {
+    any_inf = lse[r] == std::numeric_limits<float>::infinity();
+  }
+  const std::size_t dpad = (d + 15) / 16 * 16, dvpad = (dv + 15) / 16 * 16;
+  auto prepare = [&](BackBuffers& buf) {
+    buf.scratch.resize(detail::attention_backward_scratch_floats(d, dv));
+    buf.dk.resize(detail::kKeyTile * dpad);
+    buf.dv.resize(detail::kKeyTile * dvpad);
+    buf.dq.resize(d * detail::kMaxKernelRows);
+  };
+  // The arguments of one kernel call: rows row0 .. row0 + cnt - 1 of KV
+  // head kh of batch b against key block kbi.
+  struct Call {
+    RowTables t;
+    const float* do_rows[detail::kMaxKernelRows];
+    float lse[detail::kMaxKernelRows], delta[detail::kMaxKernelRows],
+        share[detail::kMaxKernelRows];
+    float* dbias[detail::kMaxKernelRows];
+    detail::AttnBackArgs a;
+  };
+  auto setup = [&](Call& c, BackBuffers& buf, std::size_t b, std::size_t kh,
+                   std::size_t row0, std::size_t cnt, std::size_t j0,
+                   std::size_t kb) {
+    fill_row_tables(p, p, options, req.q, nullptr, b, b, 0, kh, row0, cnt,
+                    c.t);
+    for (std::size_t r = 0; r < cnt; ++r) {
+      const std::size_t row = row0 + r;
+      const std::size_t h = kh * g + row / n_q, i = row % n_q;
+      const std::size_t at = (b * H + h) * n_q + i;
+      c.do_rows[r] = dout.row(b, h, i);
+      c.lse[r] = lse[at];
+      c.delta[r] = delta_f[at];
+      c.share[r] = share.empty() ? 0.0f : share[at];
+      c.dbias[r] = want_dbias ? grads.dbias.row(b, h, i) : nullptr;
+    }
+    detail::AttnBackArgs& a = c.a;
+    a = detail::AttnBackArgs{};
+    a.f.kv_type = detail::kKvF32;
+    a.f.k = k.row(b, kh, 0);
+    a.f.k_stride = k.row_stride;
+    a.f.v = v.row(b, kh, 0);
+    a.f.v_stride = v.row_stride;
+    a.f.d = d;
+    a.f.dv = dv;
+    a.f.j_begin = j0;
+    a.f.j_end = j0 + kb;
+    a.f.scale = p.scale;
+    a.f.softcap = p.softcap;
+    a.f.rows = cnt;
+    a.f.q_rows = c.t.q;
+    a.f.first_key = c.t.first;
+    a.f.last_key = c.t.last;
+    a.f.mask_rows = options.mask.empty() ? nullptr : c.t.mask;
+    a.f.bias_rows = options.bias.empty() ? nullptr : c.t.bias;
+    if (!options.alibi_slopes.empty()) {
+      a.f.alibi_slopes = c.t.alibi;
+      a.f.alibi_base = c.t.alibi_base;
+      a.f.alibi_stride = static_cast<double>(p.kv_stride);
+    }
+    a.f.scratch = buf.scratch.data();
+    a.do_rows = c.do_rows;
+    a.lse = c.lse;
+    a.delta = c.delta;
+    a.inf_share = c.share;
+    a.dv_acc = buf.dv.data();
+    a.dv_stride = dvpad;
+    a.dk_acc = buf.dk.data();
+    a.dk_stride = dpad;
+    a.dq = buf.dq.data();
+    a.dq_stride = detail::kMaxKernelRows;
+    a.dbias_rows = want_dbias ? c.dbias : nullptr;
+  };
+  auto sees = [](const RowTables& t, std::size_t cnt, std::size_t j0,
+                 std::size_t kb) {
+    const KeyHull hull = row_hull(t.first, t.last, cnt);
+    return !hull.empty() && hull.lo < j0 + kb && hull.hi >= j0;
+  };
+  if (any_inf) {
+    std::vector<double> infs(rows_total, 0.0);
+    BackBuffers& buf = thread_buffers();
+    prepare(buf);
+    Call c;
+    for (std::size_t b = 0; b < B; ++b) {
+      for (std::size_t kh = 0; kh < Hkv; ++kh) {
+        for (std::size_t rb = 0; rb < row_blocks; ++rb) {
+          const std::size_t row0 = rb * max_rows;
+          const std::size_t cnt = std::min(max_rows, group_rows - row0);
+          double counts[detail::kMaxKernelRows] = {};
+          for (std::size_t kbi = 0; kbi < key_blocks; ++kbi) {
+            const std::size_t j0 = p.kv_begin + kbi * detail::kKeyTile;
+            const std::size_t kb = std::min(detail::kKeyTile, p.kv_end - j0);
+            setup(c, buf, b, kh, row0, cnt, j0, kb);
+            if (!sees(c.t, cnt, j0, kb)) continue;
+            c.a.inf_count = counts;
+            detail::attention_backward_kernel(c.a);
+          }
+          for (std::size_t r = 0; r < cnt; ++r) {
+            const std::size_t row = row0 + r;
+            const std::size_t h = kh * g + row / n_q, i = row % n_q;
+            infs[(b * H + h) * n_q + i] = counts[r];
+          }
+        }
+      }
+    }
+    share.assign(rows_total, 0.0f);
+    for (std::size_t r = 0; r < rows_total; ++r) {
+      if (lse[r] == std::numeric_limits<float>::infinity() && infs[r] > 0) {
+        share[r] = static_cast<float>(1.0 / infs[r]);
+      }
+    }
+  }
+
+  // dQ in double, and each row block's count of key blocks added so far.
+  std::vector<double> dq_acc(rows_total * d, 0.0);
+  const std::size_t counters = B * Hkv * row_blocks;
+  std::unique_ptr<std::atomic<std::uint32_t>[]> done(
+      new std::atomic<std::uint32_t>[counters]);
+  for (std::size_t i = 0; i < counters; ++i) {
+    done[i].store(0, std::memory_order_relaxed);
+  }
+  const std::size_t tasks = B * Hkv * key_blocks;
+  const double scale = static_cast<double>(p.scale);
+  detail::for_each_index<detail::Schedule::kDynamic>(
+      tasks, parallel && tasks > 1, [&](std::size_t task) {
+        const std::size_t kbi = task % key_blocks;
+        const std::size_t kh = (task / key_blocks) % Hkv;
+        const std::size_t b = task / (key_blocks * Hkv);
+        const std::size_t j0 = p.kv_begin + kbi * detail::kKeyTile;
+        const std::size_t kb = std::min(detail::kKeyTile, p.kv_end - j0);
+        BackBuffers& buf = thread_buffers();
+        prepare(buf);
+        std::fill(buf.dk.begin(), buf.dk.end(), 0.0);
+        std::fill(buf.dv.begin(), buf.dv.end(), 0.0);
+        Call c;
+        for (std::size_t rb = 0; rb < row_blocks; ++rb) {
+          const std::size_t row0 = rb * max_rows;
+          const std::size_t cnt = std::min(max_rows, group_rows - row0);
+          setup(c, buf, b, kh, row0, cnt, j0, kb);
+          const bool run = sees(c.t, cnt, j0, kb);
+          if (run) detail::attention_backward_kernel(c.a);
+          std::atomic<std::uint32_t>& turn = done[(b * Hkv + kh) * row_blocks + rb];
+          for (unsigned spins = 0;
+               turn.load(std::memory_order_acquire) != kbi; ++spins) {
+            pause_briefly(spins);
+          }
+          if (run) {
+            for (std::size_t r = 0; r < cnt; ++r) {
+              const std::size_t row = row0 + r;
+              const std::size_t h = kh * g + row / n_q, i = row % n_q;
+              double* acc = dq_acc.data() + ((b * H + h) * n_q + i) * d;
+              const double* tile = buf.dq.data() + r;
+              for (std::size_t cc = 0; cc < d; ++cc) {
+                acc[cc] += tile[cc * detail::kMaxKernelRows];
+              }
+            }
+          }
+          turn.store(static_cast<std::uint32_t>(kbi + 1),
+                     std::memory_order_release);
+        }
+        for (std::size_t j = 0; j < kb; ++j) {
+          float* dkr = grads.dk.row(b, kh, j0 + j);
+          float* dvr = grads.dv.row(b, kh, j0 + j);
+          const double* ka = buf.dk.data() + j * dpad;
+          const double* va = buf.dv.data() + j * dvpad;
+          for (std::size_t cc = 0; cc < d; ++cc) {
+            dkr[cc] = static_cast<float>(scale * ka[cc]);
+          }
+          for (std::size_t cc = 0; cc < dv; ++cc) {
+            dvr[cc] = static_cast<float>(va[cc]);
+          }
+        }
+      });
+  detail::for_each_index(rows_total, parallel && rows_total >= 64,
+                         [&](std::size_t r) {
+                           const std::size_t i = r % n_q;
+                           const std::size_t h = (r / n_q) % H;
+                           const std::size_t b = r / (n_q * H);
+                           float* o = grads.dq.row(b, h, i);
+                           const double* acc = dq_acc.data() + r * d;
+                           for (std::size_t c = 0; c < d; ++c) {
+                             o[c] = static_cast<float>(scale * acc[c]);
+                           }
+                         });
+}
+
+}  // namespace softdot
