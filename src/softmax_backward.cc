@@ -33,16 +33,28 @@ void check_backward(std::span<const T> y, std::span<const T> dy,
 void softmax_backward(std::span<const float> y, std::span<const float> dy,
                       std::span<float> dx) {
   check_backward(y, dy, dx);
-  // <dy, y> from exact float products summed in double.
+  // <dy, y> from exact float products summed in double. A g that is not
+  // finite means an infinite or NaN y_i or dy_i: the rules of
+  // include/softdot/softmax.h, in scalar code.
   const double g = detail::dot_in_double_kernel(dy.data(), y.data(), y.size());
-  detail::softmax_backward_row(y.data(), dy.data(), g, y.size(), dx.data());
+  if (std::isfinite(g)) [[likely]] {
+    detail::softmax_backward_row(y.data(), dy.data(), g, y.size(), dx.data());
+  } else {
+    detail::softmax_backward_special_row(y.data(), dy.data(), y.size(),
+                                         dx.data());
+  }
 }
 
 void softmax_backward(std::span<const double> y, std::span<const double> dy,
                       std::span<double> dx) {
   check_backward(y, dy, dx);
   const double g = detail::dot_accurate_kernel(dy.data(), y.data(), y.size());
-  detail::softmax_backward_row(y.data(), dy.data(), g, y.size(), dx.data());
+  if (std::isfinite(g)) [[likely]] {
+    detail::softmax_backward_row(y.data(), dy.data(), g, y.size(), dx.data());
+  } else {
+    detail::softmax_backward_special_row(y.data(), dy.data(), y.size(),
+                                         dx.data());
+  }
 }
 
 }  // namespace softdot

@@ -65,7 +65,12 @@ struct CrossEntropyOptions {
 //                                (torch gives NaN here);
 //   k logits +inf             -> those weights 1 / k; loss log(k) if the
 //                                target is one of them, else +inf;
-//   NaN anywhere in the row   -> loss NaN and the whole grad row NaN.
+//   NaN anywhere in the row   -> loss NaN and the whole grad row NaN
+//                                (that row only; an ignored row's grad
+//                                stays 0, its loss 0).
+// The gradient is never NaN from 0 * inf or inf - inf: a -inf logit's
+// weight is exactly 0, so its grad is exactly c (0 - eps / V) (0 without
+// smoothing); every -inf or +inf row's grad is finite.
 // Errors (std::invalid_argument, nothing written): V == 0 or rows == 0,
 // targets.size() != rows, a target not in [0, V) and != ignore_index (the
 // message names the row and the value), loss.size() not 0 or rows, grad not

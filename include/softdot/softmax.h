@@ -131,8 +131,29 @@ void log_softmax_rows(MatrixView<const double> x, MatrixView<double> y,
 // dx_i is within about 1 ulp of the exact value for the given y and dy, up
 // to the conditioning of dy_i - <dy, y> (measured in docs/accuracy.md).
 // Sizes: y, dy, dx equal and >= 1, else std::invalid_argument. Aliasing: dx
-// may be y or dy (in place); no other overlap. NaN and inf follow IEEE
-// arithmetic. Does not allocate; single-threaded.
+// may be y or dy (in place); no other overlap. Does not allocate;
+// single-threaded.
+//
+// Special values (the gradient side of the forward's table; never a NaN
+// made by 0 * inf or inf - inf):
+//   y_i = 0 (a -inf or masked score)  -> dx_i = 0 exactly (+-0), whatever
+//                                        dy_i is (if not NaN); a zero weight
+//                                        times an infinite dy_i counts as 0
+//                                        in <dy, y> too;
+//   a fully masked row (y all +0)      -> dx all zeros;
+//   k scores +inf (y = 1/k there)      -> finite, the limit's gradient;
+//   any NaN in y or dy                 -> the whole dx row NaN (a NaN dy_i
+//                                        at a weight-0 entry too);
+//   dy_i infinite where y_i > 0        -> <dy, y> = +-inf and dx = -+inf at
+//                                        the other entries of weight > 0; at
+//                                        the infinite entries the
+//                                        infinities count as equal (as the
+//                                        forward's +inf scores): +-inf, or
+//                                        -<dy, y> over the finite entries
+//                                        when they hold all the weight;
+//                                        infinities of both signs: NaN
+//                                        where y_i > 0, 0 where y_i = 0.
+// Rows with an infinite or NaN entry take a scalar path.
 void softmax_backward(std::span<const float> y, std::span<const float> dy,
                       std::span<float> dx);
 void softmax_backward(std::span<const double> y, std::span<const double> dy,

@@ -68,9 +68,9 @@ def tensor_view(fn: str, name: str, t: Any) -> np.ndarray:
     if t.requires_grad:
         if torch.is_grad_enabled():
             raise NotImplementedError(
-                f"{fn}: {name} requires grad, and softdot.{fn} has no backward (softmax and "
-                f"log_softmax have one in softdot.torch); call it under torch.no_grad() or on "
-                f"a detached tensor"
+                f"{fn}: {name} requires grad, and softdot.{fn} has no backward (softmax, "
+                f"log_softmax and cross_entropy have one in softdot.torch); call it under "
+                f"torch.no_grad() or on a detached tensor"
             )
         t = t.detach()
     if t.dtype == torch.bfloat16:

@@ -3,12 +3,14 @@ numpy arrays and CPU torch tensors (softdot::cross_entropy). See docs/python.md.
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Any, Optional
 
 import numpy as np
 
 from . import _arrays as A
+from . import _rowops as R
 from . import _softdot as _core
 
 REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}
@@ -50,8 +52,10 @@ def cross_entropy(
     logits : array_like or torch.Tensor
         float32 or float64, shape (N, C), or (C,) for one row; any row stride
         (the last axis contiguous, else copied). Never modified. A tensor
-        that requires grad raises NotImplementedError (no autograd Function
-        yet): pass a detached tensor and ``grad=True``.
+        that requires grad (with grad mode on) goes through the autograd
+        Function ``softdot.torch.CrossEntropy``: the loss has a ``grad_fn``
+        whose backward scales the gradient this call computes with the loss
+        (first and higher derivatives; the targets get none).
     targets : integer array or torch.Tensor
         Shape (N,) (or 0-d for one row): class indices in [0, C) or
         ``ignore_index``; else ValueError naming the row and the value.
@@ -66,7 +70,9 @@ def cross_entropy(
         Also return the gradient of the returned loss with respect to the
         logits: ``c (softmax - (1 - eps) one_hot - eps / C)``, c = 1 / count
         for "mean", else 1 (for "none": the gradient of the sum of the row
-        losses, as torch's backward with a gradient of ones).
+        losses, as torch's backward with a gradient of ones). With a tensor
+        that requires grad the loss still carries its ``grad_fn`` and this
+        gradient comes back detached.
 
     Returns
     -------
@@ -79,9 +85,15 @@ def cross_entropy(
     relative 2^-50 for float64 (the softmax sum's error); each gradient entry
     within ``c ulp(p) + 1 ulp``. Special values as softdot's softmax: a -inf
     logit has weight 0 (its loss is +inf if it is the target); a row of only
-    -inf gives loss +inf (torch: NaN); a NaN makes the row's loss and gradient
-    NaN.
+    -inf gives loss +inf (torch: NaN) and gradient ``-c ((1 - eps) one_hot +
+    eps / V)``; k logits +inf share the weight (1/k each); a NaN makes the
+    row's loss and gradient NaN, and only that row's. Through autograd, a zero
+    gradient entry times an infinite incoming gradient is 0, never NaN.
     """
+    if R.needs_grad(logits):
+        st = importlib.import_module(".torch", __package__)
+        loss, g = st.CrossEntropy.apply(logits, targets, ignore_index, label_smoothing, reduction)
+        return (loss, g) if grad else loss
     fn = "cross_entropy"
     kind = A.kind_of(logits)
     x = A.float_input(fn, "logits", logits, kind)

@@ -1,5 +1,5 @@
-"""softmax and log_softmax as torch.autograd.Functions whose backward is
-softdot's, for CPU tensors:
+"""softmax, log_softmax and cross_entropy as torch.autograd.Functions whose
+backward is softdot's, for CPU tensors:
 
     >>> import torch, softdot
     >>> x = torch.randn(4, 10, dtype=torch.float64, requires_grad=True)
@@ -7,13 +7,20 @@ softdot's, for CPU tensors:
 
 softmax's backward is softdot.softmax_backward (the inner product in twice
 the working precision). log_softmax's is ``dy - p * sum(dy)`` with p the
-faithful softmax of the saved input. Both backwards are differentiable
+faithful softmax of the saved input. cross_entropy's forward is the fused C++
+cross_entropy, which returns the gradient with the loss; its backward scales
+that saved gradient by the incoming one. The backwards are differentiable
 Functions too, with their derivatives written out below, so second (and
 higher) derivatives are exact: ``torch.autograd.grad(..., create_graph=True)``
 then ``backward()`` (a gradient penalty), ``torch.autograd.gradgradcheck`` and
-``torch.func.grad`` (the Functions use ``setup_context``). Attention has no
-backward yet: softdot's attention raises NotImplementedError on inputs that
-require grad.
+``torch.func.grad`` (the Functions use ``setup_context``). softdot.softmax,
+softdot.log_softmax and softdot.cross_entropy call these for a tensor that
+requires grad. Attention has no backward yet: softdot's attention raises
+NotImplementedError on inputs that require grad.
+
+Special values: a weight of 0 (a -inf or fully masked logit) times an
+infinite incoming gradient counts as 0 in the first derivatives, never NaN;
+a NaN stays NaN in its row (docs/python.md, "Gradients at special values").
 """
 
 from __future__ import annotations
@@ -22,9 +29,17 @@ from typing import Any, Tuple
 
 import torch
 
+from . import _cross_entropy as CE
 from . import _rowops as R
 
-__all__ = ["softmax", "log_softmax", "Softmax", "LogSoftmax"]
+__all__ = [
+    "softmax",
+    "log_softmax",
+    "cross_entropy",
+    "Softmax",
+    "LogSoftmax",
+    "CrossEntropy",
+]
 
 
 def _check(fn: str, x: Any) -> None:
@@ -34,6 +49,16 @@ def _check(fn: str, x: Any) -> None:
 
 def _scaled(t: torch.Tensor, temperature: float) -> torch.Tensor:
     return t if temperature == 1.0 else t / temperature
+
+
+def _times(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a * b (broadcast), where a 0 in a times an infinite b counts as 0 (a
+    weight 0 times an infinite gradient: never NaN); NaN stays NaN. The mask
+    is formed only when b holds an infinity."""
+    r = a * b
+    if not bool(torch.isfinite(b).all()):
+        r = torch.where((a == 0) & torch.isinf(b), torch.zeros((), dtype=r.dtype), r)
+    return r
 
 
 class Softmax(torch.autograd.Function):
@@ -140,7 +165,8 @@ class LogSoftmaxGrad(torch.autograd.Function):
         xd = x.detach()
         p = R.row_op("log_softmax", xd, dim, None, temperature, None, False, False)
         dy = dy.detach().to(p.dtype)
-        return _scaled(dy - p * dy.sum(dim=dim, keepdim=True), temperature)
+        # _times: an entry of weight 0 keeps dy_i when sum(dy) is infinite.
+        return _scaled(dy - _times(p, dy.sum(dim=dim, keepdim=True)), temperature)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
@@ -164,6 +190,110 @@ class LogSoftmaxGrad(torch.autograd.Function):
         return g_x, g_dy, None, None
 
 
+class CrossEntropy(torch.autograd.Function):
+    """(loss, grad) = softdot.cross_entropy(logits, targets, ..., grad=True),
+    the fused C++ call; grad is the gradient of the returned loss (for
+    "none": of the sum of the row losses), saved and returned as a second,
+    non-differentiable output. Backward: grad times the incoming gradient
+    (CrossEntropyGrad, per row for "none")."""
+
+    @staticmethod
+    def forward(
+        logits: torch.Tensor,
+        targets: Any,
+        ignore_index: int,
+        label_smoothing: float,
+        reduction: str,
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        return CE.cross_entropy(
+            logits.detach(),
+            targets,
+            ignore_index=ignore_index,
+            label_smoothing=label_smoothing,
+            reduction=reduction,
+            grad=True,
+        )
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
+        logits, targets, ignore_index, label_smoothing, reduction = inputs
+        _, grad = output
+        ctx.mark_non_differentiable(grad)
+        # targets: a tensor here (forward checked them); kept as given, since
+        # under torch.func it is a wrapper that has no numpy view.
+        ctx.save_for_backward(logits, grad, targets)
+        ctx.ignore_index = int(ignore_index)
+        ctx.eps = float(label_smoothing)
+        ctx.reduction = reduction
+
+    @staticmethod
+    def backward(ctx: Any, dloss: torch.Tensor, _dgrad: Any):
+        x, grad, t = ctx.saved_tensors
+        dx = CrossEntropyGrad.apply(x, dloss, grad, t, ctx.ignore_index, ctx.eps, ctx.reduction)
+        return dx, None, None, None, None
+
+
+class CrossEntropyGrad(torch.autograd.Function):
+    """dx = grad * dloss (per row for "none"; a 0 times an infinite dloss is
+    0), with grad = c (p - q) on the rows not ignored: p = softmax(x), q =
+    (1 - eps) one_hot(t) + eps / V, c = 1 / count for "mean", else 1.
+    Differentiable in x and dloss. With u the gradient of dx and s = dloss
+    (row i's for "none"): d/d(dloss) = sum of u * grad (per row for "none");
+    d/dx = s c p (u - <u, p>) = s c softmax_backward(p, u) on those rows, 0
+    on the ignored ones (their gradient is 0 whatever x is)."""
+
+    @staticmethod
+    def forward(
+        x: torch.Tensor,
+        dloss: torch.Tensor,
+        grad: torch.Tensor,
+        targets: torch.Tensor,
+        ignore_index: int,
+        eps: float,
+        reduction: str,
+    ) -> torch.Tensor:
+        s = dloss.detach().to(grad.dtype)
+        if reduction == "none":
+            s = s.unsqueeze(-1)
+        return _times(grad, s)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
+        x, dloss, grad, targets, ignore_index, eps, reduction = inputs
+        ctx.save_for_backward(x, dloss, grad, targets)
+        ctx.ignore_index = ignore_index
+        ctx.eps = eps
+        ctx.reduction = reduction
+
+    @staticmethod
+    def backward(ctx: Any, u: torch.Tensor):
+        x, dloss, grad, t = ctx.saved_tensors
+        none = ctx.reduction == "none"
+        x2, u2, t1 = x.reshape(-1, x.shape[-1]), u.reshape(-1, x.shape[-1]), t.reshape(-1).long()
+        kept = (t1 != ctx.ignore_index).unsqueeze(-1)
+        c = 1.0 / max(int(kept.sum()), 1) if ctx.reduction == "mean" else 1.0
+        # p as a differentiable function of x, for derivatives past the second.
+        p = Softmax.apply(x2, -1, 1.0, "faithful") if ctx.needs_input_grad[0] else None
+        g_x = g_dloss = None
+        if ctx.needs_input_grad[1]:
+            if p is not None and torch.is_grad_enabled():
+                # grad as a function of x (create_graph): c (p - q) on kept rows.
+                v = x.shape[-1]
+                q = torch.full_like(p, ctx.eps / v)
+                safe = torch.where(kept.squeeze(-1), t1, torch.zeros_like(t1))
+                q = q.scatter_add(-1, safe.unsqueeze(-1), torch.full_like(p[:, :1], 1.0 - ctx.eps))
+                g2 = torch.where(kept, c * (p - q), torch.zeros((), dtype=p.dtype))
+            else:
+                g2 = grad.reshape(-1, x.shape[-1]).to(u.dtype)
+            w = u2 * g2
+            g_dloss = w.sum(-1).reshape(dloss.shape) if none else w.sum().reshape(dloss.shape)
+        if ctx.needs_input_grad[0]:
+            s = dloss.to(x.dtype).reshape(-1, 1) if none else dloss.to(x.dtype)
+            sg = SoftmaxGrad.apply(p, u2.to(x.dtype), -1, 1.0)
+            g_x = torch.where(kept, (s * c) * sg, torch.zeros((), dtype=x.dtype)).reshape(x.shape)
+        return g_x, g_dloss, None, None, None, None, None
+
+
 def softmax(
     x: torch.Tensor, dim: int = -1, *, temperature: float = 1.0, precision: str = "faithful"
 ) -> torch.Tensor:
@@ -177,3 +307,20 @@ def log_softmax(x: torch.Tensor, dim: int = -1, *, temperature: float = 1.0) -> 
     """softdot.log_softmax with autograd, to any order of derivative."""
     _check("log_softmax", x)
     return LogSoftmax.apply(x, dim, temperature)
+
+
+def cross_entropy(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    /,
+    *,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """softdot.cross_entropy with autograd (the meaning of
+    ``torch.nn.functional.cross_entropy`` with class-index targets), to any
+    order of derivative in the logits; the targets get no gradient."""
+    _check("cross_entropy", logits)
+    loss, _ = CrossEntropy.apply(logits, targets, ignore_index, label_smoothing, reduction)
+    return loss

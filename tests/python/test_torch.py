@@ -355,3 +355,112 @@ def test_no_backward_raises_instead_of_dropping_the_graph(call):
         call(t)
     with torch.no_grad():
         call(t)
+
+
+# ---- the top-level functions through autograd, and gradients at special values ----------
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"axis": 0}, {"temperature": 0.7}, {"axis": 1, "temperature": 2.5}],
+)
+def test_top_level_log_softmax_gradcheck(rng, kw):
+    """softdot.log_softmax (not only softdot.torch.log_softmax) on a tensor
+    that requires grad: softdot's Function, gradcheck and gradgradcheck."""
+    x = randn(rng, (3, 4, 2), torch.float64, 1.0).requires_grad_()
+    y = softdot.log_softmax(x, **kw)
+    assert y.requires_grad and type(y.grad_fn) is st.LogSoftmax._backward_cls
+
+    def f(t):
+        return softdot.log_softmax(t, **kw)
+
+    assert torch.autograd.gradcheck(f, (x,), eps=1e-6, atol=1e-7, rtol=1e-5)
+    assert torch.autograd.gradgradcheck(f, (x,), eps=1e-6, atol=1e-7, rtol=1e-5)
+    y = softdot.softmax(x, **kw)
+    assert type(y.grad_fn) is st.Softmax._backward_cls
+
+
+INF = float("inf")
+NAN = float("nan")
+
+
+def _special_rows(dtype):
+    """Rows: some -inf; all -inf; two +inf; NaN; ordinary."""
+    return torch.tensor(
+        [
+            [0.5, -INF, 2.0, -INF, 1.0],
+            [-INF, -INF, -INF, -INF, -INF],
+            [INF, 0.0, INF, 1.0, -INF],
+            [1.0, NAN, 0.0, 2.0, 3.0],
+            [0.25, -1.0, 2.0, 0.0, 1.5],
+        ],
+        dtype=dtype,
+    )
+
+
+def _grad_of(f, x0, dy):
+    x = x0.clone().requires_grad_()
+    f(x).backward(dy)
+    return x.grad
+
+
+def _limit_input(x0):
+    """The +inf entries at 1e4: every other weight exactly 0 in float64."""
+    return torch.where(torch.isinf(x0) & (x0 > 0), 1e4, x0).double()
+
+
+@pytest.mark.parametrize("dtype", TFLOATS)
+def test_softmax_gradient_special_values(rng, dtype):
+    """Through softdot.softmax's autograd: -inf entries get exactly 0, also
+    where dy is +-inf (never 0 * inf = NaN); a fully masked row zeros; +inf
+    entries the limit's gradient; a NaN row NaN in that row only."""
+    x0 = _special_rows(dtype)
+    dy = randn(rng, x0.shape, dtype, 1.0)
+    dy[0, 1], dy[1, 2], dy[2, 4] = INF, -INF, INF  # infinities at weight-0 entries
+    g = _grad_of(softdot.softmax, x0, dy)
+    masked = torch.isinf(x0) & (x0 < 0)
+    assert (g[masked] == 0).all()
+    assert (g[1] == 0).all()
+    assert torch.isnan(g[3]).all()
+    assert torch.isfinite(g[[0, 1, 2, 4]]).all()
+    # Rows 0 and 2 as torch at finite logits (row 2's limit), dy 0 at the
+    # weight-0 entries (what they contribute); row 4 as torch.
+    dyf = torch.where(torch.isinf(dy), torch.zeros_like(dy), dy).double()
+    xl = _limit_input(x0)
+    gt = _grad_of(lambda t: torch.softmax(t, dim=-1), xl, dyf)
+    tol = 4 * torch.finfo(dtype).eps
+    torch.testing.assert_close(g[[0, 2, 4]].double(), gt[[0, 2, 4]], rtol=tol, atol=tol)
+    # softmax_backward itself, several rows: the NaN row does not spread.
+    y = softdot.softmax(x0)
+    dx = softdot.softmax_backward(y, dy)
+    assert torch.isnan(dx[3]).all() and not torch.isnan(dx[[0, 1, 2, 4]]).any()
+
+
+@pytest.mark.parametrize("dtype", TFLOATS)
+def test_log_softmax_gradient_special_values(rng, dtype):
+    """Through softdot.log_softmax's autograd (dx = dy - p sum(dy)): a -inf
+    logit has weight p = 0, so its gradient is dy_j exactly (the slope of
+    x_j - lse is 1 - p_j); a fully masked row gives dx = dy (torch: NaN);
+    +inf entries the limit; a NaN row NaN in that row only; an infinite dy at
+    a weight-0 entry makes sum(dy) infinite but p * sum(dy) is 0 there."""
+    x0 = _special_rows(dtype)
+    dy = randn(rng, x0.shape, dtype, 1.0)
+    g = _grad_of(softdot.log_softmax, x0, dy)
+    masked = torch.isinf(x0) & (x0 < 0)
+    assert torch.equal(g[masked], dy[masked])
+    assert torch.equal(g[1], dy[1])
+    assert torch.isnan(torch.log_softmax(x0[1], dim=-1)).all()  # torch's rule differs
+    assert torch.isnan(g[3]).all()
+    assert torch.isfinite(g[[0, 1, 2, 4]]).all()
+    gt = _grad_of(lambda t: torch.log_softmax(t, dim=-1), _limit_input(x0), dy.double())
+    tol = 4 * torch.finfo(dtype).eps
+    torch.testing.assert_close(g[[0, 2, 4]].double(), gt[[0, 2, 4]], rtol=tol, atol=tol)
+    # Infinite dy at weight-0 entries: those keep dy_j, the other entries of
+    # the row get -inf (dy_i - p_i inf), never NaN.
+    dyi = dy.clone()
+    dyi[0, 1] = INF
+    dyi[1, 0] = -INF
+    g = _grad_of(softdot.log_softmax, x0, dyi)
+    assert g[0, 1] == INF and (g[0, [0, 2, 4]] == -INF).all() and g[0, 3] == dy[0, 3]
+    assert torch.equal(g[1], dyi[1])
+    assert not torch.isnan(g[[0, 1, 2, 4]]).any()

@@ -307,6 +307,89 @@ void check_special_values() {
 TEST(CrossEntropy, SpecialValuesFloat) { check_special_values<float>(); }
 TEST(CrossEntropy, SpecialValuesDouble) { check_special_values<double>(); }
 
+// The gradient's special values, row by row, in one call with ordinary rows:
+// -inf logits get exactly c (0 - eps / V) (0 without smoothing); a fully
+// masked row and +inf rows finite gradients; a NaN row NaN in that row only,
+// an ignored NaN row zeros; every other row the bits of a call of its own.
+template <class T>
+void check_gradient_special_rows() {
+  const T inf = kInf<T>, nan = kNaN<T>;
+  const std::size_t V = 5;
+  // Rows: ordinary; two -inf; all -inf; two +inf; NaN; NaN but ignored;
+  // ordinary.
+  const std::vector<T> x = {T(0.5), -1,     2,    T(0.25), 3,     //
+                            1,      -inf,   0,    -inf,    2,     //
+                            -inf,   -inf,   -inf, -inf,    -inf,  //
+                            inf,    0,      inf,  7,       -inf,  //
+                            1,      nan,    2,    3,       4,     //
+                            nan,    1,      2,    3,       4,     //
+                            -2,     T(1.5), 0,    1,       T(0.75)};
+  const std::size_t rows = x.size() / V;
+  const std::vector<std::int64_t> t = {3, 0, 2, 2, 1, -100, 4};
+  for (Reduction red : {Reduction::kMean, Reduction::kSum, Reduction::kNone}) {
+    for (double eps : {0.0, 0.1}) {
+      SCOPED_TRACE("eps " + std::to_string(eps) + " reduction " +
+                   std::to_string(static_cast<int>(red)));
+      CrossEntropyOptions o;
+      o.label_smoothing = eps;
+      o.reduction = red;
+      std::vector<T> g(x.size());
+      softdot::cross_entropy(MatrixView<const T>(x.data(), rows, V), t, {},
+                             MatrixView<T>(g.data(), rows, V), o);
+      const double c = red == Reduction::kMean ? 1.0 / 6 : 1.0;
+      const double ulp1 = std::numeric_limits<T>::epsilon();
+      for (std::size_t i = 0; i < rows; ++i) {
+        for (std::size_t j = 0; j < V; ++j) {
+          const T v = g[i * V + j];
+          if (i == 4) {
+            EXPECT_TRUE(std::isnan(v)) << i << "," << j;
+          } else if (i == 5) {
+            EXPECT_EQ(bits(v), bits(T{0})) << i << "," << j;
+          } else {
+            EXPECT_TRUE(std::isfinite(v)) << i << "," << j << " " << v;
+          }
+        }
+      }
+      // -inf logits, not the target: weight 0.
+      for (std::size_t k : {6u, 8u, 19u}) {
+        if (eps == 0.0) {
+          EXPECT_EQ(g[k], T{0}) << k;
+        } else {
+          EXPECT_NEAR(g[k], -c * eps / V, ulp1 * c) << k;
+        }
+      }
+      // Fully masked row, target 2: -c ((1 - eps) onehot + eps / V).
+      EXPECT_NEAR(g[12], -c * ((1 - eps) + eps / V), 2 * ulp1 * c);
+      EXPECT_NEAR(g[10], -c * eps / V, ulp1 * c);
+      // +inf row, target 2 (one of the two +inf): 1/2 - (1 - eps) - eps / V.
+      EXPECT_NEAR(g[17], c * (0.5 - (1 - eps) - eps / V), 2 * ulp1 * c);
+      EXPECT_NEAR(g[15], c * (0.5 - eps / V), 2 * ulp1 * c);
+      EXPECT_NEAR(g[16], -c * eps / V, ulp1 * c);
+      // Ordinary rows: the bits of a call on that row alone with the same c
+      // (a mean over 6 rows: the one-row call gets c through kSum and the
+      // comparison is then within an ulp, so compare kSum and kNone only).
+      if (red != Reduction::kMean) {
+        for (std::size_t i : {0u, 6u}) {
+          std::vector<T> gi(V);
+          const std::vector<std::int64_t> ti = {t[i]};
+          softdot::cross_entropy(MatrixView<const T>(x.data() + i * V, 1, V),
+                                 ti, {}, MatrixView<T>(gi.data(), 1, V), o);
+          for (std::size_t j = 0; j < V; ++j) {
+            EXPECT_EQ(bits(g[i * V + j]), bits(gi[j])) << i << "," << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CrossEntropy, GradientSpecialRowsFloat) {
+  check_gradient_special_rows<float>();
+}
+TEST(CrossEntropy, GradientSpecialRowsDouble) {
+  check_gradient_special_rows<double>();
+}
+
 // Large enough for the OpenMP split: each row equals the one-row call.
 TEST(CrossEntropy, ThreadedRowsEqualSingleRows) {
   const std::size_t rows = 70, vocab = 4000;
