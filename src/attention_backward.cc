@@ -48,7 +48,6 @@ namespace softdot {
 namespace {
 
 using namespace detail::attn;
-constexpr const char* kFn = "attention_backward";
 
 // [first, last) bytes a view spans (empty when it holds no element).
 struct Span {
@@ -71,12 +70,13 @@ Span bytes_of(const TensorView<T>& t) {
 }
 
 template <class T>
-void check_dims(const char* name, const TensorView<T>& t, const char* like,
-                std::size_t b, std::size_t h, std::size_t r, std::size_t c) {
-  check_tensor(kFn, name, t);
+void check_dims(const char* fn, const char* name, const TensorView<T>& t,
+                const char* like, std::size_t b, std::size_t h, std::size_t r,
+                std::size_t c) {
+  check_tensor(fn, name, t);
   if (t.batch != b || t.heads != h || t.rows != r || t.cols != c) {
-    fail(kFn, shape(name, t) + " must have " + like + "'s shape " +
-                  shape(like, b, h, r, c).substr(std::strlen(like) + 1));
+    fail(fn, shape(name, t) + " must have " + like + "'s shape " +
+                 shape(like, b, h, r, c).substr(std::strlen(like) + 1));
   }
 }
 
@@ -113,21 +113,23 @@ void pause_briefly(unsigned spins) {
   }
 }
 
-}  // namespace
-
-void attention_backward(TensorView<const float> q, TensorView<const float> k,
-                        TensorView<const float> v, TensorView<const float> out,
-                        const float* lse, TensorView<const float> dout,
-                        const AttentionGradients& grads,
-                        const AttentionOptions& options) {
+// attention_backward() (part null: the gradients rounded into grads) and
+// attention_backward_partial() (the unrounded sums added into *part).
+void run_backward(const char* kFn, TensorView<const float> q,
+                  TensorView<const float> k, TensorView<const float> v,
+                  TensorView<const float> out, const float* lse,
+                  TensorView<const float> dout, const float* dlse,
+                  const AttentionGradients& grads,
+                  AttentionGradientPartial* part,
+                  const AttentionOptions& options) {
   // q, k, v, out and the options: the forward's checks and plan.
   AttentionRequest req;
   req.name = kFn;
   req.q = q;
   req.kv = KVSource::contiguous(k, v);
   TensorView<float> out_w(const_cast<float*>(out.data), out.batch, out.heads,
-                          out.rows, out.cols, out.batch_stride,
-                          out.head_stride, out.row_stride);
+                          out.rows, out.cols, out.batch_stride, out.head_stride,
+                          out.row_stride);
   req.target = AttentionTarget::output(out_w, const_cast<float*>(lse));
   req.options = options;
   const AttentionPlan plan = AttentionPlan::make(req);
@@ -135,12 +137,36 @@ void attention_backward(TensorView<const float> q, TensorView<const float> k,
   const std::size_t B = p.B, H = p.H, Hkv = p.Hkv, g = p.g, n_q = p.n_q,
                     n_kv = p.n_kv, d = p.d, dv = p.dv;
   if (lse == nullptr) fail(kFn, "lse is null (the forward's lse is needed)");
-  check_dims("dout", dout, "out", B, H, n_q, dv);
-  check_dims("dq", grads.dq, "q", B, H, n_q, d);
-  check_dims("dk", grads.dk, "k", B, Hkv, n_kv, d);
-  check_dims("dv", grads.dv, "v", B, Hkv, n_kv, dv);
+  check_dims(kFn, "dout", dout, "out", B, H, n_q, dv);
+  if (part == nullptr) {
+    check_dims(kFn, "dq", grads.dq, "q", B, H, n_q, d);
+    check_dims(kFn, "dk", grads.dk, "k", B, Hkv, n_kv, d);
+    check_dims(kFn, "dv", grads.dv, "v", B, Hkv, n_kv, dv);
+  } else {
+    if (!grads.dq.empty() || !grads.dk.empty() || !grads.dv.empty()) {
+      fail(kFn, "grads.dq, dk and dv must be empty (the partial holds them)");
+    }
+    const AttentionGradientPartial& a = *part;
+    if (a.batch != B || a.heads != H || a.kv_heads != Hkv || a.rows != n_q ||
+        a.keys != n_kv || a.d != d || a.dv != dv ||
+        a.dq.size() != B * H * n_q * d || a.dk.size() != B * Hkv * n_kv * d ||
+        a.dv_sum.size() != B * Hkv * n_kv * dv) {
+      fail(kFn,
+           "the partial is for [" + count(a.batch) + ", " + count(a.heads) +
+               "/" + count(a.kv_heads) + ", " + count(a.rows) + " x " +
+               count(a.keys) + ", d " + count(a.d) + ", d_v " + count(a.dv) +
+               "] (or its vectors were resized); the call is [" + count(B) +
+               ", " + count(H) + "/" + count(Hkv) + ", " + count(n_q) + " x " +
+               count(n_kv) + ", d " + count(d) + ", d_v " + count(dv) +
+               "]: make it with "
+               "AttentionGradientPartial::zeros");
+    }
+  }
   const bool want_dbias = !grads.dbias.empty();
-  if (want_dbias) check_dims("dbias", grads.dbias, "scores", B, H, n_q, n_kv);
+  if (want_dbias) {
+    check_dims(kFn, "dbias", grads.dbias, "scores", B, H, n_q,
+               p.mask_col0 + n_kv);
+  }
   const bool want_dsinks = !grads.dsinks.empty();
   if (want_dsinks && options.sinks.empty()) {
     fail(kFn, "dsinks given (" + count(grads.dsinks.size()) +
@@ -160,9 +186,8 @@ void attention_backward(TensorView<const float> q, TensorView<const float> k,
       const auto s = bytes_of(t);
       return Named{name, s.lo, s.hi};
     };
-    std::vector<Named> ins = {named("q", q),       named("k", k),
-                              named("v", v),       named("out", out),
-                              named("dout", dout)};
+    std::vector<Named> ins = {named("q", q), named("k", k), named("v", v),
+                              named("out", out), named("dout", dout)};
     if (!options.mask.empty()) ins.push_back(named("mask", options.mask));
     if (!options.bias.empty()) ins.push_back(named("bias", options.bias));
     const std::size_t rows = B * H * n_q;
@@ -171,6 +196,7 @@ void attention_backward(TensorView<const float> q, TensorView<const float> k,
       return Named{name, lo, p0 == nullptr ? lo : lo + bytes};
     };
     ins.push_back(raw("lse", lse, rows * sizeof(float)));
+    if (dlse != nullptr) ins.push_back(raw("dlse", dlse, rows * sizeof(float)));
     std::vector<Named> outs = {named("dq", grads.dq), named("dk", grads.dk),
                                named("dv", grads.dv)};
     if (want_dbias) outs.push_back(named("dbias", grads.dbias));
@@ -198,45 +224,58 @@ void attention_backward(TensorView<const float> q, TensorView<const float> k,
   }
 
   // Everything is checked: from here on nothing throws.
-  zero_view(grads.dq);
-  zero_view(grads.dk);
-  zero_view(grads.dv);
-  if (want_dbias) zero_view(grads.dbias);
+  if (part == nullptr) {
+    zero_view(grads.dq);
+    zero_view(grads.dk);
+    zero_view(grads.dv);
+  }
+  if (want_dbias && part == nullptr) zero_view(grads.dbias);
+  if (want_dbias && part != nullptr) {
+    // The call's key columns (the rest is left as it is, for the other
+    // parts of a ring).
+    TensorView<float> cols = grads.dbias;
+    cols.data += p.mask_col0 + p.kv_begin;
+    cols.cols = p.kv_end - p.kv_begin;
+    if (cols.cols != 0) zero_view(cols);
+  }
   const std::size_t rows_total = B * H * n_q;
   const std::size_t max_rows =
       std::min(detail::attention_max_rows(), detail::kMaxKernelRows);
   const std::size_t group_rows = g * n_q;
   const std::size_t row_blocks = (group_rows + max_rows - 1) / max_rows;
   const std::size_t range = p.kv_end - p.kv_begin;
-  const std::size_t key_blocks = (range + detail::kKeyTile - 1) /
-                                 detail::kKeyTile;
+  const std::size_t key_blocks =
+      (range + detail::kKeyTile - 1) / detail::kKeyTile;
   const double work = static_cast<double>(rows_total) *
-                      static_cast<double>(range) *
-                      static_cast<double>(d + dv);
+                      static_cast<double>(range) * static_cast<double>(d + dv);
   const bool parallel = work >= 2e5 && omp_get_max_threads() > 1;
   auto lse_at = [&](std::size_t b, std::size_t h, std::size_t i) {
     return lse[(b * H + h) * n_q + i];
   };
 
-  // Delta = rowsum(dO * O) in double (terms where O is exactly 0 skipped:
-  // a row that sees no key has O = 0 and Delta = 0, whatever dO holds).
+  // Delta = rowsum(dO * O) - dlse in double (terms where O is exactly 0
+  // skipped: a row that sees no key has O = 0, whatever dO holds). The
+  // gradient of lse enters here: d lse_i / d s_ij = P_ij, so it adds
+  // P_ij dlse_i to dS_ij.
   std::vector<double> delta(rows_total);
-  detail::for_each_index(rows_total, parallel && rows_total >= 64,
-                         [&](std::size_t r) {
-                           const std::size_t i = r % n_q;
-                           const std::size_t h = (r / n_q) % H;
-                           const std::size_t b = r / (n_q * H);
-                           const float* o = out.row(b, h, i);
-                           const float* go = dout.row(b, h, i);
-                           double s = 0.0;
-                           for (std::size_t c = 0; c < dv; ++c) {
-                             if (o[c] != 0.0f) {
-                               s += static_cast<double>(o[c]) *
-                                    static_cast<double>(go[c]);
-                             }
-                           }
-                           delta[r] = s;
-                         });
+  detail::for_each_index(
+      rows_total, parallel && rows_total >= 64, [&](std::size_t r) {
+        const std::size_t i = r % n_q;
+        const std::size_t h = (r / n_q) % H;
+        const std::size_t b = r / (n_q * H);
+        const float* o = out.row(b, h, i);
+        const float* go = dout.row(b, h, i);
+        double s = 0.0;
+        for (std::size_t c = 0; c < dv; ++c) {
+          if (o[c] != 0.0f) {
+            s += static_cast<double>(o[c]) * static_cast<double>(go[c]);
+          }
+        }
+        if (dlse != nullptr) {
+          s -= static_cast<double>(dlse[r]);
+        }
+        delta[r] = s;
+      });
   if (want_dsinks) {
     // d lse / d sink = exp(sink - lse): dsink = -sum_rows P_sink Delta.
     for (std::size_t h = 0; h < H; ++h) {
@@ -245,11 +284,10 @@ void attention_backward(TensorView<const float> q, TensorView<const float> k,
       for (std::size_t b = 0; b < B; ++b) {
         for (std::size_t i = 0; i < n_q; ++i) {
           const float l = lse_at(b, h, i);
-          const double ps =
-              sink == -std::numeric_limits<float>::infinity()
-                  ? 0.0
-                  : std::exp(static_cast<double>(sink) -
-                             static_cast<double>(l));
+          const double ps = sink == -std::numeric_limits<float>::infinity()
+                                ? 0.0
+                                : std::exp(static_cast<double>(sink) -
+                                           static_cast<double>(l));
           const double dl = delta[(b * H + h) * n_q + i];
           if (ps != 0.0 || std::isnan(dl)) s -= ps * dl;
         }
@@ -290,8 +328,7 @@ void attention_backward(TensorView<const float> q, TensorView<const float> k,
   auto setup = [&](Call& c, BackBuffers& buf, std::size_t b, std::size_t kh,
                    std::size_t row0, std::size_t cnt, std::size_t j0,
                    std::size_t kb) {
-    fill_row_tables(p, p, options, req.q, nullptr, b, b, 0, kh, row0, cnt,
-                    c.t);
+    fill_row_tables(p, p, options, req.q, nullptr, b, b, 0, kh, row0, cnt, c.t);
     for (std::size_t r = 0; r < cnt; ++r) {
       const std::size_t row = row0 + r;
       const std::size_t h = kh * g + row / n_q, i = row % n_q;
@@ -380,7 +417,8 @@ void attention_backward(TensorView<const float> q, TensorView<const float> k,
   }
 
   // dQ in double, and each row block's count of key blocks added so far.
-  std::vector<double> dq_acc(rows_total * d, 0.0);
+  std::vector<double> dq_local(part != nullptr ? 0 : rows_total * d, 0.0);
+  double* const dq_acc = part != nullptr ? part->dq.data() : dq_local.data();
   const std::size_t counters = B * Hkv * row_blocks;
   std::unique_ptr<std::atomic<std::uint32_t>[]> done(
       new std::atomic<std::uint32_t>[counters]);
@@ -407,16 +445,17 @@ void attention_backward(TensorView<const float> q, TensorView<const float> k,
           setup(c, buf, b, kh, row0, cnt, j0, kb);
           const bool run = sees(c.t, cnt, j0, kb);
           if (run) detail::attention_backward_kernel(c.a);
-          std::atomic<std::uint32_t>& turn = done[(b * Hkv + kh) * row_blocks + rb];
-          for (unsigned spins = 0;
-               turn.load(std::memory_order_acquire) != kbi; ++spins) {
+          std::atomic<std::uint32_t>& turn =
+              done[(b * Hkv + kh) * row_blocks + rb];
+          for (unsigned spins = 0; turn.load(std::memory_order_acquire) != kbi;
+               ++spins) {
             pause_briefly(spins);
           }
           if (run) {
             for (std::size_t r = 0; r < cnt; ++r) {
               const std::size_t row = row0 + r;
               const std::size_t h = kh * g + row / n_q, i = row % n_q;
-              double* acc = dq_acc.data() + ((b * H + h) * n_q + i) * d;
+              double* acc = dq_acc + ((b * H + h) * n_q + i) * d;
               const double* tile = buf.dq.data() + r;
               for (std::size_t cc = 0; cc < d; ++cc) {
                 acc[cc] += tile[cc * detail::kMaxKernelRows];
@@ -427,10 +466,18 @@ void attention_backward(TensorView<const float> q, TensorView<const float> k,
                      std::memory_order_release);
         }
         for (std::size_t j = 0; j < kb; ++j) {
-          float* dkr = grads.dk.row(b, kh, j0 + j);
-          float* dvr = grads.dv.row(b, kh, j0 + j);
           const double* ka = buf.dk.data() + j * dpad;
           const double* va = buf.dv.data() + j * dvpad;
+          const std::size_t key = (b * Hkv + kh) * n_kv + j0 + j;
+          if (part != nullptr) {
+            double* pk = part->dk.data() + key * d;
+            double* pv = part->dv_sum.data() + key * dv;
+            for (std::size_t cc = 0; cc < d; ++cc) pk[cc] += ka[cc];
+            for (std::size_t cc = 0; cc < dv; ++cc) pv[cc] += va[cc];
+            continue;
+          }
+          float* dkr = grads.dk.row(b, kh, j0 + j);
+          float* dvr = grads.dv.row(b, kh, j0 + j);
           for (std::size_t cc = 0; cc < d; ++cc) {
             dkr[cc] = static_cast<float>(scale * ka[cc]);
           }
@@ -439,17 +486,89 @@ void attention_backward(TensorView<const float> q, TensorView<const float> k,
           }
         }
       });
+  if (part != nullptr) return;
   detail::for_each_index(rows_total, parallel && rows_total >= 64,
                          [&](std::size_t r) {
                            const std::size_t i = r % n_q;
                            const std::size_t h = (r / n_q) % H;
                            const std::size_t b = r / (n_q * H);
                            float* o = grads.dq.row(b, h, i);
-                           const double* acc = dq_acc.data() + r * d;
+                           const double* acc = dq_acc + r * d;
                            for (std::size_t c = 0; c < d; ++c) {
                              o[c] = static_cast<float>(scale * acc[c]);
                            }
                          });
+}
+
+}  // namespace
+
+void attention_backward(TensorView<const float> q, TensorView<const float> k,
+                        TensorView<const float> v, TensorView<const float> out,
+                        const float* lse, TensorView<const float> dout,
+                        const AttentionGradients& grads,
+                        const AttentionOptions& options, const float* dlse) {
+  run_backward("attention_backward", q, k, v, out, lse, dout, dlse, grads,
+               nullptr, options);
+}
+
+void attention_backward_partial(
+    TensorView<const float> q, TensorView<const float> k,
+    TensorView<const float> v, TensorView<const float> out, const float* lse,
+    TensorView<const float> dout, AttentionGradientPartial& partial,
+    const AttentionOptions& options, const AttentionGradients& extras,
+    const float* dlse) {
+  run_backward("attention_backward_partial", q, k, v, out, lse, dout, dlse,
+               extras, &partial, options);
+}
+
+AttentionGradientPartial AttentionGradientPartial::zeros(
+    std::size_t batch, std::size_t heads, std::size_t kv_heads,
+    std::size_t rows, std::size_t keys, std::size_t d, std::size_t dv) {
+  AttentionGradientPartial p;
+  p.batch = batch;
+  p.heads = heads;
+  p.kv_heads = kv_heads;
+  p.rows = rows;
+  p.keys = keys;
+  p.d = d;
+  p.dv = dv;
+  p.dq.assign(batch * heads * rows * d, 0.0);
+  p.dk.assign(batch * kv_heads * keys * d, 0.0);
+  p.dv_sum.assign(batch * kv_heads * keys * dv, 0.0);
+  return p;
+}
+
+void attention_backward_finalize(const AttentionGradientPartial& partial,
+                                 float scale, TensorView<float> dq,
+                                 TensorView<float> dk, TensorView<float> dv) {
+  const char* fn = "attention_backward_finalize";
+  const AttentionGradientPartial& a = partial;
+  if (!dq.empty())
+    check_dims(fn, "dq", dq, "the partial's dq", a.batch, a.heads, a.rows, a.d);
+  if (!dk.empty())
+    check_dims(fn, "dk", dk, "the partial's dk", a.batch, a.kv_heads, a.keys,
+               a.d);
+  if (!dv.empty())
+    check_dims(fn, "dv", dv, "the partial's dv", a.batch, a.kv_heads, a.keys,
+               a.dv);
+  const double sc = static_cast<double>(scale);
+  auto round_into = [](const TensorView<float>& t, const std::vector<double>& x,
+                       double f) {
+    std::size_t at = 0;
+    for (std::size_t b = 0; b < t.batch; ++b) {
+      for (std::size_t h = 0; h < t.heads; ++h) {
+        for (std::size_t r = 0; r < t.rows; ++r) {
+          float* o = t.row(b, h, r);
+          for (std::size_t c = 0; c < t.cols; ++c) {
+            o[c] = static_cast<float>(f * x[at++]);
+          }
+        }
+      }
+    }
+  };
+  if (!dq.empty()) round_into(dq, a.dq, sc);
+  if (!dk.empty()) round_into(dk, a.dk, sc);
+  if (!dv.empty()) round_into(dv, a.dv_sum, 1.0);
 }
 
 }  // namespace softdot

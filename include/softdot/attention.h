@@ -359,7 +359,8 @@ struct AttentionGradients {
   TensorView<float> dq;  // [B, H, n_q, d]
   TensorView<float> dk;  // [B, H_kv, n_kv, d]
   TensorView<float> dv;  // [B, H_kv, n_kv, d_v]
-  // [B, H, n_q, n_kv], dense in meaning (no broadcasting): the gradient of
+  // [B, H, n_q, n_kv] (with positions set, the mask's columns), dense in
+  // meaning (no broadcasting): the gradient of
   // the loss with respect to each score's additive bias, dS_ij (0 where
   // key j is hidden). A bias that was broadcast takes the sum over the
   // broadcast dimensions (the caller's reduction).
@@ -408,11 +409,58 @@ struct AttentionGradients {
 // d_v], out and dout [B, H, n_q, d_v], lse B H n_q floats (attention()'s);
 // the gradients the shapes above; no gradient may overlap an input or
 // another gradient. Threads: OpenMP over batch x KV heads x 64-key blocks.
+// dlse: null, or the gradient of the loss with respect to lse (B H n_q
+// floats): d lse_i / d s_ij = P_ij, so it enters as Delta_i - dlse_i (and
+// the sink's P_sink dlse_i).
 void attention_backward(TensorView<const float> q, TensorView<const float> k,
                         TensorView<const float> v, TensorView<const float> out,
                         const float* lse, TensorView<const float> dout,
                         const AttentionGradients& grads,
-                        const AttentionOptions& options = {});
+                        const AttentionOptions& options = {},
+                        const float* dlse = nullptr);
+
+// The unrounded sums of attention_backward() over part of the keys, for
+// ring attention's backward (softdot::mpi): the keys of k and v are a shard
+// (options' kv_begin / kv_end and kv_position / q_position place them as
+// in attention_partial()), while out, lse (and dout, dlse) are the whole
+// sequence's results for the queries q. Dense, in (b, h, row, c) order:
+//   dq     [B, H, rows, d]:     sum_j cap'_ij dS_ij K_j      (unscaled)
+//   dk     [B, H_kv, keys, d]:  sum_i cap'_ij dS_ij Q_i      (unscaled)
+//   dv_sum [B, H_kv, keys, d_v]: sum_i P_ij dO_i
+// attention_backward_partial() adds its sums into these (each block's sum
+// in the order attention_backward() takes), so the shards of a ring add up
+// in place; attention_backward_finalize() multiplies dq and dk by the scale
+// in double and rounds once.
+struct AttentionGradientPartial {
+  std::size_t batch = 0, heads = 0, kv_heads = 0, rows = 0, keys = 0, d = 0,
+              dv = 0;
+  std::vector<double> dq, dk, dv_sum;
+  static AttentionGradientPartial zeros(std::size_t batch, std::size_t heads,
+                                        std::size_t kv_heads, std::size_t rows,
+                                        std::size_t keys, std::size_t d,
+                                        std::size_t dv);
+};
+
+// attention_backward() over the call's keys, adding into `partial` (which
+// must match the shapes: AttentionGradientPartial::zeros). extras: its dq,
+// dk and dv must be empty; dbias (when given) is written at the call's key
+// columns only (dbias has the mask's columns: kv_position + n_kv with
+// positions set), dsinks (when given) is written whole: pass it to one
+// shard's call only, as the sinks are passed to one part of the forward.
+void attention_backward_partial(
+    TensorView<const float> q, TensorView<const float> k,
+    TensorView<const float> v, TensorView<const float> out, const float* lse,
+    TensorView<const float> dout, AttentionGradientPartial& partial,
+    const AttentionOptions& options = {}, const AttentionGradients& extras = {},
+    const float* dlse = nullptr);
+
+// Rounds a partial's sums into float gradients: dq and dk times scale (the
+// forward's float scale, AttentionPlan::scale()) in double, each element
+// rounded once; dv_sum rounded once. Empty views are skipped; the others
+// must have the partial's shapes (std::invalid_argument).
+void attention_backward_finalize(const AttentionGradientPartial& partial,
+                                 float scale, TensorView<float> dq,
+                                 TensorView<float> dk, TensorView<float> dv);
 
 // Merges two partial results over disjoint key ranges (split-KV decoding,
 // ring attention): with m = max(lse_a, lse_b), w_a = exp(lse_a - m),

@@ -153,9 +153,8 @@ HWY_INLINE void BackwardPack(const AttnBackArgs& b, const BackScratch& bs,
 // blocked chains over xt [n][bq].
 template <std::size_t NV>
 HWY_INLINE void BlockScores(const float* HWY_RESTRICT xt, std::size_t bq,
-                            const float* y, std::size_t ystride,
-                            std::size_t n, std::size_t kb, VF scale,
-                            float* HWY_RESTRICT s) {
+                            const float* y, std::size_t ystride, std::size_t n,
+                            std::size_t kb, VF scale, float* HWY_RESTRICT s) {
   constexpr std::size_t KT = kAccRegs / NV;
   std::size_t j = 0;
   const float* yr[KT];
@@ -178,8 +177,7 @@ HWY_INLINE void OuterTile(const float* HWY_RESTRICT a,
                           const float* HWY_RESTRICT s, std::size_t bq,
                           std::size_t jb, const float* HWY_RESTRICT x,
                           std::size_t xs, std::size_t r0, std::size_t r1,
-                          std::size_t c0, const float* bad,
-                          VF (&acc)[KT][CW]) {
+                          std::size_t c0, const float* bad, VF (&acc)[KT][CW]) {
   const DF df;
   const std::size_t N = hn::Lanes(df);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -391,7 +389,8 @@ HWY_INLINE void DqTile(const float* HWY_RESTRICT dt,
   for (std::size_t j = j0; j < j1; ++j) {
     VF t[NV];
 #pragma GCC unroll 4
-    for (std::size_t v = 0; v < NV; ++v) t[v] = hn::Load(df, dt + j * bq + v * N);
+    for (std::size_t v = 0; v < NV; ++v)
+      t[v] = hn::Load(df, dt + j * bq + v * N);
     const float* krow = k + j * kstride + c0;
     if constexpr (kGuard) {
       hn::Mask<DF> hidden[NV];

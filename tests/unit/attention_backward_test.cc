@@ -40,8 +40,8 @@ bool in_range(const AttentionOptions& o, std::size_t nq, std::size_t nkv,
               std::size_t i, std::size_t j) {
   const std::size_t end = std::min(o.kv_end, nkv);
   if (j < o.kv_begin || j >= end) return false;
-  const auto pos = static_cast<std::int64_t>(i + nkv) -
-                   static_cast<std::int64_t>(nq);
+  const auto pos =
+      static_cast<std::int64_t>(i + nkv) - static_cast<std::int64_t>(nq);
   const auto jj = static_cast<std::int64_t>(j);
   const std::int64_t wr = o.causal ? 0 : o.window_right;
   const std::int64_t wl = o.window_left;
@@ -243,16 +243,20 @@ void check_grads(const std::string& label, const Problem<float>& p,
     }
     if (cond > 0) {
       const double units = err / cond / kU;
-      if (units > w.units) w = {units, std::string(name) + "[" +
-                                           std::to_string(at) + "]"};
+      if (units > w.units)
+        w = {units, std::string(name) + "[" + std::to_string(at) + "]"};
     }
   };
   const auto dq = g.dq.dense(), dk = g.dk.dense(), dv = g.dv.dense(),
              db = g.dbias.dense();
-  for (std::size_t i = 0; i < dq.size(); ++i) check("dq", dq[i], r.dq[i], r.cq[i], i);
-  for (std::size_t i = 0; i < dk.size(); ++i) check("dk", dk[i], r.dk[i], r.ck[i], i);
-  for (std::size_t i = 0; i < dv.size(); ++i) check("dv", dv[i], r.dv[i], r.cv[i], i);
-  for (std::size_t i = 0; i < db.size(); ++i) check("dbias", db[i], r.dbias[i], r.cb[i], i);
+  for (std::size_t i = 0; i < dq.size(); ++i)
+    check("dq", dq[i], r.dq[i], r.cq[i], i);
+  for (std::size_t i = 0; i < dk.size(); ++i)
+    check("dk", dk[i], r.dk[i], r.ck[i], i);
+  for (std::size_t i = 0; i < dv.size(); ++i)
+    check("dv", dv[i], r.dv[i], r.cv[i], i);
+  for (std::size_t i = 0; i < db.size(); ++i)
+    check("dbias", db[i], r.dbias[i], r.cb[i], i);
   for (std::size_t h = 0; h < g.dsinks.size(); ++h) {
     EXPECT_NEAR(double(g.dsinks[h]), double(r.dsinks[h]),
                 1e-5 * (1 + std::fabs(double(r.dsinks[h]))))
@@ -314,7 +318,8 @@ TEST(AttentionBackward, MaskBiasSinksAndTheirGradients) {
   mask.for_each([&](bool& x) { x = (rng() % 4) != 0; });
   Tensor<float> bias(s.B, 1, s.nq, s.nkv, 0, 0.0f);
   std::normal_distribution<double> nd(0, 2);
-  bias.for_each([&](float& x) { x = (rng() % 10) == 0 ? -kInfF : float(nd(rng)); });
+  bias.for_each(
+      [&](float& x) { x = (rng() % 10) == 0 ? -kInfF : float(nd(rng)); });
   std::vector<float> sinks = {0.5f, -1.0f, 2.0f, -kInfF};
   AttentionOptions o;
   o.mask = mask.cview();
@@ -434,6 +439,105 @@ TEST(AttentionBackward, InfiniteScoresTakeTheLimit) {
   for (float x : all) EXPECT_FALSE(std::isnan(x));
 }
 
+// Shards of the keys cut at multiples of 64 add up, in place, to the
+// whole call's bits (the blocks and their order are the same).
+TEST(AttentionBackward, PartialsOverKeyShardsGiveTheWholeCallsBits) {
+  Shape s = shape(2, 4, 2, 150, 200, 32, 24, 71);
+  const auto p = make_problem<float>(s);
+  const auto dout = random_dout(s, 8);
+  AttentionOptions o;
+  o.causal = true;
+  std::vector<float> sinks = {0.25f, -0.5f, 1.0f, 0.0f};
+  o.sinks = sinks;
+  const Grads whole = run_backward(p, o, dout);
+  const Result fwd = run(p, o);
+  for (int threads : {1, 2}) {
+    auto part = softdot::AttentionGradientPartial::zeros(s.B, s.H, s.Hkv, s.nq,
+                                                         s.nkv, s.d, s.dv);
+    std::vector<float> dsinks(s.H, kOutSentinel);
+    for (auto [a, b] :
+         {std::pair<std::size_t, std::size_t>{128, 200}, {0, 64}, {64, 128}}) {
+      AttentionOptions oo = o;
+      oo.kv_begin = a;
+      oo.kv_end = b;
+      AttentionGradients extras;
+      if (a == 0) extras.dsinks = dsinks;
+      with_threads(threads, [&] {
+        softdot::attention_backward_partial(
+            p.q.cview(), p.k.cview(), p.v.cview(), fwd.o.cview(),
+            fwd.lse.data(), dout.cview(), part, oo, extras);
+        return 0;
+      });
+    }
+    Tensor<float> dq(s.B, s.H, s.nq, s.d, 0, 0.0f),
+        dk(s.B, s.Hkv, s.nkv, s.d, 0, 0.0f),
+        dv(s.B, s.Hkv, s.nkv, s.dv, 0, 0.0f);
+    const float scale = softdot_ref::attention_scale(o.scale, s.d);
+    softdot::attention_backward_finalize(part, scale, dq.view(), dk.view(),
+                                         dv.view());
+    const auto want = whole.all();
+    std::vector<float> got = dq.dense();
+    for (const auto* t : {&dk, &dv}) {
+      const auto x = t->dense();
+      got.insert(got.end(), x.begin(), x.end());
+    }
+    got.insert(got.end(), dsinks.begin(), dsinks.end());
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(bits(got[i]), bits(want[i])) << threads << " threads, " << i;
+    }
+  }
+  // A partial of other shapes is refused with the shapes named.
+  auto bad = softdot::AttentionGradientPartial::zeros(1, 1, 1, 1, 1, 1, 1);
+  expect_invalid("partial shape",
+                 [&] {
+                   softdot::attention_backward_partial(
+                       p.q.cview(), p.k.cview(), p.v.cview(), fwd.o.cview(),
+                       fwd.lse.data(), dout.cview(), bad, o);
+                 },
+                 {"partial", "zeros"});
+}
+
+// dlse: the gradient of lse enters as Delta - dlse; against finite
+// differences of lse in long double through the reference.
+TEST(AttentionBackward, TheGradientOfLse) {
+  Shape s = shape(1, 2, 1, 20, 30, 16, 16, 81);
+  const auto p = make_problem<float>(s);
+  Tensor<float> zero(s.B, s.H, s.nq, s.dv, 0, 0.0f);
+  const Result fwd = run(p, {});
+  std::vector<float> dlse(s.B * s.H * s.nq);
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (float& x : dlse) x = float(u(rng));
+  Tensor<float> dq(s.B, s.H, s.nq, s.d, 0, 0.0f),
+      dk(s.B, s.Hkv, s.nkv, s.d, 0, 0.0f), dv(s.B, s.Hkv, s.nkv, s.dv, 0, 0.0f);
+  AttentionGradients g;
+  g.dq = dq.view();
+  g.dk = dk.view();
+  g.dv = dv.view();
+  softdot::attention_backward(p.q.cview(), p.k.cview(), p.v.cview(),
+                              fwd.o.cview(), fwd.lse.data(), zero.cview(), g,
+                              {}, dlse.data());
+  // d/dq of sum_i dlse_i lse_i = sum_i dlse_i scale sum_j P_ij K_j.
+  const AttnRef r = reference(p, {}, /*weights=*/true);
+  const float scale = softdot_ref::attention_scale(std::nan(""), s.d);
+  for (std::size_t h = 0; h < s.H; ++h) {
+    for (std::size_t i = 0; i < s.nq; ++i) {
+      for (std::size_t c = 0; c < s.d; ++c) {
+        LD want = 0;
+        for (std::size_t j = 0; j < s.nkv; ++j) {
+          want += r.weights[r.wi(0, h, i, j)] * LD(p.kw.at(0, 0, j, c));
+        }
+        want *= LD(scale) * LD(dlse[h * s.nq + i]);
+        EXPECT_NEAR(double(dq.at(0, h, i, c)), double(want), 1e-6)
+            << h << " " << i;
+      }
+    }
+  }
+  // dV gets nothing from lse.
+  for (float x : dv.dense()) EXPECT_EQ(x, 0.0f);
+}
+
 TEST(AttentionBackward, ErrorsNameTheArgument) {
   Shape s = shape(1, 2, 1, 4, 5, 8, 8, 61);
   const auto p = make_problem<float>(s);
@@ -453,7 +557,8 @@ TEST(AttentionBackward, ErrorsNameTheArgument) {
   expect_invalid("null lse", [&] { call(g, nullptr, {}); }, {"lse"});
   AttentionGradients g2 = g;
   g2.dq = bad.view();
-  expect_invalid("dq shape", [&] { call(g2, fwd.lse.data(), {}); }, {"dq", "q"});
+  expect_invalid("dq shape", [&] { call(g2, fwd.lse.data(), {}); },
+                 {"dq", "q"});
   std::vector<float> ds(2);
   AttentionGradients g3 = g;
   g3.dsinks = ds;
