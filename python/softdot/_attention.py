@@ -113,11 +113,47 @@ def scaled_dot_product_attention(
     and lse -inf (torch gives NaN or zeros depending on the version); NaN in a
     visible key or value is never hidden; masked ones never leak. Results are
     bitwise the same for every thread count. The GIL is released.
-    A torch input that requires grad raises NotImplementedError: attention's
-    backward is not there yet.
+    Autograd: on torch tensors that require grad (query, key, value, a
+    float ``attn_mask``, ``bias``, ``sinks``) the call is a
+    ``torch.autograd.Function``: the forward saves out and lse (never the
+    weights), the backward is softdot's ``attention_backward`` (C++,
+    FlashAttention-2's recomputation with the forward's scores and exp;
+    sums in double, each gradient rounded once; bitwise the same for any
+    thread count; docs/python.md, "Training"). The lse returned with
+    ``return_lse`` is differentiable too. 16-bit inputs are widened to
+    float32 for the backward and their gradients rounded to their dtype.
+    ``out=`` is refused there, and ALiBi slopes get no gradient
+    (NotImplementedError when they require it).
     """
     fn = "scaled_dot_product_attention"
     causal, top_left = R.torch_aliases(fn, causal, is_causal, enable_gqa, dropout_p)
+    if A.kind_of(query) == "torch":
+        from . import _attention_grad as G
+
+        if G.wants_grad(query, key, value, attn_mask, bias, sinks, alibi_slopes):
+            return G.attention(
+                fn,
+                query,
+                key,
+                value,
+                attn_mask,
+                bias,
+                sinks,
+                out,
+                return_lse,
+                dict(
+                    scale=scale,
+                    causal=causal,
+                    window=window,
+                    softcap=softcap,
+                    kv_range=kv_range,
+                    precise=precise,
+                    top_left=top_left,
+                    unit_weights=unit_weights,
+                    batch_invariant=batch_invariant,
+                    alibi_slopes=alibi_slopes,
+                ),
+            )
     return _call(
         fn,
         "output",

@@ -165,6 +165,54 @@ void write_kv_py(const In& key, const In& value, int in_format,
   });
 }
 
+// attention_backward (attention.h): float32 4-d arrays [B, H, L, E] for
+// query, key, value, out, dout and the gradients dq, dk, dv (dbias
+// [B, H, L, S] or None), lse and dlse (None) flat float32 [B H L], dsinks
+// float32 [H] or None; options as attention_request's dict. name is the
+// Python function the messages name.
+void backward_py(const std::string& name, const In& q, const In& k,
+                 const In& v, const In& out, const In& lse, const In& dout,
+                 const Out& dq, const Out& dk, const Out& dv,
+                 const std::optional<Out>& dbias,
+                 const std::optional<Out>& dsinks,
+                 const std::optional<In>& dlse, const nb::dict& options) {
+  auto in4 = [](const char* n, const In& a) {
+    check_dtype(n, a, nb::dtype<float>(), "float32");
+    return view4<const float>(n, a);
+  };
+  auto out4 = [](const char* n, const Out& a) {
+    check_dtype(n, a, nb::dtype<float>(), "float32");
+    return view4<float>(n, a);
+  };
+  const auto qv = in4("query", q), kv = in4("key", k), vv = in4("value", v),
+             ov = in4("out", out), gv = in4("dout", dout);
+  const float* l = lse_data("lse", lse, qv);
+  const float* dl = dlse ? lse_data("dlse", *dlse, qv) : nullptr;
+  AttentionGradients g;
+  g.dq = out4("dq", dq);
+  g.dk = out4("dk", dk);
+  g.dv = out4("dv", dv);
+  if (dbias) g.dbias = out4("dbias", *dbias);
+  if (dsinks) {
+    check_dtype("dsinks", *dsinks, nb::dtype<float>(), "float32");
+    g.dsinks = std::span<float>(static_cast<float*>(dsinks->data()),
+                                contiguous_size("dsinks", *dsinks));
+  }
+  const AttentionOptions o = options_of(options);
+  with_python_messages([&] {
+    try {
+      nb::gil_scoped_release release;
+      attention_backward(qv, kv, vv, ov, l, gv, g, o, dl);
+    } catch (const std::invalid_argument& e) {
+      // Name the Python function (the library names attention_backward).
+      std::string m = e.what();
+      const std::string lib = "softdot::attention_backward";
+      if (m.rfind(lib, 0) == 0) m = "softdot::" + name + m.substr(lib.size());
+      throw std::invalid_argument(m);
+    }
+  });
+}
+
 }  // namespace
 
 void bind_attention(nb::module_& m) {
@@ -176,6 +224,10 @@ void bind_attention(nb::module_& m) {
         "k_pages"_a, "v_pages"_a, "page_format"_a, "k_scales"_a.none(),
         "v_scales"_a.none(), "slot_mapping"_a,
         "New keys and values into their slots of a paged cache.");
+  m.def("attention_backward", &backward_py, "name"_a, "query"_a, "key"_a,
+        "value"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a,
+        "dbias"_a.none(), "dsinks"_a.none(), "dlse"_a.none(), "options"_a,
+        "The gradients of attention (float32), by recomputation.");
   m.def("attention_merge", &merge_py, "out_a"_a, "lse_a"_a, "out_b"_a,
         "lse_b"_a, "out"_a, "lse"_a, "Merges two partial attention results.");
 }

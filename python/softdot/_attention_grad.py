@@ -1,0 +1,211 @@
+"""scaled_dot_product_attention on torch tensors that require grad: a
+torch.autograd.Function whose forward is softdot's attention (saving out and
+lse, never the weights) and whose backward is softdot's attention_backward
+(C++, by recomputation: memory O(L) beyond the tensors, bitwise the same for
+any thread count). Imported by _attention.py on the first such call, so
+numpy users never import torch."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+import torch
+
+from . import _request as R
+from . import _softdot as _core
+
+_FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _f32(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    if t is None:
+        return None
+    return (t if t.dtype == torch.float32 else t.float()).contiguous()
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().numpy()
+
+
+def _4d(t: torch.Tensor) -> torch.Tensor:
+    """[..., H, L, E] as [B, H, L, E] (B the product of the leading axes;
+    2-d inputs get H = 1)."""
+    if t.dim() == 2:
+        return t.reshape(1, 1, *t.shape)
+    return t.reshape(-1, *t.shape[-3:])
+
+
+class _Attention(torch.autograd.Function):
+    """(q, k, v, bias, sinks) -> (out, lse). spec: the call's fixed
+    arguments (name, bool mask, options keywords)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        bias: Optional[torch.Tensor],
+        sinks: Optional[torch.Tensor],
+        spec: Dict[str, Any],
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        from ._attention import _call
+
+        out, lse = _call(
+            spec["fn"],
+            "output",
+            q.detach(),
+            k.detach(),
+            v.detach(),
+            spec["mask"],
+            None if bias is None else bias.detach(),
+            None if sinks is None else sinks.detach(),
+            None,
+            True,
+            **spec["opts"],
+        )
+        ctx.save_for_backward(q, k, v, out, lse, bias, sinks)
+        ctx.spec = spec
+        return out, lse
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: Any, dout: Optional[torch.Tensor], dlse: Optional[torch.Tensor]
+    ) -> Tuple[Optional[torch.Tensor], ...]:
+        q, k, v, out, lse, bias, sinks = ctx.saved_tensors
+        spec = ctx.spec
+        fn = spec["fn"]
+        need_q, need_k, need_v, need_b, need_s = ctx.needs_input_grad[:5]
+        # The float32 backward (16-bit inputs are widened exactly; their
+        # gradients are rounded to their dtype from float32).
+        q32, k32, v32, o32 = _f32(q), _f32(k), _f32(v), _f32(out)
+        assert q32 is not None and k32 is not None and v32 is not None and o32 is not None
+        if dout is None:
+            dout = torch.zeros_like(o32)
+        g32 = _f32(dout)
+        assert g32 is not None
+        q4, k4, v4, o4, g4 = (_4d(t) for t in (q32, k32, v32, o32, g32))
+        dq = torch.empty_like(q4)
+        dk = torch.empty_like(k4)
+        dv = torch.empty_like(v4)
+        B, H, L, _ = q4.shape
+        S = k4.shape[2]
+        kind = "torch"
+        full = tuple(q.shape[:-2]) + (L, S)
+        bias_d = None if bias is None else bias.detach()
+        sinks_d = None if sinks is None else sinks.detach()
+        mask4, bias4 = R.masks(fn, spec["mask"], bias_d, kind, full, "query's batch axes, L, S")
+        sinks1 = R.sinks_array(fn, sinks_d, kind)
+        opts = dict(spec["opts"])
+        slopes = opts.pop("alibi_slopes", None)
+        if slopes is not None:
+            opts["alibi_slopes"] = R.sinks_array(fn, slopes, kind, "alibi_slopes", "slope")
+        o = R.options(fn, mask=mask4, bias=bias4, sinks=sinks1, **opts)
+        dbias = torch.empty((B, H, L, S), dtype=torch.float32) if need_b else None
+        dsinks = torch.empty(H, dtype=torch.float32) if need_s and sinks is not None else None
+        dl = None
+        if dlse is not None:
+            dl = _np(dlse.float().contiguous()).reshape(-1)
+        _core.attention_backward(
+            fn,
+            _np(q4),
+            _np(k4),
+            _np(v4),
+            _np(o4),
+            _np(lse.contiguous()).reshape(-1),
+            _np(g4),
+            _np(dq),
+            _np(dk),
+            _np(dv),
+            None if dbias is None else _np(dbias),
+            None if dsinks is None else _np(dsinks),
+            dl,
+            o,
+        )
+        grads: list = [
+            dq.reshape(q.shape).to(q.dtype) if need_q else None,
+            dk.reshape(k.shape).to(k.dtype) if need_k else None,
+            dv.reshape(v.shape).to(v.dtype) if need_v else None,
+            None,
+            None,
+            None,
+        ]
+        if dbias is not None and bias is not None:
+            grads[3] = dbias.reshape(full).to(bias.dtype)
+        if dsinks is not None and sinks is not None:
+            grads[4] = dsinks.to(sinks.dtype)
+        return tuple(grads)
+
+
+def wants_grad(*tensors: Any) -> bool:
+    """True when grad mode is on and a torch tensor among these requires it."""
+    if not torch.is_grad_enabled():
+        return False
+    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+def attention(
+    fn: str,
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any,
+    bias: Any,
+    sinks: Any,
+    out: Any,
+    return_lse: bool,
+    opts: Dict[str, Any],
+) -> Any:
+    """scaled_dot_product_attention through _Attention: a float attn_mask
+    and the bias become one bias broadcast to [..., Hq, L, S] (their
+    gradients reduce through torch's own broadcasting), a bool attn_mask
+    stays a mask."""
+    if out is not None:
+        raise ValueError(
+            f"{fn}: out= cannot be used on inputs that require grad "
+            f"(autograd needs a result of its own)"
+        )
+    slopes = opts.get("alibi_slopes")
+    if isinstance(slopes, torch.Tensor) and slopes.requires_grad:
+        raise NotImplementedError(
+            f"{fn}: alibi_slopes require grad; softdot computes no gradient for the "
+            f"ALiBi slopes (pass them detached)"
+        )
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(
+                f"{fn}: {name} is {type(t).__name__}; with autograd every input must be a "
+                f"torch tensor"
+            )
+        if t.dtype not in _FLOAT_DTYPES:
+            raise TypeError(
+                f"{fn}: {name} has dtype {t.dtype}; the backward takes float32, float16 or "
+                f"bfloat16 (an int8 K/V cache has no gradient: detach the query)"
+            )
+    mask = None
+    total: Optional[torch.Tensor] = None
+    if attn_mask is not None:
+        if isinstance(attn_mask, torch.Tensor) and attn_mask.dtype == torch.bool:
+            mask = attn_mask
+        else:
+            total = attn_mask
+    if bias is not None:
+        total = bias if total is None else total + bias
+    if total is not None and isinstance(total, torch.Tensor):
+        L, S = query.shape[-2], key.shape[-2]
+        full = tuple(query.shape[:-2]) + (L, S)
+        if total.dtype != torch.float32:
+            total = total.float()
+        try:
+            total = total.expand(full)
+        except RuntimeError:
+            raise ValueError(
+                f"{fn}: attn_mask / bias has shape {tuple(total.shape)}, which does not "
+                f"broadcast to {full} (query's batch axes, L, S)"
+            ) from None
+    if sinks is not None and not isinstance(sinks, torch.Tensor):
+        sinks = torch.as_tensor(np.asarray(sinks, dtype=np.float32))
+    spec = {"fn": fn, "mask": mask, "opts": opts}
+    out_t, lse = _Attention.apply(query, key, value, total, sinks, spec)
+    return (out_t, lse) if return_lse else out_t
