@@ -94,8 +94,9 @@ void zero_view(const TensorView<float>& t) {
 // Per-thread scratch that only grows.
 struct BackBuffers {
   std::vector<float> scratch;
+  std::vector<float> dk_tile, dv_tile;  // the row groups' float chains
   std::vector<double> dk, dv;
-  std::vector<double> dq;
+  std::vector<float> dq;
 };
 
 BackBuffers& thread_buffers() {
@@ -311,15 +312,57 @@ void run_backward(const char* kFn, TensorView<const float> q,
   const std::size_t dpad = (d + 15) / 16 * 16, dvpad = (dv + 15) / 16 * 16;
   auto prepare = [&](BackBuffers& buf) {
     buf.scratch.resize(detail::attention_backward_scratch_floats(d, dv));
+    buf.dk_tile.resize(detail::kKeyTile * dpad);
+    buf.dv_tile.resize(detail::kKeyTile * dvpad);
     buf.dk.resize(detail::kKeyTile * dpad);
     buf.dv.resize(detail::kKeyTile * dvpad);
     buf.dq.resize(d * detail::kMaxKernelRows);
   };
+  // Each block of rows packed once for every key block: Q and dO
+  // transposed ([d][max_rows] then [dv][max_rows], zeros past the block's
+  // rows), and which rows hold inf or NaN. O(rows (d + dv)) floats.
+  const std::size_t pack_floats = (d + dv) * max_rows;
+  // (ScoreTile loads the transposed rows aligned: 64-byte aligned blocks.)
+  std::vector<float> packed_store(B * Hkv * row_blocks * pack_floats + 16);
+  float* const packed = reinterpret_cast<float*>(
+      (reinterpret_cast<std::uintptr_t>(packed_store.data()) + 63) &
+      ~std::uintptr_t{63});
+  std::vector<std::uint8_t> q_bad(rows_total), do_bad(rows_total);
+  detail::for_each_index(
+      B * Hkv * row_blocks, parallel, [&](std::size_t blk) {
+        const std::size_t rb = blk % row_blocks;
+        const std::size_t kh = (blk / row_blocks) % Hkv;
+        const std::size_t b = blk / (row_blocks * Hkv);
+        const std::size_t row0 = rb * max_rows;
+        const std::size_t cnt = std::min(max_rows, group_rows - row0);
+        float* qt = packed + blk * pack_floats;
+        float* dot = qt + d * max_rows;
+        std::fill(qt, qt + pack_floats, 0.0f);
+        for (std::size_t r = 0; r < cnt; ++r) {
+          const std::size_t row = row0 + r;
+          const std::size_t h = kh * g + row / n_q, i = row % n_q;
+          const float* qr = q.row(b, h, i);
+          const float* gr = dout.row(b, h, i);
+          bool qb = false, gb = false;
+          for (std::size_t c = 0; c < d; ++c) {
+            qt[c * max_rows + r] = qr[c];
+            qb = qb || !std::isfinite(qr[c]);
+          }
+          for (std::size_t c = 0; c < dv; ++c) {
+            dot[c * max_rows + r] = gr[c];
+            gb = gb || !std::isfinite(gr[c]);
+          }
+          const std::size_t at = (b * H + h) * n_q + i;
+          q_bad[at] = qb ? 1 : 0;
+          do_bad[at] = gb ? 1 : 0;
+        }
+      });
   // The arguments of one kernel call: rows row0 .. row0 + cnt - 1 of KV
   // head kh of batch b against key block kbi.
   struct Call {
     RowTables t;
     const float* do_rows[detail::kMaxKernelRows];
+    std::uint8_t q_bad[detail::kMaxKernelRows], do_bad[detail::kMaxKernelRows];
     float lse[detail::kMaxKernelRows], delta[detail::kMaxKernelRows],
         share[detail::kMaxKernelRows];
     float* dbias[detail::kMaxKernelRows];
@@ -334,6 +377,8 @@ void run_backward(const char* kFn, TensorView<const float> q,
       const std::size_t h = kh * g + row / n_q, i = row % n_q;
       const std::size_t at = (b * H + h) * n_q + i;
       c.do_rows[r] = dout.row(b, h, i);
+      c.q_bad[r] = q_bad[at];
+      c.do_bad[r] = do_bad[at];
       c.lse[r] = lse[at];
       c.delta[r] = delta_f[at];
       c.share[r] = share.empty() ? 0.0f : share[at];
@@ -364,16 +409,26 @@ void run_backward(const char* kFn, TensorView<const float> q,
       a.f.alibi_stride = static_cast<double>(p.kv_stride);
     }
     a.f.scratch = buf.scratch.data();
+    a.qt = packed +
+           ((b * Hkv + kh) * row_blocks + row0 / max_rows) * pack_floats;
+    a.dot = a.qt + d * max_rows;
+    a.bq = max_rows;
     a.do_rows = c.do_rows;
+    a.q_bad = c.q_bad;
+    a.do_bad = c.do_bad;
     a.lse = c.lse;
     a.delta = c.delta;
     a.inf_share = c.share;
+    a.dv_tile = buf.dv_tile.data();
+    a.dk_tile = buf.dk_tile.data();
     a.dv_acc = buf.dv.data();
     a.dv_stride = dvpad;
     a.dk_acc = buf.dk.data();
     a.dk_stride = dpad;
+    // The last call of a group of kBackRowGroup rows (or of the rows).
+    a.flush = (row0 + cnt) % detail::kBackRowGroup == 0 || row0 + cnt == group_rows;
     a.dq = buf.dq.data();
-    a.dq_stride = detail::kMaxKernelRows;
+    a.dq_stride = max_rows;
     a.dbias_rows = want_dbias ? c.dbias : nullptr;
   };
   auto sees = [](const RowTables& t, std::size_t cnt, std::size_t j0,
@@ -417,8 +472,25 @@ void run_backward(const char* kFn, TensorView<const float> q,
   }
 
   // dQ in double, and each row block's count of key blocks added so far.
-  std::vector<double> dq_local(part != nullptr ? 0 : rows_total * d, 0.0);
-  double* const dq_acc = part != nullptr ? part->dq.data() : dq_local.data();
+  // dQ in double, each block of rows transposed as the kernel writes its
+  // tile ([d][max_rows] per block: the adds run along memory); a partial's
+  // sums are copied in first and back at the end (the same additions, in
+  // the same order, as adding into the partial itself).
+  const std::size_t acc_floats = d * max_rows;
+  std::vector<double> dq_acc(B * Hkv * row_blocks * acc_floats, 0.0);
+  auto acc_at = [&](std::size_t b, std::size_t h, std::size_t i,
+                    std::size_t c) -> double& {
+    const std::size_t kh = h / g;
+    const std::size_t row = (h - kh * g) * n_q + i;
+    const std::size_t blk = (b * Hkv + kh) * row_blocks + row / max_rows;
+    return dq_acc[blk * acc_floats + c * max_rows + row % max_rows];
+  };
+  if (part != nullptr) {
+    for (std::size_t r = 0; r < rows_total; ++r) {
+      const std::size_t i = r % n_q, h = (r / n_q) % H, b = r / (n_q * H);
+      for (std::size_t c = 0; c < d; ++c) acc_at(b, h, i, c) = part->dq[r * d + c];
+    }
+  }
   const std::size_t counters = B * Hkv * row_blocks;
   std::unique_ptr<std::atomic<std::uint32_t>[]> done(
       new std::atomic<std::uint32_t>[counters]);
@@ -438,13 +510,31 @@ void run_backward(const char* kFn, TensorView<const float> q,
         prepare(buf);
         std::fill(buf.dk.begin(), buf.dk.end(), 0.0);
         std::fill(buf.dv.begin(), buf.dv.end(), 0.0);
+        std::fill(buf.dk_tile.begin(), buf.dk_tile.end(), 0.0f);
+        std::fill(buf.dv_tile.begin(), buf.dv_tile.end(), 0.0f);
         Call c;
+        // Whether the float tiles hold chains not yet added into double.
+        bool dirty = false;
         for (std::size_t rb = 0; rb < row_blocks; ++rb) {
           const std::size_t row0 = rb * max_rows;
           const std::size_t cnt = std::min(max_rows, group_rows - row0);
           setup(c, buf, b, kh, row0, cnt, j0, kb);
           const bool run = sees(c.t, cnt, j0, kb);
-          if (run) detail::attention_backward_kernel(c.a);
+          if (run) {
+            detail::attention_backward_kernel(c.a);
+            dirty = !c.a.flush;
+          } else if (dirty && c.a.flush) {
+            // A group's chains end in a block that sees none of these keys.
+            for (std::size_t x = 0; x < buf.dk.size(); ++x) {
+              buf.dk[x] += static_cast<double>(buf.dk_tile[x]);
+            }
+            for (std::size_t x = 0; x < buf.dv.size(); ++x) {
+              buf.dv[x] += static_cast<double>(buf.dv_tile[x]);
+            }
+            std::fill(buf.dk_tile.begin(), buf.dk_tile.end(), 0.0f);
+            std::fill(buf.dv_tile.begin(), buf.dv_tile.end(), 0.0f);
+            dirty = false;
+          }
           std::atomic<std::uint32_t>& turn =
               done[(b * Hkv + kh) * row_blocks + rb];
           for (unsigned spins = 0; turn.load(std::memory_order_acquire) != kbi;
@@ -452,14 +542,11 @@ void run_backward(const char* kFn, TensorView<const float> q,
             pause_briefly(spins);
           }
           if (run) {
-            for (std::size_t r = 0; r < cnt; ++r) {
-              const std::size_t row = row0 + r;
-              const std::size_t h = kh * g + row / n_q, i = row % n_q;
-              double* acc = dq_acc + ((b * H + h) * n_q + i) * d;
-              const double* tile = buf.dq.data() + r;
-              for (std::size_t cc = 0; cc < d; ++cc) {
-                acc[cc] += tile[cc * detail::kMaxKernelRows];
-              }
+            double* acc = dq_acc.data() +
+                          ((b * Hkv + kh) * row_blocks + rb) * acc_floats;
+            const float* tile = buf.dq.data();
+            for (std::size_t x = 0; x < acc_floats; ++x) {
+              acc[x] += static_cast<double>(tile[x]);
             }
           }
           turn.store(static_cast<std::uint32_t>(kbi + 1),
@@ -486,16 +573,22 @@ void run_backward(const char* kFn, TensorView<const float> q,
           }
         }
       });
-  if (part != nullptr) return;
+  if (part != nullptr) {
+    for (std::size_t r = 0; r < rows_total; ++r) {
+      const std::size_t i = r % n_q, h = (r / n_q) % H, b = r / (n_q * H);
+      for (std::size_t c = 0; c < d; ++c) part->dq[r * d + c] = acc_at(b, h, i, c);
+    }
+    return;
+  }
   detail::for_each_index(rows_total, parallel && rows_total >= 64,
                          [&](std::size_t r) {
                            const std::size_t i = r % n_q;
                            const std::size_t h = (r / n_q) % H;
                            const std::size_t b = r / (n_q * H);
                            float* o = grads.dq.row(b, h, i);
-                           const double* acc = dq_acc + r * d;
                            for (std::size_t c = 0; c < d; ++c) {
-                             o[c] = static_cast<float>(scale * acc[c]);
+                             o[c] = static_cast<float>(scale *
+                                                       acc_at(b, h, i, c));
                            }
                          });
 }

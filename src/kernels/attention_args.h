@@ -118,20 +118,36 @@ struct AttnArgs {
 // f.precise, f.units and the out_* pointers are not used).
 struct AttnBackArgs {
   AttnArgs f;
+  // The rows packed transposed by the caller: Qt[k][r] at qt[k bq + r]
+  // (k < d) and dOt[c][r] at dot[c bq + r] (c < dv), r < bq, with zeros in
+  // the lanes past f.rows; bq >= f.rows, a multiple of the lanes.
+  const float* qt = nullptr;
+  const float* dot = nullptr;
+  std::size_t bq = 0;
   const float* const* do_rows = nullptr;  // [rows] dO rows (dv floats)
-  const float* lse = nullptr;             // [rows] the forward's lse
-  const float* delta = nullptr;           // [rows] rowsum(dO * O)
+  // [rows]: 1 where the Q row (dO row) holds inf or NaN.
+  const std::uint8_t* q_bad = nullptr;
+  const std::uint8_t* do_bad = nullptr;
+  const float* lse = nullptr;    // [rows] the forward's lse
+  const float* delta = nullptr;  // [rows] rowsum(dO * O) - dlse
   // Null, or [rows]: 1/k for a row whose lse is +inf (k scores of +inf).
   const float* inf_share = nullptr;
-  // Accumulators the call adds its keys' sums into, in double: dV [kb][dv]
-  // and dK [kb][d] (unscaled), row strides >= d and dv rounded up to 16.
+  // dV [kb][dv] and dK [kb][d] (unscaled): each element's float FMA chain
+  // over the rows of a group of kBackRowGroup rows lives in the float
+  // tiles (zero at the group's start) across the group's calls; the call
+  // with flush set adds the chains into the double accumulators and zeroes
+  // the tiles. Row strides >= d and dv rounded up to 16.
+  float* dv_tile = nullptr;
+  float* dk_tile = nullptr;
   double* dv_acc = nullptr;
   std::size_t dv_stride = 0;
   double* dk_acc = nullptr;
   std::size_t dk_stride = 0;
-  // Written: dQt[c][r] = sum_j dT[j][r] K[j][c] (unscaled), c < d, for the
-  // kernel's rows (at most kMaxKernelRows lanes) at dq + c * dq_stride + r.
-  double* dq = nullptr;
+  bool flush = true;
+  // Written: dQt[c][r] = sum_j dT[j][r] K[j][c] (unscaled), c < d, r < bq,
+  // at dq + c * dq_stride + r: each one float FMA chain over the key tile
+  // (exact in double, where the caller adds it).
+  float* dq = nullptr;
   std::size_t dq_stride = 0;
   // Null, or [rows] rows (entries may be null) of the bias gradient dS, by
   // key j: written at the block's visible keys.
@@ -140,6 +156,10 @@ struct AttnBackArgs {
   // and do nothing else.
   double* inf_count = nullptr;
 };
+
+// Rows per group of the backward's dK and dV chains (AttnBackArgs): fixed
+// for every target, so the bits are too.
+inline constexpr std::size_t kBackRowGroup = 64;
 
 // Floats of scratch one backward kernel call needs.
 inline constexpr std::size_t attention_backward_scratch_floats(std::size_t d,

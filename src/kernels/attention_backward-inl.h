@@ -3,8 +3,8 @@
 // prefill form's layout: query rows in vector lanes).
 //
 // Per call (keys j0 .. j0 + kb - 1, at most kKeyTile; rows r < rows):
-//   1. Qt[k][r], dOt[c][r] (transposed) and Qp[r][k], dOp[r][c] (rows,
-//      zero-padded to whole vectors) packed from the row pointers;
+//   1. (the caller) Qt[k][r] and dOt[c][r] packed transposed, once per
+//      block of rows for every key block;
 //   2. S[j][r]: the forward's scores, bit for bit: ScoreTile's blocked
 //      chains times the scale, then PrefillMaskScores (soft-cap, bias,
 //      ALiBi, mask, causal / window limits; -inf where a key is hidden);
@@ -17,10 +17,13 @@
 //      the bias gradient when asked); dT = dS times the soft-cap's
 //      derivative 1 - tanh^2(t / cap) (t the scaled score);
 //   6. dV[j][c] += sum_r P[j][r] dO[r][c] and dK[j][c] += sum_r dT[j][r]
-//      Q[r][c]: features in lanes, a float FMA chain over each 16 rows
-//      added into the caller's double accumulators;
-//   7. dQt[c][r] = sum_j dT[j][r] K[j][c]: a float FMA chain over each 16
-//      keys added into a double tile, which the caller adds, in key-block
+//      Q[r][c]: features in lanes, one float FMA chain per element over a
+//      group of kBackRowGroup (64) rows in order (continued across the
+//      calls of a group through a float tile), added into the caller's
+//      double accumulators when the group ends: the same chains whatever
+//      the rows per call (the target's lanes);
+//   7. dQt[c][r] = sum_j dT[j][r] K[j][c]: one float FMA chain over the
+//      64-key tile, stored in double for the caller to add, in key-block
 //      order, into its accumulator.
 // The scale multiplies dQ and dK once, in double, when the caller rounds
 // them. Masked pairs never reach a gradient, even when their Q, K, V or dO
@@ -51,30 +54,19 @@ using detail::kKeyTile;
 namespace attn {
 
 // The backward's pieces of the scratch buffer (attention_backward_scratch_
-// floats, attention_args.h).
+// floats, attention_args.h); the rows come packed (AttnBackArgs::qt, dot).
 struct BackScratch {
-  Scratch sc;     // qt, s, kc, vc, add, nan, first_key, last_key
-  float* dot;     // [dv][bq] dO transposed
-  float* qp;      // [bq][dpad] Q rows, zero-padded
-  float* dop;     // [bq][dvpad] dO rows, zero-padded
-  float* p;       // [kKeyTile][bq] P
-  float* dt;      // [kKeyTile][bq] dP, then dT
-  float* traw;    // [kKeyTile][bq] scaled scores before the cap (soft-cap)
-  float* lse;     // [bq]
-  float* delta;   // [bq]
-  float* share;   // [bq] 1/k for a row whose lse is +inf
-  float* q_bad;   // [bq] 1 where the Q row holds inf or NaN
-  float* do_bad;  // [bq] 1 where the dO row does
+  Scratch sc;    // qt (the caller's), s, kc, vc, add, nan, first/last key
+  float* p;      // [kKeyTile][bq] P
+  float* dt;     // [kKeyTile][bq] dP, then dT
+  float* traw;   // [kKeyTile][bq] scaled scores before the cap (soft-cap)
+  float* lse;    // [bq]
+  float* delta;  // [bq]
+  float* share;  // [bq] 1/k for a row whose lse is +inf
 };
-
-HWY_INLINE std::size_t PadCols(std::size_t n) {
-  const std::size_t N = Lanes();
-  return (n + N - 1) / N * N;
-}
 
 HWY_INLINE BackScratch BackwardScratch(const AttnBackArgs& b, std::size_t bq) {
   const AttnArgs& a = b.f;
-  const std::size_t d = a.d, dv = a.dv;
   BackScratch bs;
   Scratch& sc = bs.sc;
   float* f = AlignUp(a.scratch);
@@ -83,60 +75,33 @@ HWY_INLINE BackScratch BackwardScratch(const AttnBackArgs& b, std::size_t bq) {
     f = AlignUp(f + n);
     return r;
   };
-  sc.qt = take(d * bq);
+  sc.qt = const_cast<float*>(b.qt);
   sc.s = take(kKeyTile * bq);
   sc.p = nullptr;
-  sc.kc = KvWidened(a) ? take(kKeyTile * d) : nullptr;
-  sc.vc = KvWidened(a) ? take(kKeyTile * dv) : nullptr;
+  sc.kc = KvWidened(a) ? take(kKeyTile * a.d) : nullptr;
+  sc.vc = KvWidened(a) ? take(kKeyTile * a.dv) : nullptr;
   sc.add = take(bq);
   sc.nan = take(bq);
   sc.first_key = reinterpret_cast<std::int32_t*>(take(bq));
   sc.last_key = reinterpret_cast<std::int32_t*>(take(bq));
   sc.qtd = nullptr;
   sc.slo = nullptr;
-  bs.dot = take(dv * bq);
-  bs.qp = take(bq * PadCols(d));
-  bs.dop = take(bq * PadCols(dv));
   bs.p = take(kKeyTile * bq);
   bs.dt = take(kKeyTile * bq);
   bs.traw = take(kKeyTile * bq);
   bs.lse = take(bq);
   bs.delta = take(bq);
   bs.share = take(bq);
-  bs.q_bad = take(bq);
-  bs.do_bad = take(bq);
   return bs;
 }
 
-HWY_INLINE bool RowFinite(const float* x, std::size_t n) {
-  for (std::size_t c = 0; c < n; ++c) {
-    if (!std::isfinite(x[c])) return false;
-  }
-  return true;
-}
-
-// Step 1: the rows packed; padding lanes see no key.
-HWY_INLINE void BackwardPack(const AttnBackArgs& b, const BackScratch& bs,
+// Step 1: each lane's key limits and row values; padding lanes see no key.
+HWY_INLINE void BackwardRows(const AttnBackArgs& b, const BackScratch& bs,
                              std::size_t bq) {
   const AttnArgs& a = b.f;
-  const std::size_t d = a.d, dv = a.dv, rows = a.rows;
-  const std::size_t dpad = PadCols(d), dvpad = PadCols(dv);
   const Scratch& sc = bs.sc;
   for (std::size_t r = 0; r < bq; ++r) {
-    const bool live = r < rows;
-    float* qp = bs.qp + r * dpad;
-    float* dop = bs.dop + r * dvpad;
-    if (live) {
-      std::memcpy(qp, a.q_rows[r], d * sizeof(float));
-      std::memcpy(dop, b.do_rows[r], dv * sizeof(float));
-    } else {
-      std::memset(qp, 0, d * sizeof(float));
-      std::memset(dop, 0, dv * sizeof(float));
-    }
-    std::memset(qp + d, 0, (dpad - d) * sizeof(float));
-    std::memset(dop + dv, 0, (dvpad - dv) * sizeof(float));
-    for (std::size_t k = 0; k < d; ++k) sc.qt[k * bq + r] = qp[k];
-    for (std::size_t c = 0; c < dv; ++c) bs.dot[c * bq + r] = dop[c];
+    const bool live = r < a.rows;
     sc.first_key[r] =
         live ? a.first_key[r] : std::numeric_limits<std::int32_t>::max();
     sc.last_key[r] = live ? a.last_key[r] : -1;
@@ -144,8 +109,6 @@ HWY_INLINE void BackwardPack(const AttnBackArgs& b, const BackScratch& bs,
     bs.lse[r] = live ? b.lse[r] : 0.0f;
     bs.delta[r] = live ? b.delta[r] : 0.0f;
     bs.share[r] = live && b.inf_share != nullptr ? b.inf_share[r] : 0.0f;
-    bs.q_bad[r] = live && !RowFinite(qp, d) ? 1.0f : 0.0f;
-    bs.do_bad[r] = live && !RowFinite(dop, dv) ? 1.0f : 0.0f;
   }
 }
 
@@ -168,30 +131,52 @@ HWY_INLINE void BlockScores(const float* HWY_RESTRICT xt, std::size_t bq,
   }
 }
 
-// acc[jj][w] = sum_r a[(jb + jj) bq + r] x[r xs + c0 + w N] over the rows
-// r0 <= r < r1 (one block of at most kValueBlock rows): a float FMA chain
-// in row order. kGuard: rows flagged in bad skip the terms whose score
-// s[j][r] is -inf.
-template <std::size_t KT, std::size_t CW, bool kGuard>
+// Loads columns c0 .. c0 + N - 1 of a row of n columns: a whole vector, or
+// (kTail) the n - c0 < N columns left, zero-padded through a stack copy
+// (the row may end at the end of its allocation).
+template <bool kTail>
+HWY_INLINE VF LoadCols(const float* row, std::size_t c0, std::size_t n) {
+  const DF df;
+  if constexpr (!kTail) {
+    (void)n;
+    return hn::LoadU(df, row + c0);
+  } else {
+    HWY_ALIGN float tmp[hn::MaxLanes(DF())] = {};
+    for (std::size_t c = c0; c < n; ++c) tmp[c - c0] = row[c];
+    return hn::Load(df, tmp);
+  }
+}
+
+// acc[jj][w] (keys jb + jj, columns c0 + w N) starts from the float tile
+// ft (row stride fs) and gains a[(jb + jj) bq + r] x_r[c0 + w N ..] for the
+// rows r < rows in order: one float FMA chain per element, which the
+// caller's next call continues (the tile in memory) until the group of
+// kBackRowGroup rows ends. kGuard: rows flagged in bad skip the terms whose
+// score s[j][r] is -inf.
+template <std::size_t KT, std::size_t CW, bool kGuard, bool kTail>
 HWY_INLINE void OuterTile(const float* HWY_RESTRICT a,
                           const float* HWY_RESTRICT s, std::size_t bq,
-                          std::size_t jb, const float* HWY_RESTRICT x,
-                          std::size_t xs, std::size_t r0, std::size_t r1,
-                          std::size_t c0, const float* bad, VF (&acc)[KT][CW]) {
+                          std::size_t jb, const float* const* x, std::size_t n,
+                          std::size_t rows, std::size_t c0,
+                          const std::uint8_t* bad, const float* ft,
+                          std::size_t fs, VF (&acc)[KT][CW]) {
   const DF df;
   const std::size_t N = hn::Lanes(df);
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 #pragma GCC unroll 16
   for (std::size_t jj = 0; jj < KT; ++jj) {
 #pragma GCC unroll 4
-    for (std::size_t w = 0; w < CW; ++w) acc[jj][w] = hn::Zero(df);
+    for (std::size_t w = 0; w < CW; ++w) {
+      acc[jj][w] = hn::LoadU(df, ft + (jb + jj) * fs + c0 + w * N);
+    }
   }
-  for (std::size_t r = r0; r < r1; ++r) {
+  for (std::size_t r = 0; r < rows; ++r) {
     VF xv[CW];
 #pragma GCC unroll 4
-    for (std::size_t w = 0; w < CW; ++w)
-      xv[w] = hn::Load(df, x + r * xs + c0 + w * N);
-    const bool guard = kGuard && bad[r] != 0.0f;
+    for (std::size_t w = 0; w < CW; ++w) {
+      xv[w] = LoadCols<kTail>(x[r], c0 + w * N, n);
+    }
+    const bool guard = kGuard && bad[r] != 0;
 #pragma GCC unroll 16
     for (std::size_t jj = 0; jj < KT; ++jj) {
       const std::size_t at = (jb + jj) * bq + r;
@@ -225,65 +210,91 @@ HWY_INLINE void AddIntoDouble(const VF& acc, double* HWY_RESTRICT o) {
   for (std::size_t i = 0; i < hn::Lanes(df); ++i) o[i] += tmp[i];
 }
 
-// out[j][c] += sum_r a[j][r] x[r][c] for the kb keys and ncols (padded)
-// columns, each block of kValueBlock rows (OuterTile's chain, in tiles of KT
-// keys x CW vectors) added in row order into the double accumulators out
-// (row stride os). The rows' blocks start at multiples of 16, as the
-// caller's row blocks do, so the sums' bits do not depend on how many rows
-// one call takes (the target's lane count).
-template <bool kGuard>
-HWY_INLINE void OuterProduct(const float* a, const float* s, std::size_t bq,
-                             std::size_t kb, const float* x, std::size_t xs,
-                             std::size_t rows, std::size_t ncols,
-                             const float* bad, double* out, std::size_t os) {
-  const std::size_t N = Lanes();
-  constexpr std::size_t kB = detail::kValueBlock;
-  constexpr std::size_t CW = 4;
-  constexpr std::size_t KT = kAccRegs / CW;
-  constexpr std::size_t KT1 = kAccRegs;
-  for (std::size_t r0 = 0; r0 < rows; r0 += kB) {
-    const std::size_t r1 = std::min(rows, r0 + kB);
-    std::size_t c0 = 0;
-    for (; c0 + CW * N <= ncols; c0 += CW * N) {
-      std::size_t j = 0;
-      for (; j + KT <= kb; j += KT) {
-        VF acc[KT][CW];
-        OuterTile<KT, CW, kGuard>(a, s, bq, j, x, xs, r0, r1, c0, bad, acc);
-        for (std::size_t jj = 0; jj < KT; ++jj) {
-          for (std::size_t w = 0; w < CW; ++w) {
-            AddIntoDouble(acc[jj][w], out + (j + jj) * os + c0 + w * N);
-          }
-        }
-      }
-      for (; j < kb; ++j) {
-        VF acc[1][CW];
-        OuterTile<1, CW, kGuard>(a, s, bq, j, x, xs, r0, r1, c0, bad, acc);
-        for (std::size_t w = 0; w < CW; ++w) {
-          AddIntoDouble(acc[0][w], out + j * os + c0 + w * N);
-        }
-      }
-    }
-    for (; c0 < ncols; c0 += N) {
-      std::size_t j = 0;
-      for (; j + KT1 <= kb; j += KT1) {
-        VF acc[KT1][1];
-        OuterTile<KT1, 1, kGuard>(a, s, bq, j, x, xs, r0, r1, c0, bad, acc);
-        for (std::size_t jj = 0; jj < KT1; ++jj) {
-          AddIntoDouble(acc[jj][0], out + (j + jj) * os + c0);
-        }
-      }
-      for (; j < kb; ++j) {
-        VF acc[1][1];
-        OuterTile<1, 1, kGuard>(a, s, bq, j, x, xs, r0, r1, c0, bad, acc);
-        AddIntoDouble(acc[0][0], out + j * os + c0);
+// One register tile's chains back to the float tile, or, at the end of a
+// row group (flush), added into the double accumulators and the float tile
+// zeroed.
+template <std::size_t KT, std::size_t CW>
+HWY_INLINE void StoreTile(const VF (&acc)[KT][CW], std::size_t jb,
+                          std::size_t c0, float* ft, std::size_t fs,
+                          double* out, std::size_t os, bool flush) {
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  for (std::size_t jj = 0; jj < KT; ++jj) {
+    for (std::size_t w = 0; w < CW; ++w) {
+      float* f = ft + (jb + jj) * fs + c0 + w * N;
+      if (flush) {
+        AddIntoDouble(acc[jj][w], out + (jb + jj) * os + c0 + w * N);
+        hn::StoreU(hn::Zero(df), df, f);
+      } else {
+        hn::StoreU(acc[jj][w], df, f);
       }
     }
   }
 }
 
-HWY_INLINE bool AnyFlag(const float* f, std::size_t n) {
+// out[j][c] += sum_r a[j][r] x_r[c] for the kb keys and n columns: OuterTile
+// in tiles of KT keys x CW vectors, the chains kept in the float tile ft
+// (row stride fs >= n rounded up to whole vectors) and added into the
+// double accumulators out (row stride os) when the row group ends (flush).
+template <bool kGuard>
+HWY_INLINE void OuterProduct(const float* a, const float* s, std::size_t bq,
+                             std::size_t kb, const float* const* x,
+                             std::size_t n, std::size_t rows,
+                             const std::uint8_t* bad, float* ft,
+                             std::size_t fs, double* out, std::size_t os,
+                             bool flush) {
+  const std::size_t N = Lanes();
+  constexpr std::size_t CW = 4;
+  constexpr std::size_t KT = kAccRegs / CW;
+  constexpr std::size_t KT1 = kAccRegs;
+  const std::size_t full = n / N * N;
+  std::size_t c0 = 0;
+  for (; c0 + CW * N <= full; c0 += CW * N) {
+    std::size_t j = 0;
+    for (; j + KT <= kb; j += KT) {
+      VF acc[KT][CW];
+      OuterTile<KT, CW, kGuard, false>(a, s, bq, j, x, n, rows, c0, bad, ft,
+                                       fs, acc);
+      StoreTile<KT, CW>(acc, j, c0, ft, fs, out, os, flush);
+    }
+    for (; j < kb; ++j) {
+      VF acc[1][CW];
+      OuterTile<1, CW, kGuard, false>(a, s, bq, j, x, n, rows, c0, bad, ft,
+                                      fs, acc);
+      StoreTile<1, CW>(acc, j, c0, ft, fs, out, os, flush);
+    }
+  }
+  for (; c0 < n; c0 += N) {
+    const bool tail = c0 + N > n;
+    std::size_t j = 0;
+    for (; j + KT1 <= kb; j += KT1) {
+      VF acc[KT1][1];
+      if (tail) {
+        OuterTile<KT1, 1, kGuard, true>(a, s, bq, j, x, n, rows, c0, bad, ft,
+                                        fs, acc);
+      } else {
+        OuterTile<KT1, 1, kGuard, false>(a, s, bq, j, x, n, rows, c0, bad,
+                                         ft, fs, acc);
+      }
+      StoreTile<KT1, 1>(acc, j, c0, ft, fs, out, os, flush);
+    }
+    for (; j < kb; ++j) {
+      VF acc[1][1];
+      if (tail) {
+        OuterTile<1, 1, kGuard, true>(a, s, bq, j, x, n, rows, c0, bad, ft,
+                                      fs, acc);
+      } else {
+        OuterTile<1, 1, kGuard, false>(a, s, bq, j, x, n, rows, c0, bad, ft,
+                                       fs, acc);
+      }
+      StoreTile<1, 1>(acc, j, c0, ft, fs, out, os, flush);
+    }
+  }
+}
+
+HWY_INLINE bool AnyBad(const std::uint8_t* f, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
-    if (f[i] != 0.0f) return true;
+    if (f[i] != 0) return true;
   }
   return false;
 }
@@ -369,15 +380,14 @@ HWY_INLINE void CountInfScores(const AttnBackArgs& b, const BackScratch& bs,
   }
 }
 
-// acc[c][v] = sum_j dT[j][r] K[j][c0 + c] over the keys j0 <= j < j1 (one
-// block of at most kValueBlock keys): a float FMA chain in key order, rows
-// in lanes. kGuard: lanes whose score is -inf skip the term.
+// acc[c][v] = sum_j dT[j][r] K[j][c0 + c] over the keys j < kb (the whole
+// key tile): a float FMA chain in key order, rows in lanes. kGuard: lanes
+// whose score is -inf skip the term.
 template <std::size_t NV, std::size_t CT, bool kGuard>
 HWY_INLINE void DqTile(const float* HWY_RESTRICT dt,
                        const float* HWY_RESTRICT s, std::size_t bq,
                        const float* HWY_RESTRICT k, std::size_t kstride,
-                       std::size_t j0, std::size_t j1, std::size_t c0,
-                       VF (&acc)[CT][NV]) {
+                       std::size_t kb, std::size_t c0, VF (&acc)[CT][NV]) {
   const DF df;
   const std::size_t N = hn::Lanes(df);
   const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
@@ -386,7 +396,7 @@ HWY_INLINE void DqTile(const float* HWY_RESTRICT dt,
 #pragma GCC unroll 4
     for (std::size_t v = 0; v < NV; ++v) acc[c][v] = hn::Zero(df);
   }
-  for (std::size_t j = j0; j < j1; ++j) {
+  for (std::size_t j = 0; j < kb; ++j) {
     VF t[NV];
 #pragma GCC unroll 4
     for (std::size_t v = 0; v < NV; ++v)
@@ -420,36 +430,29 @@ HWY_INLINE void DqTile(const float* HWY_RESTRICT dt,
   }
 }
 
-// dq[c][r] += sum_j dT[j][r] K[j][c] for c < d: each block of kValueBlock
-// keys (DqTile's chain, CT columns at a time) added in key order into the
-// double tile dq (row stride dq_stride).
+// dq[c][r] = sum_j dT[j][r] K[j][c] for c < d: DqTile's chain over the key
+// tile, CT columns at a time (row stride dq_stride).
 template <std::size_t NV, bool kGuard>
 HWY_INLINE void DqProduct(const BackScratch& bs, std::size_t bq,
                           const BlockRows& kv, std::size_t kb, std::size_t d,
-                          double* dq, std::size_t dq_stride) {
+                          float* dq, std::size_t dq_stride) {
   const std::size_t N = Lanes();
-  constexpr std::size_t kB = detail::kValueBlock;
   constexpr std::size_t CT = kAccRegs / NV;
-  for (std::size_t j0 = 0; j0 < kb; j0 += kB) {
-    const std::size_t j1 = std::min(kb, j0 + kB);
-    std::size_t c = 0;
-    for (; c + CT <= d; c += CT) {
-      VF acc[CT][NV];
-      DqTile<NV, CT, kGuard>(bs.dt, bs.sc.s, bq, kv.k, kv.k_stride, j0, j1, c,
-                             acc);
-      for (std::size_t cc = 0; cc < CT; ++cc) {
-        for (std::size_t v = 0; v < NV; ++v) {
-          AddIntoDouble(acc[cc][v], dq + (c + cc) * dq_stride + v * N);
-        }
+  std::size_t c = 0;
+  for (; c + CT <= d; c += CT) {
+    VF acc[CT][NV];
+    DqTile<NV, CT, kGuard>(bs.dt, bs.sc.s, bq, kv.k, kv.k_stride, kb, c, acc);
+    for (std::size_t cc = 0; cc < CT; ++cc) {
+      for (std::size_t v = 0; v < NV; ++v) {
+        hn::StoreU(acc[cc][v], DF(), dq + (c + cc) * dq_stride + v * N);
       }
     }
-    for (; c < d; ++c) {
-      VF acc[1][NV];
-      DqTile<NV, 1, kGuard>(bs.dt, bs.sc.s, bq, kv.k, kv.k_stride, j0, j1, c,
-                            acc);
-      for (std::size_t v = 0; v < NV; ++v) {
-        AddIntoDouble(acc[0][v], dq + c * dq_stride + v * N);
-      }
+  }
+  for (; c < d; ++c) {
+    VF acc[1][NV];
+    DqTile<NV, 1, kGuard>(bs.dt, bs.sc.s, bq, kv.k, kv.k_stride, kb, c, acc);
+    for (std::size_t v = 0; v < NV; ++v) {
+      hn::StoreU(acc[0][v], DF(), dq + c * dq_stride + v * N);
     }
   }
 }
@@ -458,9 +461,9 @@ template <std::size_t NV>
 void RunBackward(const AttnBackArgs& b) {
   const AttnArgs& a = b.f;
   const DF df;
-  const std::size_t bq = NV * hn::Lanes(df);
+  const std::size_t bq = b.bq;
   const BackScratch bs = BackwardScratch(b, bq);
-  BackwardPack(b, bs, bq);
+  BackwardRows(b, bs, bq);
   const std::size_t j0 = a.j_begin, kb = a.j_end - a.j_begin;
   const BlockRows kv = LoadBlock(a, j0, kb, bs.sc.kc, bs.sc.vc);
   // Step 2: the forward's scores.
@@ -476,29 +479,31 @@ void RunBackward(const AttnBackArgs& b) {
     return;
   }
   // Step 4: dP, then steps 3 and 5.
-  BlockScores<NV>(bs.dot, bq, kv.v, kv.v_stride, a.dv, kb, hn::Set(df, 1.0f),
+  BlockScores<NV>(b.dot, bq, kv.v, kv.v_stride, a.dv, kb, hn::Set(df, 1.0f),
                   bs.dt);
   const bool any_masked = BackwardWeights<NV>(b, bs, bq, j0, kb);
   // Step 6.
-  const std::size_t dpad = PadCols(a.d), dvpad = PadCols(a.dv);
-  if (any_masked && AnyFlag(bs.do_bad, a.rows)) {
-    OuterProduct<true>(bs.p, bs.sc.s, bq, kb, bs.dop, dvpad, a.rows, dvpad,
-                       bs.do_bad, b.dv_acc, b.dv_stride);
+  if (any_masked && AnyBad(b.do_bad, a.rows)) {
+    OuterProduct<true>(bs.p, bs.sc.s, bq, kb, b.do_rows, a.dv, a.rows,
+                       b.do_bad, b.dv_tile, b.dv_stride, b.dv_acc,
+                       b.dv_stride, b.flush);
   } else {
-    OuterProduct<false>(bs.p, bs.sc.s, bq, kb, bs.dop, dvpad, a.rows, dvpad,
-                        bs.do_bad, b.dv_acc, b.dv_stride);
+    OuterProduct<false>(bs.p, bs.sc.s, bq, kb, b.do_rows, a.dv, a.rows,
+                        b.do_bad, b.dv_tile, b.dv_stride, b.dv_acc,
+                        b.dv_stride, b.flush);
   }
-  if (any_masked && AnyFlag(bs.q_bad, a.rows)) {
-    OuterProduct<true>(bs.dt, bs.sc.s, bq, kb, bs.qp, dpad, a.rows, dpad,
-                       bs.q_bad, b.dk_acc, b.dk_stride);
+  if (any_masked && AnyBad(b.q_bad, a.rows)) {
+    OuterProduct<true>(bs.dt, bs.sc.s, bq, kb, a.q_rows, a.d, a.rows,
+                       b.q_bad, b.dk_tile, b.dk_stride, b.dk_acc, b.dk_stride,
+                       b.flush);
   } else {
-    OuterProduct<false>(bs.dt, bs.sc.s, bq, kb, bs.qp, dpad, a.rows, dpad,
-                        bs.q_bad, b.dk_acc, b.dk_stride);
+    OuterProduct<false>(bs.dt, bs.sc.s, bq, kb, a.q_rows, a.d, a.rows,
+                        b.q_bad, b.dk_tile, b.dk_stride, b.dk_acc,
+                        b.dk_stride, b.flush);
   }
   // Step 7: dQt[c][r] = sum_j dT[j][r] K[j][c]. The guard skips the lanes
   // whose score is -inf (not NaN: a NaN score's NaN must reach dQ).
   const bool guard = any_masked && !AllFinite(kv.k, kv.k_stride, kb, a.d);
-  std::memset(b.dq, 0, a.d * b.dq_stride * sizeof(double));
   if (guard) {
     DqProduct<NV, true>(bs, bq, kv, kb, a.d, b.dq, b.dq_stride);
   } else {
