@@ -121,7 +121,10 @@ def scaled_dot_product_attention(
     sums in double, each gradient rounded once; bitwise the same for any
     thread count; docs/python.md, "Training"). The lse returned with
     ``return_lse`` is differentiable too. 16-bit inputs are widened to
-    float32 for the backward and their gradients rounded to their dtype.
+    float32 for the backward and their gradients rounded to their dtype;
+    their forward keeps its float32 output for the backward and returns it
+    rounded to the query's dtype (twice rounded: at a 16-bit tie, about one
+    element in 2^16, the last bit can differ from the call without autograd).
     ``out=`` is refused there, and ALiBi slopes get no gradient
     (NotImplementedError when they require it).
     """

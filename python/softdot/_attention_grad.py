@@ -52,6 +52,13 @@ class _Attention(torch.autograd.Function):
     ) -> Tuple[torch.Tensor, torch.Tensor]:
         from ._attention import _call
 
+        # A 16-bit query's output is computed in float32 and saved as such:
+        # the backward's Delta = rowsum(dO * O) then does not carry the
+        # 16-bit rounding of O (with values far from 0, that rounding is
+        # larger than dP - Delta itself). The caller gets it rounded to the
+        # query's dtype.
+        wide = q.dtype != torch.float32
+        out32 = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=torch.float32) if wide else None
         out, lse = _call(
             spec["fn"],
             "output",
@@ -61,12 +68,14 @@ class _Attention(torch.autograd.Function):
             spec["mask"],
             None if bias is None else bias.detach(),
             None if sinks is None else sinks.detach(),
-            None,
+            out32,
             True,
             **spec["opts"],
         )
         ctx.save_for_backward(q, k, v, out, lse, bias, sinks)
         ctx.spec = spec
+        if wide:
+            return out.to(q.dtype), lse
         return out, lse
 
     @staticmethod

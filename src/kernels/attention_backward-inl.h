@@ -336,8 +336,14 @@ HWY_INLINE bool BackwardWeights(const AttnBackArgs& b, const BackScratch& bs,
       any_masked = any_masked || !hn::AllTrue(df, live);
       const VF t = hn::Sub(s, lse[v]);
       const auto t_nan = hn::IsNaN(t);
+      // exp(t + c), c the exact error of t (s - lse rounded), as the
+      // precise forward does: P does not inherit the subtraction's
+      // rounding. (ExpNonPositive zeroes c where t is below its range;
+      // c is 0 for the clamped t > 0 and NaN lanes, which are replaced.)
+      const auto ok = hn::And(hn::Not(t_nan), hn::Le(t, zero));
+      const VF c = hn::IfThenElseZero(ok, TwoSumErr(s, hn::Neg(lse[v]), t));
       VF p = ExpNonPositive(df, hn::Min(hn::IfThenElse(t_nan, zero, t), zero),
-                            zero);
+                            c);
       p = hn::IfThenElse(t_nan, nan, p);
       p = hn::IfThenElse(inf_row[v],
                          hn::IfThenElseZero(hn::Eq(s, pos_inf), share[v]), p);
