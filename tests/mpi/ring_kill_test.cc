@@ -55,8 +55,8 @@ int main(int argc, char** argv) {
         softdot::TensorView<float>(out.data(), 1, H, rows, d), ro, lse.data());
     softdot::mpi::ring_attention_backward(
         MPI_COMM_WORLD, t, t, t,
-        softdot::TensorView<const float>(out.data(), 1, H, rows, d),
-        lse.data(), t, g, ro);
+        softdot::TensorView<const float>(out.data(), 1, H, rows, d), lse.data(),
+        t, g, ro);
     ++calls;
   }
   if (rank == 0) std::printf("no rank was killed after %d calls\n", calls);
