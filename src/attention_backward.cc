@@ -382,7 +382,9 @@ void run_backward(const char* kFn, TensorView<const float> q,
       c.lse[r] = lse[at];
       c.delta[r] = delta_f[at];
       c.share[r] = share.empty() ? 0.0f : share[at];
-      c.dbias[r] = want_dbias ? grads.dbias.row(b, h, i) : nullptr;
+      // The kernel writes key j at column j: the row from mask_col0 on.
+      c.dbias[r] =
+          want_dbias ? grads.dbias.row(b, h, i) + p.mask_col0 : nullptr;
     }
     detail::AttnBackArgs& a = c.a;
     a = detail::AttnBackArgs{};

@@ -143,6 +143,79 @@ void ring_attention(MPI_Comm comm, TensorView<const float> q, const Int8KV& k,
                     const Int8KV& v, TensorView<float> out,
                     const RingOptions& options, float* lse = nullptr);
 
+// The backward of ring_attention() (float32 K/V; attention_backward() has
+// no 16-bit or int8 K/V form, so neither has the ring). Collective over
+// comm: every rank passes the rows of its own positions, as to
+// ring_attention() with the same options and layout,
+//   q [B, H, rows, d], k [B, H_kv, rows, d], v [B, H_kv, rows, d_v],
+//   out [B, H, rows, d_v] and lse (B * H * rows floats): the forward's
+//   results for these rows (ring_attention()'s, or any with the same
+//   meaning), dout [B, H, rows, d_v]: the gradient of the loss w.r.t. out,
+//   dlse: null or B * H * rows floats, the gradient w.r.t. lse,
+// and receives the gradients of its own rows in grads (attention.h,
+// AttentionGradients): dq [B, H, rows, d], dk [B, H_kv, rows, d], dv
+// [B, H_kv, rows, d_v], on request dbias [B, H, rows, seq_len] (dense:
+// columns are global key positions) and dsinks [H] (needs the sinks; the
+// whole sequence's gradient, the same on every rank). Each element is what
+// attention_backward() gives for the whole sequence (the same options,
+// positions global) within its bound (docs/accuracy.md, "Attention
+// backward"): the same terms, summed in another order. Padding rows get +0.
+//
+// How: the K/V shards travel the ring as in the forward (P - 1 hops,
+// nonblocking, posted before the compute on the shard in hand); each rank
+// keeps the double dQ sums of its queries (AttentionGradientPartial) and,
+// at each step, adds its queries' contribution against the visiting shard
+// (attention_backward_partial, positions global so that causal, the window,
+// the mask and bias columns are the whole sequence's) into them and into
+// the visiting shard's double dK / dV sums, which then travel on to
+// rank + 1: after P hops they are home, and every gradient is rounded once
+// (attention_backward_finalize with the forward's float scale). The sinks'
+// gradient is summed in double from every rank's rows (the formula of
+// attention_backward(), an MPI_Allgather of the partial sums).
+//
+// Bits. Not deterministic: the same run to run for a given P (a fixed order
+// of the sums); another P sums in another order (different roundings,
+// within the bound). Deterministic (RingOptions::deterministic): bitwise
+// the same for every P. As the forward, on fixed blocks of kRingBlock
+// global positions: the contribution of each (query block, key block) pair
+// is computed alone, into a zero partial (its rows and keys the same for
+// every P, so the same bits), and the pairs are summed by binary trees over
+// the block indices, their shape a function of seq_len only: dQ of a query
+// block by a tree over the key blocks, dK and dV of a key block by a tree
+// over the query blocks (of every rank; its pending subtrees travel with
+// the shard), the sinks' gradient by a tree over the query blocks (each
+// block's rows summed in batch, row order). Double addition is commutative
+// bit for bit, and pairs the causal mask or the window hides are left out
+// (the same ones for every P), so every root has the same bits whatever
+// order its leaves arrive in. Within a pair, GQA sums the query heads of a
+// KV head in head order (attention_backward()). Neither mode's bits are
+// attention_backward()'s (it sums whole rows of blocks in one chain).
+//
+// Special values as attention_backward(), except one: a row whose lse is
+// +inf (a score of +inf) shares its weight 1/k over the k keys with +inf
+// scores of each shard, not of the whole sequence (keep scores finite).
+//
+// Errors as ring_attention(): every argument (shapes against the layout,
+// every option, the gradients' shapes, overlaps of a gradient with an input
+// or another gradient) is checked on every rank and the ranks agree before
+// any data moves, and shapes and options must match across ranks; any
+// failure makes every rank throw std::invalid_argument naming the function,
+// the argument and the first failing rank, with no output written. An
+// exception in a rank's compute reaches every rank at the end of that step
+// (std::runtime_error). A rank that dies (killed) is the launcher's to
+// report: under Open MPI's mpirun the job ends, every rank with it, and
+// mpirun names the lost rank and exits non-zero (tested with SIGKILL,
+// tests/mpi/kill_test.sh). Memory beyond the inputs and gradients: two K/V
+// shard buffers, the double sums of the local queries' dQ and of one shard's
+// dK / dV (twice: the one in hand and the one arriving); deterministic: per
+// tree the complete subtrees whose sibling is not in yet (at most about
+// P log2(seq_len / kRingBlock) blocks' sums each).
+void ring_attention_backward(
+    MPI_Comm comm, TensorView<const float> q, TensorView<const float> k,
+    TensorView<const float> v, TensorView<const float> out, const float* lse,
+    TensorView<const float> dout, const AttentionGradients& grads,
+    const RingOptions& options, const float* dlse = nullptr);
+
 }  // namespace softdot::mpi
 
 #endif  // SOFTDOT_MPI_H_

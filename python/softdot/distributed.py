@@ -40,6 +40,7 @@ __all__ = [
     "RingLayout",
     "ring_layout",
     "ring_attention",
+    "ring_attention_backward",
     "softmax",
     "log_softmax",
     "logsumexp",
@@ -241,6 +242,158 @@ def ring_attention(
     if not direct:
         np.copyto(o, target.reshape(shape))
     return (user, lse_user) if return_lse else user
+
+
+def _agreed(comm: Any, fn: str, prepare: Any) -> Any:
+    """prepare() on every rank, then agreement: when it raised TypeError or
+    ValueError on some rank, every rank raises that of the lowest such rank,
+    prefixed "rank R: " (so that no rank waits in the library's collective
+    for a rank that failed before it)."""
+    err = None
+    res = None
+    try:
+        res = prepare()
+    except (TypeError, ValueError) as e:
+        err = (type(e) is TypeError, f"{e}")
+    verdicts = comm.allgather(err)
+    for r, v in enumerate(verdicts):
+        if v is not None:
+            raise (TypeError if v[0] else ValueError)(f"rank {r}: {v[1]}")
+    return res
+
+
+def ring_attention_backward(
+    comm: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    out: Any,
+    lse: Any,
+    grad_out: Any,
+    attn_mask: Any = None,
+    *,
+    seq_len: int,
+    layout: str = "zigzag",
+    deterministic: bool = False,
+    bias: Any = None,
+    scale: Optional[float] = None,
+    causal: bool = False,
+    window: Tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    sinks: Any = None,
+    grad_lse: Any = None,
+) -> Any:
+    """The backward of :func:`ring_attention` over an mpi4py communicator
+    (C++ ``softdot::mpi::ring_attention_backward``).
+
+    Collective: every rank passes what it passed to :func:`ring_attention`
+    (its rows of query, key and value, the same options, layout and
+    ``deterministic``), that call's ``out`` and ``lse`` (``return_lse=True``)
+    and ``grad_out``, the gradient of the loss with respect to ``out``
+    (optionally ``grad_lse``, with respect to ``lse``). K/V shards travel the
+    ring as in the forward; the double dK / dV sums of each shard travel with
+    it and come home after a full turn, and every gradient is rounded once.
+
+    All arrays float32 (numpy, or CPU torch tensors: they are read without
+    autograd), shapes as for :func:`ring_attention`; ``lse`` has the query's
+    shape without its last axis.
+
+    Returns
+    -------
+    (dq, dk, dv), and dsinks (one per query head, the whole sequence's,
+    the same on every rank) when ``sinks`` is given: this rank's rows of the
+    gradients (padding rows 0), each what the one-process attention backward
+    gives for the whole sequence within its bound. ``deterministic=True``:
+    bitwise the same for every number of ranks (fixed 64 x 64 block pairs
+    summed by binary trees over the block indices); False: the same bits run
+    to run for a given number of ranks.
+    """
+    fn = "ring_attention_backward"
+    h = _handle(fn, comm)
+    zig = _layout_name(fn, layout)
+    try:
+        n = int(seq_len)
+    except (TypeError, ValueError):
+        raise TypeError(f"{fn}: seq_len must be an int, not {seq_len!r}") from None
+    if n < 1:
+        raise ValueError(f"{fn}: seq_len must be >= 1, got {n}")
+
+    def prepare() -> Tuple[Any, ...]:
+        def plain(x: Any) -> Any:
+            return x.detach() if A.is_torch(x) else x
+
+        q_, k_, v_, o_, l_, g_ = map(plain, (query, key, value, out, lse, grad_out))
+        p = R.prepare(fn, q_, k_, v_)
+        if p.q_format != R.KV_F32 or p.kv["format"] != R.KV_F32:
+            raise TypeError(f"{fn}: query, key and value must be float32")
+        kq = p.kind
+
+        def f32(name: str, x: Any, shape: Tuple[int, ...]) -> np.ndarray:
+            a = R.as_numpy(fn, name, R.array(fn, name, plain(x), kq), kq)
+            if a.dtype != A.F32:
+                raise TypeError(f"{fn}: {name} has dtype {a.dtype.name}; expected float32")
+            if a.shape != shape:
+                raise ValueError(f"{fn}: {name} has shape {a.shape}; expected {shape}")
+            return a
+
+        oshape = p.lead + (p.L, p.Ev)
+        o4 = R.ready(R.to4(f32("out", o_, oshape)))
+        do4 = R.ready(R.to4(f32("grad_out", g_, oshape)))
+        lse_a = np.ascontiguousarray(f32("lse", l_, p.lead + (p.L,)))
+        dlse_a = None
+        if grad_lse is not None:
+            dlse_a = np.ascontiguousarray(f32("grad_lse", grad_lse, p.lead + (p.L,)))
+        mask, bias4 = R.masks(
+            fn,
+            None if attn_mask is None else plain(attn_mask),
+            None if bias is None else plain(bias),
+            kq,
+            p.lead + (p.L, n),
+            "query's batch axes, the rank's rows, seq_len",
+        )
+        sinks1 = R.sinks_array(fn, None if sinks is None else plain(sinks), kq)
+        opts = R.options(
+            fn,
+            scale=scale,
+            causal=causal,
+            window=window,
+            softcap=softcap,
+            mask=mask,
+            bias=bias4,
+            sinks=sinks1,
+        )
+        return p, kq, o4, do4, lse_a, dlse_a, sinks1, opts, tuple(k_.shape), tuple(v_.shape)
+
+    # The checks here are local: the ranks agree on them (the first failing
+    # rank's error raised on every rank) before the library's collective.
+    p, kq, o4, do4, lse_a, dlse_a, sinks1, opts, k_shape, v_shape = _agreed(comm, fn, prepare)
+    dq_user, dq = A.new_output(p.lead + (p.L, p.q.shape[-1]), A.F32, kq)
+    dk_user, dk = A.new_output(k_shape, A.F32, kq)
+    dv_user, dv = A.new_output(v_shape, A.F32, kq)
+    ds_user = ds = None
+    if sinks1 is not None:
+        ds_user, ds = A.new_output((sinks1.shape[0],), A.F32, kq)
+    _mpi.ring_attention_backward(
+        h,
+        p.q,
+        p.kv["k"],
+        p.kv["v"],
+        o4,
+        lse_a,
+        do4,
+        R.to4(dq),
+        R.to4(dk),
+        R.to4(dv),
+        ds,
+        dlse_a,
+        opts,
+        n,
+        zig,
+        bool(deterministic),
+    )
+    if ds_user is not None:
+        return dq_user, dk_user, dv_user, ds_user
+    return dq_user, dk_user, dv_user
 
 
 # ---- vocabulary-parallel: rows whose columns are split across the ranks -------------

@@ -89,6 +89,49 @@ void ring_py(std::int64_t comm, const In& q, const nb::dict& kv, const Out& out,
       source.k.variant());
 }
 
+// ring_attention_backward on 4-d float32 views prepared by
+// softdot.distributed (the options dict as ring_py's; dsinks and dlse
+// optional).
+void ring_backward_py(std::int64_t comm, const In& q, const In& k, const In& v,
+                      const In& out, const In& lse, const In& dout,
+                      const Out& dq, const Out& dk, const Out& dv,
+                      const std::optional<Out>& dsinks,
+                      const std::optional<In>& dlse, const nb::dict& options,
+                      std::size_t seq_len, bool zigzag, bool deterministic) {
+  const MPI_Comm c = comm_of(comm);
+  const char* names[] = {"query", "key", "value", "out", "grad_out"};
+  const In* ins[] = {&q, &k, &v, &out, &dout};
+  for (int i = 0; i < 5; ++i)
+    check_dtype(names[i], *ins[i], nb::dtype<float>(), "float32");
+  for (const Out* o : {&dq, &dk, &dv})
+    check_dtype("a gradient", *o, nb::dtype<float>(), "float32");
+  const auto qv = view4<const float>("query", q);
+  mpi::RingOptions o;
+  o.attention = options_of(options);
+  o.seq_len = seq_len;
+  o.layout = layout_of(zigzag);
+  o.deterministic = deterministic;
+  AttentionGradients g;
+  g.dq = view4<float>("dq", dq);
+  g.dk = view4<float>("dk", dk);
+  g.dv = view4<float>("dv", dv);
+  if (dsinks) {
+    check_dtype("dsinks", *dsinks, nb::dtype<float>(), "float32");
+    g.dsinks = std::span<float>(static_cast<float*>(dsinks->data()),
+                                contiguous_size("dsinks", *dsinks));
+  }
+  const float* l = lse_data("lse", lse, qv);
+  const float* dl = dlse ? lse_data("grad_lse", *dlse, qv) : nullptr;
+  const auto kv = view4<const float>("key", k);
+  const auto vv = view4<const float>("value", v);
+  const auto ov = view4<const float>("out", out);
+  const auto dov = view4<const float>("grad_out", dout);
+  with_python_messages([&] {
+    nb::gil_scoped_release release;
+    mpi::ring_attention_backward(c, qv, kv, vv, ov, l, dov, g, o, dl);
+  });
+}
+
 // (rows per rank, chunk, the global positions of `rank`'s rows).
 std::tuple<std::size_t, std::size_t, std::vector<std::size_t>> layout_py(
     std::size_t seq_len, int ranks, bool zigzag, bool deterministic, int rank) {
@@ -222,6 +265,11 @@ NB_MODULE(_softdot_mpi, m) {
         "lse"_a.none(), "options"_a, "seq_len"_a, "zigzag"_a, "deterministic"_a,
         "Ring attention over an MPI communicator (one attention request per "
         "rank).");
+  m.def("ring_attention_backward", &ring_backward_py, "comm"_a, "query"_a,
+        "key"_a, "value"_a, "out"_a, "lse"_a, "grad_out"_a, "dq"_a, "dk"_a,
+        "dv"_a, "dsinks"_a.none(), "grad_lse"_a.none(), "options"_a,
+        "seq_len"_a, "zigzag"_a, "deterministic"_a,
+        "The backward of ring_attention over an MPI communicator.");
   m.def("vocab_rows", &vocab_rows_py, "comm"_a, "x"_a, "out"_a, "vocab_begin"_a,
         "op"_a, "deterministic"_a,
         "softmax (op 0) or log_softmax (op 1) of rows split by columns.");

@@ -1,0 +1,889 @@
+// softdot::mpi::ring_attention_backward (include/softdot/mpi.h): the
+// gradients of ring_attention() by the ring, a client of the public
+// attention_backward_partial() / attention_backward_finalize().
+//
+// Every rank keeps the double dQ sums of its own queries. The K/V shards
+// travel the ring as in the forward (MPI_Isend / MPI_Irecv posted before
+// the compute on the shard in hand, two buffers, P - 1 hops); beside each
+// shard travel the double dK / dV sums of its keys: at step s a rank adds
+// the contribution of its queries against the visiting shard into its dQ
+// sums and into the visiting shard's dK / dV sums, then hands those sums on
+// to rank + 1 (tag kAccTag; the size read with MPI_Probe, as a
+// deterministic tree's message varies). After P steps every shard's sums
+// have made P hops and are back on their owner, who rounds them once
+// (attention_backward_finalize with the plan's float scale). Nothing is
+// rounded to float before that.
+//
+// Not deterministic: each query chunk (cut in pieces of kPollRows rows, so
+// the transfers progress between calls) calls attention_backward_partial
+// against each key chunk of the visiting shard, adding in place into its
+// dQ sums and the shard's dK / dV sums: the order is fixed for a given P
+// (the same bits run to run), another P adds the same terms in another
+// order.
+//
+// Deterministic: the contribution of every (query block, key block) pair of
+// kRingBlock global positions each is computed alone, in a fresh zero
+// partial (the call's rows and keys are the blocks' whole real rows, the
+// same for every P, and the kernel's sums depend on nothing else), and the
+// leaves are summed by binary trees whose shape depends on seq_len only:
+//   dQ of query block qb:       a tree over the key blocks kb (local),
+//   dK and dV of key block kb:  a tree over the query blocks qb; its pending
+//                               subtrees travel with the shard.
+// Each tree has ceil(seq_len / kRingBlock) real leaves padded to a power of
+// two with empty ones; a node is the elementwise double sum of its
+// children, made as soon as both are in. Double addition is commutative bit
+// for bit and an empty node (a pair the causal mask or the window hides,
+// or padding) is left out, so a tree's root has the same bits in whatever
+// order its leaves arrive: the same for every P. Within a leaf the kernel
+// sums GQA's query heads in head order (attention_backward). The sinks'
+// gradient is summed per query block (b then row order, in double, the
+// formula of attention_backward) and the blocks by the same tree, gathered
+// on every rank; not deterministic, per rank and the ranks in rank order.
+#include <mpi.h>
+
+#include <algorithm>
+#include <bit>
+#include <climits>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <map>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mpi/comm.h"
+#include "softdot/attention.h"
+#include "softdot/attention_request.h"
+#include "softdot/mpi.h"
+
+namespace softdot::mpi {
+namespace {
+
+using detail::agree_or_throw;
+using detail::agree_or_throw_runtime;
+using detail::check_mpi;
+using detail::DupComm;
+
+constexpr const char* kFn = "softdot::mpi::ring_attention_backward";
+constexpr int kKvTag = 0, kAccTag = 1;
+// Query rows per call while a transfer is in flight (as the forward's).
+constexpr std::size_t kPollRows = 256;
+
+template <class T>
+TensorView<T> row_range(const TensorView<T>& t, std::size_t r0, std::size_t n) {
+  TensorView<T> s = t;
+  if (t.data != nullptr) s.data = t.data + r0 * t.row_stride;
+  s.rows = n;
+  return s;
+}
+
+template <class T>
+TensorView<T> first_cols(const TensorView<T>& t, std::size_t cols) {
+  TensorView<T> s = t;
+  s.cols = cols;
+  return s;
+}
+
+std::string dims(const char* name, std::size_t b, std::size_t h, std::size_t r,
+                 std::size_t c) {
+  return std::string(name) + " [" + std::to_string(b) + ", " +
+         std::to_string(h) + ", " + std::to_string(r) + ", " +
+         std::to_string(c) + "]";
+}
+template <class T>
+std::string dims(const char* name, const TensorView<T>& t) {
+  return dims(name, t.batch, t.heads, t.rows, t.cols);
+}
+
+// Whether no query of [q0, q1] can see a key of [k0, k1] (the causal mask
+// and the window): such a pair adds nothing and is skipped.
+bool hidden(const AttentionOptions& o, std::size_t q0, std::size_t q1,
+            std::size_t k0, std::size_t k1) {
+  std::ptrdiff_t wr = o.window_right, wl = o.window_left;
+  if (o.causal) wr = 0;
+  const auto sq0 = static_cast<long long>(q0), sq1 = static_cast<long long>(q1);
+  const auto sk0 = static_cast<long long>(k0), sk1 = static_cast<long long>(k1);
+  if (wr >= 0 && sk0 > sq1 + wr) return true;
+  if (wl >= 0 && sk1 < sq0 - wl) return true;
+  return false;
+}
+
+// A binary tree of elementwise double sums over `real` leaves (padded to a
+// power of two with empty leaves); see the file comment. The pending nodes
+// (complete subtrees whose sibling is not in yet) are kept by (level,
+// index); the root is the node (top, 0).
+class SumTree {
+ public:
+  using Node = std::optional<std::vector<double>>;
+
+  SumTree() = default;
+  // pad: add the empty padding leaves now (false: a tree read from a
+  // message, whose padding leaves are already in).
+  SumTree(std::size_t real, bool pad) {
+    while (leaves_ < real) {
+      leaves_ *= 2;
+      ++top_;
+    }
+    if (pad) {
+      for (std::size_t i = real; i < leaves_; ++i) add(i, std::nullopt);
+    }
+  }
+
+  // Leaf i's value (nullopt: empty). Each leaf once.
+  void add(std::size_t leaf, Node x) {
+    int level = 0;
+    std::size_t idx = leaf;
+    while (level < top_) {
+      const auto sib = nodes_.find({level, idx ^ 1});
+      if (sib == nodes_.end()) {
+        nodes_.emplace(std::make_pair(level, idx), std::move(x));
+        return;
+      }
+      Node other = std::move(sib->second);
+      nodes_.erase(sib);
+      if (!x) {
+        x = std::move(other);
+      } else if (other) {
+        double* a = x->data();
+        const double* b = other->data();
+        for (std::size_t i = 0; i < x->size(); ++i) a[i] += b[i];
+      }
+      ++level;
+      idx >>= 1;
+    }
+    nodes_.emplace(std::make_pair(top_, std::size_t{0}), std::move(x));
+  }
+
+  bool complete() const { return nodes_.count({top_, 0}) == 1; }
+  // The root (complete() only): nullopt when every leaf was empty.
+  Node& root() { return nodes_.at({top_, 0}); }
+
+  // Appends the pending nodes: count, then (level, index, present, values).
+  void write(std::vector<double>& buf) const {
+    buf.push_back(static_cast<double>(nodes_.size()));
+    for (const auto& [key, node] : nodes_) {
+      buf.push_back(key.first);
+      buf.push_back(static_cast<double>(key.second));
+      buf.push_back(node ? 1.0 : 0.0);
+      if (node) buf.insert(buf.end(), node->begin(), node->end());
+    }
+  }
+  // Reads what write() wrote (values of `size` doubles each) from
+  // buf[at, ...), advancing at.
+  void read(const std::vector<double>& buf, std::size_t& at, std::size_t size) {
+    auto next = [&]() -> double {
+      if (at >= buf.size()) throw std::runtime_error("short message");
+      return buf[at++];
+    };
+    const auto count = static_cast<std::size_t>(next());
+    for (std::size_t e = 0; e < count; ++e) {
+      const int level = static_cast<int>(next());
+      const auto idx = static_cast<std::size_t>(next());
+      Node node;
+      if (next() != 0.0) {
+        if (buf.size() - at < size) throw std::runtime_error("short message");
+        node.emplace(buf.begin() + static_cast<std::ptrdiff_t>(at),
+                     buf.begin() + static_cast<std::ptrdiff_t>(at + size));
+        at += size;
+      }
+      nodes_.emplace(std::make_pair(level, idx), std::move(node));
+    }
+  }
+
+ private:
+  std::size_t leaves_ = 1;
+  int top_ = 0;
+  std::map<std::pair<int, std::size_t>, Node> nodes_;
+};
+
+// Byte spans of the caller's views, for the overlap check of the outputs.
+struct Span {
+  const char* name;
+  std::uintptr_t lo = 0, hi = 0;
+};
+template <class T>
+Span span_of(const char* name, const TensorView<T>& t) {
+  Span s{name};
+  if (t.data == nullptr || t.batch == 0 || t.heads == 0 || t.rows == 0 ||
+      t.cols == 0) {
+    return s;
+  }
+  const std::size_t last = (t.batch - 1) * t.batch_stride +
+                           (t.heads - 1) * t.head_stride +
+                           (t.rows - 1) * t.row_stride + t.cols;
+  s.lo = reinterpret_cast<std::uintptr_t>(t.data);
+  s.hi = s.lo + last * sizeof(T);
+  return s;
+}
+Span span_of(const char* name, const void* p, std::size_t bytes) {
+  const auto lo = reinterpret_cast<std::uintptr_t>(p);
+  return Span{name, lo, p == nullptr ? lo : lo + bytes};
+}
+
+struct Args {
+  TensorView<const float> q, k, v, out, dout;
+  const float* lse;
+  const float* dlse;
+  const AttentionGradients& g;
+  const RingOptions& ro;
+};
+
+// The local checks of one rank; the empty string when every argument is
+// good (then *scale is the plan's float scale).
+std::string check_local(const RingLayout& L, int rank, const Args& a,
+                        float* scale) {
+  const std::string fn = kFn;
+  const AttentionOptions& o = a.ro.attention;
+  if (o.kv_begin != 0 || o.kv_end != std::numeric_limits<std::size_t>::max() ||
+      o.q_position != AttentionOptions::kAutoPosition || o.kv_position != 0 ||
+      o.prefill_form || o.batch_invariant) {
+    return fn +
+           ": options.attention.kv_begin, kv_end, q_position, "
+           "kv_position, prefill_form and batch_invariant must keep their "
+           "defaults";
+  }
+  const std::size_t n = L.rows(), seq = a.ro.seq_len;
+  const auto& q = a.q;
+  const auto& k = a.k;
+  const auto& v = a.v;
+  if (q.rows != n || k.rows != n || v.rows != n) {
+    return fn + ": " + dims("q", q) + ", " + dims("k", k) + " and " +
+           dims("v", v) + " must have rows = " + std::to_string(n) +
+           " (seq_len " + std::to_string(seq) + " over " +
+           std::to_string(L.ranks) + " ranks, " +
+           (L.kind == Layout::zigzag ? "zigzag" : "contiguous") +
+           (a.ro.deterministic ? ", deterministic" : "") + ")";
+  }
+  auto shaped = [&](const char* name, const auto& t, std::size_t b,
+                    std::size_t h, std::size_t r,
+                    std::size_t c) -> std::string {
+    if (t.batch != b || t.heads != h || t.rows != r || t.cols != c) {
+      return fn + ": " + dims(name, t) + " must be " + dims(name, b, h, r, c) +
+             " for " + dims("q", q) + ", " + dims("k", k) + " and " +
+             dims("v", v);
+    }
+    if (t.data == nullptr) return fn + ": " + name + " has null data";
+    return "";
+  };
+  std::string e = shaped("out", a.out, q.batch, q.heads, n, v.cols);
+  if (e.empty()) e = shaped("dout", a.dout, q.batch, q.heads, n, v.cols);
+  if (e.empty()) e = shaped("grads.dq", a.g.dq, q.batch, q.heads, n, q.cols);
+  if (e.empty()) e = shaped("grads.dk", a.g.dk, k.batch, k.heads, n, k.cols);
+  if (e.empty()) e = shaped("grads.dv", a.g.dv, v.batch, v.heads, n, v.cols);
+  if (e.empty() && !a.g.dbias.empty()) {
+    e = shaped("grads.dbias", a.g.dbias, q.batch, q.heads, n, seq);
+  }
+  if (!e.empty()) return e;
+  for (const TensorView<float>* t : {&a.g.dq, &a.g.dk, &a.g.dv, &a.g.dbias}) {
+    if (!t->empty() && t->rows > 1 && t->row_stride < t->cols) {
+      return fn + ": a gradient has row_stride " +
+             std::to_string(t->row_stride) + " < cols " +
+             std::to_string(t->cols);
+    }
+  }
+  if (a.lse == nullptr) return fn + ": lse is null (the forward's lse)";
+  if (!a.g.dsinks.empty()) {
+    if (o.sinks.empty()) {
+      return fn + ": grads.dsinks given but options.attention.sinks is empty";
+    }
+    if (a.g.dsinks.size() != q.heads) {
+      return fn + ": grads.dsinks has " + std::to_string(a.g.dsinks.size()) +
+             " floats; expected one per query head (" +
+             std::to_string(q.heads) + ")";
+    }
+  }
+  auto check_extra = [&](const char* name, auto& t) -> std::string {
+    if (t.data == nullptr) return "";
+    if (t.rows != n || t.cols != seq) {
+      return fn + ": options.attention." + dims(name, t) + " must have rows " +
+             std::to_string(n) + " (the local queries) and cols = seq_len " +
+             std::to_string(seq);
+    }
+    return "";
+  };
+  e = check_extra("mask", o.mask);
+  if (e.empty()) e = check_extra("bias", o.bias);
+  if (!e.empty()) return e;
+  // No gradient may overlap an input or another gradient.
+  {
+    const std::size_t rows = q.batch * q.heads * n;
+    std::vector<Span> ins = {
+        span_of("q", q),
+        span_of("k", k),
+        span_of("v", v),
+        span_of("out", a.out),
+        span_of("dout", a.dout),
+        span_of("mask", o.mask),
+        span_of("bias", o.bias),
+        span_of("lse", a.lse, rows * sizeof(float)),
+        span_of("dlse", a.dlse, rows * sizeof(float)),
+        span_of("sinks", o.sinks.data(), o.sinks.size() * sizeof(float))};
+    const std::vector<Span> outs = {
+        span_of("grads.dq", a.g.dq), span_of("grads.dk", a.g.dk),
+        span_of("grads.dv", a.g.dv), span_of("grads.dbias", a.g.dbias),
+        span_of("grads.dsinks", a.g.dsinks.data(),
+                a.g.dsinks.size() * sizeof(float))};
+    auto meet = [](const Span& x, const Span& y) {
+      return x.lo < x.hi && y.lo < y.hi && x.lo < y.hi && y.lo < x.hi;
+    };
+    for (std::size_t i = 0; i < outs.size(); ++i) {
+      for (const Span& in : ins) {
+        if (meet(outs[i], in)) {
+          return fn + ": " + outs[i].name + " overlaps " + in.name;
+        }
+      }
+      for (std::size_t j = 0; j < i; ++j) {
+        if (meet(outs[i], outs[j])) {
+          return fn + ": " + outs[i].name + " overlaps " + outs[j].name;
+        }
+      }
+    }
+  }
+  // Everything else as attention_backward_partial() checks it: an empty
+  // key range (no work) over the local shard, positions as the ring's
+  // first call, the mask and bias with their local rows.
+  try {
+    const std::size_t m = std::min(n, seq);
+    AttentionOptions c = o;
+    c.q_position = L.chunk_start(rank, 0);
+    c.kv_position = 0;
+    c.kv_begin = 0;
+    c.kv_end = 0;
+    AttentionRequest r;
+    r.name = "mpi::ring_attention_backward";
+    r.q = q;
+    r.kv = KVSource::contiguous(row_range(k, 0, m), row_range(v, 0, m));
+    AttentionPartial tmp;
+    r.target = AttentionTarget::partial_result(tmp);
+    r.options = c;
+    *scale = AttentionPlan::make(r).scale();
+    AttentionGradientPartial part = AttentionGradientPartial::zeros(
+        q.batch, q.heads, k.heads, n, m, q.cols, v.cols);
+    AttentionGradients extras;
+    if (!a.g.dbias.empty()) extras.dbias = first_cols(a.g.dbias, m);
+    attention_backward_partial(q, row_range(k, 0, m), row_range(v, 0, m), a.out,
+                               a.lse, a.dout, part, c, extras, a.dlse);
+  } catch (const std::invalid_argument& ex) {
+    return fn + ": " + ex.what();
+  }
+  return "";
+}
+
+// Every rank's shapes and options must agree: the first that differs, or
+// "".
+std::string check_same(MPI_Comm comm, const Args& a) {
+  const AttentionOptions& o = a.ro.attention;
+  const double scale = o.scale;
+  const char* names[] = {"q.batch",     "q.heads",      "k.heads",
+                         "q.cols",      "v.cols",       "rows",
+                         "seq_len",     "layout",       "deterministic",
+                         "causal",      "window_left",  "window_right",
+                         "scale",       "softcap",      "mask",
+                         "bias",        "sinks",        "alibi_slopes",
+                         "grads.dbias", "grads.dsinks", "dlse"};
+  const long long vals[] = {
+      static_cast<long long>(a.q.batch),
+      static_cast<long long>(a.q.heads),
+      static_cast<long long>(a.k.heads),
+      static_cast<long long>(a.q.cols),
+      static_cast<long long>(a.v.cols),
+      static_cast<long long>(a.q.rows),
+      static_cast<long long>(a.ro.seq_len),
+      static_cast<long long>(a.ro.layout),
+      a.ro.deterministic ? 1 : 0,
+      o.causal ? 1 : 0,
+      static_cast<long long>(o.window_left),
+      static_cast<long long>(o.window_right),
+      std::isnan(scale) ? -1 : std::bit_cast<long long>(scale),
+      static_cast<long long>(std::bit_cast<std::uint32_t>(o.softcap)),
+      o.mask.empty() ? 0 : 1,
+      o.bias.empty() ? 0 : 1,
+      static_cast<long long>(o.sinks.size()),
+      static_cast<long long>(o.alibi_slopes.size()),
+      a.g.dbias.empty() ? 0 : 1,
+      a.g.dsinks.empty() ? 0 : 1,
+      a.dlse == nullptr ? 0 : 1};
+  constexpr int kN = static_cast<int>(sizeof(vals) / sizeof(vals[0]));
+  static_assert(sizeof(names) / sizeof(names[0]) == kN);
+  long long both[2 * kN], agg[2 * kN];
+  for (int i = 0; i < kN; ++i) {
+    both[i] = vals[i];
+    both[kN + i] = -vals[i];
+  }
+  check_mpi(MPI_Allreduce(both, agg, 2 * kN, MPI_LONG_LONG, MPI_MIN, comm),
+            "MPI_Allreduce");
+  for (int i = 0; i < kN; ++i) {
+    if (agg[i] != -agg[kN + i]) {
+      return std::string(kFn) + ": " + names[i] +
+             " differs between ranks (every rank must pass the same shapes "
+             "and options)";
+    }
+  }
+  return "";
+}
+
+// A run of this rank's query rows of contiguous global positions: a piece
+// of a query chunk (not deterministic) or a kRingBlock block
+// (deterministic).
+struct Queries {
+  std::size_t row0 = 0;          // first local row
+  std::size_t pos = 0;           // its global position
+  std::size_t real = 0;          // rows (all below seq_len)
+  std::vector<float> lse, dlse;  // [B, H, real]
+  std::vector<double> dq;        // not deterministic: [B, H, real, d]
+  SumTree tree;                  // deterministic: over the key blocks
+};
+
+// The dK / dV sums of one visiting key range (a key chunk, not
+// deterministic; a kRingBlock block, deterministic).
+struct Keys {
+  std::size_t row0 = 0;        // first row of the shard
+  std::size_t pos = 0;         // its global position
+  std::size_t real = 0;        // keys
+  std::vector<double> dk, dv;  // not deterministic
+  SumTree tree;                // deterministic: over the query blocks
+};
+
+// The key ranges of a shard of the layout (owner's chunks, real keys only).
+std::vector<Keys> key_ranges(const RingLayout& L, int owner, bool det) {
+  std::vector<Keys> out;
+  const std::size_t n = L.seq_len, c = L.chunk;
+  for (std::size_t kc = 0; kc < L.chunks_per_rank(); ++kc) {
+    const std::size_t pos = L.chunk_start(owner, kc);
+    const std::size_t real = pos < n ? std::min(c, n - pos) : 0;
+    const std::size_t step = det ? kRingBlock : std::max<std::size_t>(real, 1);
+    for (std::size_t j = 0; j < real; j += step) {
+      Keys& x = out.emplace_back();
+      x.row0 = kc * c + j;
+      x.pos = pos + j;
+      x.real = std::min(step, real - j);
+    }
+  }
+  return out;
+}
+
+// The double sum of -exp(sink_h - lse) Delta over rows [r0, r0 + cnt) of
+// every batch of a local chunk, into s[h] (attention_backward's formula).
+void sink_sums(const Args& a, std::size_t row0, std::size_t cnt,
+               std::vector<double>& s) {
+  const auto& o = a.ro.attention;
+  const std::size_t B = a.q.batch, H = a.q.heads, n = a.q.rows, dv = a.v.cols;
+  for (std::size_t h = 0; h < H; ++h) {
+    const float sink = o.sinks[h];
+    for (std::size_t b = 0; b < B; ++b) {
+      for (std::size_t i = row0; i < row0 + cnt; ++i) {
+        const std::size_t at = (b * H + h) * n + i;
+        const float* out = a.out.row(b, h, i);
+        const float* go = a.dout.row(b, h, i);
+        double delta = 0.0;
+        for (std::size_t c = 0; c < dv; ++c) {
+          if (out[c] != 0.0f) {
+            delta += static_cast<double>(out[c]) * static_cast<double>(go[c]);
+          }
+        }
+        if (a.dlse != nullptr) delta -= static_cast<double>(a.dlse[at]);
+        const double ps = sink == -std::numeric_limits<float>::infinity()
+                              ? 0.0
+                              : std::exp(static_cast<double>(sink) -
+                                         static_cast<double>(a.lse[at]));
+        if (ps != 0.0 || std::isnan(delta)) s[h] -= ps * delta;
+      }
+    }
+  }
+}
+
+void run_backward(MPI_Comm user_comm, const Args& a) {
+  DupComm comm(user_comm, kFn);
+  const int P = comm.size(), rank = comm.rank();
+  const RingOptions& ro = a.ro;
+  const bool det = ro.deterministic;
+  RingLayout L;
+  float scale = 0.0f;
+  std::string err;
+  try {
+    L = ring_layout(ro.seq_len == 0 ? 1 : ro.seq_len, P, ro.layout, det);
+    if (ro.seq_len == 0) err = std::string(kFn) + ": seq_len must be >= 1";
+    if (err.empty()) err = check_local(L, rank, a, &scale);
+  } catch (const std::exception& e) {
+    err = std::string(kFn) + ": " + e.what();
+  }
+  agree_or_throw(comm.get(), err.empty(), err);
+  err = check_same(comm.get(), a);
+  if (!err.empty()) throw std::invalid_argument(err);
+
+  const AttentionOptions& o = ro.attention;
+  const std::size_t B = a.q.batch, H = a.q.heads, Hkv = a.k.heads;
+  const std::size_t d = a.q.cols, dv = a.v.cols;
+  const std::size_t n = ro.seq_len, c = L.chunk, rows = L.rows();
+  const std::size_t nq = L.chunks_per_rank();
+  const std::size_t real_blocks = (n + kRingBlock - 1) / kRingBlock;
+  // The K/V shard: K [B, Hkv, rows, d] then V [B, Hkv, rows, dv], dense.
+  const std::size_t k_floats = B * Hkv * rows * d;
+  const std::size_t kv_floats = k_floats + B * Hkv * rows * dv;
+  if (kv_floats * sizeof(float) > static_cast<std::size_t>(INT_MAX)) {
+    throw std::invalid_argument(std::string(kFn) + ": a K/V shard of " +
+                                std::to_string(kv_floats * sizeof(float)) +
+                                " bytes is over one message's 2^31 - 1");
+  }
+  std::vector<Queries> qs;
+  std::vector<Keys> ks;
+  std::vector<float> cur, nxt;
+  std::vector<double> acc_out, acc_in;
+  try {
+    cur.resize(kv_floats);
+    nxt.resize(kv_floats);
+    float* p = cur.data();
+    for (const TensorView<const float>* t : {&a.k, &a.v}) {
+      for (std::size_t b = 0; b < B; ++b) {
+        for (std::size_t h = 0; h < Hkv; ++h) {
+          for (std::size_t r = 0; r < rows; ++r) {
+            std::memcpy(p, t->row(b, h, r), t->cols * sizeof(float));
+            p += t->cols;
+          }
+        }
+      }
+    }
+    for (std::size_t s = 0; s < nq; ++s) {
+      const std::size_t pos = L.chunk_start(rank, s);
+      const std::size_t real = pos < n ? std::min(c, n - pos) : 0;
+      const std::size_t piece = det ? kRingBlock
+                                : P > 1 && real > kPollRows
+                                    ? kPollRows
+                                    : std::max<std::size_t>(real, 1);
+      for (std::size_t r0 = 0; r0 < real; r0 += piece) {
+        Queries& x = qs.emplace_back();
+        x.row0 = s * c + r0;
+        x.pos = pos + r0;
+        x.real = std::min(piece, real - r0);
+        x.lse.resize(B * H * x.real);
+        if (a.dlse) x.dlse.resize(B * H * x.real);
+        for (std::size_t bh = 0; bh < B * H; ++bh) {
+          std::copy_n(a.lse + bh * rows + x.row0, x.real,
+                      x.lse.data() + bh * x.real);
+          if (a.dlse) {
+            std::copy_n(a.dlse + bh * rows + x.row0, x.real,
+                        x.dlse.data() + bh * x.real);
+          }
+        }
+        if (det) {
+          x.tree = SumTree(real_blocks, true);
+        } else {
+          x.dq.assign(B * H * x.real * d, 0.0);
+        }
+      }
+    }
+    ks = key_ranges(L, rank, det);
+    for (Keys& x : ks) {
+      if (det) {
+        x.tree = SumTree(real_blocks, true);
+      } else {
+        x.dk.assign(B * Hkv * x.real * d, 0.0);
+        x.dv.assign(B * Hkv * x.real * dv, 0.0);
+      }
+    }
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  agree_or_throw_runtime(comm.get(), err.empty(),
+                         std::string(kFn) + ": " + err);
+
+  // Nothing can fail any more on bad arguments: the outputs may be written.
+  auto zero = [](const TensorView<float>& t) {
+    for (std::size_t b = 0; b < t.batch; ++b)
+      for (std::size_t h = 0; h < t.heads; ++h)
+        for (std::size_t r = 0; r < t.rows; ++r)
+          std::fill_n(t.row(b, h, r), t.cols, 0.0f);
+  };
+  // dbias: each call writes its columns; hidden pairs and padding rows
+  // stay 0.
+  if (!a.g.dbias.empty()) zero(a.g.dbias);
+
+  // The options of one call: queries x against keys at kpos.
+  auto call_options = [&](const Queries& x, std::size_t kpos) {
+    AttentionOptions c2 = o;
+    c2.q_position = x.pos;
+    c2.kv_position = kpos;
+    c2.sinks = {};
+    c2.mask = row_range(o.mask, x.row0, x.real);
+    c2.bias = row_range(o.bias, x.row0, x.real);
+    return c2;
+  };
+  // One attention_backward_partial call: queries x against keys y of the
+  // shard in `buf`, adding into `part` (its shapes x.real x y.real).
+  auto call = [&](const Queries& x, const Keys& y, const float* buf,
+                  AttentionGradientPartial& part) {
+    const TensorView<const float> kk(buf, B, Hkv, rows, d);
+    const TensorView<const float> vv(buf + k_floats, B, Hkv, rows, dv);
+    AttentionGradients extras;
+    if (!a.g.dbias.empty()) {
+      extras.dbias =
+          first_cols(row_range(a.g.dbias, x.row0, x.real), y.pos + y.real);
+    }
+    attention_backward_partial(
+        row_range(a.q, x.row0, x.real), row_range(kk, y.row0, y.real),
+        row_range(vv, y.row0, y.real), row_range(a.out, x.row0, x.real),
+        x.lse.data(), row_range(a.dout, x.row0, x.real), part,
+        call_options(x, y.pos), extras, a.dlse ? x.dlse.data() : nullptr);
+  };
+
+  // Serialises the visiting shard's dK / dV sums (the message to rank + 1).
+  auto write_acc = [&](std::vector<double>& buf) {
+    buf.clear();
+    for (const Keys& y : ks) {
+      if (det) {
+        y.tree.write(buf);
+      } else {
+        buf.insert(buf.end(), y.dk.begin(), y.dk.end());
+        buf.insert(buf.end(), y.dv.begin(), y.dv.end());
+      }
+    }
+  };
+  // The next shard's key ranges with the sums read from `buf`.
+  auto read_acc = [&](int owner, const std::vector<double>& buf) {
+    std::vector<Keys> next = key_ranges(L, owner, det);
+    std::size_t at = 0;
+    for (Keys& y : next) {
+      const std::size_t nk = B * Hkv * y.real * d, nv = B * Hkv * y.real * dv;
+      if (det) {
+        y.tree = SumTree(real_blocks, false);
+        y.tree.read(buf, at, nk + nv);
+      } else {
+        if (buf.size() - at < nk + nv)
+          throw std::runtime_error("short message");
+        y.dk.assign(buf.begin() + static_cast<std::ptrdiff_t>(at),
+                    buf.begin() + static_cast<std::ptrdiff_t>(at + nk));
+        at += nk;
+        y.dv.assign(buf.begin() + static_cast<std::ptrdiff_t>(at),
+                    buf.begin() + static_cast<std::ptrdiff_t>(at + nv));
+        at += nv;
+      }
+    }
+    if (at != buf.size()) throw std::runtime_error("long message");
+    return next;
+  };
+
+  const int next = (rank + 1) % P, prev = (rank + P - 1) % P;
+  const int kv_bytes = static_cast<int>(kv_floats * sizeof(float));
+  for (int step = 0; step < P; ++step) {
+    const int owner = (rank - step + P) % P;
+    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    if (step + 1 < P) {
+      check_mpi(MPI_Irecv(nxt.data(), kv_bytes, MPI_BYTE, prev, kKvTag,
+                          comm.get(), &req[0]),
+                "MPI_Irecv");
+      check_mpi(MPI_Isend(cur.data(), kv_bytes, MPI_BYTE, next, kKvTag,
+                          comm.get(), &req[1]),
+                "MPI_Isend");
+    }
+    auto poke = [&] {
+      int done = 0;
+      if (step + 1 < P) MPI_Testall(2, req, &done, MPI_STATUSES_IGNORE);
+    };
+    err.clear();
+    try {
+      for (Keys& y : ks) {
+        for (Queries& x : qs) {
+          if (det) {
+            // The pair of blocks alone, into a fresh partial.
+            const std::size_t qb = x.pos / kRingBlock, kb = y.pos / kRingBlock;
+            if (hidden(o, x.pos, x.pos + x.real - 1, y.pos,
+                       y.pos + y.real - 1)) {
+              x.tree.add(kb, std::nullopt);
+              y.tree.add(qb, std::nullopt);
+              continue;
+            }
+            AttentionGradientPartial part = AttentionGradientPartial::zeros(
+                B, H, Hkv, x.real, y.real, d, dv);
+            call(x, y, cur.data(), part);
+            x.tree.add(kb, std::move(part.dq));
+            std::vector<double> kv = std::move(part.dk);
+            kv.insert(kv.end(), part.dv_sum.begin(), part.dv_sum.end());
+            y.tree.add(qb, std::move(kv));
+            poke();
+            continue;
+          }
+          if (hidden(o, x.pos, x.pos + x.real - 1, y.pos, y.pos + y.real - 1)) {
+            continue;
+          }
+          // The sums in place: this chunk's dQ, the shard's dK and dV.
+          AttentionGradientPartial part;
+          part.batch = B, part.heads = H, part.kv_heads = Hkv;
+          part.rows = x.real, part.keys = y.real, part.d = d, part.dv = dv;
+          part.dq = std::move(x.dq);
+          part.dk = std::move(y.dk);
+          part.dv_sum = std::move(y.dv);
+          std::exception_ptr failed;
+          try {
+            call(x, y, cur.data(), part);
+          } catch (...) {
+            failed = std::current_exception();
+          }
+          x.dq = std::move(part.dq);
+          y.dk = std::move(part.dk);
+          y.dv = std::move(part.dv_sum);
+          if (failed) std::rethrow_exception(failed);
+          poke();
+        }
+      }
+    } catch (const std::exception& e) {
+      err = std::string(kFn) + ": " + e.what();
+    }
+    if (step + 1 < P) {
+      check_mpi(MPI_Waitall(2, req, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    }
+    agree_or_throw_runtime(comm.get(), err.empty(), err);
+    if (P > 1) {
+      // The visiting shard's sums go on to rank + 1 (after the last step:
+      // home to their owner); those of the next shard come from rank - 1.
+      write_acc(acc_out);
+      if (acc_out.size() > static_cast<std::size_t>(INT_MAX)) {
+        err = std::string(kFn) + ": the dK / dV sums of a shard (" +
+              std::to_string(acc_out.size()) +
+              " doubles) are over one message's 2^31 - 1";
+      }
+      agree_or_throw_runtime(comm.get(), err.empty(), err);
+      MPI_Request sreq = MPI_REQUEST_NULL;
+      check_mpi(MPI_Isend(acc_out.data(), static_cast<int>(acc_out.size()),
+                          MPI_DOUBLE, next, kAccTag, comm.get(), &sreq),
+                "MPI_Isend");
+      MPI_Status st;
+      check_mpi(MPI_Probe(prev, kAccTag, comm.get(), &st), "MPI_Probe");
+      int count = 0;
+      check_mpi(MPI_Get_count(&st, MPI_DOUBLE, &count), "MPI_Get_count");
+      acc_in.resize(static_cast<std::size_t>(count));
+      check_mpi(MPI_Recv(acc_in.data(), count, MPI_DOUBLE, prev, kAccTag,
+                         comm.get(), MPI_STATUS_IGNORE),
+                "MPI_Recv");
+      check_mpi(MPI_Wait(&sreq, MPI_STATUS_IGNORE), "MPI_Wait");
+      try {
+        ks = read_acc((owner + P - 1) % P, acc_in);
+      } catch (const std::exception& e) {
+        err = std::string(kFn) +
+              ": internal error: the dK / dV message from "
+              "rank " +
+              std::to_string(prev) + ": " + e.what();
+      }
+      agree_or_throw_runtime(comm.get(), err.empty(), err);
+      std::swap(cur, nxt);
+    }
+  }
+
+  // The sinks' gradient: per rank (not deterministic) or per query block
+  // (deterministic), gathered on every rank and summed in a fixed order.
+  std::vector<double> sink_total;
+  if (!a.g.dsinks.empty()) {
+    const std::size_t units = det ? rows / kRingBlock : 1;
+    std::vector<double> mine(units * H, 0.0), all(units * H * P);
+    if (det) {
+      for (const Queries& x : qs) {
+        std::vector<double> s(H, 0.0);
+        sink_sums(a, x.row0, x.real, s);
+        std::copy(s.begin(), s.end(), mine.begin() + (x.row0 / kRingBlock) * H);
+      }
+    } else {
+      for (const Queries& x : qs) sink_sums(a, x.row0, x.real, mine);
+    }
+    check_mpi(
+        MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE,
+                      all.data(), static_cast<int>(mine.size()), MPI_DOUBLE,
+                      comm.get()),
+        "MPI_Allgather");
+    sink_total.assign(H, 0.0);
+    if (det) {
+      SumTree t(real_blocks, true);
+      for (int r = 0; r < P; ++r) {
+        for (std::size_t u = 0; u < units; ++u) {
+          const std::size_t pos =
+              L.chunk_start(r, u * kRingBlock / c) + u * kRingBlock % c;
+          if (pos >= n) continue;
+          const double* s =
+              all.data() + (static_cast<std::size_t>(r) * units + u) * H;
+          t.add(pos / kRingBlock, std::vector<double>(s, s + H));
+        }
+      }
+      if (!t.complete()) {
+        throw std::logic_error(std::string(kFn) +
+                               ": internal error: the sinks' tree is "
+                               "incomplete");
+      }
+      if (t.root()) sink_total = *t.root();
+    } else {
+      for (int r = 0; r < P; ++r) {
+        for (std::size_t h = 0; h < H; ++h) {
+          sink_total[h] += all[static_cast<std::size_t>(r) * H + h];
+        }
+      }
+    }
+  }
+
+  // Round once: dQ of this rank's queries, dK and dV of its own shard;
+  // padding rows +0.
+  zero(a.g.dq);
+  zero(a.g.dk);
+  zero(a.g.dv);
+  for (Queries& x : qs) {
+    AttentionGradientPartial part;
+    part.batch = B, part.heads = H, part.kv_heads = Hkv;
+    part.rows = x.real, part.keys = 0, part.d = d, part.dv = dv;
+    if (det) {
+      if (!x.tree.complete()) {
+        throw std::logic_error(std::string(kFn) +
+                               ": internal error: a key block never arrived");
+      }
+      if (!x.tree.root()) continue;
+      part.dq = std::move(*x.tree.root());
+    } else {
+      part.dq = std::move(x.dq);
+    }
+    attention_backward_finalize(part, scale, row_range(a.g.dq, x.row0, x.real),
+                                {}, {});
+  }
+  for (Keys& y : ks) {
+    AttentionGradientPartial part;
+    part.batch = B, part.heads = H, part.kv_heads = Hkv;
+    part.rows = 0, part.keys = y.real, part.d = d, part.dv = dv;
+    const std::size_t nk = B * Hkv * y.real * d;
+    if (det) {
+      if (!y.tree.complete()) {
+        throw std::logic_error(std::string(kFn) +
+                               ": internal error: a query block never "
+                               "added its keys' sums");
+      }
+      if (!y.tree.root()) continue;
+      std::vector<double>& s = *y.tree.root();
+      part.dv_sum.assign(s.begin() + static_cast<std::ptrdiff_t>(nk), s.end());
+      s.resize(nk);
+      part.dk = std::move(s);
+    } else {
+      part.dk = std::move(y.dk);
+      part.dv_sum = std::move(y.dv);
+    }
+    attention_backward_finalize(part, scale, {},
+                                row_range(a.g.dk, y.row0, y.real),
+                                row_range(a.g.dv, y.row0, y.real));
+  }
+  for (std::size_t h = 0; h < sink_total.size(); ++h) {
+    a.g.dsinks[h] = static_cast<float>(sink_total[h]);
+  }
+}
+
+}  // namespace
+
+void ring_attention_backward(MPI_Comm comm, TensorView<const float> q,
+                             TensorView<const float> k,
+                             TensorView<const float> v,
+                             TensorView<const float> out, const float* lse,
+                             TensorView<const float> dout,
+                             const AttentionGradients& grads,
+                             const RingOptions& options, const float* dlse) {
+  run_backward(comm, Args{q, k, v, out, dout, lse, dlse, grads, options});
+}
+
+}  // namespace softdot::mpi
