@@ -419,6 +419,35 @@ void attention_backward(TensorView<const float> q, TensorView<const float> k,
                         const AttentionOptions& options = {},
                         const float* dlse = nullptr);
 
+// float64: attention() and attention_backward() in double arithmetic, for
+// gradient checks (torch.autograd.gradcheck) and float64 pipelines. Plain
+// loops over the rows (threads over rows, and over batch x KV heads in the
+// backward; the bits do not depend on the thread count), not tuned for
+// speed. The arguments and options are checked as attention()'s (the same
+// messages); the options' arrays stay float (mask, bias, sinks, ALiBi
+// slopes: their values widen exactly), and the scale is options.scale or
+// 1/sqrt(d) in double (not rounded to float). Every score, weight and sum
+// is computed in double: errors are a few units of 2^-53 times the
+// condition (the sums of the terms' magnitudes), tested against long
+// double. lse is double; special values as the float32 functions'.
+void attention(TensorView<const double> q, TensorView<const double> k,
+               TensorView<const double> v, TensorView<double> out,
+               const AttentionOptions& options = {}, double* lse = nullptr);
+
+struct AttentionGradients64 {
+  TensorView<double> dq, dk, dv;
+  TensorView<double> dbias;  // empty, or as AttentionGradients::dbias
+  std::span<double> dsinks;  // empty, or [H]
+};
+
+void attention_backward(TensorView<const double> q, TensorView<const double> k,
+                        TensorView<const double> v,
+                        TensorView<const double> out, const double* lse,
+                        TensorView<const double> dout,
+                        const AttentionGradients64& grads,
+                        const AttentionOptions& options = {},
+                        const double* dlse = nullptr);
+
 // The unrounded sums of attention_backward() over part of the keys, for
 // ring attention's backward (softdot::mpi): the keys of k and v are a shard
 // (options' kv_begin / kv_end and kv_position / q_position place them as

@@ -15,7 +15,7 @@ import torch
 from . import _request as R
 from . import _softdot as _core
 
-_FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def _f32(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -57,7 +57,7 @@ class _Attention(torch.autograd.Function):
         # 16-bit rounding of O (with values far from 0, that rounding is
         # larger than dP - Delta itself). The caller gets it rounded to the
         # query's dtype.
-        wide = q.dtype != torch.float32
+        wide = q.dtype in (torch.float16, torch.bfloat16)
         out32 = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=torch.float32) if wide else None
         out, lse = _call(
             spec["fn"],
@@ -86,6 +86,8 @@ class _Attention(torch.autograd.Function):
         spec = ctx.spec
         fn = spec["fn"]
         need_q, need_k, need_v, need_b, need_s = ctx.needs_input_grad[:5]
+        if q.dtype == torch.float64:
+            return _backward_f64(ctx, q, k, v, out, lse, bias, sinks, dout, dlse)
         # The float32 backward (16-bit inputs are widened exactly; their
         # gradients are rounded to their dtype from float32).
         q32, k32, v32, o32 = _f32(q), _f32(k), _f32(v), _f32(out)
@@ -147,6 +149,66 @@ class _Attention(torch.autograd.Function):
         return tuple(grads)
 
 
+def _backward_f64(
+    ctx: Any,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    sinks: Optional[torch.Tensor],
+    dout: Optional[torch.Tensor],
+    dlse: Optional[torch.Tensor],
+) -> Tuple[Optional[torch.Tensor], ...]:
+    """The float64 backward (softdot::attention_backward in double)."""
+    spec = ctx.spec
+    fn = spec["fn"]
+    need_q, need_k, need_v, need_b, need_s = ctx.needs_input_grad[:5]
+    if dout is None:
+        dout = torch.zeros_like(out)
+    q4, k4, v4, o4, g4 = (_4d(t.detach().contiguous()) for t in (q, k, v, out, dout.double()))
+    dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
+    B, H, L, _ = q4.shape
+    S = k4.shape[2]
+    full = tuple(q.shape[:-2]) + (L, S)
+    bias_d = None if bias is None else bias.detach()
+    sinks_d = None if sinks is None else sinks.detach()
+    mask4, bias4 = R.masks(fn, spec["mask"], bias_d, "torch", full, "query's batch axes, L, S")
+    opts = dict(spec["opts"])
+    slopes = opts.pop("alibi_slopes", None)
+    if slopes is not None:
+        opts["alibi_slopes"] = R.sinks_array(fn, slopes, "torch", "alibi_slopes", "slope")
+    o = R.options(fn, mask=mask4, bias=bias4, sinks=R.sinks_array(fn, sinks_d, "torch"), **opts)
+    dbias = torch.empty((B, H, L, S), dtype=torch.float64) if need_b else None
+    dsinks = torch.empty(H, dtype=torch.float64) if need_s and sinks is not None else None
+    dl = None if dlse is None else _np(dlse.double().contiguous()).reshape(-1)
+    _core.attention_backward_f64(
+        fn,
+        _np(q4),
+        _np(k4),
+        _np(v4),
+        _np(o4),
+        _np(lse.double().contiguous()).reshape(-1),
+        _np(g4),
+        _np(dq),
+        _np(dk),
+        _np(dv),
+        None if dbias is None else _np(dbias),
+        None if dsinks is None else _np(dsinks),
+        dl,
+        o,
+    )
+    return (
+        dq.reshape(q.shape) if need_q else None,
+        dk.reshape(k.shape) if need_k else None,
+        dv.reshape(v.shape) if need_v else None,
+        None if dbias is None or bias is None else dbias.reshape(full).to(bias.dtype),
+        None if dsinks is None or sinks is None else dsinks.to(sinks.dtype),
+        None,
+    )
+
+
 def wants_grad(*tensors: Any) -> bool:
     """True when grad mode is on and a torch tensor among these requires it."""
     if not torch.is_grad_enabled():
@@ -204,7 +266,7 @@ def attention(
     if total is not None and isinstance(total, torch.Tensor):
         L, S = query.shape[-2], key.shape[-2]
         full = tuple(query.shape[:-2]) + (L, S)
-        if total.dtype != torch.float32:
+        if total.dtype not in (torch.float32, torch.float64):
             total = total.float()
         try:
             total = total.expand(full)

@@ -213,6 +213,88 @@ void backward_py(const std::string& name, const In& q, const In& k,
   });
 }
 
+// float64 attention (attention.h): 4-d float64 arrays, lse float64 [B H L]
+// or None.
+void attention_f64_py(const std::string& name, const In& q, const In& k,
+                      const In& v, const Out& out, const std::optional<Out>& lse,
+                      const nb::dict& options) {
+  auto in4 = [](const char* n, const In& a) {
+    check_dtype(n, a, nb::dtype<double>(), "float64");
+    return view4<const double>(n, a);
+  };
+  const auto qv = in4("query", q), kv = in4("key", k), vv = in4("value", v);
+  check_dtype("out", out, nb::dtype<double>(), "float64");
+  const auto ov = view4<double>("out", out);
+  double* l = nullptr;
+  if (lse) {
+    check_dtype("lse", *lse, nb::dtype<double>(), "float64");
+    if (contiguous_size("lse", *lse) != qv.batch * qv.heads * qv.rows)
+      fail("lse must hold batch x heads x query rows values");
+    l = static_cast<double*>(lse->data());
+  }
+  const AttentionOptions o = options_of(options);
+  with_python_messages([&] {
+    try {
+      nb::gil_scoped_release release;
+      attention(qv, kv, vv, ov, o, l);
+    } catch (const std::invalid_argument& e) {
+      std::string m = e.what();
+      const std::string lib = "softdot::attention:";
+      if (m.rfind(lib, 0) == 0) m = "softdot::" + name + ":" + m.substr(lib.size());
+      throw std::invalid_argument(m);
+    }
+  });
+}
+
+void backward_f64_py(const std::string& name, const In& q, const In& k,
+                     const In& v, const In& out, const In& lse, const In& dout,
+                     const Out& dq, const Out& dk, const Out& dv,
+                     const std::optional<Out>& dbias,
+                     const std::optional<Out>& dsinks,
+                     const std::optional<In>& dlse, const nb::dict& options) {
+  auto in4 = [](const char* n, const In& a) {
+    check_dtype(n, a, nb::dtype<double>(), "float64");
+    return view4<const double>(n, a);
+  };
+  auto out4 = [](const char* n, const Out& a) {
+    check_dtype(n, a, nb::dtype<double>(), "float64");
+    return view4<double>(n, a);
+  };
+  auto flat = [](const char* n, const auto& a, std::size_t want) {
+    check_dtype(n, a, nb::dtype<double>(), "float64");
+    if (contiguous_size(n, a) != want)
+      fail(std::string(n) + " must hold batch x heads x query rows values");
+    return static_cast<double*>(const_cast<void*>(static_cast<const void*>(a.data())));
+  };
+  const auto qv = in4("query", q), kv = in4("key", k), vv = in4("value", v),
+             ov = in4("out", out), gv = in4("dout", dout);
+  const std::size_t rows = qv.batch * qv.heads * qv.rows;
+  const double* l = flat("lse", lse, rows);
+  const double* dl = dlse ? flat("dlse", *dlse, rows) : nullptr;
+  AttentionGradients64 g;
+  g.dq = out4("dq", dq);
+  g.dk = out4("dk", dk);
+  g.dv = out4("dv", dv);
+  if (dbias) g.dbias = out4("dbias", *dbias);
+  if (dsinks) {
+    check_dtype("dsinks", *dsinks, nb::dtype<double>(), "float64");
+    g.dsinks = std::span<double>(static_cast<double*>(dsinks->data()),
+                                 contiguous_size("dsinks", *dsinks));
+  }
+  const AttentionOptions o = options_of(options);
+  with_python_messages([&] {
+    try {
+      nb::gil_scoped_release release;
+      attention_backward(qv, kv, vv, ov, l, gv, g, o, dl);
+    } catch (const std::invalid_argument& e) {
+      std::string m = e.what();
+      const std::string lib = "softdot::attention_backward";
+      if (m.rfind(lib, 0) == 0) m = "softdot::" + name + m.substr(lib.size());
+      throw std::invalid_argument(m);
+    }
+  });
+}
+
 }  // namespace
 
 void bind_attention(nb::module_& m) {
@@ -228,6 +310,13 @@ void bind_attention(nb::module_& m) {
         "value"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a,
         "dbias"_a.none(), "dsinks"_a.none(), "dlse"_a.none(), "options"_a,
         "The gradients of attention (float32), by recomputation.");
+  m.def("attention_f64", &attention_f64_py, "name"_a, "query"_a, "key"_a,
+        "value"_a, "out"_a, "lse"_a.none(), "options"_a,
+        "Attention on float64 arrays, in double arithmetic.");
+  m.def("attention_backward_f64", &backward_f64_py, "name"_a, "query"_a,
+        "key"_a, "value"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a,
+        "dv"_a, "dbias"_a.none(), "dsinks"_a.none(), "dlse"_a.none(),
+        "options"_a, "The gradients of attention on float64 arrays.");
   m.def("attention_merge", &merge_py, "out_a"_a, "lse_a"_a, "out_b"_a,
         "lse_b"_a, "out"_a, "lse"_a, "Merges two partial attention results.");
 }

@@ -186,3 +186,46 @@ def test_repeated_backward_gives_the_same_bits():
     _, b = _grads(lambda x, y, z: softdot.scaled_dot_product_attention(x, y, z, causal=True), [q, k, v], do)
     for x, y in zip(a, b):
         assert torch.equal(x.view(torch.int32), y.view(torch.int32))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"is_causal": True},
+        {"causal": True, "softcap": 2.0},
+        {"window": (3, 1)},
+        {"sinks": "sinks", "bias": "bias"},
+        {"attn_mask": "mask"},
+    ],
+)
+def test_gradcheck_in_float64(kw):
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(1, 4, 7, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(1, 2, 9, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(1, 2, 9, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    extra = dict(kw)
+    if extra.get("sinks") == "sinks":
+        extra["sinks"] = torch.tensor([0.5, -1.0, 0.25, 2.0])
+    if extra.get("bias") == "bias":
+        extra["bias"] = torch.randn(7, 9, generator=g)
+    if extra.get("attn_mask") == "mask":
+        extra["attn_mask"] = torch.rand(1, 4, 7, 9, generator=g) > 0.3
+
+    def f(a, b, c):
+        out, lse = softdot.scaled_dot_product_attention(a, b, c, return_lse=True, **extra)
+        return out, lse.nan_to_num(neginf=0.0)
+
+    assert torch.autograd.gradcheck(f, (q, k, v), eps=1e-6, atol=1e-8, rtol=1e-6)
+
+
+def test_float64_forward_equals_torch_float64():
+    g = torch.Generator().manual_seed(12)
+    q = torch.randn(2, 4, 33, 16, generator=g, dtype=torch.float64)
+    k = torch.randn(2, 2, 40, 16, generator=g, dtype=torch.float64)
+    v = torch.randn(2, 2, 40, 8, generator=g, dtype=torch.float64)
+    got = softdot.scaled_dot_product_attention(q, k, v, is_causal=True)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert got.dtype == torch.float64
+    assert float((got - want).abs().max()) < 1e-14
+    n = softdot.scaled_dot_product_attention(q.numpy(), k.numpy(), v.numpy(), is_causal=True)
+    assert n.dtype == np.float64 and np.array_equal(n, got.numpy())

@@ -538,6 +538,62 @@ TEST(AttentionBackward, TheGradientOfLse) {
   for (float x : dv.dense()) EXPECT_EQ(x, 0.0f);
 }
 
+// float64: the forward and the gradients within a few 2^-53 of the long
+// double reference (the gradient's condition as for float32).
+TEST(AttentionBackward, Float64WithinAFewUlpOfDouble) {
+  Shape s = shape(2, 4, 2, 40, 50, 16, 12, 91);
+  const auto p = make_problem<float>(s);
+  const auto dout = random_dout(s, 12);
+  std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+  for (int variant = 0; variant < 3; ++variant) {
+    AttentionOptions o;
+    o.causal = variant != 1;
+    if (variant == 1) o.softcap = 3.0f;
+    if (variant == 2) o.sinks = sinks;
+    auto to64 = [](const Tensor<float>& t) {
+      std::vector<double> x = {};
+      for (float f : t.dense()) x.push_back(f);
+      return x;
+    };
+    const auto q = to64(p.q), k = to64(p.kw), v = to64(p.vw), g = to64(dout);
+    using V = TensorView<const double>;
+    const V qv(q.data(), s.B, s.H, s.nq, s.d), kv(k.data(), s.B, s.Hkv, s.nkv, s.d),
+        vv(v.data(), s.B, s.Hkv, s.nkv, s.dv), gv(g.data(), s.B, s.H, s.nq, s.dv);
+    std::vector<double> out(s.B * s.H * s.nq * s.dv), lse(s.B * s.H * s.nq);
+    softdot::attention(qv, kv, vv, TensorView<double>(out.data(), s.B, s.H, s.nq, s.dv), o,
+                       lse.data());
+    const AttnRef fr = reference(p, o);
+    // The reference rounds the scale to float; the float64 call uses
+    // 1/sqrt(d) exactly: d = 16 gives 0.25 in both.
+    for (std::size_t x = 0; x < out.size(); ++x) {
+      EXPECT_NEAR(out[x], double(fr.out[x]), 1e-14) << variant << " out " << x;
+    }
+    std::vector<double> dq(q.size()), dk(k.size()), dv(v.size()), ds(s.H);
+    softdot::AttentionGradients64 gr;
+    gr.dq = TensorView<double>(dq.data(), s.B, s.H, s.nq, s.d);
+    gr.dk = TensorView<double>(dk.data(), s.B, s.Hkv, s.nkv, s.d);
+    gr.dv = TensorView<double>(dv.data(), s.B, s.Hkv, s.nkv, s.dv);
+    if (variant == 2) gr.dsinks = ds;
+    softdot::attention_backward(qv, kv, vv, TensorView<const double>(out.data(), s.B, s.H, s.nq, s.dv),
+                                lse.data(), gv, gr, o);
+    const GradRef r = grad_reference(p, o, dout);
+    auto check = [&](const char* name, const std::vector<double>& got,
+                     const std::vector<LD>& want, const std::vector<double>& cond) {
+      for (std::size_t x = 0; x < got.size(); ++x) {
+        const double err = std::fabs(double(LD(got[x]) - want[x]));
+        EXPECT_LE(err, 64 * 0x1p-53 * (cond[x] + std::fabs(double(want[x]))) + 1e-300)
+            << variant << " " << name << "[" << x << "]";
+      }
+    };
+    check("dq", dq, r.dq, r.cq);
+    check("dk", dk, r.dk, r.ck);
+    check("dv", dv, r.dv, r.cv);
+    for (std::size_t h = 0; h < ds.size() && variant == 2; ++h) {
+      EXPECT_NEAR(ds[h], double(r.dsinks[h]), 1e-13 * (1 + std::fabs(double(r.dsinks[h]))));
+    }
+  }
+}
+
 TEST(AttentionBackward, ErrorsNameTheArgument) {
   Shape s = shape(1, 2, 1, 4, 5, 8, 8, 61);
   const auto p = make_problem<float>(s);
