@@ -153,7 +153,11 @@ def accuracy() -> List[Dict[str, Any]]:
     rows = []
     print(f"{'case':40} {'grad':5} {'softdot':>9} {'torch':>9} {'ratio':>6}")
     for dtype in (torch.float32, torch.bfloat16):
-        for label, qk, voff in (("N(0,1)", 1.0, 0.0), ("scores N(0,3)", math.sqrt(3), 0.0), ("V+100", 1.0, 100.0)):
+        for label, qk, voff in (
+            ("N(0,1)", 1.0, 0.0),
+            ("scores N(0,3)", math.sqrt(3), 0.0),
+            ("V+100", 1.0, 100.0),
+        ):
             for causal in (False, True):
                 B, H, Hkv, n, d = 1, 4, 2, 256, 64
                 g = torch.Generator().manual_seed(1)
@@ -170,13 +174,21 @@ def accuracy() -> List[Dict[str, Any]]:
                     return [t.grad for t in ts]
 
                 ref = grads(
-                    lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=causal, enable_gqa=True),
+                    lambda a, b, c: F.scaled_dot_product_attention(
+                        a, b, c, is_causal=causal, enable_gqa=True
+                    ),
                     [t.double() for t in base],
                     dd.double(),
                 )
-                ours = grads(lambda a, b, c: softdot.scaled_dot_product_attention(a, b, c, is_causal=causal), base, dd)
+                ours = grads(
+                    lambda a, b, c: softdot.scaled_dot_product_attention(a, b, c, is_causal=causal),
+                    base,
+                    dd,
+                )
                 theirs = grads(
-                    lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=causal, enable_gqa=True),
+                    lambda a, b, c: F.scaled_dot_product_attention(
+                        a, b, c, is_causal=causal, enable_gqa=True
+                    ),
                     base,
                     dd,
                 )
@@ -184,8 +196,19 @@ def accuracy() -> List[Dict[str, Any]]:
                 for gname, o, t, r in zip(("dq", "dk", "dv"), ours, theirs, ref):
                     eo, et = rel_err(o, r), rel_err(t, r)
                     case = f"{dt} {label}{' causal' if causal else ''}"
-                    rows.append({"case": case, "grad": gname, "softdot": eo, "torch": et, "ratio": eo / et if et else 0.0})
-                    print(f"{case:40} {gname:5} {eo:9.2e} {et:9.2e} {eo / et if et else 0:6.2f}", flush=True)
+                    rows.append(
+                        {
+                            "case": case,
+                            "grad": gname,
+                            "softdot": eo,
+                            "torch": et,
+                            "ratio": eo / et if et else 0.0,
+                        }
+                    )
+                    print(
+                        f"{case:40} {gname:5} {eo:9.2e} {et:9.2e} {eo / et if et else 0:6.2f}",
+                        flush=True,
+                    )
     return rows
 
 
@@ -232,7 +255,9 @@ def memory() -> Dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--threads", default="1")
     ap.add_argument("--filter", default="")
     ap.add_argument("--full", action="store_true")

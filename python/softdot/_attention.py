@@ -256,17 +256,19 @@ def _call_f64(
     arrs = []
     for name, a in (("query", query), ("key", key), ("value", value)):
         if not _is_f64(a):
-            raise TypeError(
-                f"{fn}: query is float64, so {name} must be float64 too (got {getattr(a, 'dtype', type(a))})"
-            )
+            got = getattr(a, "dtype", type(a))
+            raise TypeError(f"{fn}: query is float64, so {name} must be float64 too (got {got})")
         x = a.detach().numpy() if kind == "torch" else np.asarray(a)
         if x.ndim < 2 or x.ndim != np.ndim(query):
-            raise ValueError(f"{fn}: {name} has shape {x.shape}; expected [..., L, E] like the query")
+            raise ValueError(
+                f"{fn}: {name} has shape {x.shape}; expected [..., L, E] like the query"
+            )
         arrs.append(np.ascontiguousarray(x))
     q, k, v = arrs
     if q.shape[:-3] != k.shape[:-3] or k.shape[:-1] != v.shape[:-1]:
         raise ValueError(
-            f"{fn}: query {q.shape}, key {k.shape}, value {v.shape}: the batch axes and S must match"
+            f"{fn}: query {q.shape}, key {k.shape}, value {v.shape}: "
+            f"the batch axes and S must match"
         )
     L, S = q.shape[-2], k.shape[-2]
     full = tuple(q.shape[:-2]) + (L, S)

@@ -182,6 +182,13 @@ def ring_attention(
     return_lse : bool
     out : array [..., Hq, rows, Ev], float32, optional
 
+    On torch tensors that require grad (query, key, value, sinks) the call
+    is a ``torch.autograd.Function`` whose backward is
+    :func:`ring_attention_backward` (collective: every rank runs its
+    backward, as in data- or sequence-parallel training); the lse of
+    ``return_lse`` is differentiable too. A mask or bias that requires grad
+    raises NotImplementedError.
+
     Returns
     -------
     out, or (out, lse): each row what the one-process attention gives for
@@ -197,6 +204,30 @@ def ring_attention(
         raise TypeError(f"{fn}: seq_len must be an int, not {seq_len!r}") from None
     if n < 1:
         raise ValueError(f"{fn}: seq_len must be >= 1, got {n}")
+    if A.kind_of(query) == "torch" and _wants_grad(query, key, value, sinks, attn_mask, bias):
+        for name, t in (("attn_mask", attn_mask), ("bias", bias)):
+            if getattr(t, "requires_grad", False):
+                raise NotImplementedError(
+                    f"{fn}: {name} requires grad; the ring's backward gives query, key, value "
+                    f"and sinks gradients (pass it detached)"
+                )
+        if out is not None:
+            raise ValueError(f"{fn}: out= cannot be used on inputs that require grad")
+        spec = dict(
+            comm=comm,
+            attn_mask=attn_mask,
+            bias=bias,
+            seq_len=n,
+            layout=layout,
+            deterministic=deterministic,
+            scale=scale,
+            causal=causal,
+            window=window,
+            softcap=softcap,
+            precise=precise,
+        )
+        o, lse_t = _ring_function().apply(query, key, value, sinks, spec)
+        return (o, lse_t) if return_lse else o
     R.no_grad(fn, A.kind_of(query), query, key, value, attn_mask, bias, sinks)
     p = R.prepare(fn, query, key, value)
     if p.q_format != R.KV_F32:
@@ -242,6 +273,71 @@ def ring_attention(
     if not direct:
         np.copyto(o, target.reshape(shape))
     return (user, lse_user) if return_lse else user
+
+
+def _wants_grad(*tensors: Any) -> bool:
+    torch = A.torch_module()
+    return torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors)
+
+
+_RING_FUNCTION: Any = None
+
+
+def _ring_function() -> Any:
+    """ring_attention as a torch.autograd.Function (built on first use, so
+    that numpy users never import torch): the forward saves out and lse, the
+    backward is ring_attention_backward, collective like the forward (every
+    rank calls backward on its rows, as torch.distributed training does)."""
+    global _RING_FUNCTION
+    if _RING_FUNCTION is not None:
+        return _RING_FUNCTION
+    torch = A.torch_module()
+
+    class RingAttention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, q: Any, k: Any, v: Any, sinks: Any, spec: Any) -> Any:
+            kw = dict(spec)
+            comm = kw.pop("comm")
+            o, lse = ring_attention(
+                comm,
+                q.detach(),
+                k.detach(),
+                v.detach(),
+                kw.pop("attn_mask"),
+                sinks=None if sinks is None else sinks.detach(),
+                return_lse=True,
+                **kw,
+            )
+            ctx.save_for_backward(q, k, v, o, lse, sinks)
+            ctx.spec = spec
+            return o, lse
+
+        @staticmethod
+        def backward(ctx: Any, dout: Any, dlse: Any) -> Any:
+            q, k, v, o, lse, sinks = ctx.saved_tensors
+            kw = dict(ctx.spec)
+            comm = kw.pop("comm")
+            kw.pop("precise")
+            if dout is None:
+                dout = torch.zeros_like(o)
+            grads = ring_attention_backward(
+                comm,
+                q.detach(),
+                k.detach(),
+                v.detach(),
+                o,
+                lse,
+                dout.contiguous(),
+                kw.pop("attn_mask"),
+                sinks=None if sinks is None else sinks.detach(),
+                grad_lse=None if dlse is None else dlse.contiguous(),
+                **kw,
+            )
+            dsinks = grads[3] if len(grads) == 4 else None
+            return grads[0], grads[1], grads[2], dsinks, None
+
+    _RING_FUNCTION = RingAttention
+    return RingAttention
 
 
 def _agreed(comm: Any, fn: str, prepare: Any) -> Any:

@@ -67,7 +67,11 @@ def _max_rel(got, want):
 
 @pytest.mark.parametrize(
     "shape,causal",
-    [((1, 2, 2, 70, 90, 64, 64), False), ((2, 4, 2, 100, 100, 32, 48), True), ((1, 8, 1, 1, 200, 64, 64), False)],
+    [
+        ((1, 2, 2, 70, 90, 64, 64), False),
+        ((2, 4, 2, 100, 100, 32, 48), True),
+        ((1, 8, 1, 1, 200, 64, 64), False),
+    ],
 )
 def test_gradients_match_float64_torch(shape, causal):
     B, H, Hkv, L, S, E, Ev = shape
@@ -76,7 +80,9 @@ def test_gradients_match_float64_torch(shape, causal):
         lambda a, b, c: softdot.scaled_dot_product_attention(a, b, c, causal=causal), [q, k, v], do
     )
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-    ref, (rq, rk, rv) = _grads(lambda a, b, c: _reference(a, b, c, causal=causal), [q64, k64, v64], do.double())
+    ref, (rq, rk, rv) = _grads(
+        lambda a, b, c: _reference(a, b, c, causal=causal), [q64, k64, v64], do.double()
+    )
     assert _max_rel(out, ref) < 1e-6
     for got, want, name in ((dq, rq, "dq"), (dk, rk, "dk"), (dv, rv, "dv")):
         assert got.dtype == torch.float32
@@ -86,7 +92,9 @@ def test_gradients_match_float64_torch(shape, causal):
 def test_is_causal_and_gqa_match_torch_sdpa():
     q, k, v, do = _inputs(1, 4, 2, 50, 50, 16, 16, seed=2)
     _, got = _grads(
-        lambda a, b, c: softdot.scaled_dot_product_attention(a, b, c, is_causal=True, enable_gqa=True),
+        lambda a, b, c: softdot.scaled_dot_product_attention(
+            a, b, c, is_causal=True, enable_gqa=True
+        ),
         [q, k, v],
         do,
     )
@@ -176,14 +184,20 @@ def test_the_function_is_softdots_and_refusals():
         assert softdot.scaled_dot_product_attention(q, k, v).grad_fn is None
     qd = q.detach()
     assert softdot.scaled_dot_product_attention(qd, k.detach(), v.detach()).grad_fn is None
-    np_out = softdot.scaled_dot_product_attention(qd.numpy(), k.detach().numpy(), v.detach().numpy())
+    np_out = softdot.scaled_dot_product_attention(
+        qd.numpy(), k.detach().numpy(), v.detach().numpy()
+    )
     assert isinstance(np_out, np.ndarray)
 
 
 def test_repeated_backward_gives_the_same_bits():
     q, k, v, do = _inputs(1, 4, 2, 130, 130, 64, 64, seed=10)
-    _, a = _grads(lambda x, y, z: softdot.scaled_dot_product_attention(x, y, z, causal=True), [q, k, v], do)
-    _, b = _grads(lambda x, y, z: softdot.scaled_dot_product_attention(x, y, z, causal=True), [q, k, v], do)
+    _, a = _grads(
+        lambda x, y, z: softdot.scaled_dot_product_attention(x, y, z, causal=True), [q, k, v], do
+    )
+    _, b = _grads(
+        lambda x, y, z: softdot.scaled_dot_product_attention(x, y, z, causal=True), [q, k, v], do
+    )
     for x, y in zip(a, b):
         assert torch.equal(x.view(torch.int32), y.view(torch.int32))
 
