@@ -30,6 +30,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "attention_checks.h"
@@ -328,35 +329,34 @@ void run_backward(const char* kFn, TensorView<const float> q,
       (reinterpret_cast<std::uintptr_t>(packed_store.data()) + 63) &
       ~std::uintptr_t{63});
   std::vector<std::uint8_t> q_bad(rows_total), do_bad(rows_total);
-  detail::for_each_index(
-      B * Hkv * row_blocks, parallel, [&](std::size_t blk) {
-        const std::size_t rb = blk % row_blocks;
-        const std::size_t kh = (blk / row_blocks) % Hkv;
-        const std::size_t b = blk / (row_blocks * Hkv);
-        const std::size_t row0 = rb * max_rows;
-        const std::size_t cnt = std::min(max_rows, group_rows - row0);
-        float* qt = packed + blk * pack_floats;
-        float* dot = qt + d * max_rows;
-        std::fill(qt, qt + pack_floats, 0.0f);
-        for (std::size_t r = 0; r < cnt; ++r) {
-          const std::size_t row = row0 + r;
-          const std::size_t h = kh * g + row / n_q, i = row % n_q;
-          const float* qr = q.row(b, h, i);
-          const float* gr = dout.row(b, h, i);
-          bool qb = false, gb = false;
-          for (std::size_t c = 0; c < d; ++c) {
-            qt[c * max_rows + r] = qr[c];
-            qb = qb || !std::isfinite(qr[c]);
-          }
-          for (std::size_t c = 0; c < dv; ++c) {
-            dot[c * max_rows + r] = gr[c];
-            gb = gb || !std::isfinite(gr[c]);
-          }
-          const std::size_t at = (b * H + h) * n_q + i;
-          q_bad[at] = qb ? 1 : 0;
-          do_bad[at] = gb ? 1 : 0;
-        }
-      });
+  detail::for_each_index(B * Hkv * row_blocks, parallel, [&](std::size_t blk) {
+    const std::size_t rb = blk % row_blocks;
+    const std::size_t kh = (blk / row_blocks) % Hkv;
+    const std::size_t b = blk / (row_blocks * Hkv);
+    const std::size_t row0 = rb * max_rows;
+    const std::size_t cnt = std::min(max_rows, group_rows - row0);
+    float* qt = packed + blk * pack_floats;
+    float* dot = qt + d * max_rows;
+    std::fill(qt, qt + pack_floats, 0.0f);
+    for (std::size_t r = 0; r < cnt; ++r) {
+      const std::size_t row = row0 + r;
+      const std::size_t h = kh * g + row / n_q, i = row % n_q;
+      const float* qr = q.row(b, h, i);
+      const float* gr = dout.row(b, h, i);
+      bool qb = false, gb = false;
+      for (std::size_t c = 0; c < d; ++c) {
+        qt[c * max_rows + r] = qr[c];
+        qb = qb || !std::isfinite(qr[c]);
+      }
+      for (std::size_t c = 0; c < dv; ++c) {
+        dot[c * max_rows + r] = gr[c];
+        gb = gb || !std::isfinite(gr[c]);
+      }
+      const std::size_t at = (b * H + h) * n_q + i;
+      q_bad[at] = qb ? 1 : 0;
+      do_bad[at] = gb ? 1 : 0;
+    }
+  });
   // The arguments of one kernel call: rows row0 .. row0 + cnt - 1 of KV
   // head kh of batch b against key block kbi.
   struct Call {
@@ -411,8 +411,8 @@ void run_backward(const char* kFn, TensorView<const float> q,
       a.f.alibi_stride = static_cast<double>(p.kv_stride);
     }
     a.f.scratch = buf.scratch.data();
-    a.qt = packed +
-           ((b * Hkv + kh) * row_blocks + row0 / max_rows) * pack_floats;
+    a.qt =
+        packed + ((b * Hkv + kh) * row_blocks + row0 / max_rows) * pack_floats;
     a.dot = a.qt + d * max_rows;
     a.bq = max_rows;
     a.do_rows = c.do_rows;
@@ -428,7 +428,8 @@ void run_backward(const char* kFn, TensorView<const float> q,
     a.dk_acc = buf.dk.data();
     a.dk_stride = dpad;
     // The last call of a group of kBackRowGroup rows (or of the rows).
-    a.flush = (row0 + cnt) % detail::kBackRowGroup == 0 || row0 + cnt == group_rows;
+    a.flush =
+        (row0 + cnt) % detail::kBackRowGroup == 0 || row0 + cnt == group_rows;
     a.dq = buf.dq.data();
     a.dq_stride = max_rows;
     a.dbias_rows = want_dbias ? c.dbias : nullptr;
@@ -490,7 +491,8 @@ void run_backward(const char* kFn, TensorView<const float> q,
   if (part != nullptr) {
     for (std::size_t r = 0; r < rows_total; ++r) {
       const std::size_t i = r % n_q, h = (r / n_q) % H, b = r / (n_q * H);
-      for (std::size_t c = 0; c < d; ++c) acc_at(b, h, i, c) = part->dq[r * d + c];
+      for (std::size_t c = 0; c < d; ++c)
+        acc_at(b, h, i, c) = part->dq[r * d + c];
     }
   }
   const std::size_t counters = B * Hkv * row_blocks;
@@ -544,8 +546,8 @@ void run_backward(const char* kFn, TensorView<const float> q,
             pause_briefly(spins);
           }
           if (run) {
-            double* acc = dq_acc.data() +
-                          ((b * Hkv + kh) * row_blocks + rb) * acc_floats;
+            double* acc =
+                dq_acc.data() + ((b * Hkv + kh) * row_blocks + rb) * acc_floats;
             const float* tile = buf.dq.data();
             for (std::size_t x = 0; x < acc_floats; ++x) {
               acc[x] += static_cast<double>(tile[x]);
@@ -578,21 +580,21 @@ void run_backward(const char* kFn, TensorView<const float> q,
   if (part != nullptr) {
     for (std::size_t r = 0; r < rows_total; ++r) {
       const std::size_t i = r % n_q, h = (r / n_q) % H, b = r / (n_q * H);
-      for (std::size_t c = 0; c < d; ++c) part->dq[r * d + c] = acc_at(b, h, i, c);
+      for (std::size_t c = 0; c < d; ++c)
+        part->dq[r * d + c] = acc_at(b, h, i, c);
     }
     return;
   }
-  detail::for_each_index(rows_total, parallel && rows_total >= 64,
-                         [&](std::size_t r) {
-                           const std::size_t i = r % n_q;
-                           const std::size_t h = (r / n_q) % H;
-                           const std::size_t b = r / (n_q * H);
-                           float* o = grads.dq.row(b, h, i);
-                           for (std::size_t c = 0; c < d; ++c) {
-                             o[c] = static_cast<float>(scale *
-                                                       acc_at(b, h, i, c));
-                           }
-                         });
+  detail::for_each_index(
+      rows_total, parallel && rows_total >= 64, [&](std::size_t r) {
+        const std::size_t i = r % n_q;
+        const std::size_t h = (r / n_q) % H;
+        const std::size_t b = r / (n_q * H);
+        float* o = grads.dq.row(b, h, i);
+        for (std::size_t c = 0; c < d; ++c) {
+          o[c] = static_cast<float>(scale * acc_at(b, h, i, c));
+        }
+      });
 }
 
 }  // namespace
@@ -664,6 +666,109 @@ void attention_backward_finalize(const AttentionGradientPartial& partial,
   if (!dq.empty()) round_into(dq, a.dq, sc);
   if (!dk.empty()) round_into(dk, a.dk, sc);
   if (!dv.empty()) round_into(dv, a.dv_sum, 1.0);
+}
+
+namespace {
+
+// A 16-bit view widened (exactly) into a dense float32 copy.
+template <class T>
+std::vector<float> widened(const TensorView<const T>& t) {
+  std::vector<float> x;
+  x.reserve(t.batch * t.heads * t.rows * t.cols);
+  for (std::size_t b = 0; b < t.batch; ++b) {
+    for (std::size_t h = 0; h < t.heads; ++h) {
+      for (std::size_t r = 0; r < t.rows; ++r) {
+        const T* row = t.row(b, h, r);
+        for (std::size_t c = 0; c < t.cols; ++c) x.push_back(to_float(row[c]));
+      }
+    }
+  }
+  return x;
+}
+
+template <class T>
+TensorView<const float> dense(const std::vector<float>& x,
+                              const TensorView<const T>& like) {
+  return TensorView<const float>(x.data(), like.batch, like.heads, like.rows,
+                                 like.cols);
+}
+
+template <class T>
+void backward16(TensorView<const T> q, TensorView<const T> k,
+                TensorView<const T> v, TensorView<const float> out,
+                const float* lse, TensorView<const T> dout,
+                const AttentionGradients16<T>& grads,
+                const AttentionOptions& options, const float* dlse) {
+  const char* fn = "attention_backward";
+  check_tensor(fn, "q", q);
+  check_tensor(fn, "k", k);
+  check_tensor(fn, "v", v);
+  check_tensor(fn, "dout", dout);
+  check_dims(fn, "dq", grads.dq, "q", q.batch, q.heads, q.rows, q.cols);
+  check_dims(fn, "dk", grads.dk, "k", k.batch, k.heads, k.rows, k.cols);
+  check_dims(fn, "dv", grads.dv, "v", v.batch, v.heads, v.rows, v.cols);
+  const std::vector<float> qf = widened(q), kf = widened(k), vf = widened(v),
+                           gf = widened(dout);
+  auto part = AttentionGradientPartial::zeros(q.batch, q.heads, k.heads, q.rows,
+                                              k.rows, q.cols, v.cols);
+  AttentionGradients extras;
+  extras.dbias = grads.dbias;
+  extras.dsinks = grads.dsinks;
+  if (!grads.dbias.empty()) {
+    check_tensor(fn, "dbias", grads.dbias);
+    zero_view(grads.dbias);  // the partial writes its key range only
+  }
+  run_backward(fn, dense(qf, q), dense(kf, k), dense(vf, v), out, lse,
+               dense(gf, dout), dlse, extras, &part, options);
+  // The scale as the forward rounds it (AttentionPlan::scale()).
+  const double scale = static_cast<double>(
+      std::isnan(options.scale)
+          ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.cols)))
+          : static_cast<float>(options.scale));
+  auto round_into = [](const TensorView<T>& t, const std::vector<double>& x,
+                       double f) {
+    std::size_t at = 0;
+    for (std::size_t b = 0; b < t.batch; ++b) {
+      for (std::size_t h = 0; h < t.heads; ++h) {
+        for (std::size_t r = 0; r < t.rows; ++r) {
+          T* o = t.row(b, h, r);
+          for (std::size_t c = 0; c < t.cols; ++c) {
+            const double y = f * x[at++];
+            if constexpr (std::is_same_v<T, BFloat16>) {
+              o[c] = to_bfloat16(y);
+            } else {
+              o[c] = to_float16(y);
+            }
+          }
+        }
+      }
+    }
+  };
+  round_into(grads.dq, part.dq, scale);
+  round_into(grads.dk, part.dk, scale);
+  round_into(grads.dv, part.dv_sum, 1.0);
+}
+
+}  // namespace
+
+void attention_backward(TensorView<const BFloat16> q,
+                        TensorView<const BFloat16> k,
+                        TensorView<const BFloat16> v,
+                        TensorView<const float> out, const float* lse,
+                        TensorView<const BFloat16> dout,
+                        const AttentionGradients16<BFloat16>& grads,
+                        const AttentionOptions& options, const float* dlse) {
+  backward16(q, k, v, out, lse, dout, grads, options, dlse);
+}
+
+void attention_backward(TensorView<const Float16> q,
+                        TensorView<const Float16> k,
+                        TensorView<const Float16> v,
+                        TensorView<const float> out, const float* lse,
+                        TensorView<const Float16> dout,
+                        const AttentionGradients16<Float16>& grads,
+                        const AttentionOptions& options, const float* dlse) {
+  backward16(q, k, v, out, lse, dout, grads, options, dlse);
 }
 
 }  // namespace softdot

@@ -45,10 +45,9 @@ Plan plan_of(const char* fn, const TensorView<const double>& q,
   req.q = alias(q);
   req.kv = KVSource::contiguous(alias(k), alias(v));
   const TensorView<const float> of = alias(out);
-  req.target = AttentionTarget::output(
-      TensorView<float>(const_cast<float*>(of.data), of.batch, of.heads,
-                        of.rows, of.cols, of.batch_stride, of.head_stride,
-                        of.row_stride));
+  req.target = AttentionTarget::output(TensorView<float>(
+      const_cast<float*>(of.data), of.batch, of.heads, of.rows, of.cols,
+      of.batch_stride, of.head_stride, of.row_stride));
   req.options = o;
   return AttentionPlan::make(req).data();
 }
@@ -64,8 +63,8 @@ struct RowScores {
 
 void row_scores(const Plan& p, const AttentionOptions& o, double scale,
                 const TensorView<const double>& q,
-                const TensorView<const double>& k, std::size_t b,
-                std::size_t h, std::size_t i, RowScores& r) {
+                const TensorView<const double>& k, std::size_t b, std::size_t h,
+                std::size_t i, RowScores& r) {
   const std::size_t n = p.n_kv, kh = h / p.g;
   r.s.assign(n, -kInf);
   r.capd.assign(n, 1.0);
@@ -160,8 +159,8 @@ void attention(TensorView<const double> q, TensorView<const double> k,
         if (sc.nan) row_lse = std::numeric_limits<double>::quiet_NaN();
         const std::size_t kh = h / p.g;
         for (std::size_t j = 0; j < p.n_kv && sc.m != -kInf; ++j) {
-          const double w = sc.nan ? (sc.s[j] == -kInf ? 0.0 : NAN)
-                                  : weight(sc, j, row_lse);
+          const double w =
+              sc.nan ? (sc.s[j] == -kInf ? 0.0 : NAN) : weight(sc, j, row_lse);
           if (w == 0.0) continue;
           const double* vr = v.row(b, kh, j);
           for (std::size_t c = 0; c < p.dv; ++c) o[c] += w * vr[c];
@@ -179,8 +178,8 @@ void attention_backward(TensorView<const double> q, TensorView<const double> k,
   const char* fn = "attention_backward";
   const Plan p = plan_of(fn, q, k, v, out, options);
   if (lse == nullptr) fail(fn, "lse is null (the forward's lse is needed)");
-  auto dims = [&](const char* name, const auto& t, std::size_t B,
-                  std::size_t H, std::size_t R, std::size_t C) {
+  auto dims = [&](const char* name, const auto& t, std::size_t B, std::size_t H,
+                  std::size_t R, std::size_t C) {
     check_tensor(fn, name, t);
     if (t.batch != B || t.heads != H || t.rows != R || t.cols != C) {
       fail(fn, shape(name, t) + " must be " + shape(name, B, H, R, C));

@@ -419,6 +419,36 @@ void attention_backward(TensorView<const float> q, TensorView<const float> k,
                         const AttentionOptions& options = {},
                         const float* dlse = nullptr);
 
+// 16-bit gradients (bfloat16 or float16 q, k, v and dout): the float32
+// backward on the exactly widened inputs, its double sums rounded once to
+// the 16-bit format (dq, dk, dv; dbias and dsinks stay float32). out is the
+// forward's output in float32: the 16-bit call's own output widened works,
+// but Delta = rowsum(dO O) then carries O's 16-bit rounding, which is larger
+// than dP - Delta where the values are far from 0 (ask the forward for a
+// float32 output: an AttentionRequest with a 16-bit query and a float32
+// output, as softdot's Python autograd does). The scores are the float32
+// path's (not the units'). Memory: float32 copies of the inputs and the
+// double sums (O(n)).
+template <class T>
+struct AttentionGradients16 {
+  TensorView<T> dq, dk, dv;
+  TensorView<float> dbias;
+  std::span<float> dsinks;
+};
+void attention_backward(TensorView<const BFloat16> q,
+                        TensorView<const BFloat16> k,
+                        TensorView<const BFloat16> v,
+                        TensorView<const float> out, const float* lse,
+                        TensorView<const BFloat16> dout,
+                        const AttentionGradients16<BFloat16>& grads,
+                        const AttentionOptions& options = {},
+                        const float* dlse = nullptr);
+void attention_backward(
+    TensorView<const Float16> q, TensorView<const Float16> k,
+    TensorView<const Float16> v, TensorView<const float> out, const float* lse,
+    TensorView<const Float16> dout, const AttentionGradients16<Float16>& grads,
+    const AttentionOptions& options = {}, const float* dlse = nullptr);
+
 // float64: attention() and attention_backward() in double arithmetic, for
 // gradient checks (torch.autograd.gradcheck) and float64 pipelines. Plain
 // loops over the rows (threads over rows, and over batch x KV heads in the

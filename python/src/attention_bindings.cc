@@ -170,10 +170,9 @@ void write_kv_py(const In& key, const In& value, int in_format,
 // [B, H, L, S] or None), lse and dlse (None) flat float32 [B H L], dsinks
 // float32 [H] or None; options as attention_request's dict. name is the
 // Python function the messages name.
-void backward_py(const std::string& name, const In& q, const In& k,
-                 const In& v, const In& out, const In& lse, const In& dout,
-                 const Out& dq, const Out& dk, const Out& dv,
-                 const std::optional<Out>& dbias,
+void backward_py(const std::string& name, const In& q, const In& k, const In& v,
+                 const In& out, const In& lse, const In& dout, const Out& dq,
+                 const Out& dk, const Out& dv, const std::optional<Out>& dbias,
                  const std::optional<Out>& dsinks,
                  const std::optional<In>& dlse, const nb::dict& options) {
   auto in4 = [](const char* n, const In& a) {
@@ -216,8 +215,8 @@ void backward_py(const std::string& name, const In& q, const In& k,
 // float64 attention (attention.h): 4-d float64 arrays, lse float64 [B H L]
 // or None.
 void attention_f64_py(const std::string& name, const In& q, const In& k,
-                      const In& v, const Out& out, const std::optional<Out>& lse,
-                      const nb::dict& options) {
+                      const In& v, const Out& out,
+                      const std::optional<Out>& lse, const nb::dict& options) {
   auto in4 = [](const char* n, const In& a) {
     check_dtype(n, a, nb::dtype<double>(), "float64");
     return view4<const double>(n, a);
@@ -240,7 +239,8 @@ void attention_f64_py(const std::string& name, const In& q, const In& k,
     } catch (const std::invalid_argument& e) {
       std::string m = e.what();
       const std::string lib = "softdot::attention:";
-      if (m.rfind(lib, 0) == 0) m = "softdot::" + name + ":" + m.substr(lib.size());
+      if (m.rfind(lib, 0) == 0)
+        m = "softdot::" + name + ":" + m.substr(lib.size());
       throw std::invalid_argument(m);
     }
   });
@@ -264,7 +264,8 @@ void backward_f64_py(const std::string& name, const In& q, const In& k,
     check_dtype(n, a, nb::dtype<double>(), "float64");
     if (contiguous_size(n, a) != want)
       fail(std::string(n) + " must hold batch x heads x query rows values");
-    return static_cast<double*>(const_cast<void*>(static_cast<const void*>(a.data())));
+    return static_cast<double*>(
+        const_cast<void*>(static_cast<const void*>(a.data())));
   };
   const auto qv = in4("query", q), kv = in4("key", k), vv = in4("value", v),
              ov = in4("out", out), gv = in4("dout", dout);
@@ -314,9 +315,9 @@ void bind_attention(nb::module_& m) {
         "value"_a, "out"_a, "lse"_a.none(), "options"_a,
         "Attention on float64 arrays, in double arithmetic.");
   m.def("attention_backward_f64", &backward_f64_py, "name"_a, "query"_a,
-        "key"_a, "value"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a,
-        "dv"_a, "dbias"_a.none(), "dsinks"_a.none(), "dlse"_a.none(),
-        "options"_a, "The gradients of attention on float64 arrays.");
+        "key"_a, "value"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a,
+        "dbias"_a.none(), "dsinks"_a.none(), "dlse"_a.none(), "options"_a,
+        "The gradients of attention on float64 arrays.");
   m.def("attention_merge", &merge_py, "out_a"_a, "lse_a"_a, "out_b"_a,
         "lse_b"_a, "out"_a, "lse"_a, "Merges two partial attention results.");
 }

@@ -240,9 +240,8 @@ template <bool kGuard>
 HWY_INLINE void OuterProduct(const float* a, const float* s, std::size_t bq,
                              std::size_t kb, const float* const* x,
                              std::size_t n, std::size_t rows,
-                             const std::uint8_t* bad, float* ft,
-                             std::size_t fs, double* out, std::size_t os,
-                             bool flush) {
+                             const std::uint8_t* bad, float* ft, std::size_t fs,
+                             double* out, std::size_t os, bool flush) {
   const std::size_t N = Lanes();
   constexpr std::size_t CW = 4;
   constexpr std::size_t KT = kAccRegs / CW;
@@ -253,14 +252,14 @@ HWY_INLINE void OuterProduct(const float* a, const float* s, std::size_t bq,
     std::size_t j = 0;
     for (; j + KT <= kb; j += KT) {
       VF acc[KT][CW];
-      OuterTile<KT, CW, kGuard, false>(a, s, bq, j, x, n, rows, c0, bad, ft,
-                                       fs, acc);
+      OuterTile<KT, CW, kGuard, false>(a, s, bq, j, x, n, rows, c0, bad, ft, fs,
+                                       acc);
       StoreTile<KT, CW>(acc, j, c0, ft, fs, out, os, flush);
     }
     for (; j < kb; ++j) {
       VF acc[1][CW];
-      OuterTile<1, CW, kGuard, false>(a, s, bq, j, x, n, rows, c0, bad, ft,
-                                      fs, acc);
+      OuterTile<1, CW, kGuard, false>(a, s, bq, j, x, n, rows, c0, bad, ft, fs,
+                                      acc);
       StoreTile<1, CW>(acc, j, c0, ft, fs, out, os, flush);
     }
   }
@@ -273,19 +272,19 @@ HWY_INLINE void OuterProduct(const float* a, const float* s, std::size_t bq,
         OuterTile<KT1, 1, kGuard, true>(a, s, bq, j, x, n, rows, c0, bad, ft,
                                         fs, acc);
       } else {
-        OuterTile<KT1, 1, kGuard, false>(a, s, bq, j, x, n, rows, c0, bad,
-                                         ft, fs, acc);
+        OuterTile<KT1, 1, kGuard, false>(a, s, bq, j, x, n, rows, c0, bad, ft,
+                                         fs, acc);
       }
       StoreTile<KT1, 1>(acc, j, c0, ft, fs, out, os, flush);
     }
     for (; j < kb; ++j) {
       VF acc[1][1];
       if (tail) {
-        OuterTile<1, 1, kGuard, true>(a, s, bq, j, x, n, rows, c0, bad, ft,
-                                      fs, acc);
+        OuterTile<1, 1, kGuard, true>(a, s, bq, j, x, n, rows, c0, bad, ft, fs,
+                                      acc);
       } else {
-        OuterTile<1, 1, kGuard, false>(a, s, bq, j, x, n, rows, c0, bad, ft,
-                                       fs, acc);
+        OuterTile<1, 1, kGuard, false>(a, s, bq, j, x, n, rows, c0, bad, ft, fs,
+                                       acc);
       }
       StoreTile<1, 1>(acc, j, c0, ft, fs, out, os, flush);
     }
@@ -342,8 +341,8 @@ HWY_INLINE bool BackwardWeights(const AttnBackArgs& b, const BackScratch& bs,
       // c is 0 for the clamped t > 0 and NaN lanes, which are replaced.)
       const auto ok = hn::And(hn::Not(t_nan), hn::Le(t, zero));
       const VF c = hn::IfThenElseZero(ok, TwoSumErr(s, hn::Neg(lse[v]), t));
-      VF p = ExpNonPositive(df, hn::Min(hn::IfThenElse(t_nan, zero, t), zero),
-                            c);
+      VF p =
+          ExpNonPositive(df, hn::Min(hn::IfThenElse(t_nan, zero, t), zero), c);
       p = hn::IfThenElse(t_nan, nan, p);
       p = hn::IfThenElse(inf_row[v],
                          hn::IfThenElseZero(hn::Eq(s, pos_inf), share[v]), p);
@@ -490,22 +489,19 @@ void RunBackward(const AttnBackArgs& b) {
   const bool any_masked = BackwardWeights<NV>(b, bs, bq, j0, kb);
   // Step 6.
   if (any_masked && AnyBad(b.do_bad, a.rows)) {
-    OuterProduct<true>(bs.p, bs.sc.s, bq, kb, b.do_rows, a.dv, a.rows,
-                       b.do_bad, b.dv_tile, b.dv_stride, b.dv_acc,
-                       b.dv_stride, b.flush);
+    OuterProduct<true>(bs.p, bs.sc.s, bq, kb, b.do_rows, a.dv, a.rows, b.do_bad,
+                       b.dv_tile, b.dv_stride, b.dv_acc, b.dv_stride, b.flush);
   } else {
     OuterProduct<false>(bs.p, bs.sc.s, bq, kb, b.do_rows, a.dv, a.rows,
-                        b.do_bad, b.dv_tile, b.dv_stride, b.dv_acc,
-                        b.dv_stride, b.flush);
+                        b.do_bad, b.dv_tile, b.dv_stride, b.dv_acc, b.dv_stride,
+                        b.flush);
   }
   if (any_masked && AnyBad(b.q_bad, a.rows)) {
-    OuterProduct<true>(bs.dt, bs.sc.s, bq, kb, a.q_rows, a.d, a.rows,
-                       b.q_bad, b.dk_tile, b.dk_stride, b.dk_acc, b.dk_stride,
-                       b.flush);
+    OuterProduct<true>(bs.dt, bs.sc.s, bq, kb, a.q_rows, a.d, a.rows, b.q_bad,
+                       b.dk_tile, b.dk_stride, b.dk_acc, b.dk_stride, b.flush);
   } else {
-    OuterProduct<false>(bs.dt, bs.sc.s, bq, kb, a.q_rows, a.d, a.rows,
-                        b.q_bad, b.dk_tile, b.dk_stride, b.dk_acc,
-                        b.dk_stride, b.flush);
+    OuterProduct<false>(bs.dt, bs.sc.s, bq, kb, a.q_rows, a.d, a.rows, b.q_bad,
+                        b.dk_tile, b.dk_stride, b.dk_acc, b.dk_stride, b.flush);
   }
   // Step 7: dQt[c][r] = sum_j dT[j][r] K[j][c]. The guard skips the lanes
   // whose score is -inf (not NaN: a NaN score's NaN must reach dQ).

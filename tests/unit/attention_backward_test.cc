@@ -557,10 +557,13 @@ TEST(AttentionBackward, Float64WithinAFewUlpOfDouble) {
     };
     const auto q = to64(p.q), k = to64(p.kw), v = to64(p.vw), g = to64(dout);
     using V = TensorView<const double>;
-    const V qv(q.data(), s.B, s.H, s.nq, s.d), kv(k.data(), s.B, s.Hkv, s.nkv, s.d),
-        vv(v.data(), s.B, s.Hkv, s.nkv, s.dv), gv(g.data(), s.B, s.H, s.nq, s.dv);
+    const V qv(q.data(), s.B, s.H, s.nq, s.d),
+        kv(k.data(), s.B, s.Hkv, s.nkv, s.d),
+        vv(v.data(), s.B, s.Hkv, s.nkv, s.dv),
+        gv(g.data(), s.B, s.H, s.nq, s.dv);
     std::vector<double> out(s.B * s.H * s.nq * s.dv), lse(s.B * s.H * s.nq);
-    softdot::attention(qv, kv, vv, TensorView<double>(out.data(), s.B, s.H, s.nq, s.dv), o,
+    softdot::attention(qv, kv, vv,
+                       TensorView<double>(out.data(), s.B, s.H, s.nq, s.dv), o,
                        lse.data());
     const AttnRef fr = reference(p, o);
     // The reference rounds the scale to float; the float64 call uses
@@ -574,14 +577,17 @@ TEST(AttentionBackward, Float64WithinAFewUlpOfDouble) {
     gr.dk = TensorView<double>(dk.data(), s.B, s.Hkv, s.nkv, s.d);
     gr.dv = TensorView<double>(dv.data(), s.B, s.Hkv, s.nkv, s.dv);
     if (variant == 2) gr.dsinks = ds;
-    softdot::attention_backward(qv, kv, vv, TensorView<const double>(out.data(), s.B, s.H, s.nq, s.dv),
-                                lse.data(), gv, gr, o);
+    softdot::attention_backward(
+        qv, kv, vv, TensorView<const double>(out.data(), s.B, s.H, s.nq, s.dv),
+        lse.data(), gv, gr, o);
     const GradRef r = grad_reference(p, o, dout);
     auto check = [&](const char* name, const std::vector<double>& got,
-                     const std::vector<LD>& want, const std::vector<double>& cond) {
+                     const std::vector<LD>& want,
+                     const std::vector<double>& cond) {
       for (std::size_t x = 0; x < got.size(); ++x) {
         const double err = std::fabs(double(LD(got[x]) - want[x]));
-        EXPECT_LE(err, 64 * 0x1p-53 * (cond[x] + std::fabs(double(want[x]))) + 1e-300)
+        EXPECT_LE(
+            err, 64 * 0x1p-53 * (cond[x] + std::fabs(double(want[x]))) + 1e-300)
             << variant << " " << name << "[" << x << "]";
       }
     };
@@ -589,9 +595,69 @@ TEST(AttentionBackward, Float64WithinAFewUlpOfDouble) {
     check("dk", dk, r.dk, r.ck);
     check("dv", dv, r.dv, r.cv);
     for (std::size_t h = 0; h < ds.size() && variant == 2; ++h) {
-      EXPECT_NEAR(ds[h], double(r.dsinks[h]), 1e-13 * (1 + std::fabs(double(r.dsinks[h]))));
+      EXPECT_NEAR(ds[h], double(r.dsinks[h]),
+                  1e-13 * (1 + std::fabs(double(r.dsinks[h]))));
     }
   }
+}
+
+// 16-bit gradients: the float32 backward of the widened inputs, rounded once
+// from double to the 16-bit format.
+TEST(AttentionBackward, SixteenBitGradientsAreTheFloatOnesRoundedOnce) {
+  Shape s = shape(1, 4, 2, 70, 80, 32, 16, 101);
+  s.qk = 1.5;
+  auto p = make_problem<float>(s);
+  // The inputs on the bfloat16 grid.
+  auto grid = [](Tensor<float>& t) {
+    t.for_each(
+        [](float& x) { x = softdot::to_float(softdot::to_bfloat16(x)); });
+  };
+  grid(p.q);
+  grid(p.k);
+  grid(p.v);
+  p.rewiden();
+  auto dout = random_dout(s, 13);
+  grid(dout);
+  AttentionOptions o;
+  o.causal = true;
+  const Grads g32 = run_backward(p, o, dout);
+  const Result fwd = run(p, o);
+  auto to16 = [](const Tensor<float>& t) {
+    Tensor<BFloat16> x(t.B, t.H, t.R, t.C, 0, BFloat16{});
+    for (std::size_t b = 0; b < t.B; ++b)
+      for (std::size_t h = 0; h < t.H; ++h)
+        for (std::size_t r = 0; r < t.R; ++r)
+          for (std::size_t c = 0; c < t.C; ++c)
+            x.at(b, h, r, c) = softdot::to_bfloat16(t.at(b, h, r, c));
+    return x;
+  };
+  const auto q16 = to16(p.q), k16 = to16(p.kw), v16 = to16(p.vw),
+             g16 = to16(dout);
+  Tensor<BFloat16> dq(s.B, s.H, s.nq, s.d, 0, BFloat16{}),
+      dk(s.B, s.Hkv, s.nkv, s.d, 0, BFloat16{}),
+      dv(s.B, s.Hkv, s.nkv, s.dv, 0, BFloat16{});
+  softdot::AttentionGradients16<BFloat16> gr;
+  gr.dq = dq.view();
+  gr.dk = dk.view();
+  gr.dv = dv.view();
+  softdot::attention_backward(q16.cview(), k16.cview(), v16.cview(),
+                              fwd.o.cview(), fwd.lse.data(), g16.cview(), gr,
+                              o);
+  auto near = [](const char* name, const Tensor<BFloat16>& got,
+                 const Tensor<float>& want) {
+    const auto a = got.dense();
+    const auto b = want.dense();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const float x = softdot::to_float(a[i]);
+      // One bfloat16 rounding of the double sum, which is within a few float
+      // roundings of the float32 result.
+      EXPECT_LE(std::fabs(x - b[i]), std::fabs(b[i]) * 0x1p-8f + 1e-30f)
+          << name << "[" << i << "]";
+    }
+  };
+  near("dq", dq, g32.dq);
+  near("dk", dk, g32.dk);
+  near("dv", dv, g32.dv);
 }
 
 TEST(AttentionBackward, ErrorsNameTheArgument) {
