@@ -240,7 +240,7 @@ def attention(
     slopes = opts.get("alibi_slopes")
     if isinstance(slopes, torch.Tensor) and slopes.requires_grad:
         raise NotImplementedError(
-            f"{fn}: alibi_slopes require grad; softdot computes no gradient for the "
+            f"{fn}: alibi_slopes requires grad; softdot computes no gradient for the "
             f"ALiBi slopes (pass them detached)"
         )
     for name, t in (("query", query), ("key", key), ("value", value)):

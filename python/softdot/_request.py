@@ -103,9 +103,9 @@ def no_grad(fn: str, kind: str, *arrays: Any) -> None:
     for a in arrays:
         if a is not None and A.is_torch(a) and a.requires_grad:
             raise NotImplementedError(
-                f"{fn}: an input requires grad, and softdot's attention has no backward yet; "
-                f"call it under torch.no_grad() or on detached tensors "
-                f"(torch.nn.functional.scaled_dot_product_attention has one)"
+                f"{fn}: an input requires grad, and softdot.{fn} has no backward "
+                f"(softdot.scaled_dot_product_attention has one); "
+                f"call it under torch.no_grad() or on detached tensors"
             )
 
 

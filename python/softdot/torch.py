@@ -15,8 +15,9 @@ higher) derivatives are exact: ``torch.autograd.grad(..., create_graph=True)``
 then ``backward()`` (a gradient penalty), ``torch.autograd.gradgradcheck`` and
 ``torch.func.grad`` (the Functions use ``setup_context``). softdot.softmax,
 softdot.log_softmax and softdot.cross_entropy call these for a tensor that
-requires grad. Attention has no backward yet: softdot's attention raises
-NotImplementedError on inputs that require grad.
+requires grad. Attention's autograd Function is in softdot._attention_grad
+(softdot.scaled_dot_product_attention takes it for tensors that require grad;
+its backward is the C++ attention_backward).
 
 Special values: a weight of 0 (a -inf or fully masked logit) times an
 infinite incoming gradient counts as 0 in the first derivatives, never NaN;

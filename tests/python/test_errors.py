@@ -207,16 +207,16 @@ CASES = [
         r"float16",
     ),
     (
-        "attention float64 query",
+        "attention float64 query, float32 keys",
         lambda: sdpa(Q.astype(np.float64), K, V),
         TypeError,
-        r"query has dtype float64; accepted: float32",
+        r"query is float64, so key must be float64 too",
     ),
     (
-        "attention torch float64 query",
+        "attention torch float64 query, float32 keys",
         lambda: sdpa(torch.from_numpy(Q).double(), torch.from_numpy(K), torch.from_numpy(V)),
         TypeError,
-        r"query has dtype float64",
+        r"query is float64, so key must be float64 too",
     ),
     (
         "attention float64 keys",
@@ -592,21 +592,28 @@ CASES = [
         r"not a SIMD target",
     ),
     # --- autograd and devices
+    # (attention on inputs that require grad is an autograd Function now:
+    # tests/python/test_attention_grad.py; what it refuses:)
     (
-        "attention input requires grad",
+        "attention out= with grad",
         lambda: sdpa(
-            torch.from_numpy(Q).requires_grad_(), torch.from_numpy(K), torch.from_numpy(V)
+            torch.from_numpy(Q).requires_grad_(),
+            torch.from_numpy(K),
+            torch.from_numpy(V),
+            out=torch.empty(Q.shape[:-1] + (V.shape[-1],)),
         ),
-        NotImplementedError,
-        r"backward",
+        ValueError,
+        r"out= cannot be used on inputs that require grad",
     ),
     (
-        "attention value requires grad",
+        "attention int8 key with grad",
         lambda: sdpa(
-            torch.from_numpy(Q), torch.from_numpy(K), torch.from_numpy(V).requires_grad_()
+            torch.from_numpy(Q).requires_grad_(),
+            (torch.zeros(K.shape, dtype=torch.int8), torch.ones(K.shape[:-1] + (1,))),
+            (torch.zeros(V.shape, dtype=torch.int8), torch.ones(V.shape[:-1] + (1,))),
         ),
-        NotImplementedError,
-        r"backward",
+        TypeError,
+        r"key is tuple",
     ),
     (
         "weights input requires grad",
