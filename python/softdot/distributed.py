@@ -21,20 +21,34 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-try:
-    from . import _softdot_mpi as _mpi
-except ImportError as e:  # pragma: no cover - depends on the build
-    raise ImportError(
-        "softdot.distributed needs softdot built with MPI (the module "
-        "softdot._softdot_mpi is missing): install an MPI (Debian: apt-get install "
-        "libopenmpi-dev openmpi-bin), reinstall softdot (pip install .), and "
-        "pip install mpi4py"
-    ) from e
-
 from . import _arrays as A
 from . import _cross_entropy as _xent
 from . import _int8
 from . import _request as R
+
+_MPI_MISSING = (
+    "softdot.distributed needs softdot built with MPI for mpi4py communicators (the module "
+    "softdot._softdot_mpi is missing): install an MPI (Debian: apt-get install "
+    "libopenmpi-dev openmpi-bin), reinstall softdot (pip install .), and "
+    "pip install mpi4py; or pass a torch.distributed process group (group=)"
+)
+try:
+    from . import _softdot_mpi as _mpi_module
+except ImportError:  # pragma: no cover - depends on the build
+    _mpi_module = None
+
+
+class _NeedMPI:
+    """Stands for the MPI module where the build has none: any use raises
+    ImportError saying what to install (the torch.distributed path of
+    ring_attention needs no MPI)."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise ImportError(_MPI_MISSING)
+
+
+_mpi: Any = _mpi_module if _mpi_module is not None else _NeedMPI()
+
 
 __all__ = [
     "RingLayout",
@@ -56,6 +70,22 @@ def _layout_name(fn: str, layout: Any) -> bool:
     return layout == "zigzag"
 
 
+def _python_layout(
+    seq_len: int, ranks: int, zig: bool, deterministic: bool, rank: int
+) -> Tuple[int, int, np.ndarray]:
+    """(rows, chunk, rank's positions): softdot::mpi::ring_layout's formula
+    (mpi.h), for builds without MPI (tests compare the two)."""
+    per = 2 if zig else 1
+    chunk = max(1, -(-seq_len // (ranks * per)))
+    if deterministic:
+        chunk = -(-chunk // 64) * 64
+    first = np.arange(chunk, dtype=np.int64) + rank * chunk
+    if zig:
+        second = np.arange(chunk, dtype=np.int64) + (2 * ranks - 1 - rank) * chunk
+        first = np.concatenate([first, second])
+    return per * chunk, chunk, first
+
+
 class RingLayout:
     """How ``seq_len`` positions are split over ``ranks`` ranks for
     :func:`ring_attention`: every rank holds ``rows`` rows; ``zigzag`` gives
@@ -69,13 +99,19 @@ class RingLayout:
         zig = _layout_name("ring_layout", layout)
         if int(ranks) < 1 or int(seq_len) < 1:
             raise ValueError(f"ring_layout: seq_len {seq_len} and ranks {ranks} must be >= 1")
-        rows, chunk, _ = _mpi.ring_layout(int(seq_len), int(ranks), zig, bool(deterministic), 0)
+        if _mpi_module is not None:
+            rows, chunk, _ = _mpi.ring_layout(int(seq_len), int(ranks), zig, bool(deterministic), 0)
+        else:  # the same formula, for torch.distributed users
+            rows, chunk, _ = _python_layout(int(seq_len), int(ranks), zig, bool(deterministic), 0)
         self.seq_len, self.ranks, self.layout = int(seq_len), int(ranks), layout
         self.deterministic, self.rows, self.chunk = bool(deterministic), rows, chunk
 
     def positions(self, rank: int) -> np.ndarray:
         """The global position of each of rank's rows (int64, ``rows`` of them;
         those >= seq_len are padding)."""
+        if _mpi_module is None:
+            zig = self.layout == "zigzag"
+            return _python_layout(self.seq_len, self.ranks, zig, self.deterministic, rank)[2]
         _, _, pos = _mpi.ring_layout(
             self.seq_len, self.ranks, self.layout == "zigzag", self.deterministic, int(rank)
         )
@@ -147,8 +183,10 @@ def ring_attention(
     precise: bool = False,
     return_lse: bool = False,
     out: Any = None,
+    group: Any = None,
 ) -> Any:
-    """Ring attention (sequence parallelism) over an mpi4py communicator.
+    """Ring attention (sequence parallelism) over an mpi4py communicator, or
+    over a torch.distributed process group (``comm=None, group=pg``).
 
     Collective: every rank passes the queries, keys and values of its own
     positions, ``ring_layout(seq_len, comm.Get_size(), layout=layout,
@@ -182,6 +220,13 @@ def ring_attention(
     return_lse : bool
     out : array [..., Hq, rows, Ev], float32, optional
 
+    group : torch.distributed process group, optional
+        With ``comm=None``: the ring over torch.distributed point-to-point
+        sends (gloo on CPU), no mpi4py or MPI build needed; float32 torch
+        tensors [B, H, rows, E]; forward and backward (autograd); the parts
+        merged in float64 and rounded once; not ``deterministic``,
+        ``precise`` or ``out=``.
+
     On torch tensors that require grad (query, key, value, sinks) the call
     is a ``torch.autograd.Function`` whose backward is
     :func:`ring_attention_backward` (collective: every rank runs its
@@ -196,6 +241,34 @@ def ring_attention(
     +0 with lse -inf. Special values as in one process.
     """
     fn = "ring_attention"
+    if group is not None:
+        if comm is not None:
+            raise ValueError(f"{fn}: pass comm (mpi4py) or group (torch.distributed), not both")
+        _layout_name(fn, layout)
+        if deterministic or precise or out is not None:
+            raise NotImplementedError(
+                f"{fn}: with group=, deterministic, precise and out= are not offered "
+                f"(the mpi4py ring has them)"
+            )
+        from . import _gloo_ring
+
+        return _gloo_ring.ring_attention(
+            fn,
+            group,
+            query,
+            key,
+            value,
+            attn_mask,
+            bias,
+            seq_len,
+            layout,
+            scale,
+            causal,
+            window,
+            softcap,
+            sinks,
+            return_lse,
+        )
     h = _handle(fn, comm)
     zig = _layout_name(fn, layout)
     try:

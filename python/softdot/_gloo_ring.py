@@ -1,0 +1,364 @@
+"""Ring attention over a torch.distributed process group (gloo, or any
+backend with point-to-point send and receive of CPU tensors), forward and
+backward, for PyTorch users without mpi4py: softdot.distributed.ring_attention
+(..., group=pg). The layout is the MPI ring's (zigzag or contiguous chunks);
+each step runs softdot's attention (forward: its output and lse; backward:
+attention_backward with the whole sequence's out and lse) on the query chunks
+against the visiting key chunk, with global positions, and the K/V shard
+moves to the next rank (isend / irecv posted before the compute). The parts
+merge in float64 (forward: the lse-weighted rule of attention_merge; backward:
+the float32 gradients of each step summed in float64), and each result is
+rounded once to float32 at the end: within attention()'s bound plus one float
+rounding per step. Not deterministic across group sizes (the MPI ring's
+deterministic mode is not offered here)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from . import _request as R
+from . import _softdot as _core
+
+
+def chunks(seq_len: int, ranks: int, layout: str, rank: int) -> Tuple[int, List[Tuple[int, int]]]:
+    """(rows per rank, [(first local row, first global position)] of the
+    rank's chunks): the MPI ring's layout (mpi.h, ring_layout) without its
+    deterministic rounding."""
+    per = 2 if layout == "zigzag" else 1
+    chunk = max(1, -(-seq_len // (ranks * per)))
+    if layout == "zigzag":
+        return 2 * chunk, [(0, rank * chunk), (chunk, (2 * ranks - 1 - rank) * chunk)]
+    return chunk, [(0, rank * chunk)]
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().numpy()
+
+
+class _Ring:
+    """One call's fixed pieces: the group, the layout, the options."""
+
+    def __init__(self, fn: str, group: Any, seq_len: int, layout: str, spec: Dict[str, Any]):
+        self.fn, self.group, self.n, self.layout = fn, group, seq_len, layout
+        self.P = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        self.rows, self.mine = chunks(seq_len, self.P, layout, self.rank)
+        self.chunk = self.rows // len(self.mine)
+        self.spec = spec
+
+    def pieces(self, owner: int) -> List[Tuple[int, int, int]]:
+        """(first local row, first position, keys) of owner's chunks that hold
+        real positions (< seq_len)."""
+        _, cs = chunks(self.n, self.P, self.layout, owner)
+        out = []
+        for row0, pos0 in cs:
+            keys = min(self.chunk, self.n - pos0)
+            if keys > 0:
+                out.append((row0, pos0, keys))
+        return out
+
+    def options(
+        self, mask4: Any, bias4: Any, q0: int, qn: int, qpos: int, kpos: int, sinks: Any
+    ) -> Dict[str, Any]:
+        s = self.spec
+        o = R.options(
+            self.fn,
+            scale=s["scale"],
+            causal=s["causal"],
+            window=s["window"],
+            softcap=s["softcap"],
+            mask=None if mask4 is None else mask4[:, :, q0 : q0 + qn],
+            bias=None if bias4 is None else bias4[:, :, q0 : q0 + qn],
+            sinks=sinks,
+        )
+        o["q_position"], o["kv_position"] = qpos, kpos
+        return o
+
+    def exchange(self, tensors: List[torch.Tensor]) -> Tuple[List[torch.Tensor], List[Any]]:
+        """Posts the send of tensors to rank + 1 and the receive of their
+        likes from rank - 1; returns (receive buffers, requests)."""
+        nxt, prv = (self.rank + 1) % self.P, (self.rank - 1) % self.P
+        bufs = [torch.empty_like(t) for t in tensors]
+        reqs = []
+        for i, (t, b) in enumerate(zip(tensors, bufs)):
+            # Even ranks send first, odd ranks receive first: no rank waits on
+            # a send its neighbour has not received yet. One tag per tensor.
+            if self.rank % 2 == 0:
+                reqs.append(dist.isend(t, nxt, group=self.group, tag=i))
+                reqs.append(dist.irecv(b, prv, group=self.group, tag=i))
+            else:
+                reqs.append(dist.irecv(b, prv, group=self.group, tag=i))
+                reqs.append(dist.isend(t, nxt, group=self.group, tag=i))
+        return bufs, reqs
+
+
+def _masks(ring: _Ring, q4: torch.Tensor, attn_mask: Any, bias: Any) -> Tuple[Any, Any]:
+    B, H, L, _ = q4.shape
+    lead = (B, H)
+    return R.masks(
+        ring.fn, attn_mask, bias, "torch", lead + (L, ring.n), "batch, heads, rows, seq_len"
+    )
+
+
+def forward(
+    ring: _Ring,
+    q4: torch.Tensor,
+    k4: torch.Tensor,
+    v4: torch.Tensor,
+    attn_mask: Any,
+    bias: Any,
+    sinks: Any,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """out [B, H, rows, Ev] and lse [B, H, rows] (float32)."""
+    B, H, L, _ = q4.shape
+    Ev = v4.shape[-1]
+    mask4, bias4 = _masks(ring, q4, attn_mask, bias)
+    sinks1 = None if sinks is None else np.ascontiguousarray(_np(sinks), dtype=np.float32)
+    m = np.full((B, H, L), -np.inf)
+    lsum = np.zeros((B, H, L))
+    acc = np.zeros((B, H, L, Ev))
+    kv = [k4.contiguous(), v4.contiguous()]
+    qp = ring.pieces(ring.rank)
+    for step in range(ring.P):
+        owner = (ring.rank - step) % ring.P
+        reqs: List[Any] = []
+        nxt = None
+        if step + 1 < ring.P:
+            nxt, reqs = ring.exchange(kv)
+        for q0, qpos, qn in qp:
+            for ki, (k0, kpos, kn) in enumerate(ring.pieces(owner)):
+                first = step == 0 and ki == 0
+                o = ring.options(mask4, bias4, q0, qn, qpos, kpos, sinks1 if first else None)
+                kvd = {
+                    "format": R.KV_F32,
+                    "k": _np(kv[0][:, :, k0 : k0 + kn]),
+                    "v": _np(kv[1][:, :, k0 : k0 + kn]),
+                }
+                out = np.empty((B, H, qn, Ev), np.float32)
+                lse = np.empty((B, H, qn), np.float32)
+                _core.attention_request(
+                    ring.fn,
+                    _np(q4[:, :, q0 : q0 + qn]),
+                    R.KV_F32,
+                    kvd,
+                    "output",
+                    out,
+                    R.KV_F32,
+                    lse.reshape(-1),
+                    o,
+                )
+                _merge(
+                    m[:, :, q0 : q0 + qn],
+                    lsum[:, :, q0 : q0 + qn],
+                    acc[:, :, q0 : q0 + qn],
+                    out,
+                    lse,
+                )
+        for r in reqs:
+            r.wait()
+        if nxt is not None:
+            kv = nxt
+    with np.errstate(invalid="ignore", divide="ignore"):
+        empty = lsum == 0
+        res = np.where(empty[..., None], 0.0, acc / np.where(empty, 1.0, lsum)[..., None])
+        lse_all = np.where(empty, m, m + np.log(np.where(empty, 1.0, lsum)))
+    return torch.from_numpy(res.astype(np.float32)), torch.from_numpy(lse_all.astype(np.float32))
+
+
+def _merge(
+    m: np.ndarray, lsum: np.ndarray, acc: np.ndarray, out: np.ndarray, lse: np.ndarray
+) -> None:
+    """The part (out, lse) merged into the running (m, sum, acc) in float64,
+    in place: attention_merge's rule, unrounded."""
+    x = lse.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        m_new = np.maximum(m, x)
+        safe = np.where(np.isfinite(m_new), m_new, 0.0)
+        a_old = np.where(
+            m == -np.inf, 0.0, np.where(m_new == np.inf, (m == np.inf) * 1.0, np.exp(m - safe))
+        )
+        a_new = np.where(
+            x == -np.inf, 0.0, np.where(m_new == np.inf, (x == np.inf) * 1.0, np.exp(x - safe))
+        )
+        nan = np.isnan(x) | np.isnan(m)
+        a_old = np.where(nan, np.nan, a_old)
+    acc *= a_old[..., None]
+    acc += a_new[..., None] * out
+    lsum *= a_old
+    lsum += a_new
+    m[...] = np.where(nan, np.nan, m_new)
+
+
+def backward(
+    ring: _Ring,
+    q4: torch.Tensor,
+    k4: torch.Tensor,
+    v4: torch.Tensor,
+    out4: torch.Tensor,
+    lse: torch.Tensor,
+    dout4: torch.Tensor,
+    dlse: Optional[torch.Tensor],
+    attn_mask: Any,
+    bias: Any,
+    sinks: Any,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    B, H, L, E = q4.shape
+    Hk, Ev = k4.shape[1], v4.shape[-1]
+    mask4, bias4 = _masks(ring, q4, attn_mask, bias)
+    sinks1 = None if sinks is None else np.ascontiguousarray(_np(sinks), dtype=np.float32)
+    dq = np.zeros((B, H, L, E))
+    ds = np.zeros(H) if sinks1 is not None else None
+    # The visiting shard and its gradients' float64 sums travel together.
+    travel = [
+        k4.contiguous(),
+        v4.contiguous(),
+        torch.zeros(B, Hk, L, E, dtype=torch.float64),
+        torch.zeros(B, Hk, L, Ev, dtype=torch.float64),
+    ]
+    qp = ring.pieces(ring.rank)
+    lse_n, out_n, dout_n = _np(lse), _np(out4), _np(dout4)
+    dlse_n = None if dlse is None else np.ascontiguousarray(_np(dlse), dtype=np.float32)
+    for step in range(ring.P):
+        owner = (ring.rank - step) % ring.P
+        dk_acc, dv_acc = _np(travel[2]), _np(travel[3])
+        for q0, qpos, qn in qp:
+            for ki, (k0, kpos, kn) in enumerate(ring.pieces(owner)):
+                first = step == 0 and ki == 0
+                o = ring.options(mask4, bias4, q0, qn, qpos, kpos, sinks1 if first else None)
+                gq = np.empty((B, H, qn, E), np.float32)
+                gk = np.empty((B, Hk, kn, E), np.float32)
+                gv = np.empty((B, Hk, kn, Ev), np.float32)
+                gs = np.empty(H, np.float32) if first and sinks1 is not None else None
+                sl = np.s_[:, :, q0 : q0 + qn]
+                _core.attention_backward(
+                    ring.fn,
+                    _np(q4[sl]),
+                    _np(travel[0][:, :, k0 : k0 + kn]),
+                    _np(travel[1][:, :, k0 : k0 + kn]),
+                    np.ascontiguousarray(out_n[sl]),
+                    np.ascontiguousarray(lse_n[sl]).reshape(-1),
+                    np.ascontiguousarray(dout_n[sl]),
+                    gq,
+                    gk,
+                    gv,
+                    None,
+                    gs,
+                    None if dlse_n is None else np.ascontiguousarray(dlse_n[sl]).reshape(-1),
+                    o,
+                )
+                dq[sl] += gq
+                dk_acc[:, :, k0 : k0 + kn] += gk
+                dv_acc[:, :, k0 : k0 + kn] += gv
+                if gs is not None and ds is not None:
+                    ds += gs
+        # Pass the shard and its sums on; after P steps they are home.
+        nxt, reqs = ring.exchange(travel)
+        for r in reqs:
+            r.wait()
+        travel = nxt
+    dsinks = None
+    if ds is not None:
+        t = torch.from_numpy(ds)
+        dist.all_reduce(t, group=ring.group)
+        dsinks = t.float()
+    return (
+        torch.from_numpy(dq.astype(np.float32)),
+        travel[2].float(),
+        travel[3].float(),
+        dsinks,
+    )
+
+
+class RingFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, q: Any, k: Any, v: Any, sinks: Any, ring: Any, masks: Any) -> Any:  # type: ignore[override]
+        q4, k4, v4 = (t.detach() for t in (q, k, v))
+        out, lse = forward(
+            ring, q4, k4, v4, masks[0], masks[1], None if sinks is None else sinks.detach()
+        )
+        ctx.save_for_backward(q4, k4, v4, out, lse, sinks)
+        ctx.ring, ctx.masks = ring, masks
+        return out, lse
+
+    @staticmethod
+    def backward(ctx: Any, dout: Any, dlse: Any) -> Any:  # type: ignore[override]
+        q4, k4, v4, out, lse, sinks = ctx.saved_tensors
+        if dout is None:
+            dout = torch.zeros_like(out)
+        dq, dk, dv, ds = backward(
+            ctx.ring,
+            q4,
+            k4,
+            v4,
+            out,
+            lse,
+            dout.contiguous().float(),
+            dlse,
+            ctx.masks[0],
+            ctx.masks[1],
+            None if sinks is None else sinks.detach(),
+        )
+        return dq, dk, dv, ds, None, None
+
+
+def ring_attention(
+    fn: str,
+    group: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attn_mask: Any,
+    bias: Any,
+    seq_len: int,
+    layout: str,
+    scale: Any,
+    causal: bool,
+    window: Any,
+    softcap: float,
+    sinks: Any,
+    return_lse: bool,
+) -> Any:
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.dim() != 4:
+            raise TypeError(
+                f"{fn}: with group=, {name} must be a float32 torch tensor [B, H, rows, E]"
+            )
+    for name, t in (("attn_mask", attn_mask), ("bias", bias)):
+        if getattr(t, "requires_grad", False):
+            raise NotImplementedError(
+                f"{fn}: {name} requires grad; the ring gives no gradient for it"
+            )
+    if not dist.is_initialized():
+        raise RuntimeError(f"{fn}: torch.distributed is not initialized (init_process_group first)")
+    spec = {"scale": scale, "causal": causal, "window": window, "softcap": softcap}
+    ring = _Ring(fn, group, int(seq_len), layout, spec)
+    if query.shape[2] != ring.rows or key.shape[2] != ring.rows or value.shape[2] != ring.rows:
+        raise ValueError(
+            f"{fn}: query {tuple(query.shape)}, key {tuple(key.shape)}, "
+            f"value {tuple(value.shape)}: every rank holds {ring.rows} rows (seq_len {seq_len} over {ring.P} ranks, {layout})"
+        )
+    if sinks is not None and not isinstance(sinks, torch.Tensor):
+        sinks = torch.as_tensor(np.asarray(sinks, dtype=np.float32))
+    masks = (
+        None
+        if attn_mask is None
+        else (attn_mask.detach() if isinstance(attn_mask, torch.Tensor) else attn_mask),
+        None if bias is None else (bias.detach() if isinstance(bias, torch.Tensor) else bias),
+    )
+    grad = torch.is_grad_enabled() and any(
+        getattr(t, "requires_grad", False) for t in (query, key, value, sinks)
+    )
+    if grad:
+        out, lse = RingFunction.apply(query, key, value, sinks, ring, masks)
+    else:
+        out, lse = forward(
+            ring, query.detach(), key.detach(), value.detach(), masks[0], masks[1], sinks
+        )
+    return (out, lse) if return_lse else out
+
+
+__all__ = ["ring_attention", "chunks"]
