@@ -41,7 +41,7 @@ class _Attention(torch.autograd.Function):
     arguments (name, bool mask, options keywords)."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         q: torch.Tensor,
         k: torch.Tensor,
@@ -79,7 +79,7 @@ class _Attention(torch.autograd.Function):
         return out, lse
 
     @staticmethod
-    def backward(  # type: ignore[override]
+    def backward(
         ctx: Any, dout: Optional[torch.Tensor], dlse: Optional[torch.Tensor]
     ) -> Tuple[Optional[torch.Tensor], ...]:
         q, k, v, out, lse, bias, sinks = ctx.saved_tensors

@@ -275,7 +275,7 @@ def backward(
 
 class RingFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, q: Any, k: Any, v: Any, sinks: Any, ring: Any, masks: Any) -> Any:  # type: ignore[override]
+    def forward(ctx: Any, q: Any, k: Any, v: Any, sinks: Any, ring: Any, masks: Any) -> Any:
         q4, k4, v4 = (t.detach() for t in (q, k, v))
         out, lse = forward(
             ring, q4, k4, v4, masks[0], masks[1], None if sinks is None else sinks.detach()
@@ -285,7 +285,7 @@ class RingFunction(torch.autograd.Function):
         return out, lse
 
     @staticmethod
-    def backward(ctx: Any, dout: Any, dlse: Any) -> Any:  # type: ignore[override]
+    def backward(ctx: Any, dout: Any, dlse: Any) -> Any:
         q4, k4, v4, out, lse, sinks = ctx.saved_tensors
         if dout is None:
             dout = torch.zeros_like(out)
@@ -339,7 +339,8 @@ def ring_attention(
     if query.shape[2] != ring.rows or key.shape[2] != ring.rows or value.shape[2] != ring.rows:
         raise ValueError(
             f"{fn}: query {tuple(query.shape)}, key {tuple(key.shape)}, "
-            f"value {tuple(value.shape)}: every rank holds {ring.rows} rows (seq_len {seq_len} over {ring.P} ranks, {layout})"
+            f"value {tuple(value.shape)}: every rank holds {ring.rows} rows "
+            f"(seq_len {seq_len} over {ring.P} ranks, {layout})"
         )
     if sinks is not None and not isinstance(sinks, torch.Tensor):
         sinks = torch.as_tensor(np.asarray(sinks, dtype=np.float32))

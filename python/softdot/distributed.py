@@ -365,8 +365,9 @@ def _ring_function() -> Any:
     if _RING_FUNCTION is not None:
         return _RING_FUNCTION
     torch = A.torch_module()
+    function: Any = torch.autograd.Function
 
-    class RingAttention(torch.autograd.Function):
+    class RingAttention(function):
         @staticmethod
         def forward(ctx: Any, q: Any, k: Any, v: Any, sinks: Any, spec: Any) -> Any:
             kw = dict(spec)
