@@ -50,26 +50,6 @@ namespace {
 
 using namespace detail::attn;
 
-// [first, last) bytes a view spans (empty when it holds no element).
-struct Span {
-  std::uintptr_t lo = 0, hi = 0;
-};
-
-template <class T>
-Span bytes_of(const TensorView<T>& t) {
-  Span s;
-  if (t.data == nullptr || t.batch == 0 || t.heads == 0 || t.rows == 0 ||
-      t.cols == 0) {
-    return s;
-  }
-  const std::size_t last = (t.batch - 1) * t.batch_stride +
-                           (t.heads - 1) * t.head_stride +
-                           (t.rows - 1) * t.row_stride + t.cols;
-  s.lo = reinterpret_cast<std::uintptr_t>(t.data);
-  s.hi = s.lo + last * sizeof(T);
-  return s;
-}
-
 template <class T>
 void check_dims(const char* fn, const char* name, const TensorView<T>& t,
                 const char* like, std::size_t b, std::size_t h, std::size_t r,
@@ -87,6 +67,31 @@ void zero_view(const TensorView<float>& t) {
     for (std::size_t h = 0; h < t.heads; ++h) {
       for (std::size_t r = 0; r < t.rows; ++r) {
         std::fill_n(t.row(b, h, r), t.cols, 0.0f);
+      }
+    }
+  }
+}
+
+// Each element of t, in dense (b, h, r, c) order in x, set to f x[i]
+// rounded once to T (float, bfloat16 or float16).
+template <class T>
+void round_sums_into(const TensorView<T>& t, const std::vector<double>& x,
+                     double f) {
+  std::size_t at = 0;
+  for (std::size_t b = 0; b < t.batch; ++b) {
+    for (std::size_t h = 0; h < t.heads; ++h) {
+      for (std::size_t r = 0; r < t.rows; ++r) {
+        T* o = t.row(b, h, r);
+        for (std::size_t c = 0; c < t.cols; ++c) {
+          const double y = f * x[at++];
+          if constexpr (std::is_same_v<T, BFloat16>) {
+            o[c] = to_bfloat16(y);
+          } else if constexpr (std::is_same_v<T, Float16>) {
+            o[c] = to_float16(y);
+          } else {
+            o[c] = static_cast<float>(y);
+          }
+        }
       }
     }
   }
@@ -117,13 +122,16 @@ void pause_briefly(unsigned spins) {
 
 // attention_backward() (part null: the gradients rounded into grads) and
 // attention_backward_partial() (the unrounded sums added into *part).
-void run_backward(const char* kFn, TensorView<const float> q,
-                  TensorView<const float> k, TensorView<const float> v,
-                  TensorView<const float> out, const float* lse,
-                  TensorView<const float> dout, const float* dlse,
-                  const AttentionGradients& grads,
-                  AttentionGradientPartial* part,
-                  const AttentionOptions& options) {
+// Returns the plan's float scale (AttentionPlan::scale()). whole_dbias: a
+// partial call still sets every column of dbias (the 16-bit overloads, whose
+// partial is the whole call), not only its key range's.
+float run_backward(const char* kFn, TensorView<const float> q,
+                   TensorView<const float> k, TensorView<const float> v,
+                   TensorView<const float> out, const float* lse,
+                   TensorView<const float> dout, const float* dlse,
+                   const AttentionGradients& grads,
+                   AttentionGradientPartial* part,
+                   const AttentionOptions& options, bool whole_dbias = false) {
   // q, k, v, out and the options: the forward's checks and plan.
   AttentionRequest req;
   req.name = kFn;
@@ -179,51 +187,20 @@ void run_backward(const char* kFn, TensorView<const float> q,
                   " floats; expected one per query head (" + count(H) + ")");
   }
   // No gradient may overlap an input or another gradient.
-  {
-    struct Named {
-      const char* name;
-      std::uintptr_t lo, hi;
-    };
-    auto named = [](const char* name, const auto& t) {
-      const auto s = bytes_of(t);
-      return Named{name, s.lo, s.hi};
-    };
-    std::vector<Named> ins = {named("q", q), named("k", k), named("v", v),
-                              named("out", out), named("dout", dout)};
-    if (!options.mask.empty()) ins.push_back(named("mask", options.mask));
-    if (!options.bias.empty()) ins.push_back(named("bias", options.bias));
-    const std::size_t rows = B * H * n_q;
-    auto raw = [](const char* name, const void* p0, std::size_t bytes) {
-      const auto lo = reinterpret_cast<std::uintptr_t>(p0);
-      return Named{name, lo, p0 == nullptr ? lo : lo + bytes};
-    };
-    ins.push_back(raw("lse", lse, rows * sizeof(float)));
-    if (dlse != nullptr) ins.push_back(raw("dlse", dlse, rows * sizeof(float)));
-    std::vector<Named> outs = {named("dq", grads.dq), named("dk", grads.dk),
-                               named("dv", grads.dv)};
-    if (want_dbias) outs.push_back(named("dbias", grads.dbias));
-    if (want_dsinks) {
-      outs.push_back(raw("dsinks", grads.dsinks.data(),
-                         grads.dsinks.size() * sizeof(float)));
-      ins.push_back(raw("sinks", options.sinks.data(),
-                        options.sinks.size() * sizeof(float)));
-    }
-    auto meet = [](const Named& a, const Named& b) {
-      return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi;
-    };
-    for (std::size_t i = 0; i < outs.size(); ++i) {
-      for (const Named& in : ins) {
-        if (meet(outs[i], in)) {
-          fail(kFn, std::string(outs[i].name) + " overlaps " + in.name);
-        }
-      }
-      for (std::size_t j = 0; j < i; ++j) {
-        if (meet(outs[i], outs[j])) {
-          fail(kFn, std::string(outs[i].name) + " overlaps " + outs[j].name);
-        }
-      }
-    }
-  }
+  const std::size_t rows = B * H * n_q;
+  const std::string clash = first_overlap(
+      {named_span("dq", grads.dq), named_span("dk", grads.dk),
+       named_span("dv", grads.dv), named_span("dbias", grads.dbias),
+       named_span("dsinks", grads.dsinks.data(),
+                  grads.dsinks.size() * sizeof(float))},
+      {named_span("q", q), named_span("k", k), named_span("v", v),
+       named_span("out", out), named_span("dout", dout),
+       named_span("mask", options.mask), named_span("bias", options.bias),
+       named_span("lse", lse, rows * sizeof(float)),
+       named_span("dlse", dlse, rows * sizeof(float)),
+       named_span("sinks", options.sinks.data(),
+                  options.sinks.size() * sizeof(float))});
+  if (!clash.empty()) fail(kFn, clash);
 
   // Everything is checked: from here on nothing throws.
   if (part == nullptr) {
@@ -231,8 +208,9 @@ void run_backward(const char* kFn, TensorView<const float> q,
     zero_view(grads.dk);
     zero_view(grads.dv);
   }
-  if (want_dbias && part == nullptr) zero_view(grads.dbias);
-  if (want_dbias && part != nullptr) {
+  const bool dbias_cols = part != nullptr && !whole_dbias;
+  if (want_dbias && !dbias_cols) zero_view(grads.dbias);
+  if (want_dbias && dbias_cols) {
     // The call's key columns (the rest is left as it is, for the other
     // parts of a ring).
     TensorView<float> cols = grads.dbias;
@@ -297,7 +275,7 @@ void run_backward(const char* kFn, TensorView<const float> q,
       grads.dsinks[h] = static_cast<float>(s);
     }
   }
-  if (key_blocks == 0 || rows_total == 0) return;
+  if (key_blocks == 0 || rows_total == 0) return p.scale;
 
   std::vector<float> delta_f(rows_total);
   for (std::size_t r = 0; r < rows_total; ++r) {
@@ -583,7 +561,7 @@ void run_backward(const char* kFn, TensorView<const float> q,
       for (std::size_t c = 0; c < d; ++c)
         part->dq[r * d + c] = acc_at(b, h, i, c);
     }
-    return;
+    return p.scale;
   }
   detail::for_each_index(
       rows_total, parallel && rows_total >= 64, [&](std::size_t r) {
@@ -595,6 +573,7 @@ void run_backward(const char* kFn, TensorView<const float> q,
           o[c] = static_cast<float>(scale * acc_at(b, h, i, c));
         }
       });
+  return p.scale;
 }
 
 }  // namespace
@@ -649,23 +628,9 @@ void attention_backward_finalize(const AttentionGradientPartial& partial,
     check_dims(fn, "dv", dv, "the partial's dv", a.batch, a.kv_heads, a.keys,
                a.dv);
   const double sc = static_cast<double>(scale);
-  auto round_into = [](const TensorView<float>& t, const std::vector<double>& x,
-                       double f) {
-    std::size_t at = 0;
-    for (std::size_t b = 0; b < t.batch; ++b) {
-      for (std::size_t h = 0; h < t.heads; ++h) {
-        for (std::size_t r = 0; r < t.rows; ++r) {
-          float* o = t.row(b, h, r);
-          for (std::size_t c = 0; c < t.cols; ++c) {
-            o[c] = static_cast<float>(f * x[at++]);
-          }
-        }
-      }
-    }
-  };
-  if (!dq.empty()) round_into(dq, a.dq, sc);
-  if (!dk.empty()) round_into(dk, a.dk, sc);
-  if (!dv.empty()) round_into(dv, a.dv_sum, 1.0);
+  if (!dq.empty()) round_sums_into(dq, a.dq, sc);
+  if (!dk.empty()) round_sums_into(dk, a.dk, sc);
+  if (!dv.empty()) round_sums_into(dv, a.dv_sum, 1.0);
 }
 
 namespace {
@@ -714,39 +679,14 @@ void backward16(TensorView<const T> q, TensorView<const T> k,
   AttentionGradients extras;
   extras.dbias = grads.dbias;
   extras.dsinks = grads.dsinks;
-  if (!grads.dbias.empty()) {
-    check_tensor(fn, "dbias", grads.dbias);
-    zero_view(grads.dbias);  // the partial writes its key range only
-  }
-  run_backward(fn, dense(qf, q), dense(kf, k), dense(vf, v), out, lse,
-               dense(gf, dout), dlse, extras, &part, options);
-  // The scale as the forward rounds it (AttentionPlan::scale()).
-  const double scale = static_cast<double>(
-      std::isnan(options.scale)
-          ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(q.cols)))
-          : static_cast<float>(options.scale));
-  auto round_into = [](const TensorView<T>& t, const std::vector<double>& x,
-                       double f) {
-    std::size_t at = 0;
-    for (std::size_t b = 0; b < t.batch; ++b) {
-      for (std::size_t h = 0; h < t.heads; ++h) {
-        for (std::size_t r = 0; r < t.rows; ++r) {
-          T* o = t.row(b, h, r);
-          for (std::size_t c = 0; c < t.cols; ++c) {
-            const double y = f * x[at++];
-            if constexpr (std::is_same_v<T, BFloat16>) {
-              o[c] = to_bfloat16(y);
-            } else {
-              o[c] = to_float16(y);
-            }
-          }
-        }
-      }
-    }
-  };
-  round_into(grads.dq, part.dq, scale);
-  round_into(grads.dk, part.dk, scale);
-  round_into(grads.dv, part.dv_sum, 1.0);
+  const double scale =
+      run_backward(fn, dense(qf, q), dense(kf, k), dense(vf, v), out, lse,
+                   dense(gf, dout), dlse, extras, &part, options,
+                   /*whole_dbias=*/true);
+
+  round_sums_into(grads.dq, part.dq, scale);
+  round_sums_into(grads.dk, part.dk, scale);
+  round_sums_into(grads.dv, part.dv_sum, 1.0);
 }
 
 }  // namespace

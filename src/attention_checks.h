@@ -12,6 +12,7 @@
 #include <string>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
 #include "check.h"
 #include "kernels/attention_args.h"
@@ -86,6 +87,58 @@ void check_query_and_output(const char* fn, const QueryTensor& q,
     std::visit([&](const auto& t) { check_tensor(fn, out_name, t); },
                out.variant());
   }
+}
+
+// The bytes a view (or a raw array) spans, named for the messages: the
+// overlap check of the gradients of attention_backward() and
+// softdot::mpi::ring_attention_backward(). A view without elements (or a
+// null array) spans nothing.
+struct NamedSpan {
+  const char* name = "";
+  std::uintptr_t lo = 0, hi = 0;
+};
+
+template <class T>
+NamedSpan named_span(const char* name, const TensorView<T>& t) {
+  NamedSpan s{name};
+  if (t.data == nullptr || t.batch == 0 || t.heads == 0 || t.rows == 0 ||
+      t.cols == 0) {
+    return s;
+  }
+  const std::size_t last = (t.batch - 1) * t.batch_stride +
+                           (t.heads - 1) * t.head_stride +
+                           (t.rows - 1) * t.row_stride + t.cols;
+  s.lo = reinterpret_cast<std::uintptr_t>(t.data);
+  s.hi = s.lo + last * sizeof(T);
+  return s;
+}
+
+inline NamedSpan named_span(const char* name, const void* p,
+                            std::size_t bytes) {
+  const auto lo = reinterpret_cast<std::uintptr_t>(p);
+  return NamedSpan{name, lo, p == nullptr ? lo : lo + bytes};
+}
+
+// "" when no output overlaps an input or an output before it; else
+// "<output> overlaps <other>" for the first such pair.
+inline std::string first_overlap(const std::vector<NamedSpan>& outs,
+                                 const std::vector<NamedSpan>& ins) {
+  auto meet = [](const NamedSpan& x, const NamedSpan& y) {
+    return x.lo < x.hi && y.lo < y.hi && x.lo < y.hi && y.lo < x.hi;
+  };
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    for (const NamedSpan& in : ins) {
+      if (meet(outs[i], in)) {
+        return std::string(outs[i].name) + " overlaps " + in.name;
+      }
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (meet(outs[i], outs[j])) {
+        return std::string(outs[i].name) + " overlaps " + outs[j].name;
+      }
+    }
+  }
+  return {};
 }
 
 template <class KT>

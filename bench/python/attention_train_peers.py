@@ -6,6 +6,8 @@ side by side in one process per thread count; and the gradients' accuracy.
     python bench/python/attention_train_peers.py --accuracy
     python bench/python/attention_train_peers.py --memory
     python bench/python/attention_train_peers.py --full      # n = 8192 and B4 H32 too
+    SOFTDOT_BENCH_TARGET=AVX2 python bench/python/attention_train_peers.py --filter B1
+        (softdot's AVX2 code on an AVX-512 machine; --accuracy honours it too)
 
 Speed: for each case (batch B, query heads H on Hkv KV heads, n = L = S, head
 dimension d, causal or not) the time of ``out = attn(q, k, v); out.backward(do)``
@@ -94,6 +96,8 @@ def speed(threads: int, filt: str, full: bool) -> List[Dict[str, Any]]:
 
     import softdot
 
+    if os.environ.get("SOFTDOT_BENCH_TARGET"):  # e.g. AVX2 on an AVX-512 machine
+        softdot.force_simd_target(os.environ["SOFTDOT_BENCH_TARGET"])
     torch.set_num_threads(threads)
     a = torch.randn(2048, 2048)
     mm = best(lambda: torch.mm(a, a), 5)
@@ -150,6 +154,8 @@ def accuracy() -> List[Dict[str, Any]]:
 
     import softdot
 
+    if os.environ.get("SOFTDOT_BENCH_TARGET"):
+        softdot.force_simd_target(os.environ["SOFTDOT_BENCH_TARGET"])
     rows = []
     print(f"{'case':40} {'grad':5} {'softdot':>9} {'torch':>9} {'ratio':>6}")
     for dtype in (torch.float32, torch.bfloat16):
@@ -279,6 +285,8 @@ def main() -> None:
     else:
         import softdot
 
+        if os.environ.get("SOFTDOT_BENCH_TARGET"):
+            softdot.force_simd_target(os.environ["SOFTDOT_BENCH_TARGET"])
         print(f"# softdot target {softdot.simd_target()}")
         result["speed"] = []
         for t in [int(x) for x in args.threads.split(",")]:

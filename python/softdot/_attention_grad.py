@@ -18,12 +18,6 @@ from . import _softdot as _core
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
-def _f32(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    if t is None:
-        return None
-    return (t if t.dtype == torch.float32 else t.float()).contiguous()
-
-
 def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().numpy()
 
@@ -86,127 +80,56 @@ class _Attention(torch.autograd.Function):
         spec = ctx.spec
         fn = spec["fn"]
         need_q, need_k, need_v, need_b, need_s = ctx.needs_input_grad[:5]
-        if q.dtype == torch.float64:
-            return _backward_f64(ctx, q, k, v, out, lse, bias, sinks, dout, dlse)
-        # The float32 backward (16-bit inputs are widened exactly; their
-        # gradients are rounded to their dtype from float32).
-        q32, k32, v32, o32 = _f32(q), _f32(k), _f32(v), _f32(out)
-        assert q32 is not None and k32 is not None and v32 is not None and o32 is not None
+        # float64 runs softdot's double backward; float32 and the 16-bit
+        # formats (widened exactly) the float32 one, whose gradients are
+        # rounded to the inputs' dtype.
+        wide = torch.float64 if q.dtype == torch.float64 else torch.float32
+        call = _core.attention_backward_f64 if wide == torch.float64 else _core.attention_backward
         if dout is None:
-            dout = torch.zeros_like(o32)
-        g32 = _f32(dout)
-        assert g32 is not None
-        q4, k4, v4, o4, g4 = (_4d(t) for t in (q32, k32, v32, o32, g32))
-        dq = torch.empty_like(q4)
-        dk = torch.empty_like(k4)
-        dv = torch.empty_like(v4)
+            dout = torch.zeros_like(out)
+
+        def work(t: torch.Tensor) -> torch.Tensor:
+            return t.detach().to(wide).contiguous()
+
+        q4, k4, v4, o4, g4 = (_4d(work(t)) for t in (q, k, v, out, dout))
+        dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
         B, H, L, _ = q4.shape
         S = k4.shape[2]
-        kind = "torch"
         full = tuple(q.shape[:-2]) + (L, S)
         bias_d = None if bias is None else bias.detach()
         sinks_d = None if sinks is None else sinks.detach()
-        mask4, bias4 = R.masks(fn, spec["mask"], bias_d, kind, full, "query's batch axes, L, S")
-        sinks1 = R.sinks_array(fn, sinks_d, kind)
+        mask4, bias4 = R.masks(fn, spec["mask"], bias_d, "torch", full, "query's batch axes, L, S")
         opts = dict(spec["opts"])
         slopes = opts.pop("alibi_slopes", None)
         if slopes is not None:
-            opts["alibi_slopes"] = R.sinks_array(fn, slopes, kind, "alibi_slopes", "slope")
-        o = R.options(fn, mask=mask4, bias=bias4, sinks=sinks1, **opts)
-        dbias = torch.empty((B, H, L, S), dtype=torch.float32) if need_b else None
-        dsinks = torch.empty(H, dtype=torch.float32) if need_s and sinks is not None else None
-        dl = None
-        if dlse is not None:
-            dl = _np(dlse.float().contiguous()).reshape(-1)
-        _core.attention_backward(
+            opts["alibi_slopes"] = R.sinks_array(fn, slopes, "torch", "alibi_slopes", "slope")
+        o = R.options(fn, mask=mask4, bias=bias4, sinks=R.sinks_array(fn, sinks_d, "torch"), **opts)
+        dbias = torch.empty((B, H, L, S), dtype=wide) if need_b else None
+        dsinks = torch.empty(H, dtype=wide) if need_s and sinks is not None else None
+        call(
             fn,
             _np(q4),
             _np(k4),
             _np(v4),
             _np(o4),
-            _np(lse.contiguous()).reshape(-1),
+            _np(work(lse)).reshape(-1),
             _np(g4),
             _np(dq),
             _np(dk),
             _np(dv),
             None if dbias is None else _np(dbias),
             None if dsinks is None else _np(dsinks),
-            dl,
+            None if dlse is None else _np(work(dlse)).reshape(-1),
             o,
         )
-        grads: list = [
+        return (
             dq.reshape(q.shape).to(q.dtype) if need_q else None,
             dk.reshape(k.shape).to(k.dtype) if need_k else None,
             dv.reshape(v.shape).to(v.dtype) if need_v else None,
+            None if dbias is None or bias is None else dbias.reshape(full).to(bias.dtype),
+            None if dsinks is None or sinks is None else dsinks.to(sinks.dtype),
             None,
-            None,
-            None,
-        ]
-        if dbias is not None and bias is not None:
-            grads[3] = dbias.reshape(full).to(bias.dtype)
-        if dsinks is not None and sinks is not None:
-            grads[4] = dsinks.to(sinks.dtype)
-        return tuple(grads)
-
-
-def _backward_f64(
-    ctx: Any,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    out: torch.Tensor,
-    lse: torch.Tensor,
-    bias: Optional[torch.Tensor],
-    sinks: Optional[torch.Tensor],
-    dout: Optional[torch.Tensor],
-    dlse: Optional[torch.Tensor],
-) -> Tuple[Optional[torch.Tensor], ...]:
-    """The float64 backward (softdot::attention_backward in double)."""
-    spec = ctx.spec
-    fn = spec["fn"]
-    need_q, need_k, need_v, need_b, need_s = ctx.needs_input_grad[:5]
-    if dout is None:
-        dout = torch.zeros_like(out)
-    q4, k4, v4, o4, g4 = (_4d(t.detach().contiguous()) for t in (q, k, v, out, dout.double()))
-    dq, dk, dv = torch.empty_like(q4), torch.empty_like(k4), torch.empty_like(v4)
-    B, H, L, _ = q4.shape
-    S = k4.shape[2]
-    full = tuple(q.shape[:-2]) + (L, S)
-    bias_d = None if bias is None else bias.detach()
-    sinks_d = None if sinks is None else sinks.detach()
-    mask4, bias4 = R.masks(fn, spec["mask"], bias_d, "torch", full, "query's batch axes, L, S")
-    opts = dict(spec["opts"])
-    slopes = opts.pop("alibi_slopes", None)
-    if slopes is not None:
-        opts["alibi_slopes"] = R.sinks_array(fn, slopes, "torch", "alibi_slopes", "slope")
-    o = R.options(fn, mask=mask4, bias=bias4, sinks=R.sinks_array(fn, sinks_d, "torch"), **opts)
-    dbias = torch.empty((B, H, L, S), dtype=torch.float64) if need_b else None
-    dsinks = torch.empty(H, dtype=torch.float64) if need_s and sinks is not None else None
-    dl = None if dlse is None else _np(dlse.double().contiguous()).reshape(-1)
-    _core.attention_backward_f64(
-        fn,
-        _np(q4),
-        _np(k4),
-        _np(v4),
-        _np(o4),
-        _np(lse.double().contiguous()).reshape(-1),
-        _np(g4),
-        _np(dq),
-        _np(dk),
-        _np(dv),
-        None if dbias is None else _np(dbias),
-        None if dsinks is None else _np(dsinks),
-        dl,
-        o,
-    )
-    return (
-        dq.reshape(q.shape) if need_q else None,
-        dk.reshape(k.shape) if need_k else None,
-        dv.reshape(v.shape) if need_v else None,
-        None if dbias is None or bias is None else dbias.reshape(full).to(bias.dtype),
-        None if dsinks is None or sinks is None else dsinks.to(sinks.dtype),
-        None,
-    )
+        )
 
 
 def wants_grad(*tensors: Any) -> bool:

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -165,37 +166,49 @@ void write_kv_py(const In& key, const In& value, int in_format,
   });
 }
 
-// attention_backward (attention.h): float32 4-d arrays [B, H, L, E] for
-// query, key, value, out, dout and the gradients dq, dk, dv (dbias
-// [B, H, L, S] or None), lse and dlse (None) flat float32 [B H L], dsinks
-// float32 [H] or None; options as attention_request's dict. name is the
-// Python function the messages name.
+// attention_backward (attention.h) in T = float or double: 4-d arrays
+// [B, H, L, E] for query, key, value, out, dout and the gradients dq, dk,
+// dv (dbias [B, H, L, S] or None), lse and dlse (None) flat [B H L], dsinks
+// [H] or None, all of T's dtype; options as attention_request's dict. name
+// is the Python function the messages name.
+template <class T>
 void backward_py(const std::string& name, const In& q, const In& k, const In& v,
                  const In& out, const In& lse, const In& dout, const Out& dq,
                  const Out& dk, const Out& dv, const std::optional<Out>& dbias,
                  const std::optional<Out>& dsinks,
                  const std::optional<In>& dlse, const nb::dict& options) {
-  auto in4 = [](const char* n, const In& a) {
-    check_dtype(n, a, nb::dtype<float>(), "float32");
-    return view4<const float>(n, a);
+  const char* type = std::is_same_v<T, float> ? "float32" : "float64";
+  auto in4 = [&](const char* n, const In& a) {
+    check_dtype(n, a, nb::dtype<T>(), type);
+    return view4<const T>(n, a);
   };
-  auto out4 = [](const char* n, const Out& a) {
-    check_dtype(n, a, nb::dtype<float>(), "float32");
-    return view4<float>(n, a);
+  auto out4 = [&](const char* n, const Out& a) {
+    check_dtype(n, a, nb::dtype<T>(), type);
+    return view4<T>(n, a);
   };
   const auto qv = in4("query", q), kv = in4("key", k), vv = in4("value", v),
              ov = in4("out", out), gv = in4("dout", dout);
-  const float* l = lse_data("lse", lse, qv);
-  const float* dl = dlse ? lse_data("dlse", *dlse, qv) : nullptr;
-  AttentionGradients g;
+  auto flat = [&](const char* n, const auto& a) {
+    check_dtype(n, a, nb::dtype<T>(), type);
+    if (contiguous_size(n, a) != qv.batch * qv.heads * qv.rows)
+      fail(std::string(n) +
+           " must hold batch x heads x query rows values, C-contiguous");
+    return static_cast<T*>(
+        const_cast<void*>(static_cast<const void*>(a.data())));
+  };
+  const T* l = flat("lse", lse);
+  const T* dl = dlse ? flat("dlse", *dlse) : nullptr;
+  std::conditional_t<std::is_same_v<T, float>, AttentionGradients,
+                     AttentionGradients64>
+      g;
   g.dq = out4("dq", dq);
   g.dk = out4("dk", dk);
   g.dv = out4("dv", dv);
   if (dbias) g.dbias = out4("dbias", *dbias);
-  if (dsinks) {
-    check_dtype("dsinks", *dsinks, nb::dtype<float>(), "float32");
-    g.dsinks = std::span<float>(static_cast<float*>(dsinks->data()),
-                                contiguous_size("dsinks", *dsinks));
+  if (dsinks) {  // its length is the library's check (one per query head)
+    check_dtype("dsinks", *dsinks, nb::dtype<T>(), type);
+    g.dsinks = std::span<T>(static_cast<T*>(dsinks->data()),
+                            contiguous_size("dsinks", *dsinks));
   }
   const AttentionOptions o = options_of(options);
   with_python_messages([&] {
@@ -246,56 +259,6 @@ void attention_f64_py(const std::string& name, const In& q, const In& k,
   });
 }
 
-void backward_f64_py(const std::string& name, const In& q, const In& k,
-                     const In& v, const In& out, const In& lse, const In& dout,
-                     const Out& dq, const Out& dk, const Out& dv,
-                     const std::optional<Out>& dbias,
-                     const std::optional<Out>& dsinks,
-                     const std::optional<In>& dlse, const nb::dict& options) {
-  auto in4 = [](const char* n, const In& a) {
-    check_dtype(n, a, nb::dtype<double>(), "float64");
-    return view4<const double>(n, a);
-  };
-  auto out4 = [](const char* n, const Out& a) {
-    check_dtype(n, a, nb::dtype<double>(), "float64");
-    return view4<double>(n, a);
-  };
-  auto flat = [](const char* n, const auto& a, std::size_t want) {
-    check_dtype(n, a, nb::dtype<double>(), "float64");
-    if (contiguous_size(n, a) != want)
-      fail(std::string(n) + " must hold batch x heads x query rows values");
-    return static_cast<double*>(
-        const_cast<void*>(static_cast<const void*>(a.data())));
-  };
-  const auto qv = in4("query", q), kv = in4("key", k), vv = in4("value", v),
-             ov = in4("out", out), gv = in4("dout", dout);
-  const std::size_t rows = qv.batch * qv.heads * qv.rows;
-  const double* l = flat("lse", lse, rows);
-  const double* dl = dlse ? flat("dlse", *dlse, rows) : nullptr;
-  AttentionGradients64 g;
-  g.dq = out4("dq", dq);
-  g.dk = out4("dk", dk);
-  g.dv = out4("dv", dv);
-  if (dbias) g.dbias = out4("dbias", *dbias);
-  if (dsinks) {
-    check_dtype("dsinks", *dsinks, nb::dtype<double>(), "float64");
-    g.dsinks = std::span<double>(static_cast<double*>(dsinks->data()),
-                                 contiguous_size("dsinks", *dsinks));
-  }
-  const AttentionOptions o = options_of(options);
-  with_python_messages([&] {
-    try {
-      nb::gil_scoped_release release;
-      attention_backward(qv, kv, vv, ov, l, gv, g, o, dl);
-    } catch (const std::invalid_argument& e) {
-      std::string m = e.what();
-      const std::string lib = "softdot::attention_backward";
-      if (m.rfind(lib, 0) == 0) m = "softdot::" + name + m.substr(lib.size());
-      throw std::invalid_argument(m);
-    }
-  });
-}
-
 }  // namespace
 
 void bind_attention(nb::module_& m) {
@@ -307,14 +270,14 @@ void bind_attention(nb::module_& m) {
         "k_pages"_a, "v_pages"_a, "page_format"_a, "k_scales"_a.none(),
         "v_scales"_a.none(), "slot_mapping"_a,
         "New keys and values into their slots of a paged cache.");
-  m.def("attention_backward", &backward_py, "name"_a, "query"_a, "key"_a,
+  m.def("attention_backward", &backward_py<float>, "name"_a, "query"_a, "key"_a,
         "value"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a,
         "dbias"_a.none(), "dsinks"_a.none(), "dlse"_a.none(), "options"_a,
         "The gradients of attention (float32), by recomputation.");
   m.def("attention_f64", &attention_f64_py, "name"_a, "query"_a, "key"_a,
         "value"_a, "out"_a, "lse"_a.none(), "options"_a,
         "Attention on float64 arrays, in double arithmetic.");
-  m.def("attention_backward_f64", &backward_f64_py, "name"_a, "query"_a,
+  m.def("attention_backward_f64", &backward_py<double>, "name"_a, "query"_a,
         "key"_a, "value"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a,
         "dbias"_a.none(), "dsinks"_a.none(), "dlse"_a.none(), "options"_a,
         "The gradients of attention on float64 arrays.");

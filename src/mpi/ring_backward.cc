@@ -58,6 +58,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention_checks.h"
 #include "mpi/comm.h"
 #include "softdot/attention.h"
 #include "softdot/attention_request.h"
@@ -203,30 +204,6 @@ class SumTree {
   std::map<std::pair<int, std::size_t>, Node> nodes_;
 };
 
-// Byte spans of the caller's views, for the overlap check of the outputs.
-struct Span {
-  const char* name;
-  std::uintptr_t lo = 0, hi = 0;
-};
-template <class T>
-Span span_of(const char* name, const TensorView<T>& t) {
-  Span s{name};
-  if (t.data == nullptr || t.batch == 0 || t.heads == 0 || t.rows == 0 ||
-      t.cols == 0) {
-    return s;
-  }
-  const std::size_t last = (t.batch - 1) * t.batch_stride +
-                           (t.heads - 1) * t.head_stride +
-                           (t.rows - 1) * t.row_stride + t.cols;
-  s.lo = reinterpret_cast<std::uintptr_t>(t.data);
-  s.hi = s.lo + last * sizeof(T);
-  return s;
-}
-Span span_of(const char* name, const void* p, std::size_t bytes) {
-  const auto lo = reinterpret_cast<std::uintptr_t>(p);
-  return Span{name, lo, p == nullptr ? lo : lo + bytes};
-}
-
 struct Args {
   TensorView<const float> q, k, v, out, dout;
   const float* lse;
@@ -313,38 +290,20 @@ std::string check_local(const RingLayout& L, int rank, const Args& a,
   if (!e.empty()) return e;
   // No gradient may overlap an input or another gradient.
   {
+    using softdot::detail::attn::named_span;
     const std::size_t rows = q.batch * q.heads * n;
-    std::vector<Span> ins = {
-        span_of("q", q),
-        span_of("k", k),
-        span_of("v", v),
-        span_of("out", a.out),
-        span_of("dout", a.dout),
-        span_of("mask", o.mask),
-        span_of("bias", o.bias),
-        span_of("lse", a.lse, rows * sizeof(float)),
-        span_of("dlse", a.dlse, rows * sizeof(float)),
-        span_of("sinks", o.sinks.data(), o.sinks.size() * sizeof(float))};
-    const std::vector<Span> outs = {
-        span_of("grads.dq", a.g.dq), span_of("grads.dk", a.g.dk),
-        span_of("grads.dv", a.g.dv), span_of("grads.dbias", a.g.dbias),
-        span_of("grads.dsinks", a.g.dsinks.data(),
-                a.g.dsinks.size() * sizeof(float))};
-    auto meet = [](const Span& x, const Span& y) {
-      return x.lo < x.hi && y.lo < y.hi && x.lo < y.hi && y.lo < x.hi;
-    };
-    for (std::size_t i = 0; i < outs.size(); ++i) {
-      for (const Span& in : ins) {
-        if (meet(outs[i], in)) {
-          return fn + ": " + outs[i].name + " overlaps " + in.name;
-        }
-      }
-      for (std::size_t j = 0; j < i; ++j) {
-        if (meet(outs[i], outs[j])) {
-          return fn + ": " + outs[i].name + " overlaps " + outs[j].name;
-        }
-      }
-    }
+    const std::string clash = softdot::detail::attn::first_overlap(
+        {named_span("grads.dq", a.g.dq), named_span("grads.dk", a.g.dk),
+         named_span("grads.dv", a.g.dv), named_span("grads.dbias", a.g.dbias),
+         named_span("grads.dsinks", a.g.dsinks.data(),
+                    a.g.dsinks.size() * sizeof(float))},
+        {named_span("q", q), named_span("k", k), named_span("v", v),
+         named_span("out", a.out), named_span("dout", a.dout),
+         named_span("mask", o.mask), named_span("bias", o.bias),
+         named_span("lse", a.lse, rows * sizeof(float)),
+         named_span("dlse", a.dlse, rows * sizeof(float)),
+         named_span("sinks", o.sinks.data(), o.sinks.size() * sizeof(float))});
+    if (!clash.empty()) return fn + ": " + clash;
   }
   // Everything else as attention_backward_partial() checks it: an empty
   // key range (no work) over the local shard, positions as the ring's

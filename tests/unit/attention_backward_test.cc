@@ -426,17 +426,28 @@ TEST(AttentionBackward, InfiniteScoresTakeTheLimit) {
   Tensor<float> bias(1, 1, s.nq, s.nkv, 0, 0.0f);
   bias.at(0, 0, 0, 1) = kInfF;
   bias.at(0, 0, 0, 4) = kInfF;
+  for (std::size_t j = 0; j < s.nkv; ++j) bias.at(0, 0, 1, j) = -kInfF;
   AttentionOptions o;
   o.bias = bias.cview();
   const auto g = run_backward(p, o, dout, true);
-  // Row 0: weights 1/2 at keys 1 and 4; dV_j gets dO_0 / 2 there.
-  for (std::size_t c = 0; c < s.dv; ++c) {
-    for (std::size_t j : {0, 2, 3, 5}) {
-      EXPECT_TRUE(std::isfinite(g.dv.at(0, 0, j, c)));
+  // Row 0 weighs keys 1 and 4 by 1/2 each (the forward's limit); row 1
+  // sees nothing. So dV_j is dO_0 / 2 at keys 1 and 4 and 0 elsewhere.
+  for (std::size_t j = 0; j < s.nkv; ++j) {
+    for (std::size_t c = 0; c < s.dv; ++c) {
+      const float want = (j == 1 || j == 4) ? dout.at(0, 0, 0, c) / 2 : 0.0f;
+      EXPECT_EQ(g.dv.at(0, 0, j, c), want) << j << " " << c;
     }
   }
-  const auto all = g.all();
-  for (float x : all) EXPECT_FALSE(std::isnan(x));
+  // dS of row 0 at keys 1 and 4: (dP_j - (dP_1 + dP_4) / 2) / 2.
+  double dp[2] = {0, 0};
+  for (std::size_t c = 0; c < s.dv; ++c) {
+    dp[0] += double(dout.at(0, 0, 0, c)) * double(p.vw.at(0, 0, 1, c));
+    dp[1] += double(dout.at(0, 0, 0, c)) * double(p.vw.at(0, 0, 4, c));
+  }
+  EXPECT_NEAR(g.dbias.at(0, 0, 0, 1), (dp[0] - dp[1]) / 4, 1e-6);
+  EXPECT_NEAR(g.dbias.at(0, 0, 0, 4), (dp[1] - dp[0]) / 4, 1e-6);
+  for (float x : g.all()) EXPECT_FALSE(std::isnan(x));
+  for (std::size_t c = 0; c < s.d; ++c) EXPECT_EQ(g.dq.at(0, 0, 1, c), 0.0f);
 }
 
 // Shards of the keys cut at multiples of 64 add up, in place, to the
