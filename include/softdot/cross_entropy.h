@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 
+#include "softdot/float16.h"
 #include "softdot/matrix.h"
 
 namespace softdot {
@@ -88,6 +89,21 @@ double cross_entropy(MatrixView<const float> logits,
 double cross_entropy(MatrixView<const double> logits,
                      std::span<const std::int64_t> targets,
                      std::span<double> loss, MatrixView<double> grad = {},
+                     const CrossEntropyOptions& options = {});
+
+// bfloat16 / float16 logits: widened exactly to double, computed by the
+// double function above, each loss_i and grad_ij rounded once to the 16-bit
+// format (within about 2^-50 relative of the exact value before that
+// rounding); the return value is the double function's. Same checks,
+// special values and threads. Allocates rows x V doubles for the widened
+// logits (and as many for the gradient when asked).
+double cross_entropy(MatrixView<const BFloat16> logits,
+                     std::span<const std::int64_t> targets,
+                     std::span<BFloat16> loss, MatrixView<BFloat16> grad = {},
+                     const CrossEntropyOptions& options = {});
+double cross_entropy(MatrixView<const Float16> logits,
+                     std::span<const std::int64_t> targets,
+                     std::span<Float16> loss, MatrixView<Float16> grad = {},
                      const CrossEntropyOptions& options = {});
 
 }  // namespace softdot

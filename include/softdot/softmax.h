@@ -6,6 +6,7 @@
 #include <limits>
 #include <span>
 
+#include "softdot/float16.h"
 #include "softdot/matrix.h"
 
 namespace softdot {
@@ -158,6 +159,50 @@ void softmax_backward(std::span<const float> y, std::span<const float> dy,
                       std::span<float> dx);
 void softmax_backward(std::span<const double> y, std::span<const double> dy,
                       std::span<double> dx);
+
+// ---------------------------------------------------------------------------
+// 16-bit rows: bfloat16 and float16 (softdot/float16.h). The row is widened
+// exactly, computed in float and double, and every result rounded ONCE to
+// the 16-bit format (to nearest, ties to even; never through a rounded
+// float): correctly rounded, except that a softmax weight whose exact value
+// lies within 2^-29 relative of a midpoint between two 16-bit numbers may
+// round to the other neighbour (the double value carries exp's 2^-31), and
+// log_softmax / logsumexp / softmax_backward results within about 2^-51
+// relative of one (the double functions' error). docs/accuracy.md, "16-bit
+// softmax family", has the measured counts. The scale is 1 / temperature
+// rounded to float (x * s taken exactly); options.precision is ignored (one
+// algorithm). Special values, sizes, aliasing and errors as the float
+// functions. Allocation: a per-thread scratch row (n floats and n doubles,
+// grown when a longer row comes, kept); logsumexp allocates n doubles.
+// softmax_rows / log_softmax_rows split rows across OpenMP threads as the
+// float forms, the same bits for any thread count.
+void softmax(std::span<const BFloat16> x, std::span<BFloat16> y,
+             const SoftmaxOptions& options = {});
+void softmax(std::span<const Float16> x, std::span<Float16> y,
+             const SoftmaxOptions& options = {});
+void log_softmax(std::span<const BFloat16> x, std::span<BFloat16> y,
+                 const SoftmaxOptions& options = {});
+void log_softmax(std::span<const Float16> x, std::span<Float16> y,
+                 const SoftmaxOptions& options = {});
+// The 16-bit value nearest to the double logsumexp of the widened row.
+BFloat16 logsumexp(std::span<const BFloat16> x,
+                   const SoftmaxOptions& options = {});
+Float16 logsumexp(std::span<const Float16> x,
+                  const SoftmaxOptions& options = {});
+void softmax_rows(MatrixView<const BFloat16> x, MatrixView<BFloat16> y,
+                  const SoftmaxOptions& options = {});
+void softmax_rows(MatrixView<const Float16> x, MatrixView<Float16> y,
+                  const SoftmaxOptions& options = {});
+void log_softmax_rows(MatrixView<const BFloat16> x, MatrixView<BFloat16> y,
+                      const SoftmaxOptions& options = {});
+void log_softmax_rows(MatrixView<const Float16> x, MatrixView<Float16> y,
+                      const SoftmaxOptions& options = {});
+// dx = y (dy - <dy, y>) of the widened y and dy, by the double function,
+// each dx_i rounded once. Uses a per-thread scratch of 2n doubles.
+void softmax_backward(std::span<const BFloat16> y, std::span<const BFloat16> dy,
+                      std::span<BFloat16> dx);
+void softmax_backward(std::span<const Float16> y, std::span<const Float16> dy,
+                      std::span<Float16> dx);
 
 // ---------------------------------------------------------------------------
 // Online softmax over a row that arrives in chunks.

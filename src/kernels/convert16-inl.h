@@ -76,6 +76,42 @@ HWY_NOINLINE void Widen16(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
   convert16::WidenScalar(src + c, n - c, dst + c, bf16);
 }
 
+#if HWY_TARGET <= HWY_AVX2
+// The finite double lanes x rounded once to 16 bits (bf16: bfloat16, else
+// float16; to nearest, ties to even): rounded to float toward zero with the
+// last bit set when inexact (round to odd, round16.h), then to 16 bits.
+template <class DD>
+HWY_INLINE hn::Vec<hn::Rebind<std::uint16_t, DD>> RoundFinite16(DD dd,
+                                                                hn::Vec<DD> x,
+                                                                bool bf16) {
+  const hn::Rebind<float, DD> df;
+  const hn::Rebind<std::int32_t, DD> di32;
+  const hn::RebindToUnsigned<decltype(df)> du32;
+  const hn::Rebind<std::uint16_t, DD> du16;
+  const hn::Rebind<hwy::float16_t, DD> df16;
+  const auto one = hn::Set(dd, 1.0);
+  // Round to odd: the nearest float, one step toward zero where it lies
+  // beyond x, the last bit set where inexact (round16.h's round_to_odd).
+  const auto f = hn::DemoteTo(df, x);
+  const auto back = hn::PromoteTo(dd, f);
+  const auto inexact = hn::Ne(back, x);
+  const auto away = hn::And(inexact, hn::Gt(hn::Abs(back), hn::Abs(x)));
+  const auto step =
+      hn::BitCast(du32, hn::DemoteTo(di32, hn::IfThenElseZero(away, one)));
+  const auto odd =
+      hn::BitCast(du32, hn::DemoteTo(di32, hn::IfThenElseZero(inexact, one)));
+  const auto u = hn::Or(hn::Sub(hn::BitCast(du32, f), step), odd);
+  if (bf16) {
+    // Finite: to nearest even on the upper half (round16.h).
+    const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du32, 1));
+    const auto r =
+        hn::ShiftRight<16>(hn::Add(hn::Add(u, hn::Set(du32, 0x7fff)), lsb));
+    return hn::DemoteTo(du16, hn::BitCast(di32, r));
+  }
+  return hn::BitCast(du16, hn::DemoteTo(df16, hn::BitCast(df, u)));
+}
+#endif
+
 // dst[c] = o[c] / l rounded once to 16 bits (bf16: bfloat16, else float16;
 // to nearest, ties to even), c < n: the quotient in double, rounded to
 // float toward zero with the last bit set when inexact (round to odd,
@@ -86,41 +122,16 @@ HWY_NOINLINE void Round16Quotient(const double* HWY_RESTRICT o, double l,
   std::size_t c = 0;
 #if HWY_TARGET <= HWY_AVX2
   const hn::ScalableTag<double> dd;
-  const hn::Rebind<float, decltype(dd)> df;
-  const hn::Rebind<std::int32_t, decltype(dd)> di32;
-  const hn::RebindToUnsigned<decltype(df)> du32;
   const hn::Rebind<std::uint16_t, decltype(dd)> du16;
-  const hn::Rebind<hwy::float16_t, decltype(dd)> df16;
   const std::size_t N = hn::Lanes(dd);
   const auto vl = hn::Set(dd, l);
-  const auto one = hn::Set(dd, 1.0);
   for (; c + N <= n; c += N) {
     const auto x = hn::Div(hn::LoadU(dd, o + c), vl);
     if (!hn::AllTrue(dd, hn::IsFinite(x))) {
       convert16::RoundScalar(o + c, l, N, dst + c, bf16);
       continue;
     }
-    // Round to odd: the nearest float, one step toward zero where it lies
-    // beyond x, the last bit set where inexact (round16.h's round_to_odd).
-    const auto f = hn::DemoteTo(df, x);
-    const auto back = hn::PromoteTo(dd, f);
-    const auto inexact = hn::Ne(back, x);
-    const auto away = hn::And(inexact, hn::Gt(hn::Abs(back), hn::Abs(x)));
-    const auto step =
-        hn::BitCast(du32, hn::DemoteTo(di32, hn::IfThenElseZero(away, one)));
-    const auto odd =
-        hn::BitCast(du32, hn::DemoteTo(di32, hn::IfThenElseZero(inexact, one)));
-    const auto u = hn::Or(hn::Sub(hn::BitCast(du32, f), step), odd);
-    if (bf16) {
-      // Finite: to nearest even on the upper half (round16.h).
-      const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du32, 1));
-      const auto r =
-          hn::ShiftRight<16>(hn::Add(hn::Add(u, hn::Set(du32, 0x7fff)), lsb));
-      hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di32, r)), du16, dst + c);
-    } else {
-      hn::StoreU(hn::BitCast(du16, hn::DemoteTo(df16, hn::BitCast(df, u))),
-                 du16, dst + c);
-    }
+    hn::StoreU(RoundFinite16(dd, x, bf16), du16, dst + c);
   }
 #endif
   convert16::RoundScalar(o + c, l, n - c, dst + c, bf16);

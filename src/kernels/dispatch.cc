@@ -9,6 +9,7 @@
 #include "kernels/convert16-inl.h"
 #include "kernels/dot-inl.h"
 #include "kernels/softmax-inl.h"
+#include "kernels/softmax16-inl.h"
 
 #if HWY_ONCE
 #include "kernels/dispatch.h"
@@ -51,6 +52,7 @@ HWY_EXPORT(AttentionSoftcap);
 HWY_EXPORT(AttentionScore);
 HWY_EXPORT(Widen16);
 HWY_EXPORT(Round16Quotient);
+HWY_EXPORT(Softmax16Apply);
 
 float attention_score(const float* q, const float* k, std::size_t d,
                       bool decode, float* scratch) noexcept {
@@ -85,6 +87,12 @@ void widen16(const std::uint16_t* src, std::size_t n, float* dst,
 void round16_quotient(const double* o, double l, std::size_t n,
                       std::uint16_t* dst, bool bf16) noexcept {
   SOFTDOT_DISPATCH(Round16Quotient)(o, l, n, dst, bf16);
+}
+
+void softmax16_apply(const float* x, const std::uint8_t* mask, float scale,
+                     std::size_t n, double c, double inv, std::uint16_t* y,
+                     bool bf16) noexcept {
+  SOFTDOT_DISPATCH(Softmax16Apply)(x, mask, scale, n, c, inv, y, bf16);
 }
 
 float dot_kernel(const float* x, const float* y, std::size_t n) {

@@ -91,6 +91,14 @@ void widen16(const std::uint16_t* src, std::size_t n, float* dst,
 void round16_quotient(const double* o, double l, std::size_t n,
                       std::uint16_t* dst, bool bf16) noexcept;
 
+// The last pass of a 16-bit softmax row widened to float (x): y[i] =
+// exp(x[i] * scale - c) * inv rounded once to bfloat16 (bf16) or float16
+// bits, +0 where mask[i] == 0 (mask may be null). The kept scores are
+// finite and c is their float max (softmax16-inl.h).
+void softmax16_apply(const float* x, const std::uint8_t* mask, float scale,
+                     std::size_t n, double c, double inv, std::uint16_t* y,
+                     bool bf16) noexcept;
+
 // Target selection (see simd.h).
 std::int64_t compiled_targets() noexcept;
 
