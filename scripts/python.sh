@@ -45,7 +45,7 @@ python_typed_modules=(softdot softdot._arrays softdot._attention softdot._attent
                       softdot._cross_entropy softdot._gloo_ring
                       softdot._int8 softdot._paged softdot._quantize softdot._request
                       softdot._rowops softdot._softmax softdot.dask softdot.distributed
-                      softdot.torch)
+                      softdot.torch softdot._softmax16)
 
 # python_lint DIR: ruff format --check, ruff check and mypy with DIR/venv.
 python_lint() {

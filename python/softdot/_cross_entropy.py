@@ -12,6 +12,7 @@ import numpy as np
 from . import _arrays as A
 from . import _rowops as R
 from . import _softdot as _core
+from . import _softmax16 as S16
 
 REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}
 
@@ -96,7 +97,10 @@ def cross_entropy(
         return (loss, g) if grad else loss
     fn = "cross_entropy"
     kind = A.kind_of(logits)
-    x = A.float_input(fn, "logits", logits, kind)
+    if S16.info(logits) is not None:  # the shape checks below read x.ndim / shape
+        x = S16.bits(fn, "logits", logits, kind)
+    else:
+        x = A.float_input(fn, "logits", logits, kind)
     t = class_targets(fn, targets, kind)
     single = x.ndim == 1
     if single:
@@ -122,6 +126,8 @@ def cross_entropy(
         ) from None
     if not (math.isfinite(eps) and 0.0 <= eps <= 1.0):
         raise ValueError(f"{fn}: label_smoothing must be in [0, 1], got {eps!r}")
+    if S16.info(logits) is not None:
+        return S16.cross_entropy(fn, logits, t, ignore_index, eps, reduction, grad)
     x = A.contiguous_rows(x)
     n = x.shape[0]
     loss_user: Any = None

@@ -7,6 +7,7 @@ grad, and softdot.torch imports only this module."""
 
 from __future__ import annotations
 
+import importlib
 import math
 import numbers
 import sys
@@ -160,6 +161,9 @@ def softmax_backward(y: Any, dy: Any, /, *, axis: int = -1, out: Any = None) -> 
     numpy.ndarray or torch.Tensor
     """
     fn = "softmax_backward"
+    s16 = importlib.import_module("._softmax16", __package__)
+    if s16.info(y) is not None:
+        return s16.softmax_backward(fn, y, dy, axis, out)
     kind = A.kind_of(y)
     ya = A.float_input(fn, "y", y, kind)
     da = A.float_input(fn, "dy", A.secondary(fn, "dy", dy, kind), kind)

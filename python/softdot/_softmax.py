@@ -12,6 +12,7 @@ import numpy as np
 from . import _arrays as A
 from . import _rowops as R
 from . import _softdot as _core
+from . import _softmax16 as S16
 from ._rowops import softmax_backward
 
 __all__ = [
@@ -105,6 +106,8 @@ def softmax(
             return r
     fn = "softmax"
     fast = R.precision_flag(fn, precision)
+    if S16.info(x) is not None:  # bfloat16 / float16: rounded once, one precision
+        return S16.row_op(fn, x, axis, where, temperature, out, False)
     if out is None and where is None and R.needs_grad(x):
         return _autograd().softmax(x, dim=axis, temperature=temperature, precision=precision)
     return R.row_op(fn, x, axis, where, temperature, out, False, fast)
@@ -149,6 +152,8 @@ def log_softmax(
         if r is not None:
             return r
     fn = "log_softmax"
+    if S16.info(x) is not None:
+        return S16.row_op(fn, x, axis, where, temperature, out, True)
     if out is None and where is None and R.needs_grad(x):
         return _autograd().log_softmax(x, dim=axis, temperature=temperature)
     return R.row_op(fn, x, axis, where, temperature, out, True, False)
@@ -193,6 +198,8 @@ def logsumexp(
         A numpy scalar when every axis is reduced without keepdims (as scipy).
     """
     fn = "logsumexp"
+    if S16.info(x) is not None:
+        return S16.logsumexp(fn, x, axis, where, temperature, keepdims, out)
     kind = A.kind_of(x)
     xa = A.float_input(fn, "x", x, kind)
     nd = xa.ndim

@@ -1,0 +1,185 @@
+"""The softmax family on 16-bit inputs (torch bfloat16 / float16, numpy
+ml_dtypes.bfloat16 / float16): the dtype comes back, the bits are the same
+from torch and numpy, and every result is the float64 reference rounded once
+to the format (a miss only where the reference sits within its own error of
+a midpoint, counted and bounded)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import softdot
+
+torch = pytest.importorskip("torch")
+
+FORMATS = [
+    ("bfloat16", np.dtype(ml_dtypes.bfloat16), torch.bfloat16),
+    ("float16", np.dtype(np.float16), torch.float16),
+]
+
+
+def rounded(ref: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """float64 values rounded once to dt (round to odd to float32, then to
+    16 bits: no double rounding)."""
+    ref = np.asarray(ref, dtype=np.float64)
+    f = ref.astype(np.float32)
+    u = f.view(np.uint32).copy()
+    fin = np.isfinite(ref)
+    inexact = fin & (f.astype(np.float64) != ref)
+    away = inexact & (np.abs(f.astype(np.float64)) > np.abs(ref))
+    u[away] -= 1
+    u[inexact] |= 1
+    return u.view(np.float32).astype(dt)
+
+
+def ulp_misses(got: np.ndarray, ref: np.ndarray, dt: np.dtype) -> int:
+    """Entries that differ from the correctly rounded reference; each must be
+    a neighbour of it (one step of the 16-bit grid)."""
+    want = rounded(ref, dt)
+    g = got.view(np.uint16).astype(np.int64)
+    w = want.view(np.uint16).astype(np.int64)
+    both_zero = (got.astype(np.float64) == 0) & (want.astype(np.float64) == 0)
+    same = (g == w) | both_zero | (np.isnan(got.astype(np.float64)) & np.isnan(ref))
+    assert np.all(np.abs(g - w)[~same] == 1), (got[~same], want[~same])
+    return int(np.count_nonzero(~same))
+
+
+def ref_softmax(x: np.ndarray, t: float = 1.0):
+    s = np.float64(np.float32(1.0 / t))
+    p = x.astype(np.float64) * s
+    m = p.max(axis=-1, keepdims=True)
+    e = np.exp(p - m)
+    S = e.sum(axis=-1, keepdims=True)
+    return e / S, (p - m) - np.log(S), (m + np.log(S))[..., 0]
+
+
+def logits(shape, dt, seed=0, scale=3.0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape) * scale).astype(dt)
+
+
+@pytest.mark.parametrize("name,dt,tdt", FORMATS)
+def test_dtype_in_dtype_out_and_reference(name, dt, tdt):
+    x = logits((64, 1000), dt)
+    w, lw, lse = ref_softmax(x)
+    y = softdot.softmax(x)
+    ly = softdot.log_softmax(x)
+    ls = softdot.logsumexp(x, axis=-1)
+    assert y.dtype == dt and ly.dtype == dt and ls.dtype == dt
+    assert ulp_misses(y, w, dt) == 0
+    assert ulp_misses(ly, lw, dt) <= 2
+    assert ulp_misses(ls, lse, dt) == 0
+    # torch: the same bits, the tensor's dtype.
+    xt = torch.from_numpy(x.view(np.int16)).view(tdt)
+    yt, lyt, lst = softdot.softmax(xt), softdot.log_softmax(xt), softdot.logsumexp(xt, axis=-1)
+    assert yt.dtype == tdt and lyt.dtype == tdt and lst.dtype == tdt
+    for a, b in ((yt, y), (lyt, ly), (lst, ls)):
+        assert np.array_equal(a.view(torch.int16).numpy(), b.view(np.int16))
+
+
+@pytest.mark.parametrize("name,dt,tdt", FORMATS)
+@pytest.mark.parametrize("n", [1, 3, 17, 4096, 40000])
+def test_lengths_axis_where_temperature(name, dt, tdt, n):
+    x = logits((3, n), dt, seed=n)
+    y = softdot.softmax(x, temperature=0.7)
+    w, _, _ = ref_softmax(x, 0.7)
+    assert ulp_misses(y, w, dt) == 0
+    # axis 0 of the transpose: the same bits.
+    yT = softdot.softmax(np.ascontiguousarray(x.T), axis=0)
+    assert np.array_equal(yT.T.view(np.uint16), softdot.softmax(x).view(np.uint16))
+    # where: excluded entries get exactly 0, the rest as if absent.
+    keep = np.ones_like(x, dtype=bool)
+    keep[:, ::3] = False
+    if n > 1:
+        ym = softdot.softmax(x, where=keep)
+        assert np.all(ym[~keep].astype(np.float32) == 0)
+        xs = x[:, keep[0]]
+        assert np.array_equal(ym[:, keep[0]].view(np.uint16), softdot.softmax(xs).view(np.uint16))
+
+
+@pytest.mark.parametrize("name,dt,tdt", FORMATS)
+def test_out_and_in_place(name, dt, tdt):
+    x = logits((5, 300), dt)
+    want = softdot.softmax(x)
+    out = np.empty_like(x)
+    r = softdot.softmax(x, out=out)
+    assert r is out and np.array_equal(out.view(np.uint16), want.view(np.uint16))
+    softdot.softmax(x, out=x)
+    assert np.array_equal(x.view(np.uint16), want.view(np.uint16))
+    with pytest.raises(TypeError):
+        softdot.softmax(logits((5, 300), dt), out=np.empty((5, 300), np.float32))
+
+
+@pytest.mark.parametrize("name,dt,tdt", FORMATS)
+def test_special_values(name, dt, tdt):
+    inf, nan = np.inf, np.nan
+    x = np.array([[1.0, -inf, 2.0], [-inf, -inf, -inf], [inf, 0.0, inf], [1.0, nan, 0.0]], dt)
+    y = softdot.softmax(x).astype(np.float64)
+    assert y[0, 1] == 0 and y[1].tolist() == [0, 0, 0]
+    assert y[2, 1] == 0 and y[2, 0] == 0.5 and y[2, 2] == 0.5
+    assert np.all(np.isnan(y[3]))
+    lse = softdot.logsumexp(x, axis=-1).astype(np.float64)
+    assert lse[1] == -inf and lse[2] == inf and np.isnan(lse[3])
+    ly = softdot.log_softmax(x).astype(np.float64)
+    assert np.all(ly[1] == -inf)
+
+
+@pytest.mark.parametrize("name,dt,tdt", FORMATS)
+def test_softmax_backward(name, dt, tdt):
+    x = logits((4, 500), dt, seed=3)
+    y = softdot.softmax(x)
+    dy = logits((4, 500), dt, seed=4, scale=1.0)
+    dx = softdot.softmax_backward(y, dy)
+    assert dx.dtype == dt
+    yd, dd = y.astype(np.float64), dy.astype(np.float64)
+    ref = yd * (dd - (yd * dd).sum(axis=-1, keepdims=True))
+    assert ulp_misses(dx, ref, dt) <= 2
+    yt = torch.from_numpy(y.view(np.int16)).view(tdt)
+    dyt = torch.from_numpy(dy.view(np.int16)).view(tdt)
+    dxt = softdot.softmax_backward(yt, dyt)
+    assert dxt.dtype == tdt
+    assert np.array_equal(dxt.view(torch.int16).numpy(), dx.view(np.int16))
+    with pytest.raises(TypeError):
+        softdot.softmax_backward(y, dy.astype(np.float32))
+
+
+@pytest.mark.parametrize("name,dt,tdt", FORMATS)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy(name, dt, tdt, reduction):
+    x = logits((6, 257), dt, seed=5)
+    t = np.array([0, 5, 256, -100, 7, 100])
+    loss, g = softdot.cross_entropy(x, t, reduction=reduction, grad=True, label_smoothing=0.1)
+    assert g.dtype == dt
+    xd = x.astype(np.float64)
+    lse = np.log(np.exp(xd - xd.max(1, keepdims=True)).sum(1)) + xd.max(1)
+    keep = t != -100
+    tt = np.where(keep, t, 0)
+    rows = 0.9 * (lse - xd[np.arange(6), tt]) + 0.1 * (lse - xd.mean(1))
+    rows[~keep] = 0
+    if reduction == "none":
+        assert loss.dtype == dt
+        assert ulp_misses(loss, rows, dt) == 0
+    else:
+        ref = rows.sum() / (keep.sum() if reduction == "mean" else 1)
+        assert ulp_misses(np.asarray(loss), np.asarray(ref), dt) == 0
+    p = np.exp(xd - lse[:, None])
+    c = 1.0 / keep.sum() if reduction == "mean" else 1.0
+    gref = c * (p - 0.9 * np.eye(257)[tt] - 0.1 / 257)
+    gref[~keep] = 0
+    assert ulp_misses(g, gref, dt) <= 2
+    xt = torch.from_numpy(x.view(np.int16)).view(tdt)
+    lt, gt = softdot.cross_entropy(
+        xt, torch.from_numpy(t), reduction=reduction, grad=True, label_smoothing=0.1
+    )
+    assert gt.dtype == tdt and lt.dtype == tdt
+    assert np.array_equal(gt.view(torch.int16).numpy(), g.view(np.int16))
+
+
+def test_other_dtypes_still_refused():
+    with pytest.raises(TypeError):
+        softdot.softmax(np.zeros(4, ml_dtypes.float8_e4m3fn))
+    x = torch.zeros(4, dtype=torch.bfloat16, requires_grad=True)
+    with pytest.raises(NotImplementedError):
+        softdot.softmax(x)
