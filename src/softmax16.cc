@@ -120,17 +120,13 @@ void row16(const H* x, const std::uint8_t* mask, float scale, std::size_t n,
   }
   float* f = scratch<float>(n, 0);
   detail::widen16(reinterpret_cast<const std::uint16_t*>(x), n, f, kBf16<H>);
-  detail::RowState state{};
-  detail::softmax_row_kernel(f, mask, scale, n, RowOp::kState, true, nullptr,
-                             &state);
-  const bool plain = std::isfinite(state.max) && std::isfinite(state.sum) &&
-                     (scale == 1.0f || std::fabs(state.max) < 0x1p32);
-  if (!plain) {  // NaN, +-inf, fully masked, huge scaled max
+  double c = 0.0, sum = 0.0;
+  if (!detail::softmax16_state(f, mask, scale, n, &c, &sum)) {
+    // NaN, +-inf, fully masked, huge scaled max: the double path.
     row_by_double(x, mask, scale, n, op, y);
     return;
   }
-  detail::softmax16_apply(f, mask, scale, n, state.max,
-                          1.0 / (state.sum + state.sum_lo),
+  detail::softmax16_apply(f, mask, scale, n, c, 1.0 / sum,
                           reinterpret_cast<std::uint16_t*>(y), kBf16<H>);
 }
 

@@ -90,10 +90,11 @@ void logsumexp_t(const In& x, const Out& out, const std::optional<In>& where,
   if (out.dtype() != nb::dtype<std::uint16_t>() || out.ndim() != 1 ||
       out.shape(0) != rows || (rows > 1 && out.stride(0) != 1))
     fail("out must be a contiguous uint16 array of shape (rows,)");
-  if (where && (where->dtype() != nb::dtype<bool>() || where->ndim() != 2 ||
-                where->shape(0) != rows || where->shape(1) != n ||
-                (rows > 1 && where->stride(0) != static_cast<std::int64_t>(n)) ||
-                (n > 1 && where->stride(1) != 1)))
+  if (where &&
+      (where->dtype() != nb::dtype<bool>() || where->ndim() != 2 ||
+       where->shape(0) != rows || where->shape(1) != n ||
+       (rows > 1 && where->stride(0) != static_cast<std::int64_t>(n)) ||
+       (n > 1 && where->stride(1) != 1)))
     fail("where must be a contiguous bool array of x's shape");
   H* o = static_cast<H*>(out.data());
   const bool* m = where ? static_cast<const bool*>(where->data()) : nullptr;
@@ -187,8 +188,8 @@ void bind_softmax16(nb::module_& m) {
   m.def("softmax16_backward_rows", &backward16_py, "y"_a, "dy"_a, "out"_a,
         "bf16"_a, "softmax_backward of 16-bit rows (uint16 bits).");
   m.def("cross_entropy16_rows", &cross_entropy16_py, "logits"_a, "targets"_a,
-        "loss"_a.none(), "grad"_a.none(), "ignore_index"_a,
-        "label_smoothing"_a, "reduction"_a, "bf16"_a,
+        "loss"_a.none(), "grad"_a.none(), "ignore_index"_a, "label_smoothing"_a,
+        "reduction"_a, "bf16"_a,
         "softdot::cross_entropy on 16-bit rows; returns the reduced loss.");
 }
 

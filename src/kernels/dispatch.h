@@ -99,6 +99,13 @@ void softmax16_apply(const float* x, const std::uint8_t* mask, float scale,
                      std::size_t n, double c, double inv, std::uint16_t* y,
                      bool bf16) noexcept;
 
+// The state of such a row for softmax16_apply: c = the float max of the
+// scaled kept scores, s = sum exp(p_i - c) in double lanes (2^-31 per
+// term). False (c, s unset) for a NaN, a max of +-inf, or a scaled max >=
+// 2^32: those rows take the double path.
+bool softmax16_state(const float* x, const std::uint8_t* mask, float scale,
+                     std::size_t n, double* c, double* s) noexcept;
+
 // Target selection (see simd.h).
 std::int64_t compiled_targets() noexcept;
 

@@ -13,11 +13,13 @@
 #define SOFTDOT_KERNELS_SOFTMAX16_INL_H_
 #endif
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 
 #include "kernels/convert16-inl.h"
+#include "kernels/softmax_common-inl.h"
 #include "kernels/softmax_faithful-inl.h"
 #include "round16.h"
 
@@ -74,6 +76,151 @@ HWY_INLINE void Apply16Row(const float* x, const std::uint8_t* mask,
   for (std::size_t j = 0; j < rest; ++j) y[i + j] = yb[j];
 }
 
+#if HWY_TARGET <= HWY_AVX2
+// The 16-bit bits (in 32-bit lanes) of the finite, non-negative float lanes
+// w rounded to nearest even: bfloat16 on the upper half, float16 by F16C.
+template <class D>
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> Round16F(D d, hn::Vec<D> w,
+                                                     bool bf16) {
+  const hn::RebindToUnsigned<D> du;
+  if (bf16) {
+    const auto u = hn::BitCast(du, w);
+    const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+    return hn::ShiftRight<16>(hn::Add(hn::Add(u, hn::Set(du, 0x7fffu)), lsb));
+  }
+  const hn::Rebind<hwy::float16_t, D> df16;
+  const hn::Rebind<std::uint16_t, D> du16;
+  return hn::PromoteTo(du, hn::BitCast(du16, hn::DemoteTo(df16, w)));
+}
+
+// Float lanes with a check (Ziv's strategy): w = exp(p - c) (ExpNonPositive
+// with the exact error of the shift, about 0.6 ulp) times 1/S as a float
+// pair is within 2 ulp of float of exp(p - c) / S (S exact to 2^-31), far
+// inside delta = 2^-20 w + 2^-146. Where w - delta and w + delta round to
+// the same 16-bit number, so does the exact weight: that number is stored.
+// Elsewhere (about 2^-11 of the lanes for bfloat16, 2^-8 for float16) the
+// weight is recomputed in double (std::exp, and 1/S in double) and rounded
+// once, as the double-lane pass would: the same bound as Apply16Row.
+template <bool kMasked, bool kScaled>
+HWY_INLINE void Weights16Block(const Scores<float, kMasked, kScaled>& scores,
+                               const float* xb, const std::uint8_t* mb, float c,
+                               double cd, double inv, float ih, float il,
+                               std::uint16_t* yb, bool bf16) {
+  using B = Block<float>;
+  using V = typename B::V;
+  const typename B::D d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const hn::Rebind<std::int32_t, decltype(d)> di;
+  const hn::Rebind<std::uint16_t, decltype(d)> du16;
+  const V cv = hn::Set(d, c);
+  for (std::size_t v = 0; v < B::kVecs; ++v) {
+    V p, plo;
+    scores.Load(xb, mb, v, p, plo);
+    const V e = ShiftedExp(p, plo, cv);
+    const V w = hn::MulAdd(e, hn::Set(d, ih), hn::Mul(e, hn::Set(d, il)));
+    const auto r = Round16F(d, w, bf16);
+    std::uint16_t* out = yb + v * B::kVecLanes;
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, r)), du16, out);
+    hn::Mask<decltype(du)> hard;
+    if (bf16) {
+      // bfloat16 rounds at bit 16 of the float at every magnitude (the
+      // subnormals included): w is near a midpoint when its low half is
+      // within 24 float ulps (delta's 16 ulps of a normal w, 8 of a
+      // subnormal one) of 0x8000.
+      const auto low = hn::And(hn::BitCast(di, w), hn::Set(di, 0xffff));
+      hard = hn::RebindMask(
+          du,
+          hn::Lt(hn::Abs(hn::Sub(low, hn::Set(di, 0x8000))), hn::Set(di, 25)));
+    } else {
+      const V delta =
+          hn::MulAdd(w, hn::Set(d, 0x1p-20f), hn::Set(d, 0x1p-146f));
+      const auto rl = Round16F(d, hn::ZeroIfNegative(hn::Sub(w, delta)), bf16);
+      const auto rh = Round16F(d, hn::Add(w, delta), bf16);
+      hard = hn::Ne(rl, rh);
+    }
+    if (HWY_LIKELY(hn::AllFalse(du, hard))) continue;
+    alignas(64) std::uint32_t flags[B::kVecLanes];
+    hn::Store(hn::VecFromMask(du, hard), du, flags);
+    for (std::size_t j = 0; j < B::kVecLanes; ++j) {
+      if (flags[j] == 0) continue;
+      const std::size_t i = v * B::kVecLanes + j;
+      if (kMasked && mb[i] == 0) continue;  // stored +0 (never hard)
+      const double pd =
+          static_cast<double>(xb[i]) * static_cast<double>(scores.scale);
+      const double wd = std::exp(pd - cd) * inv;
+      out[j] = bf16 ? detail::bfloat16_bits(wd) : to_float16(wd).bits;
+    }
+  }
+}
+
+template <bool kMasked, bool kScaled>
+HWY_INLINE void Weights16Row(const float* x, const std::uint8_t* mask,
+                             float scale, std::size_t n, double c, double inv,
+                             std::uint16_t* y, bool bf16) {
+  constexpr std::size_t kLanes = Block<float>::kLanes;
+  const Scores<float, kMasked, kScaled> scores{scale};
+  const float cf = static_cast<float>(c);  // exact: the float max
+  const float ih = static_cast<float>(inv);
+  const float il = static_cast<float>(inv - static_cast<double>(ih));
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    Weights16Block(scores, x + i, kMasked ? mask + i : nullptr, cf, c, inv, ih,
+                   il, y + i, bf16);
+  }
+  if (i == n) return;
+  const std::size_t rest = n - i;
+  alignas(64) float xb[kLanes];
+  alignas(64) std::uint8_t mb[kLanes < 16 ? 16 : kLanes];
+  alignas(64) std::uint16_t yb[kLanes];
+  LoadPartialBlock(x + i, rest, -std::numeric_limits<float>::infinity(), xb);
+  if (kMasked) LoadPartialMask(mask + i, rest, kLanes, mb);
+  Weights16Block(scores, xb, kMasked ? mb : nullptr, cf, c, inv, ih, il, yb,
+                 bf16);
+  for (std::size_t j = 0; j < rest; ++j) y[i + j] = yb[j];
+}
+#define SOFTDOT_ROW16 Weights16Row
+#else
+#define SOFTDOT_ROW16 Apply16Row
+#endif
+
+// The state of a widened 16-bit row for its weights: the float max c of
+// the scaled scores (NaN when a kept score is NaN) and S = sum exp(p_i - c)
+// in double lanes (ExpForFloat, below 2^-31 relative per term) summed
+// without compensation: the plain double lane sums err by below n 2^-53 /
+// 16, 2^-39 for n = 2^18, far below the terms' 2^-31 (the compensated sum
+// of RowOp::kState serves logsumexp, which reads the low part of S - 1).
+// Returns false (state unset) for the rows the caller takes elsewhere: a
+// NaN, a max of +-inf (fully masked or -inf rows, +inf scores), or a
+// scaled max of 2^32 or more.
+template <bool kMasked, bool kScaled>
+HWY_INLINE bool State16Row(const float* x, const std::uint8_t* mask,
+                           float scale, std::size_t n, double& c, double& s) {
+  const Scores<float, kMasked, kScaled> scores{scale};
+  bool any_nan = false;
+  const float m = MaxPass<float>(scores, x, mask, n, any_nan);
+  if (any_nan || !std::isfinite(m) || (kScaled && std::fabs(m) >= 0x1p32f)) {
+    return false;
+  }
+  const DoubleLaneScores<kMasked, kScaled> ws{static_cast<double>(scale)};
+  double lo;
+  c = m;
+  DoubleLaneSumPass<false>(ws, x, mask, n, c, s, lo);
+  s += lo;
+  return true;
+}
+
+HWY_NOINLINE bool Softmax16State(const float* x, const std::uint8_t* mask,
+                                 float scale, std::size_t n, double* c,
+                                 double* s) {
+  const bool scaled = scale != 1.0f;
+  if (mask) {
+    return scaled ? State16Row<true, true>(x, mask, scale, n, *c, *s)
+                  : State16Row<true, false>(x, mask, scale, n, *c, *s);
+  }
+  return scaled ? State16Row<false, true>(x, mask, scale, n, *c, *s)
+                : State16Row<false, false>(x, mask, scale, n, *c, *s);
+}
+
 // y[i] = exp(x[i] * scale - c) * inv rounded once to 16 bits, i < n; masked
 // entries (mask[i] == 0) give +0. The row is finite where kept, and
 // x[i] * scale - c <= about 2^-20 (c the float max of the scaled scores).
@@ -82,13 +229,14 @@ HWY_NOINLINE void Softmax16Apply(const float* x, const std::uint8_t* mask,
                                  double inv, std::uint16_t* y, bool bf16) {
   const bool scaled = scale != 1.0f;
   if (mask) {
-    scaled ? Apply16Row<true, true>(x, mask, scale, n, c, inv, y, bf16)
-           : Apply16Row<true, false>(x, mask, scale, n, c, inv, y, bf16);
+    scaled ? SOFTDOT_ROW16<true, true>(x, mask, scale, n, c, inv, y, bf16)
+           : SOFTDOT_ROW16<true, false>(x, mask, scale, n, c, inv, y, bf16);
   } else {
-    scaled ? Apply16Row<false, true>(x, mask, scale, n, c, inv, y, bf16)
-           : Apply16Row<false, false>(x, mask, scale, n, c, inv, y, bf16);
+    scaled ? SOFTDOT_ROW16<false, true>(x, mask, scale, n, c, inv, y, bf16)
+           : SOFTDOT_ROW16<false, false>(x, mask, scale, n, c, inv, y, bf16);
   }
 }
+#undef SOFTDOT_ROW16
 
 }  // namespace HWY_NAMESPACE
 }  // namespace softdot
