@@ -15,6 +15,7 @@
 #include "io_npy.h"
 #include "output_file.h"
 #include "parse.h"
+#include "softdot/float16.h"
 #include "softdot/softmax.h"
 
 namespace softdot::cli {
@@ -95,13 +96,6 @@ std::vector<double> read_single_row(const std::vector<std::string>& scores) {
   return row;
 }
 
-AnyMatrix read_rows(const std::string& path) {
-  const std::string name = path == "-" ? "<stdin>" : path;
-  const std::string bytes = read_file(path);
-  if (looks_like_npy(bytes)) return read_npy(bytes, name);
-  return read_csv(bytes, name);
-}
-
 template <class T>
 Matrix<T> compute(const Matrix<T>& x, const SoftmaxOptions& options, bool log) {
   Matrix<T> y;
@@ -134,6 +128,75 @@ std::string to_json(const Matrix<T>& y, bool log, bool single_row, int digits) {
   }
   if (!single_row) out += "]";
   return out + "}\n";
+}
+
+void check_mask_size(const Mask& mask, bool given, std::size_t rows,
+                     std::size_t cols) {
+  if (given && mask.size != cols && mask.size != rows * cols) {
+    std::string need = std::to_string(cols);
+    if (rows > 1)
+      need += " (one per column) or " + std::to_string(rows * cols) +
+              " (one per value)";
+    throw CliError("--mask has " + std::to_string(mask.size) +
+                   (mask.size == 1 ? " flag" : " flags") + ", need " + need);
+  }
+}
+
+template <class H>
+void softmax16_rows(const Matrix16& x, Matrix16& y,
+                    const SoftmaxOptions& options, bool log) {
+  const MatrixView<const H> xv(reinterpret_cast<const H*>(x.bits.data()),
+                               x.rows, x.cols);
+  const MatrixView<H> yv(reinterpret_cast<H*>(y.bits.data()), y.rows, y.cols);
+  if (log) {
+    softdot::log_softmax_rows(xv, yv, options);
+  } else {
+    softdot::softmax_rows(xv, yv, options);
+  }
+}
+
+// --rows with a float16 or bfloat16 .npy file: the 16-bit functions (each
+// result rounded once to the file's format; --fast has no effect). A .npy
+// output has the input's dtype; text, CSV and JSON print the 16-bit values
+// (exactly, as floats).
+int run_softmax16(const SoftmaxArgs& args, const Matrix16& x, const Mask& mask,
+                  double temperature, OutputKind output,
+                  std::optional<int> digits) {
+  check_mask_size(mask, args.mask.has_value(), x.rows, x.cols);
+  SoftmaxOptions options;
+  options.temperature = temperature;
+  options.mask = mask.span();
+  Matrix16 y = x;
+  try {
+    if (x.bf16) {
+      softmax16_rows<BFloat16>(x, y, options, args.log);
+    } else {
+      softmax16_rows<Float16>(x, y, options, args.log);
+    }
+  } catch (const std::invalid_argument& e) {
+    throw CliError(e.what());
+  }
+  if (output == OutputKind::kNpy) {
+    write_file_atomically(*args.output, encode_npy16(y));
+    return 0;
+  }
+  Matrix<float> f;
+  f.rows = y.rows;
+  f.cols = y.cols;
+  f.values.resize(y.bits.size());
+  for (std::size_t i = 0; i < y.bits.size(); ++i) {
+    f.values[i] =
+        y.bf16 ? to_float(BFloat16{y.bits[i]}) : to_float(Float16{y.bits[i]});
+  }
+  if (output == OutputKind::kCsv) {
+    write_file_atomically(*args.output,
+                          write_rows(f, digits.value_or(kShortest), ","));
+  } else if (args.json) {
+    print(to_json(f, args.log, false, digits.value_or(kShortest)));
+  } else {
+    print(write_rows(f, digits.value_or(kDefaultTextDigits), " "));
+  }
+  return 0;
 }
 
 }  // namespace
@@ -178,20 +241,21 @@ int run_softmax(const SoftmaxArgs& args) {
     m.cols = m.values.size();
     input = std::move(m);
   } else {
-    input = read_rows(*args.rows);
+    const std::string name = *args.rows == "-" ? "<stdin>" : *args.rows;
+    const std::string bytes = read_file(*args.rows);
+    if (!looks_like_npy(bytes)) {
+      input = read_csv(bytes, name);
+    } else if (auto m16 = read_npy16(bytes, name)) {
+      return run_softmax16(args, *m16, mask, temperature, output, digits);
+    } else {
+      input = read_npy(bytes, name);
+    }
   }
   const std::size_t rows =
       std::visit([](const auto& m) { return m.rows; }, input);
   const std::size_t cols =
       std::visit([](const auto& m) { return m.cols; }, input);
-  if (args.mask && mask.size != cols && mask.size != rows * cols) {
-    std::string need = std::to_string(cols);
-    if (rows > 1)
-      need += " (one per column) or " + std::to_string(rows * cols) +
-              " (one per value)";
-    throw CliError("--mask has " + std::to_string(mask.size) +
-                   (mask.size == 1 ? " flag" : " flags") + ", need " + need);
-  }
+  check_mask_size(mask, args.mask.has_value(), rows, cols);
 
   SoftmaxOptions options;
   options.temperature = temperature;

@@ -282,11 +282,12 @@ Matrix<T> read_values(std::string_view data, std::size_t rows,
 
 template <class T>
 std::string encode(std::span<const T> values,
-                   std::span<const std::size_t> shape) {
+                   std::span<const std::size_t> shape,
+                   std::string_view descr = sizeof(T) == 4 ? "<f4" : "<f8") {
   const std::vector<std::uint64_t> dims(shape.begin(), shape.end());
-  std::string dict =
-      std::string("{'descr': '") + (sizeof(T) == 4 ? "<f4" : "<f8") +
-      "', 'fortran_order': False, 'shape': " + shape_text(dims) + ", }";
+  std::string dict = std::string("{'descr': '") + std::string(descr) +
+                     "', 'fortran_order': False, 'shape': " + shape_text(dims) +
+                     ", }";
   // magic (6) + version (2) + length (2) + dict + spaces + "\n", a multiple
   // of 64 so that the data is aligned, as numpy pads (its ARRAY_ALIGN).
   std::size_t total = 10 + dict.size() + 1;
@@ -361,6 +362,53 @@ AnyMatrix read_npy(std::string_view bytes, std::string_view name) {
   const std::size_t rows = shape[0], cols = shape[1];
   if (item_size == 4) return read_values<float>(data, rows, cols);
   return read_values<double>(data, rows, cols);
+}
+
+std::optional<Matrix16> read_npy16(std::string_view bytes,
+                                   std::string_view name) {
+  const std::string prefix = std::string(name) + ": ";
+  const Layout layout = read_layout(bytes, name);
+  const Header& header = layout.header;
+  const std::string& descr = *header.descr;
+  // float16: '<f2' ('=f2'); bfloat16: ml_dtypes' np.save writes a bfloat16
+  // array as 2-byte void, '<V2' or '|V2' (numpy has no bfloat16 code).
+  const bool f16 = descr == "<f2" || descr == "=f2";
+  const bool bf16 = descr == "<V2" || descr == "|V2" || descr == "=V2";
+  if (!f16 && !bf16) return std::nullopt;
+  check_c_order(header, prefix);
+  const auto& shape = *header.shape;
+  if (shape.size() != 2) {
+    throw CliError(prefix + "shape " + shape_text(shape) + " has " +
+                   std::to_string(shape.size()) +
+                   (shape.size() == 1 ? " dimension" : " dimensions") +
+                   "; need a 2-D array (rows, cols)");
+  }
+  if (shape[0] == 0)
+    throw CliError(prefix + "shape " + shape_text(shape) + " has no rows");
+  if (shape[1] == 0)
+    throw CliError(prefix + "shape " + shape_text(shape) +
+                   ": the rows are empty");
+  const std::string_view data =
+      checked_data(bytes, layout.data_offset, shape, 2, prefix);
+  Matrix16 m;
+  m.bf16 = bf16;
+  m.descr = descr;
+  m.rows = shape[0];
+  m.cols = shape[1];
+  m.bits.resize(m.rows * m.cols);
+  for (std::size_t i = 0; i < m.bits.size(); ++i) {
+    m.bits[i] = static_cast<std::uint16_t>(
+        static_cast<unsigned char>(data[2 * i]) |
+        (static_cast<unsigned>(static_cast<unsigned char>(data[2 * i + 1]))
+         << 8));
+  }
+  return m;
+}
+
+std::string encode_npy16(const Matrix16& m) {
+  const std::size_t shape[2] = {m.rows, m.cols};
+  return encode(std::span<const std::uint16_t>(m.bits),
+                std::span<const std::size_t>(shape), m.descr);
 }
 
 std::string_view npy_dtype_name(NpyDtype dtype) {

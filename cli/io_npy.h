@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,6 +35,26 @@ AnyMatrix read_npy(std::string_view bytes, std::string_view name);
 // 64 bytes): '<f4' for float, '<f8' for double, shape (rows, cols).
 std::string encode_npy(const Matrix<float>& matrix);
 std::string encode_npy(const Matrix<double>& matrix);
+
+// A 2-D matrix of 16-bit values from a .npy file: float16 ('<f2') or
+// bfloat16, which ml_dtypes' np.save writes as 2-byte void ('<V2' or
+// '|V2': numpy has no bfloat16 code, and np.load gives such a file back as
+// void '|V2'); a '<V2' file is read as bfloat16 (docs/cli.md). bits holds
+// rows * cols values, row-major; descr is the file's, written back by
+// encode_npy16 so that the output has the input's dtype.
+struct Matrix16 {
+  bool bf16 = false;
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+  std::vector<std::uint16_t> bits;
+  std::string descr;
+};
+// The matrix when `bytes` is a .npy file of one of those dtypes; nullopt for
+// any other dtype (read_npy then reads or rejects it). Throws CliError as
+// read_npy for a bad header, order, shape or size.
+std::optional<Matrix16> read_npy16(std::string_view bytes,
+                                   std::string_view name);
+std::string encode_npy16(const Matrix16& m);
 
 // The dtypes read_npy_array knows: '|b1', '|i1', '<f2', '<f4', '<f8', '<i4',
 // '<i8'

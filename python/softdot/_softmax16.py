@@ -28,6 +28,10 @@ def info(x: Any) -> Optional[Tuple[str, bool, Any]]:
             return "numpy", False, d
         if d.name == "bfloat16":  # ml_dtypes.bfloat16
             return "numpy", True, d
+        if d.kind == "V" and d.itemsize == 2 and d.fields is None:
+            # np.load of a file ml_dtypes' np.save wrote ('<V2'): bfloat16
+            # bits, read as the command reads them (docs/cli.md)
+            return "numpy", True, d
         return None
     if A.is_torch(x):
         torch = A.torch_module()

@@ -14,6 +14,7 @@
 
 #include "npy_test_io.h"
 #include "run_command.h"
+#include "softdot/float16.h"
 #include "softdot/softmax.h"
 
 namespace softdot_test {
@@ -80,6 +81,72 @@ void npy_round_trip(const std::string& descr, int major, bool log,
   expect_same_bits(values_of<T>(out.data),
                    library_rows(x, rows, cols, log, options));
   EXPECT_EQ(dir.list(), (std::vector<std::string>{"in.npy", "out.npy"}));
+}
+
+// 16-bit .npy rows: float16 '<f2' and bfloat16 as ml_dtypes writes it
+// ('<V2'); the output has the input's descr and the 16-bit functions' bits.
+template <class H>
+void npy16_round_trip(const std::string& descr, bool log,
+                      const std::vector<std::string>& extra_args,
+                      const softdot::SoftmaxOptions& options) {
+  TempDir dir;
+  const std::size_t rows = 5, cols = 7;
+  const std::vector<float> xf = test_scores<float>(rows * cols, 777);
+  std::vector<std::uint16_t> bits(xf.size());
+  std::vector<H> x(xf.size());
+  for (std::size_t i = 0; i < xf.size(); ++i) {
+    if constexpr (std::is_same_v<H, softdot::BFloat16>) {
+      x[i] = softdot::to_bfloat16(xf[i]);
+    } else {
+      x[i] = softdot::to_float16(xf[i]);
+    }
+    bits[i] = x[i].bits;
+  }
+  write_whole_file(dir.path("in.npy"),
+                   make_npy(descr, "(5, 7)", raw_bytes(bits)));
+  std::vector<std::string> args = {"softmax", "--rows", dir.path("in.npy"),
+                                   "-o", dir.path("out.npy")};
+  if (log) args.push_back("--log");
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  const CommandResult r = run_softdot(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const ParsedNpy out = parse_npy(read_whole_file(dir.path("out.npy")));
+  EXPECT_EQ(out.descr, descr);
+  EXPECT_EQ(out.shape, "(5, 7)");
+  std::vector<H> want(x.size());
+  const softdot::MatrixView<const H> in(x.data(), rows, cols);
+  const softdot::MatrixView<H> o(want.data(), rows, cols);
+  if (log)
+    softdot::log_softmax_rows(in, o, options);
+  else
+    softdot::softmax_rows(in, o, options);
+  const std::vector<std::uint16_t> got = values_of<std::uint16_t>(out.data);
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i], want[i].bits) << "element " << i;
+  }
+}
+
+TEST(CliRows, Float16NpyRoundTripIsBitExact) {
+  npy16_round_trip<softdot::Float16>("<f2", false, {}, {});
+  softdot::SoftmaxOptions o;
+  o.temperature = 0.75;
+  npy16_round_trip<softdot::Float16>("<f2", true, {"-t", "0.75"}, o);
+}
+TEST(CliRows, BFloat16NpyAsMlDtypesWritesItIsBitExact) {
+  npy16_round_trip<softdot::BFloat16>("<V2", false, {}, {});
+  npy16_round_trip<softdot::BFloat16>("|V2", true, {}, {});
+}
+TEST(CliRows, Float16NpyToJsonPrintsTheWidenedValues) {
+  TempDir dir;
+  // float16 bits of 0, 0, -inf: weights 0.5, 0.5, 0.
+  const std::vector<std::uint16_t> bits = {0x0000, 0x0000, 0xfc00};
+  write_whole_file(dir.path("in.npy"),
+                   make_npy("<f2", "(1, 3)", raw_bytes(bits)));
+  const CommandResult r =
+      run_softdot({"softmax", "--rows", dir.path("in.npy"), "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "{\"weights\":[[0.5,0.5,0]]}\n");
 }
 
 TEST(CliRows, Float32NpyRoundTripIsBitExact) {

@@ -35,6 +35,8 @@ std::string raw_bytes(const std::vector<T>& values) {
   return s;  // little-endian hosts only (the tests run on x86-64 / arm64)
 }
 template std::string raw_bytes<float>(const std::vector<float>&);
+template std::string raw_bytes<std::uint16_t>(
+    const std::vector<std::uint16_t>&);
 template std::string raw_bytes<double>(const std::vector<double>&);
 template std::string raw_bytes<std::int32_t>(const std::vector<std::int32_t>&);
 template std::string raw_bytes<std::int64_t>(const std::vector<std::int64_t>&);
@@ -81,6 +83,8 @@ std::vector<T> values_of(const std::string& data) {
   return v;
 }
 template std::vector<float> values_of<float>(const std::string&);
+template std::vector<std::uint16_t> values_of<std::uint16_t>(
+    const std::string&);
 template std::vector<double> values_of<double>(const std::string&);
 
 }  // namespace softdot_test

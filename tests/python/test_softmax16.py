@@ -183,3 +183,16 @@ def test_other_dtypes_still_refused():
     x = torch.zeros(4, dtype=torch.bfloat16, requires_grad=True)
     with pytest.raises(NotImplementedError):
         softdot.softmax(x)
+
+
+def test_void2_npy_reads_as_bfloat16(tmp_path):
+    """np.save of an ml_dtypes.bfloat16 array writes '<V2'; np.load gives a
+    void array back. softdot reads it as bfloat16 (as the command does) and
+    returns the same void dtype."""
+    x = logits((3, 50), np.dtype(ml_dtypes.bfloat16), seed=9)
+    np.save(tmp_path / "x.npy", x)
+    v = np.load(tmp_path / "x.npy")
+    assert v.dtype.kind == "V"
+    y = softdot.softmax(v)
+    assert y.dtype == v.dtype
+    assert np.array_equal(y.view(np.uint16), softdot.softmax(x).view(np.uint16))
