@@ -18,6 +18,7 @@
 #include "output_file.h"
 #include "parse.h"
 #include "softdot/cross_entropy.h"
+#include "softdot/float16.h"
 
 namespace softdot::cli {
 namespace {
@@ -82,6 +83,50 @@ int run_typed(const Matrix<T>& logits, const CrossEntropyArgs& args) {
   return 0;
 }
 
+// float16 / bfloat16 logits (.npy '<f2', or '<V2' as ml_dtypes writes
+// bfloat16): the 16-bit cross_entropy; the per-row losses and the gradient
+// are written in the logits' dtype (each rounded once), the reduced loss
+// printed as the double it is.
+template <class H>
+int run_16(const Matrix16& logits, const CrossEntropyArgs& args) {
+  const std::vector<std::int64_t> targets =
+      read_targets(args.targets, logits.rows);
+  const CrossEntropyOptions o = parse_cross_entropy_options(args);
+  std::vector<H> loss(logits.rows);
+  std::vector<H> grad(args.grad ? logits.rows * logits.cols : 0);
+  const double value = cross_entropy(
+      MatrixView<const H>(reinterpret_cast<const H*>(logits.bits.data()),
+                          logits.rows, logits.cols),
+      std::span<const std::int64_t>(targets.data(), logits.rows),
+      std::span<H>(loss),
+      args.grad ? MatrixView<H>(grad.data(), logits.rows, logits.cols)
+                : MatrixView<H>(),
+      o);
+  const auto bits_of = [](const std::vector<H>& v) {
+    std::vector<std::uint16_t> b(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) b[i] = v[i].bits;
+    return b;
+  };
+  std::vector<std::pair<std::string, std::string>> files;
+  if (args.output) {
+    const std::size_t shape[1] = {logits.rows};
+    files.emplace_back(
+        *args.output,
+        encode_npy16(bits_of(loss), std::span<const std::size_t>(shape),
+                     logits.descr));
+  }
+  if (args.grad) {
+    const std::size_t shape[2] = {logits.rows, logits.cols};
+    files.emplace_back(
+        *args.grad,
+        encode_npy16(bits_of(grad), std::span<const std::size_t>(shape),
+                     logits.descr));
+  }
+  write_files_all_or_none(files);
+  print(format_number(value, kShortest) + "\n");
+  return 0;
+}
+
 }  // namespace
 
 CrossEntropyOptions parse_cross_entropy_options(const CrossEntropyArgs& args) {
@@ -125,8 +170,15 @@ int run_cross_entropy(const CrossEntropyArgs& args) {
         "--deterministic: only with --ring (one process is "
         "always deterministic)");
   }
-  const AnyMatrix logits =
-      read_npy(read_file(args.logits), "--logits " + args.logits);
+  const std::string bytes = read_file(args.logits);
+  const std::string name = "--logits " + args.logits;
+  if (looks_like_npy(bytes)) {
+    if (auto m16 = read_npy16(bytes, name)) {
+      return m16->bf16 ? run_16<BFloat16>(*m16, args)
+                       : run_16<Float16>(*m16, args);
+    }
+  }
+  const AnyMatrix logits = read_npy(bytes, name);
   return std::visit([&](const auto& m) { return run_typed(m, args); }, logits);
 }
 

@@ -411,6 +411,12 @@ std::string encode_npy16(const Matrix16& m) {
                 std::span<const std::size_t>(shape), m.descr);
 }
 
+std::string encode_npy16(std::span<const std::uint16_t> bits,
+                         std::span<const std::size_t> shape,
+                         std::string_view descr) {
+  return encode(bits, shape, descr);
+}
+
 std::string_view npy_dtype_name(NpyDtype dtype) {
   switch (dtype) {
     case NpyDtype::kBool:

@@ -55,6 +55,10 @@ struct Matrix16 {
 std::optional<Matrix16> read_npy16(std::string_view bytes,
                                    std::string_view name);
 std::string encode_npy16(const Matrix16& m);
+// 16-bit values of any shape with the given descr ('<f2', '<V2', ...).
+std::string encode_npy16(std::span<const std::uint16_t> bits,
+                         std::span<const std::size_t> shape,
+                         std::string_view descr);
 
 // The dtypes read_npy_array knows: '|b1', '|i1', '<f2', '<f4', '<f8', '<i4',
 // '<i8'

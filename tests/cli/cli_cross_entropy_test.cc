@@ -6,12 +6,14 @@
 
 #include <charconv>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "npy_test_io.h"
 #include "run_command.h"
 #include "softdot/cross_entropy.h"
+#include "softdot/float16.h"
 
 namespace {
 
@@ -59,6 +61,60 @@ TEST(CliCrossEntropy, MatchesLibrary) {
   EXPECT_EQ(gf.shape, "(3, 4)");
   EXPECT_EQ(values_of<double>(gf.data), g);
   EXPECT_EQ(loss[0], 0.0);
+}
+
+// 16-bit logits: bfloat16 as ml_dtypes writes it ('<V2') and float16
+// ('<f2'); losses and gradient in the logits' dtype, the library's bits.
+template <class H>
+void sixteen_bit(const std::string& descr) {
+  TempDir dir;
+  const std::vector<double> x = {0.5, -1.0, 2.0, 0.25, 3.0, -2.0,
+                                 1.0, 1.0,  1.0, -4.0, 0.0, 7.5};
+  std::vector<H> h(x.size());
+  std::vector<std::uint16_t> bits(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if constexpr (std::is_same_v<H, softdot::BFloat16>) {
+      h[i] = softdot::to_bfloat16(x[i]);
+    } else {
+      h[i] = softdot::to_float16(x[i]);
+    }
+    bits[i] = h[i].bits;
+  }
+  write_whole_file(dir.path("l.npy"),
+                   make_npy(descr, "(3, 4)", raw_bytes(bits)));
+  write_whole_file(
+      dir.path("t.npy"),
+      make_npy("<i4", "(3,)", raw_bytes(std::vector<std::int32_t>{0, 1, 3})));
+  const auto r =
+      run_softdot({"cross-entropy", "--logits", dir.path("l.npy"), "--targets",
+                   dir.path("t.npy"), "--reduction", "sum", "-o",
+                   dir.path("loss.npy"), "--grad", dir.path("g.npy")});
+  ASSERT_EQ(r.status, 0) << r.err;
+  softdot::CrossEntropyOptions o;
+  o.reduction = softdot::Reduction::kSum;
+  const std::vector<std::int64_t> t64 = {0, 1, 3};
+  std::vector<H> loss(3), g(12);
+  const double sum = softdot::cross_entropy(
+      softdot::MatrixView<const H>(h.data(), 3, 4), t64, std::span<H>(loss),
+      softdot::MatrixView<H>(g.data(), 3, 4), o);
+  char want[64];
+  const auto end = std::to_chars(want, want + sizeof(want), sum).ptr;
+  EXPECT_EQ(r.out, std::string(want, end) + "\n");
+  const auto lf =
+      parse_npy(softdot_test::read_whole_file(dir.path("loss.npy")));
+  EXPECT_EQ(lf.descr, descr);
+  EXPECT_EQ(lf.shape, "(3,)");
+  const auto lb = values_of<std::uint16_t>(lf.data);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(lb[i], loss[i].bits);
+  const auto gf = parse_npy(softdot_test::read_whole_file(dir.path("g.npy")));
+  EXPECT_EQ(gf.descr, descr);
+  const auto gb = values_of<std::uint16_t>(gf.data);
+  for (std::size_t i = 0; i < 12; ++i) EXPECT_EQ(gb[i], g[i].bits);
+}
+
+TEST(CliCrossEntropy, SixteenBitLogits) {
+  sixteen_bit<softdot::BFloat16>("<V2");
+  sixteen_bit<softdot::Float16>("<f2");
 }
 
 TEST(CliCrossEntropy, ErrorsWriteNothing) {
