@@ -196,3 +196,19 @@ def test_void2_npy_reads_as_bfloat16(tmp_path):
     y = softdot.softmax(v)
     assert y.dtype == v.dtype
     assert np.array_equal(y.view(np.uint16), softdot.softmax(x).view(np.uint16))
+
+
+@pytest.mark.parametrize("name,dt,tdt", FORMATS)
+def test_cross_entropy_autograd_16bit(name, dt, tdt):
+    """On a 16-bit tensor that requires grad, cross_entropy goes through the
+    autograd Function: its backward (incoming gradient 1) gives the bits of
+    grad=True."""
+    x = torch.from_numpy(logits((4, 33), dt, seed=8).view(np.int16)).view(tdt)
+    t = torch.tensor([0, 5, 32, 7])
+    xg = x.clone().requires_grad_(True)
+    loss = softdot.cross_entropy(xg, t)
+    assert loss.dtype == tdt and loss.grad_fn is not None
+    loss.backward()
+    want_loss, want_g = softdot.cross_entropy(x, t, grad=True)
+    assert torch.equal(loss.detach().view(torch.int16), want_loss.view(torch.int16))
+    assert torch.equal(xg.grad.view(torch.int16), want_g.view(torch.int16))
