@@ -91,6 +91,16 @@ void widen16(const std::uint16_t* src, std::size_t n, float* dst,
 void round16_quotient(const double* o, double l, std::size_t n,
                       std::uint16_t* dst, bool bf16) noexcept;
 
+// Sampling (sample-inl.h; the bits of sample_scalar.h on every target).
+// The largest of x[0..n), n >= 1, and whether any is NaN.
+float sample_max_kernel(const float* x, std::size_t n, bool* nan) noexcept;
+// w[i] = sample_weight(x[i], m, s), i < n; sums[b] = the fixed-order sum of
+// block b's weights (ceil(n / kSampleBlock) blocks).
+void sample_exp_kernel(const float* x, std::size_t n, float m, double s,
+                       float* w, double* sums) noexcept;
+// sums[b] = the fixed-order sum of block b's weights w >= tau.
+void sample_kept_sums_kernel(const float* w, std::size_t n, float tau,
+                             double* sums) noexcept;
 // Target selection (see simd.h).
 std::int64_t compiled_targets() noexcept;
 
