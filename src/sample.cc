@@ -84,16 +84,17 @@ Uniforms uniforms(std::uint64_t seed, std::uint32_t position) {
 }
 
 // Monotone key of a float: larger float, larger key (NaN excluded).
+// -0 counts as +0 (they compare equal, so ties).
 inline std::uint32_t key_of(float x) {
-  const std::uint32_t b = std::bit_cast<std::uint32_t>(x);
+  const std::uint32_t b = std::bit_cast<std::uint32_t>(x + 0.0f);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
 struct Scratch {
-  std::vector<float> row;      // masked / widened copy
-  std::vector<float> w;        // dense weights
-  std::vector<double> sums;    // block sums
-  std::vector<double> hist;    // radix histograms
+  std::vector<float> row;    // masked / widened copy
+  std::vector<float> w;      // dense weights
+  std::vector<double> sums;  // block sums
+  std::vector<double> hist;  // radix histograms
   std::vector<std::uint32_t> idx, bidx;
   std::vector<std::uint32_t> keys;
   std::vector<float> wc, sorted;
@@ -110,8 +111,8 @@ enum Status : int { kOk = 0, kNaN = 1, kNone = 2, kNoMemory = 3 };
 // `above` = the mass of the keys above this set; keys share their top 11
 // bits. mass(k) = 1 (count) or the float whose bits are k (top-p keys are
 // raw bits of positive floats). Levels: bits 10..20, then bits 0..9.
-std::uint32_t refine(std::vector<std::uint32_t>& keys, bool count,
-                     double above, double target, std::vector<double>& hist) {
+std::uint32_t refine(std::vector<std::uint32_t>& keys, bool count, double above,
+                     double target, std::vector<double>& hist) {
   const auto mass = [count](std::uint32_t k) {
     return count ? 1.0 : static_cast<double>(std::bit_cast<float>(k));
   };
@@ -181,11 +182,11 @@ struct RowResult {
 // The kept set of a row in one of two forms.
 struct Kept {
   enum Form { kGreedy, kInf, kSparse, kDense } form = kDense;
-  float m = 0;          // the largest logit
-  double s = 1;         // 1 / temperature
-  float tau = 0;        // kept: weight >= tau (and > 0)
-  double total = 0;     // sum of the kept weights
-  std::int64_t count = 0;  // kInf: number of +inf entries
+  float m = 0;              // the largest logit
+  double s = 1;             // 1 / temperature
+  float tau = 0;            // kept: weight >= tau (and > 0)
+  double total = 0;         // sum of the kept weights
+  std::int64_t count = 0;   // kInf: number of +inf entries
   std::int64_t argmax = 0;  // kGreedy
 };
 
@@ -206,6 +207,24 @@ float top_p_small(std::vector<float>& sorted, double target) {
   }
   return sorted.empty() ? 0.0f : sorted.back();
 }
+
+// The smallest float whose key is `key` (key > 0x7FFFFF: not -inf/NaN).
+inline float float_of_key(std::uint32_t key) {
+  return std::bit_cast<float>((key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key);
+}
+
+// Interleaved copies of the level-1 histogram: consecutive elements go to
+// different copies, so a run of one bucket (the usual case: most logits
+// share a few exponents) is 8 independent chains of increments, not one
+// chain through store-to-load forwarding.
+constexpr std::size_t kCopies = 8;
+// Copy c starts c * (buckets + kPad) entries in: copies a multiple of 4 KiB
+// apart made every increment wait on the previous copy's store (4K
+// aliasing: 410 us for a 128k row instead of 130 us, measured).
+constexpr std::size_t kPad = 16;
+
+// Strided sample size for the cutoff guesses below.
+constexpr std::size_t kSample = 1024;
 
 // Rows up to this many tokens take std::nth_element (top-k) and a sort of
 // the weights (top-p) instead of the radix select, whose histograms cost
@@ -232,47 +251,153 @@ bool select_top_k(const float* x, std::size_t n, std::size_t k, Scratch& sc) {
         sc.idx.push_back(static_cast<std::uint32_t>(i));
     return true;
   }
-  // Level 1 over the logits' keys (counts, 4 interleaved histograms so that
-  // runs of one bucket do not chain through memory).
-  sc.hist.assign(2048 * 4, 0.0);
-  double* h = sc.hist.data();
-  for (std::size_t i = 0; i < n; ++i) {
-    if (x[i] == -INFINITY) continue;
-    h[(i & 3) * 2048 + (key_of(x[i]) >> 21)] += 1.0;
+  // First a guess: a cutoff from a strided sample (the sample's element of
+  // rank 2 k S / n + 16, so that about twice the needed tokens, and at
+  // least 16 S / n... pass it), one vector pass for the indices at or above
+  // it, and an exact selection among those. Falls back to the radix select
+  // when fewer than k pass (never wrong, only slower).
+  const std::size_t rank = 2 * k * kSample / n + 16;
+  if (rank < kSample / 2) {
+    sc.keys.resize(kSample);
+    for (std::size_t j = 0; j < kSample; ++j)
+      sc.keys[j] = key_of(x[j * n / kSample]);
+    std::nth_element(sc.keys.begin(),
+                     sc.keys.begin() + static_cast<std::ptrdiff_t>(rank),
+                     sc.keys.end(), std::greater<std::uint32_t>());
+    const std::uint32_t cut = sc.keys[rank];
+    if (cut > 0x007FFFFFu) {  // a finite cutoff
+      sc.idx.resize(n + 64);
+      sc.idx.resize(detail::sample_select_ge_kernel(x, n, float_of_key(cut),
+                                                    sc.idx.data()));
+      if (sc.idx.size() > k) {
+        sc.keys.resize(sc.idx.size());
+        for (std::size_t j = 0; j < sc.idx.size(); ++j)
+          sc.keys[j] = key_of(x[sc.idx[j]]);
+        std::nth_element(sc.keys.begin(),
+                         sc.keys.begin() + static_cast<std::ptrdiff_t>(k - 1),
+                         sc.keys.end(), std::greater<std::uint32_t>());
+        kth = sc.keys[k - 1];
+        std::size_t out = 0;
+        for (const std::uint32_t j : sc.idx)
+          if (key_of(x[j]) >= kth) sc.idx[out++] = j;
+        sc.idx.resize(out);
+        return true;
+      }
+    }
   }
+  // Level 1 over the logits' keys (counts). -inf has keys < 2^23, buckets
+  // 0..3, which no finite logit shares: counted, then dropped.
+  constexpr std::size_t kStride = 2048 + kPad;
+  thread_local std::vector<std::uint32_t> counts;
+  counts.assign(kCopies * kStride, 0);
+  std::uint32_t* h = counts.data();
+  std::size_t i = 0;
+  for (; i + kCopies <= n; i += kCopies)
+    for (std::size_t c = 0; c < kCopies; ++c)
+      ++h[c * kStride + (key_of(x[i + c]) >> 21)];
+  for (; i < n; ++i) ++h[key_of(x[i]) >> 21];
   std::vector<double>& h1 = sc.h1;
-  h1.resize(2048);
+  h1.assign(2048, 0.0);
   double finite = 0;
-  for (std::size_t b = 0; b < 2048; ++b) {
-    h1[b] = h[b] + h[2048 + b] + h[4096 + b] + h[6144 + b];
-    finite += h1[b];
+  for (std::size_t b = 4; b < 2048; ++b) {
+    std::uint32_t t = 0;
+    for (std::size_t c = 0; c < kCopies; ++c) t += h[c * kStride + b];
+    h1[b] = t;
+    finite += t;
   }
   const double kd = static_cast<double>(k);
   if (finite <= kd) return false;
   const Level1 l1 = pick_level1(h1, kd);
-  sc.idx.clear();
-  sc.bidx.clear();
+  // Every index at or above the boundary bucket, by one vector pass.
+  sc.idx.resize(n + 64);
+  sc.idx.resize(detail::sample_select_ge_kernel(
+      x, n, float_of_key(l1.bucket << 21), sc.idx.data()));
   sc.keys.clear();
-  for (std::size_t i = 0; i < n; ++i) {
-    if (x[i] == -INFINITY) continue;
-    const std::uint32_t key = key_of(x[i]);
-    const std::uint32_t b = key >> 21;
-    if (b > l1.bucket) {
-      sc.idx.push_back(static_cast<std::uint32_t>(i));
-    } else if (b == l1.bucket) {
-      sc.bidx.push_back(static_cast<std::uint32_t>(i));
-      sc.keys.push_back(key);
+  for (const std::uint32_t j : sc.idx) {
+    const std::uint32_t key = key_of(x[j]);
+    if ((key >> 21) == l1.bucket) sc.keys.push_back(key);
+  }
+  kth = refine(sc.keys, true, l1.above, kd, sc.hist);
+  std::size_t out = 0;
+  for (const std::uint32_t j : sc.idx)
+    if (key_of(x[j]) >= kth) sc.idx[out++] = j;
+  sc.idx.resize(out);
+  return true;
+}
+
+// The largest weight v among w[idx[0..count)] (all of w when idx is null)
+// with mass(w >= v) >= target, where the candidates hold every weight that
+// large: a radix select on the weights' bits (positive floats: the bits are
+// monotone; w <= 1 has bits >> 21 <= 508, so level 1 has 512 buckets).
+float top_p_radix(const float* w, const std::uint32_t* idx, std::size_t count,
+                  double target, Scratch& sc) {
+  constexpr std::size_t kB = 512, kStride = kB + kPad;
+  sc.hist.assign(kCopies * kStride, 0.0);
+  double* h = sc.hist.data();
+  const auto at = [&](std::size_t j) { return idx ? w[idx[j]] : w[j]; };
+  std::size_t i = 0;
+  for (; i + kCopies <= count; i += kCopies)
+    for (std::size_t c = 0; c < kCopies; ++c) {
+      const float v = at(i + c);
+      h[c * kStride + (std::bit_cast<std::uint32_t>(v) >> 21)] +=
+          static_cast<double>(v);
+    }
+  for (; i < count; ++i) {
+    const float v = at(i);
+    h[std::bit_cast<std::uint32_t>(v) >> 21] += static_cast<double>(v);
+  }
+  std::vector<double>& h1 = sc.h1;
+  h1.assign(2048, 0.0);
+  for (std::size_t b = 0; b < kB; ++b)
+    for (std::size_t c = 0; c < kCopies; ++c) h1[b] += h[c * kStride + b];
+  const Level1 l1 = pick_level1(h1, target);
+  sc.keys.clear();
+  for (std::size_t j = 0; j < count; ++j) {
+    const std::uint32_t bits = std::bit_cast<std::uint32_t>(at(j));
+    if ((bits >> 21) == l1.bucket && bits != 0) sc.keys.push_back(bits);
+  }
+  if (sc.keys.empty()) return 0.0f;
+  return std::bit_cast<float>(
+      refine(sc.keys, false, l1.above, target, sc.hist));
+}
+
+// The top-p threshold over the dense weights (n > kSmallRow). First a guess:
+// in a strided sample, the rank r where the sample's own cumulative mass
+// reaches top_p of its total (a sample misses the few largest weights of a
+// heavy tail, which moves r down the list: the safe side), and the sample's
+// weight at rank 1.25 r + 16 (then 4 r + 64) as a cutoff; one vector pass
+// gathers the weights at or above it, and when their exact mass reaches the
+// target the radix select runs on them alone. Otherwise (never wrong, only
+// slower) on the whole row.
+float top_p_threshold(const float* w, std::size_t n, double top_p,
+                      double target, Scratch& sc) {
+  sc.sorted.resize(kSample);
+  for (std::size_t j = 0; j < kSample; ++j) sc.sorted[j] = w[j * n / kSample];
+  std::sort(sc.sorted.begin(), sc.sorted.end(), std::greater<float>());
+  double sample_total = 0;
+  for (const float v : sc.sorted) sample_total += static_cast<double>(v);
+  double cum = 0;
+  std::size_t rank = kSample - 1;
+  for (std::size_t j = 0; j < kSample; ++j) {
+    cum += static_cast<double>(sc.sorted[j]);
+    if (cum >= top_p * sample_total) {
+      rank = j;
+      break;
     }
   }
-  std::vector<std::uint32_t> boundary = sc.keys;
-  kth = refine(boundary, true, l1.above, kd, sc.hist);
-  const std::size_t before = sc.idx.size();
-  for (std::size_t j = 0; j < sc.bidx.size(); ++j)
-    if (sc.keys[j] >= kth) sc.idx.push_back(sc.bidx[j]);
-  std::inplace_merge(sc.idx.begin(),
-                     sc.idx.begin() + static_cast<std::ptrdiff_t>(before),
-                     sc.idx.end());
-  return true;
+  for (const std::size_t guess : {rank + rank / 4 + 16, 4 * rank + 64}) {
+    const float cut = sc.sorted[std::min(kSample - 1, guess)];
+    if (cut <= 0) break;
+    std::vector<std::uint32_t>& cand = sc.bidx;
+    cand.resize(n + 64);
+    cand.resize(detail::sample_select_ge_kernel(w, n, cut, cand.data()));
+    double mass = 0;
+    for (const std::uint32_t j : cand) mass += static_cast<double>(w[j]);
+    if (mass >= target)
+      return top_p_radix(w, cand.data(), cand.size(), target, sc);
+    if (guess >= kSample - 1) break;
+  }
+  return top_p_radix(w, nullptr, n, target, sc);
 }
 
 // Decides the kept set of row x (disallowed entries already -inf). Fills
@@ -301,31 +426,35 @@ int decide(const float* x, std::size_t n, const SampleOptions& o, Scratch& sc,
   const float tau_min = min_p_threshold(o.min_p);
   if (o.top_k > 0 && static_cast<std::size_t>(o.top_k) < n &&
       select_top_k(x, n, static_cast<std::size_t>(o.top_k), sc)) {
-      sc.wc.resize(sc.idx.size());
-      double total = 0;
-      for (std::size_t j = 0; j < sc.idx.size(); ++j) {
-        sc.wc[j] = detail::sample_weight(x[sc.idx[j]], m, s);
-        total += sc.wc[j];
-      }
-      float tau = tau_min;
-      if (o.top_p < 1) {
-        sc.sorted.assign(sc.wc.begin(), sc.wc.end());
-        tau = std::max(tau, top_p_small(sc.sorted, o.top_p * total));
-      }
-      double kept_total = 0;
-      for (const float v : sc.wc)
-        if (v >= tau) kept_total += v;
-      kept.form = Kept::kSparse;
-      kept.tau = tau;
-      kept.total = kept_total;
-      return kOk;
+    sc.wc.resize(sc.idx.size());
+    double total = 0;
+    for (std::size_t j = 0; j < sc.idx.size(); ++j) {
+      sc.wc[j] = detail::sample_weight(x[sc.idx[j]], m, s);
+      total += sc.wc[j];
+    }
+    float tau = tau_min;
+    if (o.top_p < 1) {
+      sc.sorted.assign(sc.wc.begin(), sc.wc.end());
+      tau = std::max(tau, top_p_small(sc.sorted, o.top_p * total));
+    }
+    double kept_total = 0;
+    for (const float v : sc.wc)
+      if (v >= tau) kept_total += v;
+    kept.form = Kept::kSparse;
+    kept.tau = tau;
+    kept.total = kept_total;
+    return kOk;
   }
   // Dense: every weight, with block sums.
   kept.form = Kept::kDense;
-  const std::size_t blocks = (n + detail::kSampleBlock - 1) / detail::kSampleBlock;
+  const std::size_t blocks =
+      (n + detail::kSampleBlock - 1) / detail::kSampleBlock;
   sc.w.resize(n);
   sc.sums.resize(blocks);
-  detail::sample_exp_kernel(x, n, m, s, sc.w.data(), sc.sums.data());
+  // top-p reads the whole mass (before min-p, Hugging Face's order); min-p
+  // alone is applied in the same pass.
+  const float exp_tau = o.top_p < 1 ? 0.0f : tau_min;
+  detail::sample_exp_kernel(x, n, m, s, exp_tau, sc.w.data(), sc.sums.data());
   float tau = tau_min;
   if (o.top_p < 1) {
     double all = 0;
@@ -335,32 +464,11 @@ int decide(const float* x, std::size_t n, const SampleOptions& o, Scratch& sc,
       sc.sorted.assign(sc.w.begin(), sc.w.end());
       tau = std::max(tau, top_p_small(sc.sorted, target));
     } else {
-    sc.hist.assign(2048 * 4, 0.0);
-    double* h = sc.hist.data();
-    const float* w = sc.w.data();
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::uint32_t bits = std::bit_cast<std::uint32_t>(w[i]);
-      h[(i & 3) * 2048 + (bits >> 21)] += static_cast<double>(w[i]);
-    }
-    std::vector<double>& h1 = sc.h1;
-    h1.resize(2048);
-    for (std::size_t b = 0; b < 2048; ++b)
-      h1[b] = h[b] + h[2048 + b] + h[4096 + b] + h[6144 + b];
-    const Level1 l1 = pick_level1(h1, target);
-    sc.keys.clear();
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::uint32_t bits = std::bit_cast<std::uint32_t>(w[i]);
-      if ((bits >> 21) == l1.bucket && bits != 0) sc.keys.push_back(bits);
-    }
-    float tau_p = 0;
-    if (!sc.keys.empty())
-      tau_p = std::bit_cast<float>(
-          refine(sc.keys, false, l1.above, target, sc.hist));
-    tau = std::max(tau, tau_p);
+      tau = std::max(tau, top_p_threshold(sc.w.data(), n, o.top_p, target, sc));
     }
   }
   kept.tau = tau;
-  if (tau > 0)
+  if (tau != exp_tau)  // a threshold the pass did not apply: sums again
     detail::sample_kept_sums_kernel(sc.w.data(), n, tau, sc.sums.data());
   double total = 0;
   for (std::size_t b = 0; b < blocks; ++b) total += sc.sums[b];
@@ -377,7 +485,8 @@ std::int64_t draw(const float* x, std::size_t n, const Kept& kept,
     case Kept::kGreedy:
       return kept.argmax;
     case Kept::kInf: {
-      std::int64_t j = static_cast<std::int64_t>(u * static_cast<double>(kept.count));
+      std::int64_t j =
+          static_cast<std::int64_t>(u * static_cast<double>(kept.count));
       j = std::min(j, kept.count - 1);
       for (std::size_t i = 0; i < n; ++i)
         if (x[i] == INFINITY && j-- == 0) return static_cast<std::int64_t>(i);
@@ -452,8 +561,8 @@ const float* prepare(const T* x, std::size_t n, const std::int32_t* mask,
     src = sc.row.data();
   } else {
     sc.row.resize(n);
-    detail::widen16(reinterpret_cast<const std::uint16_t*>(x), n,
-                    sc.row.data(), std::is_same_v<T, BFloat16>);
+    detail::widen16(reinterpret_cast<const std::uint16_t*>(x), n, sc.row.data(),
+                    std::is_same_v<T, BFloat16>);
     src = sc.row.data();
   }
   if (mask != nullptr) {
@@ -499,14 +608,15 @@ template <class T>
 void sample_impl(MatrixView<const T> logits,
                  std::span<const std::uint64_t> seeds,
                  std::span<std::int64_t> tokens, std::span<float> logprobs,
-                 const SampleOptions& o, std::span<const std::int32_t> bitmask) {
+                 const SampleOptions& o,
+                 std::span<const std::int32_t> bitmask) {
   const char* fn = "sample";
   const std::size_t rows = logits.rows, n = logits.cols;
   if (n == 0) fail(fn, "logits have 0 columns (an empty vocabulary)");
   if (n > 0xFFFFFFFFu) fail(fn, "vocabulary over 2^32 - 1 tokens");
   if (rows > 1 && logits.stride < n && logits.stride != 0)
-    fail(fn, "logits stride " + detail::count(logits.stride) +
-                 " < cols " + detail::count(n) + " (and not 0)");
+    fail(fn, "logits stride " + detail::count(logits.stride) + " < cols " +
+                 detail::count(n) + " (and not 0)");
   if (seeds.size() != rows)
     fail(fn, "seeds has " + detail::count(seeds.size()) +
                  " entries; expected one per row (" + detail::count(rows) +
@@ -520,10 +630,10 @@ void sample_impl(MatrixView<const T> logits,
   const std::size_t words = (n + 31) / 32;
   if (!bitmask.empty() && bitmask.size() != words &&
       bitmask.size() != rows * words)
-    fail(fn, "bitmask has " + detail::count(bitmask.size()) +
-                 " int32 words; expected ceil(V / 32) = " +
-                 detail::count(words) + " (one row for all) or rows * " +
-                 detail::count(words));
+    fail(fn,
+         "bitmask has " + detail::count(bitmask.size()) +
+             " int32 words; expected ceil(V / 32) = " + detail::count(words) +
+             " (one row for all) or rows * " + detail::count(words));
   check_options(fn, o);
   std::vector<RowResult> out(rows);
   const bool parallel = rows > 1 && rows * n >= detail::kParallelElements / 4;
@@ -531,9 +641,9 @@ void sample_impl(MatrixView<const T> logits,
     try {
       Scratch& sc = scratch();
       const std::int32_t* mask =
-          bitmask.empty() ? nullptr
-                          : bitmask.data() +
-                                (bitmask.size() == words ? 0 : r * words);
+          bitmask.empty()
+              ? nullptr
+              : bitmask.data() + (bitmask.size() == words ? 0 : r * words);
       const float* x = prepare(logits.data + r * logits.stride, n, mask, sc);
       Kept kept;
       out[r].status = decide(x, n, o, sc, kept);
@@ -555,21 +665,24 @@ void sample_impl(MatrixView<const T> logits,
 
 }  // namespace
 
-void sample(MatrixView<const float> logits, std::span<const std::uint64_t> seeds,
+void sample(MatrixView<const float> logits,
+            std::span<const std::uint64_t> seeds,
             std::span<std::int64_t> tokens, std::span<float> logprobs,
             const SampleOptions& options,
             std::span<const std::int32_t> bitmask) {
   sample_impl(logits, seeds, tokens, logprobs, options, bitmask);
 }
 void sample(MatrixView<const BFloat16> logits,
-            std::span<const std::uint64_t> seeds, std::span<std::int64_t> tokens,
-            std::span<float> logprobs, const SampleOptions& options,
+            std::span<const std::uint64_t> seeds,
+            std::span<std::int64_t> tokens, std::span<float> logprobs,
+            const SampleOptions& options,
             std::span<const std::int32_t> bitmask) {
   sample_impl(logits, seeds, tokens, logprobs, options, bitmask);
 }
 void sample(MatrixView<const Float16> logits,
-            std::span<const std::uint64_t> seeds, std::span<std::int64_t> tokens,
-            std::span<float> logprobs, const SampleOptions& options,
+            std::span<const std::uint64_t> seeds,
+            std::span<std::int64_t> tokens, std::span<float> logprobs,
+            const SampleOptions& options,
             std::span<const std::int32_t> bitmask) {
   sample_impl(logits, seeds, tokens, logprobs, options, bitmask);
 }
@@ -632,8 +745,8 @@ void sample_probs(std::span<const float> logits, std::span<double> probs,
                  detail::count((n + 31) / 32));
   check_options(fn, options);
   Scratch& sc = scratch();
-  const float* x = prepare(logits.data(), n,
-                           bitmask.empty() ? nullptr : bitmask.data(), sc);
+  const float* x =
+      prepare(logits.data(), n, bitmask.empty() ? nullptr : bitmask.data(), sc);
   Kept kept;
   const int st = decide(x, n, options, sc, kept);
   if (st != kOk) row_error(fn, "logits", 0, st);
@@ -700,7 +813,8 @@ void speculative_accept(MatrixView<const std::int64_t> draft_tokens,
   std::vector<std::int64_t> acc(rows, 0);
   std::vector<int> status(rows, kOk);
   std::vector<std::size_t> bad_row(rows, 0);
-  const bool parallel = rows > 1 && rows * n * (k + 1) >= detail::kParallelElements / 4;
+  const bool parallel =
+      rows > 1 && rows * n * (k + 1) >= detail::kParallelElements / 4;
   detail::for_each_index(rows, parallel, [&](std::size_t r) {
     try {
       Scratch& sc = scratch();

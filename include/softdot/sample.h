@@ -64,18 +64,21 @@ struct SampleOptions {
 // per-thread scratch (V floats) once and keeps it.
 // ---------------------------------------------------------------------------
 // logits: rows x V (stride >= V, or 0 to draw every row from one row).
-void sample(MatrixView<const float> logits, std::span<const std::uint64_t> seeds,
+void sample(MatrixView<const float> logits,
+            std::span<const std::uint64_t> seeds,
             std::span<std::int64_t> tokens, std::span<float> logprobs = {},
             const SampleOptions& options = {},
             std::span<const std::int32_t> bitmask = {});
 // 16-bit logits: each row widened exactly to float first.
 void sample(MatrixView<const BFloat16> logits,
-            std::span<const std::uint64_t> seeds, std::span<std::int64_t> tokens,
-            std::span<float> logprobs = {}, const SampleOptions& options = {},
+            std::span<const std::uint64_t> seeds,
+            std::span<std::int64_t> tokens, std::span<float> logprobs = {},
+            const SampleOptions& options = {},
             std::span<const std::int32_t> bitmask = {});
 void sample(MatrixView<const Float16> logits,
-            std::span<const std::uint64_t> seeds, std::span<std::int64_t> tokens,
-            std::span<float> logprobs = {}, const SampleOptions& options = {},
+            std::span<const std::uint64_t> seeds,
+            std::span<std::int64_t> tokens, std::span<float> logprobs = {},
+            const SampleOptions& options = {},
             std::span<const std::int32_t> bitmask = {});
 
 // The distribution `sample` draws from for one row: probs[i] = w_i / S for

@@ -55,6 +55,7 @@ HWY_EXPORT(Round16Quotient);
 HWY_EXPORT(SampleMaxF32);
 HWY_EXPORT(SampleExpF32);
 HWY_EXPORT(SampleKeptSumsF32);
+HWY_EXPORT(SampleSelectGeF32);
 
 float attention_score(const float* q, const float* k, std::size_t d,
                       bool decode, float* scratch) noexcept {
@@ -137,8 +138,12 @@ float sample_max_kernel(const float* x, std::size_t n, bool* nan) noexcept {
   return HWY_DYNAMIC_DISPATCH(SampleMaxF32)(x, n, nan);
 }
 void sample_exp_kernel(const float* x, std::size_t n, float m, double s,
-                       float* w, double* sums) noexcept {
-  HWY_DYNAMIC_DISPATCH(SampleExpF32)(x, n, m, s, w, sums);
+                       float tau, float* w, double* sums) noexcept {
+  HWY_DYNAMIC_DISPATCH(SampleExpF32)(x, n, m, s, tau, w, sums);
+}
+std::size_t sample_select_ge_kernel(const float* v, std::size_t n, float lo,
+                                    std::uint32_t* idx) noexcept {
+  return HWY_DYNAMIC_DISPATCH(SampleSelectGeF32)(v, n, lo, idx);
 }
 void sample_kept_sums_kernel(const float* w, std::size_t n, float tau,
                              double* sums) noexcept {

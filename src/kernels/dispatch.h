@@ -95,9 +95,12 @@ void round16_quotient(const double* o, double l, std::size_t n,
 // The largest of x[0..n), n >= 1, and whether any is NaN.
 float sample_max_kernel(const float* x, std::size_t n, bool* nan) noexcept;
 // w[i] = sample_weight(x[i], m, s), i < n; sums[b] = the fixed-order sum of
-// block b's weights (ceil(n / kSampleBlock) blocks).
+// block b's weights >= tau (ceil(n / kSampleBlock) blocks).
 void sample_exp_kernel(const float* x, std::size_t n, float m, double s,
-                       float* w, double* sums) noexcept;
+                       float tau, float* w, double* sums) noexcept;
+// The indices (ascending) of v[i] >= lo into idx (room for n); the count.
+std::size_t sample_select_ge_kernel(const float* v, std::size_t n, float lo,
+                                    std::uint32_t* idx) noexcept;
 // sums[b] = the fixed-order sum of block b's weights w >= tau.
 void sample_kept_sums_kernel(const float* w, std::size_t n, float tau,
                              double* sums) noexcept;

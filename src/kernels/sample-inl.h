@@ -91,15 +91,17 @@ HWY_NOINLINE float SampleMaxF32(const float* HWY_RESTRICT x, std::size_t n,
 }
 
 // w[i] = sample_weight(x[i], m, s) for i < n, and sums[b] = the sum of the
-// weights of block b (kSampleBlock elements) in the fixed order.
+// weights >= tau of block b (kSampleBlock elements) in the fixed order.
 HWY_NOINLINE void SampleExpF32(const float* HWY_RESTRICT x, std::size_t n,
-                               float m, double s, float* HWY_RESTRICT w,
+                               float m, double s, float tau,
+                               float* HWY_RESTRICT w,
                                double* HWY_RESTRICT sums) {
   const sample::D d;
   const sample::DF df;
   const std::size_t N = hn::Lanes(d);
   const auto vm = hn::Set(d, static_cast<double>(m));
   const auto vs = hn::Set(d, s);
+  const auto vt = hn::Set(d, static_cast<double>(tau));
   for (std::size_t b0 = 0, blk = 0; b0 < n; b0 += detail::kSampleBlock, ++blk) {
     const std::size_t end =
         b0 + detail::kSampleBlock < n ? b0 + detail::kSampleBlock : n;
@@ -111,13 +113,15 @@ HWY_NOINLINE void SampleExpF32(const float* HWY_RESTRICT x, std::size_t n,
         const auto wv = sample::ExpDouble(d, hn::Mul(hn::Sub(xv, vm), vs));
         const auto wf = hn::DemoteTo(df, wv);
         hn::StoreU(wf, df, w + i + j);
-        hn::Store(hn::Add(hn::Load(d, acc + j), hn::PromoteTo(d, wf)), d,
-                  acc + j);
+        const auto wd = hn::PromoteTo(d, wf);
+        hn::Store(hn::Add(hn::Load(d, acc + j),
+                          hn::IfThenElseZero(hn::Ge(wd, vt), wd)),
+                  d, acc + j);
       }
     }
     for (; i < end; ++i) {
       w[i] = detail::sample_weight(x[i], m, s);
-      acc[(i - b0) % 8] += static_cast<double>(w[i]);
+      if (w[i] >= tau) acc[(i - b0) % 8] += static_cast<double>(w[i]);
     }
     sums[blk] = detail::sample_combine8(acc);
   }
@@ -147,6 +151,35 @@ HWY_NOINLINE void SampleKeptSumsF32(const float* HWY_RESTRICT w, std::size_t n,
     }
     sums[blk] = detail::sample_combine8(acc);
   }
+}
+
+// The indices i < n (ascending) with v[i] >= lo, written to idx (room for
+// n + 64: whole vectors are stored); returns their count. n < 2^32.
+HWY_NOINLINE std::size_t SampleSelectGeF32(const float* HWY_RESTRICT v,
+                                           std::size_t n, float lo,
+                                           std::uint32_t* HWY_RESTRICT idx) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const std::size_t N = hn::Lanes(d);
+  const auto vlo = hn::Set(d, lo);
+  std::size_t count = 0, i = 0;
+  auto iota = hn::Iota(du, 0);
+  const auto step = hn::Set(du, static_cast<std::uint32_t>(N));
+  for (; i + N <= n; i += N) {
+    const auto keep = hn::Ge(hn::LoadU(d, v + i), vlo);
+    if (!hn::AllFalse(d, keep)) {
+      // Compress in a register, then a full store (idx has room for n + N):
+      // VPCOMPRESSD with a memory operand is microcoded on Zen 4 and made
+      // this pass several times slower (measured).
+      const auto m = hn::RebindMask(du, keep);
+      hn::StoreU(hn::Compress(iota, m), du, idx + count);
+      count += hn::CountTrue(du, m);
+    }
+    iota = hn::Add(iota, step);
+  }
+  for (; i < n; ++i)
+    if (v[i] >= lo) idx[count++] = static_cast<std::uint32_t>(i);
+  return count;
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)

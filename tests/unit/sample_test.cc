@@ -3,6 +3,8 @@
 // chi-square of millions of draws against sample_probs, seed determinism
 // across batch position, threads and SIMD targets, the bitmask, greedy,
 // logprobs, special values, errors, and the Philox known answers.
+#include "softdot/sample.h"
+
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -18,7 +20,6 @@
 
 #include "kernels/dispatch.h"
 #include "kernels/sample_scalar.h"
-#include "softdot/sample.h"
 #include "softdot/simd.h"
 
 namespace {
@@ -123,7 +124,8 @@ void expect_matches(const std::vector<float>& x, const SampleOptions& o,
     ASSERT_EQ(ref[i] > 0, got[i] > 0)
         << what << " token " << i << " T=" << o.temperature << " k=" << o.top_k
         << " p=" << o.top_p << " min_p=" << o.min_p;
-    const long double err = std::fabs(static_cast<long double>(got[i]) - ref[i]);
+    const long double err =
+        std::fabs(static_cast<long double>(got[i]) - ref[i]);
     ASSERT_LE(err, ref[i] * 0x1p-22L + 0x1p-60L)
         << what << " token " << i << " ref " << static_cast<double>(ref[i])
         << " got " << got[i];
@@ -192,7 +194,8 @@ double chi_square_p(const std::vector<std::int64_t>& counts,
   }
   const double k = cells - 1;
   if (k <= 0) return 1.0;
-  const double z = (std::cbrt(chi / k) - (1 - 2 / (9 * k))) / std::sqrt(2 / (9 * k));
+  const double z =
+      (std::cbrt(chi / k) - (1 - 2 / (9 * k))) / std::sqrt(2 / (9 * k));
   return 0.5 * std::erfc(z / std::sqrt(2.0));
 }
 
@@ -232,7 +235,8 @@ TEST(Sample, ChiSquareOfDrawsAgainstTheDistribution) {
     // The test can fail: the same draws against a distribution with 0.01
     // of mass moved from the likeliest token to another kept one.
     auto wrong = p;
-    const auto top = std::max_element(wrong.begin(), wrong.end()) - wrong.begin();
+    const auto top =
+        std::max_element(wrong.begin(), wrong.end()) - wrong.begin();
     for (std::size_t i = 0; i < wrong.size(); ++i)
       if (static_cast<std::ptrdiff_t>(i) != top && wrong[i] > 0) {
         wrong[i] += 0.01;
@@ -303,11 +307,12 @@ TEST(Sample, KernelsGiveTheScalarModelsBitsOnEveryTarget) {
     std::vector<float> w(x.size());
     std::vector<double> sums(3);
     const double s = 1 / 0.7;
-    softdot::detail::sample_exp_kernel(x.data(), x.size(), m, s, w.data(),
+    softdot::detail::sample_exp_kernel(x.data(), x.size(), m, s, 0.0f, w.data(),
                                        sums.data());
     for (std::size_t b = 0; b < 3; ++b) {
       double acc[8] = {};
-      for (std::size_t i = b * 1024; i < std::min(x.size(), b * 1024 + 1024); ++i) {
+      for (std::size_t i = b * 1024; i < std::min(x.size(), b * 1024 + 1024);
+           ++i) {
         const float e = softdot::detail::sample_weight(x[i], m, s);
         ASSERT_EQ(w[i], e) << target << " " << i;
         // within 0.51 ulp of the exact exp
@@ -372,7 +377,7 @@ TEST(Sample, BitmaskFollowsXgrammarsLayout) {
   std::copy(x.begin(), x.end(), two.begin() + n);
   two[n + 1] = std::numeric_limits<float>::quiet_NaN();
   std::vector<std::int32_t> masks(6, 0);
-  masks[0] = 1 << 5;   // row 0: token 5 only
+  masks[0] = 1 << 5;      // row 0: token 5 only
   masks[3 + 2] = 1 << 4;  // row 1: token 68 only
   std::vector<std::uint64_t> seeds = {1, 2};
   std::vector<std::int64_t> t(2);
@@ -551,7 +556,8 @@ TEST(Speculative, OutputFollowsTheTarget) {
       std::copy(draft_p.begin(), draft_p.end(), dp.begin() + r * n);
     for (int rep = 0; rep < 16; ++rep) {
       std::vector<std::uint64_t> ds(rows * k);
-      std::iota(ds.begin(), ds.end(), 1000000ull * (rep + 1) + (with_probs ? 0 : 7));
+      std::iota(ds.begin(), ds.end(),
+                1000000ull * (rep + 1) + (with_probs ? 0 : 7));
       softdot::sample({draft_logits.data(), rows * k, n, 0}, ds, drafts);
       std::iota(seeds.begin(), seeds.end(), 50000000ull * (rep + 1));
       softdot::speculative_accept(
@@ -608,10 +614,9 @@ TEST(Speculative, GreedyTargetAndErrors) {
                                            {out.data(), 1, 2}),
                std::invalid_argument);
   const std::vector<float> neg = {0.5f, -0.1f, 0.6f};
-  EXPECT_THROW(softdot::speculative_accept({drafts.data(), 1, 1},
-                                           {neg.data(), 1, 3},
-                                           {target.data(), 2, 3}, s, acc,
-                                           {out.data(), 1, 2}),
+  EXPECT_THROW(softdot::speculative_accept(
+                   {drafts.data(), 1, 1}, {neg.data(), 1, 3},
+                   {target.data(), 2, 3}, s, acc, {out.data(), 1, 2}),
                std::invalid_argument);
 }
 
