@@ -107,6 +107,21 @@ HWY_NOINLINE void SampleExpF32(const float* HWY_RESTRICT x, std::size_t n,
         b0 + detail::kSampleBlock < n ? b0 + detail::kSampleBlock : n;
     alignas(64) double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     std::size_t i = b0;
+    if (N == 8) {
+      // One vector is the 8 partial sums: keep it in a register (through
+      // acc[] in memory, the store-to-load chain held the pass to about 1
+      // cycle per element).
+      auto sum = hn::Zero(d);
+      for (; i + 8 <= end; i += 8) {
+        const auto xv = hn::PromoteTo(d, hn::LoadU(df, x + i));
+        const auto wv = sample::ExpDouble(d, hn::Mul(hn::Sub(xv, vm), vs));
+        const auto wf = hn::DemoteTo(df, wv);
+        hn::StoreU(wf, df, w + i);
+        const auto wd = hn::PromoteTo(d, wf);
+        sum = hn::Add(sum, hn::IfThenElseZero(hn::Ge(wd, vt), wd));
+      }
+      hn::Store(sum, d, acc);
+    }
     for (; i + 8 <= end; i += 8) {
       for (std::size_t j = 0; j < 8; j += N) {
         const auto xv = hn::PromoteTo(d, hn::LoadU(df, x + i + j));
