@@ -127,7 +127,7 @@ def sample(
     min_p times the largest). The token is drawn from the kept set
     renormalised: exactly ``w_i / sum(w)`` with ``w_i = exp((x_i - max) /
     temperature)`` rounded once to float32 (within 0.51 ulp), the sums in
-    double, up to 2^-40.
+    double, up to V 2^-52.
 
     Parameters
     ----------

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -231,7 +232,8 @@ TEST(Sample, ChiSquareOfDrawsAgainstTheDistribution) {
     const auto p = probs_of(x, c.o);
     const auto counts = draw_counts(x, c.o, draws, seed0);
     seed0 += draws;
-    EXPECT_GT(chi_square_p(counts, p, draws), 1e-6) << "n=" << c.n;
+    const double pv = chi_square_p(counts, p, draws);
+    EXPECT_GT(pv, 1e-6) << "n=" << c.n;
     // The test can fail: the same draws against a distribution with 0.01
     // of mass moved from the likeliest token to another kept one.
     auto wrong = p;
@@ -243,7 +245,13 @@ TEST(Sample, ChiSquareOfDrawsAgainstTheDistribution) {
         wrong[top] -= 0.01;
         break;
       }
-    EXPECT_LT(chi_square_p(counts, wrong, draws), 1e-6) << "n=" << c.n;
+    const double pw = chi_square_p(counts, wrong, draws);
+    EXPECT_LT(pw, 1e-6) << "n=" << c.n;
+    std::printf(
+        "chi-square, V=%zu T=%g k=%lld p=%g min_p=%g, 2^20 draws: p-value %.3g "
+        "(0.01 of mass moved: %.3g)\n",
+        c.n, c.o.temperature, static_cast<long long>(c.o.top_k), c.o.top_p,
+        c.o.min_p, pv, pw);
   }
 }
 
