@@ -99,6 +99,7 @@ struct Scratch {
   std::vector<std::uint32_t> keys;
   std::vector<float> wc, sorted;
   std::vector<double> h1;
+  std::vector<double> csums;  // block sums of top-p candidates
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -268,7 +269,7 @@ bool select_top_k(const float* x, std::size_t n, std::size_t k, Scratch& sc) {
     if (cut > 0x007FFFFFu) {  // a finite cutoff
       sc.idx.resize(n + 64);
       sc.idx.resize(detail::sample_select_ge_kernel(x, n, float_of_key(cut),
-                                                    sc.idx.data()));
+                                                    sc.idx.data(), nullptr));
       if (sc.idx.size() > k) {
         sc.keys.resize(sc.idx.size());
         for (std::size_t j = 0; j < sc.idx.size(); ++j)
@@ -311,7 +312,7 @@ bool select_top_k(const float* x, std::size_t n, std::size_t k, Scratch& sc) {
   // Every index at or above the boundary bucket, by one vector pass.
   sc.idx.resize(n + 64);
   sc.idx.resize(detail::sample_select_ge_kernel(
-      x, n, float_of_key(l1.bucket << 21), sc.idx.data()));
+      x, n, float_of_key(l1.bucket << 21), sc.idx.data(), nullptr));
   sc.keys.clear();
   for (const std::uint32_t j : sc.idx) {
     const std::uint32_t key = key_of(x[j]);
@@ -390,13 +391,15 @@ float top_p_threshold(const float* w, std::size_t n, double top_p,
     if (cut <= 0) break;
     std::vector<std::uint32_t>& cand = sc.bidx;
     cand.resize(n + 64);
-    cand.resize(detail::sample_select_ge_kernel(w, n, cut, cand.data()));
-    double part[4] = {0, 0, 0, 0};  // 4 chains: the adds' latency
-    for (std::size_t j = 0; j < cand.size(); ++j)
-      part[j & 3] += static_cast<double>(w[cand[j]]);
-    const double mass = (part[0] + part[1]) + (part[2] + part[3]);
+    sc.wc.resize(n + 64);
+    const std::size_t count =
+        detail::sample_select_ge_kernel(w, n, cut, cand.data(), sc.wc.data());
+    sc.csums.resize((count + detail::kSampleBlock - 1) / detail::kSampleBlock);
+    detail::sample_kept_sums_kernel(sc.wc.data(), count, 0.0f, sc.csums.data());
+    double mass = 0;
+    for (const double b : sc.csums) mass += b;
     if (mass >= target)
-      return top_p_radix(w, cand.data(), cand.size(), target, sc);
+      return top_p_radix(sc.wc.data(), nullptr, count, target, sc);
     if (guess >= kSample - 1) break;
   }
   return top_p_radix(w, nullptr, n, target, sc);

@@ -38,11 +38,11 @@ struct SampleOptions {
 // within 0.51 ulp of exp(t_i); weights below 2^-149 are 0 and never drawn),
 // and token i is drawn with probability w_i / S, S the sum of the kept
 // weights in double, up to V 2^-52 (absolute; 6e-11 at V = 256k) for the
-// 53-bit uniform and the rounding of the double sums. The uniform comes from Philox4x32-10 keyed by
-// the row's seed (counter 0), so a row's token depends only on its seed, its
-// logits, its bitmask row and the options: never on the batch, the thread
-// count or the SIMD target (the weights and sums are formed in one fixed
-// order with no fused multiply-add on every target).
+// 53-bit uniform and the rounding of the double sums. The uniform comes from
+// Philox4x32-10 keyed by the row's seed (counter 0), so a row's token depends
+// only on its seed, its logits, its bitmask row and the options: never on the
+// batch, the thread count or the SIMD target (the weights and sums are formed
+// in one fixed order with no fused multiply-add on every target).
 //
 // Bitmask: the packed int32 format of structured-output engines (xgrammar,
 // llguidance, vLLM): bit (j % 32) of word j / 32 set = token j allowed;

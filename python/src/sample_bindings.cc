@@ -63,9 +63,10 @@ void sample_py(const In& logits, int format, const In& seeds, const Out& tokens,
     if (bitmask) {
       const std::size_t words = (cols + 31) / 32;
       std::size_t size = 1;
-      for (std::size_t d = 0; d < bitmask->ndim(); ++d) size *= bitmask->shape(d);
-      mask = flat<const std::int32_t>(
-          "bitmask", *bitmask, size == words ? words : rows * words);
+      for (std::size_t d = 0; d < bitmask->ndim(); ++d)
+        size *= bitmask->shape(d);
+      mask = flat<const std::int32_t>("bitmask", *bitmask,
+                                      size == words ? words : rows * words);
     }
     const SampleOptions o{temperature, top_k, top_p, min_p};
     if (format == 0) {
@@ -84,12 +85,14 @@ void sample_py(const In& logits, int format, const In& seeds, const Out& tokens,
   });
 }
 
-void speculative_py(const In& draft_tokens, const std::optional<In>& draft_probs,
+void speculative_py(const In& draft_tokens,
+                    const std::optional<In>& draft_probs,
                     const In& target_logits, const In& seeds,
                     const Out& accepted, const Out& tokens, double temperature,
                     std::int64_t top_k, double top_p, double min_p) {
   as_python("speculative_accept", [&] {
-    if (draft_tokens.ndim() != 2 || draft_tokens.dtype() != nb::dtype<std::int64_t>())
+    if (draft_tokens.ndim() != 2 ||
+        draft_tokens.dtype() != nb::dtype<std::int64_t>())
       fail("draft_tokens must be 2-d int64");
     const std::size_t rows = draft_tokens.shape(0), k = draft_tokens.shape(1);
     const auto dt = rows_of<std::int64_t>("draft_tokens", draft_tokens);

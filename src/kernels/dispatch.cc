@@ -142,8 +142,8 @@ void sample_exp_kernel(const float* x, std::size_t n, float m, double s,
   HWY_DYNAMIC_DISPATCH(SampleExpF32)(x, n, m, s, tau, w, sums);
 }
 std::size_t sample_select_ge_kernel(const float* v, std::size_t n, float lo,
-                                    std::uint32_t* idx) noexcept {
-  return HWY_DYNAMIC_DISPATCH(SampleSelectGeF32)(v, n, lo, idx);
+                                    std::uint32_t* idx, float* vals) noexcept {
+  return HWY_DYNAMIC_DISPATCH(SampleSelectGeF32)(v, n, lo, idx, vals);
 }
 void sample_kept_sums_kernel(const float* w, std::size_t n, float tau,
                              double* sums) noexcept {

@@ -98,9 +98,10 @@ float sample_max_kernel(const float* x, std::size_t n, bool* nan) noexcept;
 // block b's weights >= tau (ceil(n / kSampleBlock) blocks).
 void sample_exp_kernel(const float* x, std::size_t n, float m, double s,
                        float tau, float* w, double* sums) noexcept;
-// The indices (ascending) of v[i] >= lo into idx (room for n); the count.
+// The indices (ascending) of v[i] >= lo into idx and, unless null, their
+// values into vals (room for n + 64 each); the count.
 std::size_t sample_select_ge_kernel(const float* v, std::size_t n, float lo,
-                                    std::uint32_t* idx) noexcept;
+                                    std::uint32_t* idx, float* vals) noexcept;
 // sums[b] = the fixed-order sum of block b's weights w >= tau.
 void sample_kept_sums_kernel(const float* w, std::size_t n, float tau,
                              double* sums) noexcept;

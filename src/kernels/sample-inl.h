@@ -168,11 +168,13 @@ HWY_NOINLINE void SampleKeptSumsF32(const float* HWY_RESTRICT w, std::size_t n,
   }
 }
 
-// The indices i < n (ascending) with v[i] >= lo, written to idx (room for
-// n + 64: whole vectors are stored); returns their count. n < 2^32.
+// The indices i < n (ascending) with v[i] >= lo, written to idx, and their
+// values to vals unless null (room for n + 64 each: whole vectors are
+// stored); returns their count. n < 2^32.
 HWY_NOINLINE std::size_t SampleSelectGeF32(const float* HWY_RESTRICT v,
                                            std::size_t n, float lo,
-                                           std::uint32_t* HWY_RESTRICT idx) {
+                                           std::uint32_t* HWY_RESTRICT idx,
+                                           float* HWY_RESTRICT vals) {
   const hn::ScalableTag<float> d;
   const hn::RebindToUnsigned<decltype(d)> du;
   const std::size_t N = hn::Lanes(d);
@@ -181,19 +183,24 @@ HWY_NOINLINE std::size_t SampleSelectGeF32(const float* HWY_RESTRICT v,
   auto iota = hn::Iota(du, 0);
   const auto step = hn::Set(du, static_cast<std::uint32_t>(N));
   for (; i + N <= n; i += N) {
-    const auto keep = hn::Ge(hn::LoadU(d, v + i), vlo);
+    const auto x = hn::LoadU(d, v + i);
+    const auto keep = hn::Ge(x, vlo);
     if (!hn::AllFalse(d, keep)) {
       // Compress in a register, then a full store (idx has room for n + N):
       // VPCOMPRESSD with a memory operand is microcoded on Zen 4 and made
       // this pass several times slower (measured).
       const auto m = hn::RebindMask(du, keep);
       hn::StoreU(hn::Compress(iota, m), du, idx + count);
+      if (vals != nullptr) hn::StoreU(hn::Compress(x, keep), d, vals + count);
       count += hn::CountTrue(du, m);
     }
     iota = hn::Add(iota, step);
   }
-  for (; i < n; ++i)
-    if (v[i] >= lo) idx[count++] = static_cast<std::uint32_t>(i);
+  for (; i < n; ++i) {
+    if (!(v[i] >= lo)) continue;
+    if (vals != nullptr) vals[count] = v[i];
+    idx[count++] = static_cast<std::uint32_t>(i);
+  }
   return count;
 }
 
