@@ -154,6 +154,14 @@ HWY_NOINLINE void SampleKeptSumsF32(const float* HWY_RESTRICT w, std::size_t n,
         b0 + detail::kSampleBlock < n ? b0 + detail::kSampleBlock : n;
     alignas(64) double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     std::size_t i = b0;
+    if (N == 8) {  // the 8 partial sums in a register, as in SampleExpF32
+      auto sum = hn::Zero(d);
+      for (; i + 8 <= end; i += 8) {
+        const auto wv = hn::PromoteTo(d, hn::LoadU(df, w + i));
+        sum = hn::Add(sum, hn::IfThenElseZero(hn::Ge(wv, vt), wv));
+      }
+      hn::Store(sum, d, acc);
+    }
     for (; i + 8 <= end; i += 8) {
       for (std::size_t j = 0; j < 8; j += N) {
         const auto wv = hn::PromoteTo(d, hn::LoadU(df, w + i + j));
