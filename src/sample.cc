@@ -100,6 +100,7 @@ struct Scratch {
   std::vector<float> wc, sorted;
   std::vector<double> h1;
   std::vector<double> csums;  // block sums of top-p candidates
+  std::size_t ncand = 0;      // top-p candidates in bidx / wc (0: none)
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -182,7 +183,9 @@ struct RowResult {
 
 // The kept set of a row in one of two forms.
 struct Kept {
-  enum Form { kGreedy, kInf, kSparse, kDense } form = kDense;
+  // kCand: the top-p candidates (sc.bidx / sc.wc, sc.ncand of them, block
+  // sums sc.csums) hold every kept token: the dense row is not walked again.
+  enum Form { kGreedy, kInf, kSparse, kDense, kCand } form = kDense;
   float m = 0;              // the largest logit
   double s = 1;             // 1 / temperature
   float tau = 0;            // kept: weight >= tau (and > 0)
@@ -372,6 +375,7 @@ float top_p_radix(const float* w, const std::uint32_t* idx, std::size_t count,
 // slower) on the whole row.
 float top_p_threshold(const float* w, std::size_t n, double top_p,
                       double target, Scratch& sc) {
+  sc.ncand = 0;
   sc.sorted.resize(kSample);
   for (std::size_t j = 0; j < kSample; ++j) sc.sorted[j] = w[j * n / kSample];
   std::sort(sc.sorted.begin(), sc.sorted.end(), std::greater<float>());
@@ -398,8 +402,10 @@ float top_p_threshold(const float* w, std::size_t n, double top_p,
     detail::sample_kept_sums_kernel(sc.wc.data(), count, 0.0f, sc.csums.data());
     double mass = 0;
     for (const double b : sc.csums) mass += b;
-    if (mass >= target)
+    if (mass >= target) {
+      sc.ncand = count;
       return top_p_radix(sc.wc.data(), nullptr, count, target, sc);
+    }
     if (guess >= kSample - 1) break;
   }
   return top_p_radix(w, nullptr, n, target, sc);
@@ -473,6 +479,16 @@ int decide(const float* x, std::size_t n, const SampleOptions& o, Scratch& sc,
     }
   }
   kept.tau = tau;
+  if (o.top_p < 1 && sc.ncand > 0 && n > kSmallRow) {
+    // tau >= the top-p threshold >= the candidates' cutoff.
+    kept.form = Kept::kCand;
+    detail::sample_kept_sums_kernel(sc.wc.data(), sc.ncand, tau,
+                                    sc.csums.data());
+    double total = 0;
+    for (const double b : sc.csums) total += b;
+    kept.total = total;
+    return kOk;
+  }
   if (tau != exp_tau)  // a threshold the pass did not apply: sums again
     detail::sample_kept_sums_kernel(sc.w.data(), n, tau, sc.sums.data());
   double total = 0;
@@ -482,6 +498,40 @@ int decide(const float* x, std::size_t n, const SampleOptions& o, Scratch& sc,
 }
 
 inline bool is_kept(float w, float tau) { return w > 0 && w >= tau; }
+
+// The inverse CDF over v[0..count) (token idx[j], or j when idx is null)
+// with block sums `sums` of the kept values: whole blocks skipped by their
+// sums, then one block walked in order.
+std::int64_t draw_blocks(const float* v, const std::uint32_t* idx,
+                         std::size_t count, const std::vector<double>& sums,
+                         const Kept& kept, double u) {
+  const auto token = [idx](std::size_t j) {
+    return static_cast<std::int64_t>(idx ? idx[j] : j);
+  };
+  const double target = u * kept.total;
+  double cum = 0;
+  const std::size_t blocks = sums.size();
+  for (std::size_t b = 0; b < blocks; ++b) {
+    if (cum + sums[b] <= target && b + 1 < blocks) {
+      cum += sums[b];
+      continue;
+    }
+    const std::size_t lo = b * detail::kSampleBlock;
+    const std::size_t hi = std::min(count, lo + detail::kSampleBlock);
+    std::int64_t last = -1;
+    for (std::size_t j = lo; j < hi; ++j) {
+      if (!is_kept(v[j], kept.tau)) continue;
+      last = token(j);
+      cum += v[j];
+      if (cum > target) return last;
+    }
+    if (last >= 0) return last;
+    // A block of no kept weight reached through rounding: go on.
+  }
+  for (std::size_t j = count; j-- > 0;)
+    if (is_kept(v[j], kept.tau)) return token(j);
+  return -1;  // unreachable: the max has weight 1
+}
 
 // Draws from the kept set with uniform u; returns the index.
 std::int64_t draw(const float* x, std::size_t n, const Kept& kept,
@@ -509,31 +559,11 @@ std::int64_t draw(const float* x, std::size_t n, const Kept& kept,
       }
       return last;
     }
-    case Kept::kDense: {
-      const double target = u * kept.total;
-      double cum = 0;
-      const std::size_t blocks = sc.sums.size();
-      for (std::size_t b = 0; b < blocks; ++b) {
-        if (cum + sc.sums[b] <= target && b + 1 < blocks) {
-          cum += sc.sums[b];
-          continue;
-        }
-        const std::size_t lo = b * detail::kSampleBlock;
-        const std::size_t hi = std::min(n, lo + detail::kSampleBlock);
-        std::int64_t last = -1;
-        for (std::size_t i = lo; i < hi; ++i) {
-          if (!is_kept(sc.w[i], kept.tau)) continue;
-          last = static_cast<std::int64_t>(i);
-          cum += sc.w[i];
-          if (cum > target) return last;
-        }
-        if (last >= 0) return last;
-        // A block of no kept weight reached through rounding: go on.
-      }
-      for (std::size_t i = n; i-- > 0;)
-        if (is_kept(sc.w[i], kept.tau)) return static_cast<std::int64_t>(i);
-      return -1;  // unreachable: the max has weight 1
-    }
+    case Kept::kDense:
+      return draw_blocks(sc.w.data(), nullptr, n, sc.sums, kept, u);
+    case Kept::kCand:
+      return draw_blocks(sc.wc.data(), sc.bidx.data(), sc.ncand, sc.csums, kept,
+                         u);
   }
   return -1;
 }
@@ -714,6 +744,10 @@ double dense_target(const float* x, std::size_t n, const Kept& kept,
     case Kept::kDense:
       for (std::size_t i = 0; i < n; ++i)
         if (is_kept(sc.w[i], kept.tau)) q[i] = sc.w[i];
+      return kept.total;
+    case Kept::kCand:
+      for (std::size_t j = 0; j < sc.ncand; ++j)
+        if (is_kept(sc.wc[j], kept.tau)) q[sc.bidx[j]] = sc.wc[j];
       return kept.total;
   }
   return 0;

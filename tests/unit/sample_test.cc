@@ -255,6 +255,26 @@ TEST(Sample, ChiSquareOfDrawsAgainstTheDistribution) {
   }
 }
 
+TEST(Sample, ChiSquareOnTheLargeRowPaths) {
+  // V = 2500 (the radix and candidate paths, not the small-row ones): 40
+  // tokens carry the mass, the rest sit far below; top-p, min-p and top-k.
+  std::vector<float> x = gaussian(2500, 77, 1.0f);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = (i % 61 == 0) ? x[i] + 6.0f : x[i] - 6.0f;
+  const std::int64_t draws = std::int64_t{1} << 14;  // 12 us a draw here
+  std::uint64_t seed0 = 1u << 30;
+  for (const SampleOptions& o :
+       {SampleOptions{1.0, 0, 0.9, 0.0}, SampleOptions{0.9, 0, 1.0, 0.02},
+        SampleOptions{1.0, 30, 0.95, 0.0}}) {
+    const auto p = probs_of(x, o);
+    expect_matches(x, o, "2500");
+    const auto counts = draw_counts(x, o, draws, seed0);
+    seed0 += draws;
+    EXPECT_GT(chi_square_p(counts, p, draws), 1e-6)
+        << o.top_k << " " << o.top_p << " " << o.min_p;
+  }
+}
+
 TEST(Sample, TokenDependsOnlyOnSeedAndLogits) {
   const std::size_t n = 3000, rows = 96;
   std::vector<float> x(rows * n);
