@@ -1,17 +1,20 @@
 // softdot: sampling from logits without sorting the vocabulary (see
-// include/softdot/sample.h and docs/design.md "Sampling").
+// include/softdot/sample.h and docs/design.md "Sampling without sorting").
 //
 // One row: (1) the bitmask and a 16-bit widening write a float copy with
 // disallowed tokens at -inf; (2) one pass takes the max and the NaN flag;
-// (3a) with top-k, a three-level radix select on the logits' monotone bit
-// keys (11 + 11 + 10 bits: one histogram pass, one gather pass, then only
-// the boundary bucket) finds the k-th largest logit, and only the kept
+// (3a) with top-k: a cutoff from a strided sample, one vector gather of the
+// indices at or above it and nth_element on those (a three-level radix
+// select on the logits' monotone bit keys when too few pass); only the kept
 // candidates get weights; (3b) without top-k, one pass writes the float
-// weights and their block sums, and top-p finds its threshold with the same
-// radix select on the weights' bits, counting mass instead of tokens;
-// (4) min-p is the threshold w >= min_p (the largest weight is exactly 1);
-// (5) one inverse-CDF walk in index order, skipping whole blocks by their
-// sums, draws the token with a 53-bit uniform from Philox4x32-10.
+// weights and their block sums, and top-p finds its threshold the same way
+// on the weights' bits, counting mass instead of tokens; (4) min-p is the
+// threshold w >= min_p (the largest weight is exactly 1); (5) one
+// inverse-CDF walk in index order, skipping whole blocks by their sums,
+// draws the token with a 53-bit uniform from Philox4x32-10.
+// Rows of at most kSmallRow tokens take nth_element and a sort of the
+// weights instead of the radix selects. Longer than ~500 lines: one
+// algorithm whose pieces share the Scratch and the Kept forms.
 #include "softdot/sample.h"
 
 #include <algorithm>
@@ -671,6 +674,8 @@ void sample_impl(MatrixView<const T> logits,
              " (one row for all) or rows * " + detail::count(words));
   check_options(fn, o);
   std::vector<RowResult> out(rows);
+  // A 64k-token row already takes ~100 us: threads pay off at fewer
+  // elements than the softmax family's threshold.
   const bool parallel = rows > 1 && rows * n >= detail::kParallelElements / 4;
   detail::for_each_index(rows, parallel, [&](std::size_t r) {
     try {
