@@ -18,6 +18,10 @@ pages and a waiting prompt takes its place.
     python examples/serve_tiny.py --cache int8       # int8 pages, quantised on write
     python examples/serve_tiny.py --cache bfloat16 --temperature 0.8 --seed 3
 
+The next tokens of every step come from one ``softdot.sample`` call (greedy at
+temperature 0; else temperature, ``--top-p``, and a seed per row made of the
+request's id and position, so a request's tokens do not depend on its batch).
+
 With the float32 cache the greedy tokens are those of the same model run in
 plain torch float32 (``--check`` recomputes every prompt with
 ``torch.nn.functional.scaled_dot_product_attention``; tests/python/
@@ -30,7 +34,7 @@ import argparse
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import numpy as np
 import torch
@@ -141,7 +145,6 @@ class Sequence:
     max_new: int
     cached: int = 0  # tokens whose keys are in the cache
     pages: List[int] = field(default_factory=list)
-    gen: Optional[torch.Generator] = None
 
     @property
     def done(self) -> bool:
@@ -159,6 +162,7 @@ def serve(
     page_size: int = 16,
     temperature: float = 0.0,
     seed: int = 0,
+    top_p: float = 1.0,
 ) -> tuple:
     """Generates max_new tokens for every prompt with continuous batching;
     returns (generated tokens per prompt, steps, seconds)."""
@@ -170,10 +174,7 @@ def serve(
     t0 = time.perf_counter()
     while waiting or running:
         while waiting and len(running) < max_running:
-            s = waiting.pop(0)
-            if temperature > 0:
-                s.gen = torch.Generator().manual_seed(seed * 1000 + s.rid)
-            running.append(s)
+            running.append(waiting.pop(0))
         # This step's rows: a prefill chunk, or the one new token.
         rows = [min(chunk, len(s.tokens) - s.cached) for s in running]
         tokens = torch.tensor(
@@ -216,17 +217,26 @@ def serve(
         # Each sequence's last row predicts its next token once its prompt
         # is read.
         ends = qsl[1:].long() - 1
+        ready = []
         for b, (s, n) in enumerate(zip(running, rows)):
             s.cached += n
             if s.cached < len(s.tokens):
                 continue  # still reading its prompt
-            row = logits[ends[b]]
-            if s.gen is None:
-                nxt = int(torch.argmax(row))
-            else:
-                probs = torch.softmax(row / temperature, dim=-1)
-                nxt = int(torch.multinomial(probs, 1, generator=s.gen))
-            s.tokens.append(nxt)
+            ready.append(b)
+        if ready:
+            # One softdot.sample call for every row that picks a token now
+            # (temperature 0: greedy). Each row's seed is a function of its
+            # request and position only, so a request's tokens never depend
+            # on which other requests share its batch.
+            picked = [running[b] for b in ready]
+            nxt = softdot.sample(
+                logits[ends[ready]],
+                temperature=temperature,
+                top_p=top_p,
+                seed=[(seed << 40) ^ (s.rid << 20) ^ len(s.tokens) for s in picked],
+            )
+            for s, t in zip(picked, nxt.tolist()):
+                s.tokens.append(int(t))
         for s in [s for s in running if s.done]:
             finished[s.rid] = s.tokens[s.prompt_len :]
             cache.free.extend(s.pages)
@@ -267,6 +277,7 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=24, help="prefill rows per sequence and step")
     ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (softdot.sample)")
     ap.add_argument("--check", action="store_true", help="compare with plain torch (greedy)")
     args = ap.parse_args()
     torch.set_grad_enabled(False)
@@ -283,6 +294,7 @@ def main() -> None:
         cache_dtype=args.cache,
         temperature=args.temperature,
         seed=args.seed,
+        top_p=args.top_p,
     )
     total = sum(len(o) for o in out)
     for i, (pr, o) in enumerate(zip(prompts, out)):

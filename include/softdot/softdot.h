@@ -10,6 +10,7 @@
 #include "softdot/float16.h"
 #include "softdot/kv_cache.h"
 #include "softdot/matrix.h"
+#include "softdot/sample.h"
 #include "softdot/simd.h"
 #include "softdot/softmax.h"
 #include "softdot/version.h"

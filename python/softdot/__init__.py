@@ -21,6 +21,7 @@ from ._attention import attention_merge, attention_weights, scaled_dot_product_a
 from ._cross_entropy import cross_entropy
 from ._paged import paged_attention, write_kv
 from ._quantize import quantize_kv
+from ._sample import sample, speculative_accept
 from ._softdot import (
     force_matrix_unit,
     force_simd_target,
@@ -51,6 +52,8 @@ __all__ = [
     "logsumexp",
     "softmax_backward",
     "cross_entropy",
+    "sample",
+    "speculative_accept",
     "dot",
     "dots",
     "softmax_state",

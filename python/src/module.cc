@@ -33,4 +33,5 @@ NB_MODULE(_softdot, m) {
   softdot::python::bind_numpy_fast_path(m);
   softdot::python::bind_cross_entropy(m);
   softdot::python::bind_softmax16(m);
+  softdot::python::bind_sample(m);
 }

@@ -8,6 +8,7 @@
 #include "kernels/attention_backward-inl.h"
 #include "kernels/convert16-inl.h"
 #include "kernels/dot-inl.h"
+#include "kernels/sample-inl.h"
 #include "kernels/softmax-inl.h"
 #include "kernels/softmax16-inl.h"
 
@@ -54,6 +55,10 @@ HWY_EXPORT(Widen16);
 HWY_EXPORT(Round16Quotient);
 HWY_EXPORT(Softmax16Apply);
 HWY_EXPORT(Softmax16State);
+HWY_EXPORT(SampleMaxF32);
+HWY_EXPORT(SampleExpF32);
+HWY_EXPORT(SampleKeptSumsF32);
+HWY_EXPORT(SampleSelectGeF32);
 
 float attention_score(const float* q, const float* k, std::size_t d,
                       bool decode, float* scratch) noexcept {
@@ -141,6 +146,22 @@ void softmax_row_kernel(const double* x, const std::uint8_t* mask, double scale,
                         RowState* state) {
   SOFTDOT_DISPATCH(SoftmaxRowF64)
   (x, mask, scale, n, op, faithful, y, state);
+}
+
+float sample_max_kernel(const float* x, std::size_t n, bool* nan) noexcept {
+  return HWY_DYNAMIC_DISPATCH(SampleMaxF32)(x, n, nan);
+}
+void sample_exp_kernel(const float* x, std::size_t n, float m, double s,
+                       float tau, float* w, double* sums) noexcept {
+  HWY_DYNAMIC_DISPATCH(SampleExpF32)(x, n, m, s, tau, w, sums);
+}
+std::size_t sample_select_ge_kernel(const float* v, std::size_t n, float lo,
+                                    std::uint32_t* idx, float* vals) noexcept {
+  return HWY_DYNAMIC_DISPATCH(SampleSelectGeF32)(v, n, lo, idx, vals);
+}
+void sample_kept_sums_kernel(const float* w, std::size_t n, float tau,
+                             double* sums) noexcept {
+  HWY_DYNAMIC_DISPATCH(SampleKeptSumsF32)(w, n, tau, sums);
 }
 
 std::int64_t compiled_targets() noexcept { return HWY_TARGETS; }

@@ -106,6 +106,20 @@ void softmax16_apply(const float* x, const std::uint8_t* mask, float scale,
 bool softmax16_state(const float* x, const std::uint8_t* mask, float scale,
                      std::size_t n, double* c, double* s) noexcept;
 
+// Sampling (sample-inl.h; the bits of sample_scalar.h on every target).
+// The largest of x[0..n), n >= 1, and whether any is NaN.
+float sample_max_kernel(const float* x, std::size_t n, bool* nan) noexcept;
+// w[i] = sample_weight(x[i], m, s), i < n; sums[b] = the fixed-order sum of
+// block b's weights >= tau (ceil(n / kSampleBlock) blocks).
+void sample_exp_kernel(const float* x, std::size_t n, float m, double s,
+                       float tau, float* w, double* sums) noexcept;
+// The indices (ascending) of v[i] >= lo into idx and, unless null, their
+// values into vals (room for n + 64 each); the count.
+std::size_t sample_select_ge_kernel(const float* v, std::size_t n, float lo,
+                                    std::uint32_t* idx, float* vals) noexcept;
+// sums[b] = the fixed-order sum of block b's weights w >= tau.
+void sample_kept_sums_kernel(const float* w, std::size_t n, float tau,
+                             double* sums) noexcept;
 // Target selection (see simd.h).
 std::int64_t compiled_targets() noexcept;
 
