@@ -8,6 +8,7 @@
 #include "kernels/attention_backward-inl.h"
 #include "kernels/convert16-inl.h"
 #include "kernels/dot-inl.h"
+#include "kernels/gemm-inl.h"
 #include "kernels/softmax-inl.h"
 
 #if HWY_ONCE
@@ -51,6 +52,15 @@ HWY_EXPORT(AttentionSoftcap);
 HWY_EXPORT(AttentionScore);
 HWY_EXPORT(Widen16);
 HWY_EXPORT(Round16Quotient);
+HWY_EXPORT(GemmPanel);
+HWY_EXPORT(GemmShape);
+
+void gemm_panel_kernel(const GemmArgs& args) noexcept {
+  HWY_DYNAMIC_DISPATCH(GemmPanel)(args);
+}
+void gemm_shape(std::size_t* mr, std::size_t* nr) noexcept {
+  HWY_DYNAMIC_DISPATCH(GemmShape)(mr, nr);
+}
 
 float attention_score(const float* q, const float* k, std::size_t d,
                       bool decode, float* scratch) noexcept {

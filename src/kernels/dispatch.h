@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "kernels/attention_args.h"
+#include "kernels/gemm_args.h"
 #include "kernels/row_op.h"
 
 namespace softdot::detail {
@@ -90,6 +91,11 @@ void widen16(const std::uint16_t* src, std::size_t n, float* dst,
 // c < n: to_bfloat16(double) / to_float16(double)'s bits on every target.
 void round16_quotient(const double* o, double l, std::size_t n,
                       std::uint16_t* dst, bool bf16) noexcept;
+
+// One packed matrix-product panel (kernels/gemm_args.h), and the tile
+// shape {MR, NR} of the current target that the packing must follow.
+void gemm_panel_kernel(const GemmArgs& args) noexcept;
+void gemm_shape(std::size_t* mr, std::size_t* nr) noexcept;
 
 // Target selection (see simd.h).
 std::int64_t compiled_targets() noexcept;

@@ -1,0 +1,421 @@
+// softdot: the fused linear + cross-entropy
+// (include/softdot/linear_cross_entropy.h): blocks of rows, each block's
+// logits formed once by the packed product kernel (kernels/gemm-inl.h),
+// the cross-entropy rows of src/cross_entropy_row.h, then the block's terms
+// of the two gradients.
+#include "softdot/linear_cross_entropy.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "check.h"
+#include "cross_entropy_checks.h"
+#include "cross_entropy_row.h"
+#include "hwy/aligned_allocator.h"
+#include "kernels/dispatch.h"
+#include "parallel.h"
+
+namespace softdot {
+namespace {
+
+inline float widen(float x) { return x; }
+inline float widen(BFloat16 b) {
+  const std::uint32_t u = static_cast<std::uint32_t>(b.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// Element (i, k) of an operand at p[i * rs + k * cs].
+template <class T>
+struct Operand {
+  const T* p;
+  std::size_t rs, cs;
+};
+
+// Longest k range one packed panel holds; longer sums go in chunks of it,
+// added in double (fixed, so the bits do not depend on the target).
+constexpr std::size_t kKc = 4096;
+// Rows of A a thread packs at once when B is packed whole (a multiple of
+// every target's MR: 12 and 6).
+constexpr std::size_t kMc = 96;
+// Products with fewer multiply-adds than this run on one thread.
+constexpr double kParallelFlops = 1 << 21;
+
+struct Shape {
+  std::size_t mr, nr;
+};
+
+Shape gemm_tile_shape() {
+  Shape s{};
+  detail::gemm_shape(&s.mr, &s.nr);
+  return s;
+}
+
+// Packs rows [i0, i0 + m) and k's [k0, k0 + kc) of A as panels of mr rows,
+// k-major (rows past m zero): dst[(i / mr) * kc * mr + k * mr + i % mr].
+template <class T>
+void pack_a(Operand<T> a, std::size_t i0, std::size_t m, std::size_t k0,
+            std::size_t kc, std::size_t mr, float* dst) {
+  const std::size_t tiles = (m + mr - 1) / mr;
+  for (std::size_t t = 0; t < tiles; ++t) {
+    float* d = dst + t * kc * mr;
+    for (std::size_t r = 0; r < mr; ++r) {
+      const std::size_t i = t * mr + r;
+      if (i >= m) {
+        for (std::size_t k = 0; k < kc; ++k) d[k * mr + r] = 0.0f;
+        continue;
+      }
+      const T* src = a.p + (i0 + i) * a.rs + k0 * a.cs;
+      for (std::size_t k = 0; k < kc; ++k) d[k * mr + r] = widen(src[k * a.cs]);
+    }
+  }
+}
+
+// Packs columns [j0, j0 + nr) (those < n) and k's [k0, k0 + kc) of B,
+// element (k, j) at b.p[k * b.rs + j * b.cs]: dst[k * nr + j - j0].
+template <class T>
+void pack_b(Operand<T> b, std::size_t j0, std::size_t n, std::size_t k0,
+            std::size_t kc, std::size_t nr, float* dst) {
+  const std::size_t cols = std::min(nr, n - j0);
+  if (b.cs == 1) {
+    for (std::size_t k = 0; k < kc; ++k) {
+      const T* src = b.p + (k0 + k) * b.rs + j0;
+      float* d = dst + k * nr;
+      for (std::size_t j = 0; j < cols; ++j) d[j] = widen(src[j]);
+      for (std::size_t j = cols; j < nr; ++j) d[j] = 0.0f;
+    }
+    return;
+  }
+  for (std::size_t j = 0; j < nr; ++j) {
+    if (j >= cols) {
+      for (std::size_t k = 0; k < kc; ++k) dst[k * nr + j] = 0.0f;
+      continue;
+    }
+    const T* src = b.p + (j0 + j) * b.cs + k0 * b.rs;
+    for (std::size_t k = 0; k < kc; ++k) dst[k * nr + j] = widen(src[k * b.rs]);
+  }
+}
+
+// C (m x n, row stride ldc) = A (m x kk) B (kk x n) (+ C if accumulate),
+// each element as kernels/gemm_args.h says, k in chunks of kKc added in
+// double (scratch: m x n doubles when kk > kKc). The same bits for any
+// thread count: every element is one thread's, in a fixed order.
+template <class TA, class TB>
+void gemm(std::size_t m, std::size_t n, std::size_t kk, Operand<TA> a,
+          Operand<TB> b, float* c, std::size_t ldc, bool accumulate,
+          std::vector<double>& scratch) {
+  const Shape s = gemm_tile_shape();
+  const bool chunked = kk > kKc;
+  if (chunked) scratch.resize(m * n);
+  const bool parallel =
+      static_cast<double>(m) * static_cast<double>(n) *
+          static_cast<double>(kk) >=
+      kParallelFlops;
+  const std::size_t mtiles = (m + s.mr - 1) / s.mr;
+  const std::size_t npanels = (n + s.nr - 1) / s.nr;
+  for (std::size_t k0 = 0; k0 < kk; k0 += kKc) {
+    const std::size_t kc = std::min(kKc, kk - k0);
+    const bool last = k0 + kc == kk;
+    detail::GemmArgs base;
+    base.kc = kc;
+    base.first = k0 == 0;
+    base.accumulate = accumulate;
+    if (m <= n) {
+      // A whole (few rows), B panel by panel across the threads.
+      auto apack = hwy::AllocateAligned<float>(mtiles * s.mr * kc);
+      pack_a(a, 0, m, k0, kc, s.mr, apack.get());
+      const auto run = [&](float* bpack, std::size_t j) {
+        pack_b(b, j * s.nr, n, k0, kc, s.nr, bpack);
+        detail::GemmArgs g = base;
+        g.a = apack.get();
+        g.mtiles = mtiles;
+        g.m = m;
+        g.b = bpack;
+        g.n = std::min(s.nr, n - j * s.nr);
+        if (chunked) {
+          g.acc = scratch.data() + j * s.nr;
+          g.ldacc = n;
+        }
+        if (last) {
+          g.c = c + j * s.nr;
+          g.ldc = ldc;
+        }
+        detail::gemm_panel_kernel(g);
+      };
+      if (!parallel) {
+        auto bpack = hwy::AllocateAligned<float>(kc * s.nr);
+        for (std::size_t j = 0; j < npanels; ++j) run(bpack.get(), j);
+      } else {
+#pragma omp parallel
+        {
+          auto bpack = hwy::AllocateAligned<float>(kc * s.nr);
+#pragma omp for schedule(static)
+          for (std::size_t j = 0; j < npanels; ++j) run(bpack.get(), j);
+        }
+      }
+    } else {
+      // B whole (few columns' worth), A in blocks of kMc rows across the
+      // threads.
+      auto bpack = hwy::AllocateAligned<float>(npanels * kc * s.nr);
+      for (std::size_t j = 0; j < npanels; ++j) {
+        pack_b(b, j * s.nr, n, k0, kc, s.nr, bpack.get() + j * kc * s.nr);
+      }
+      const std::size_t mblocks = (m + kMc - 1) / kMc;
+      const auto run = [&](float* apack, std::size_t ib) {
+        const std::size_t i0 = ib * kMc;
+        const std::size_t rows = std::min(kMc, m - i0);
+        pack_a(a, i0, rows, k0, kc, s.mr, apack);
+        for (std::size_t j = 0; j < npanels; ++j) {
+          detail::GemmArgs g = base;
+          g.a = apack;
+          g.mtiles = (rows + s.mr - 1) / s.mr;
+          g.m = rows;
+          g.b = bpack.get() + j * kc * s.nr;
+          g.n = std::min(s.nr, n - j * s.nr);
+          if (chunked) {
+            g.acc = scratch.data() + i0 * n + j * s.nr;
+            g.ldacc = n;
+          }
+          if (last) {
+            g.c = c + i0 * ldc + j * s.nr;
+            g.ldc = ldc;
+          }
+          detail::gemm_panel_kernel(g);
+        }
+      };
+      if (!parallel) {
+        auto apack = hwy::AllocateAligned<float>(kMc * kc);
+        for (std::size_t ib = 0; ib < mblocks; ++ib) run(apack.get(), ib);
+      } else {
+#pragma omp parallel
+        {
+          auto apack = hwy::AllocateAligned<float>(kMc * kc);
+#pragma omp for schedule(static)
+          for (std::size_t ib = 0; ib < mblocks; ++ib) run(apack.get(), ib);
+        }
+      }
+    }
+  }
+}
+
+// Rows per block: a B x V block of logits of about 2^22 floats (16 MiB),
+// B in [16, 256]; from V alone, so that grad_weight's block sums do not
+// depend on anything else.
+std::size_t block_rows(std::size_t vocab) {
+  return std::clamp<std::size_t>((std::size_t{1} << 22) / vocab, 16, 256);
+}
+
+template <class T>
+void check_operands(const char* function, MatrixView<const T> hidden,
+                    MatrixView<const T> weight,
+                    std::span<const std::int64_t> targets,
+                    std::span<float> loss, MatrixView<float> grad_hidden,
+                    MatrixView<float> grad_weight,
+                    const CrossEntropyOptions& options) {
+  using detail::bytes_overlap;
+  using detail::count;
+  using detail::fail;
+  using detail::matrix_bytes;
+  detail::check_matrix(function, "hidden", hidden);
+  detail::check_matrix(function, "weight", weight);
+  if (hidden.rows == 0 || hidden.cols == 0 || weight.rows == 0) {
+    fail(function, "hidden is " + count(hidden.rows) + " x " +
+                       count(hidden.cols) + " and weight " +
+                       count(weight.rows) + " x " + count(weight.cols) +
+                       " (N, D and V must be >= 1)");
+  }
+  if (weight.cols != hidden.cols) {
+    fail(function, "hidden is " + count(hidden.rows) + " x " +
+                       count(hidden.cols) + " but weight is " +
+                       count(weight.rows) + " x " + count(weight.cols) +
+                       " (weight must be V x D)");
+  }
+  if (targets.size() != hidden.rows) {
+    fail(function, "hidden has " + count(hidden.rows) + " rows but targets " +
+                       count(targets.size()) + " elements");
+  }
+  const double eps = options.label_smoothing;
+  if (!(eps >= 0.0 && eps <= 1.0)) {
+    fail(function, "label_smoothing must be in [0, 1], got " +
+                       detail::number(eps));
+  }
+  if (options.reduction != Reduction::kNone &&
+      options.reduction != Reduction::kSum &&
+      options.reduction != Reduction::kMean) {
+    fail(function, "reduction is not kNone, kSum or kMean");
+  }
+  if (!loss.empty() && loss.size() != hidden.rows) {
+    fail(function, "loss has " + count(loss.size()) +
+                       " elements; expected 0 or N = " + count(hidden.rows));
+  }
+  if (grad_hidden.data != nullptr) {
+    detail::check_matrix(function, "grad_hidden", grad_hidden);
+    if (grad_hidden.rows != hidden.rows || grad_hidden.cols != hidden.cols) {
+      fail(function, "grad_hidden is " + count(grad_hidden.rows) + " x " +
+                         count(grad_hidden.cols) + "; expected N x D = " +
+                         count(hidden.rows) + " x " + count(hidden.cols));
+    }
+  }
+  if (grad_weight.data != nullptr) {
+    detail::check_matrix(function, "grad_weight", grad_weight);
+    if (grad_weight.rows != weight.rows || grad_weight.cols != weight.cols) {
+      fail(function, "grad_weight is " + count(grad_weight.rows) + " x " +
+                         count(grad_weight.cols) + "; expected V x D = " +
+                         count(weight.rows) + " x " + count(weight.cols));
+    }
+  }
+  const std::size_t vocab = weight.rows;
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    const std::int64_t t = targets[i];
+    if (t == options.ignore_index) continue;
+    if (t < 0 || static_cast<std::uint64_t>(t) >= vocab) {
+      fail(function, "targets[" + count(i) + "] = " + std::to_string(t) +
+                         " is not a class in [0, " + count(vocab) +
+                         ") nor ignore_index " +
+                         std::to_string(options.ignore_index));
+    }
+  }
+  struct Range {
+    const void* p;
+    std::size_t bytes;
+    const char* name;
+  };
+  const Range outputs[3] = {
+      {loss.data(), loss.size() * sizeof(float), "loss"},
+      {grad_hidden.data,
+       grad_hidden.data == nullptr
+           ? 0
+           : matrix_bytes(MatrixView<const float>(grad_hidden)),
+       "grad_hidden"},
+      {grad_weight.data,
+       grad_weight.data == nullptr
+           ? 0
+           : matrix_bytes(MatrixView<const float>(grad_weight)),
+       "grad_weight"}};
+  const Range inputs[3] = {
+      {hidden.data, matrix_bytes(hidden), "hidden"},
+      {weight.data, matrix_bytes(weight), "weight"},
+      {targets.data(), targets.size() * sizeof(std::int64_t), "targets"}};
+  for (std::size_t o = 0; o < 3; ++o) {
+    for (const Range& in : inputs) {
+      if (bytes_overlap(outputs[o].p, outputs[o].bytes, in.p, in.bytes)) {
+        fail(function, std::string(outputs[o].name) + " overlaps " + in.name +
+                           " (no aliasing)");
+      }
+    }
+    for (std::size_t q = o + 1; q < 3; ++q) {
+      if (bytes_overlap(outputs[o].p, outputs[o].bytes, outputs[q].p,
+                        outputs[q].bytes)) {
+        fail(function, std::string(outputs[o].name) + " overlaps " +
+                           outputs[q].name + " (no aliasing)");
+      }
+    }
+  }
+}
+
+template <class T>
+double linear_cross_entropy_checked(MatrixView<const T> hidden,
+                                    MatrixView<const T> weight,
+                                    std::span<const std::int64_t> targets,
+                                    std::span<float> loss,
+                                    MatrixView<float> grad_hidden,
+                                    MatrixView<float> grad_weight,
+                                    const CrossEntropyOptions& options) {
+  check_operands<T>("linear_cross_entropy", hidden, weight, targets, loss,
+                    grad_hidden, grad_weight, options);
+  const std::size_t rows = hidden.rows, dim = hidden.cols,
+                    vocab = weight.rows;
+  const double eps = options.label_smoothing;
+  std::size_t counted = 0;
+  for (const std::int64_t t : targets) counted += t != options.ignore_index;
+  const double c = detail::gradient_scale(options.reduction, counted);
+  const bool want_grad = grad_hidden.data != nullptr ||
+                         grad_weight.data != nullptr;
+
+  const std::size_t block = std::min(rows, block_rows(vocab));
+  std::vector<float> logits(block * vocab);
+  std::vector<long double> row_loss(rows);
+  std::vector<double> scratch;
+  const Operand<T> w_as_b_t{weight.data, 1, weight.stride};  // (k, v) = W[v][k]
+  const Operand<T> w_as_b{weight.data, weight.stride, 1};    // (v, k) = W[v][k]
+  for (std::size_t i0 = 0; i0 < rows; i0 += block) {
+    const std::size_t m = std::min(block, rows - i0);
+    const Operand<T> h{hidden.data + i0 * hidden.stride, hidden.stride, 1};
+    // Logits of the block: H_b W^T (m x V).
+    gemm(m, vocab, dim, h, w_as_b_t, logits.data(), vocab, false, scratch);
+    const bool parallel = m > 1 && m * vocab >= detail::kParallelElements;
+    detail::for_each_index(m, parallel, [&](std::size_t r) {
+      float* x = logits.data() + r * vocab;
+      const std::int64_t t = targets[i0 + r];
+      if (t == options.ignore_index) {
+        row_loss[i0 + r] = 0.0L;
+        if (want_grad) std::fill(x, x + vocab, 0.0f);
+        return;
+      }
+      detail::RowState state{};
+      detail::softmax_row_kernel(x, nullptr, 1.0f, vocab,
+                                 detail::RowOp::kState, true, nullptr, &state);
+      const long double sum_x =
+          eps > 0.0 ? detail::sum_in_long_double(x, vocab) : 0.0L;
+      const SoftmaxStateD total{state.max, state.sum, state.sum_lo};
+      row_loss[i0 + r] = detail::cross_entropy_row_loss(
+          total, static_cast<long double>(x[t]), sum_x, vocab, eps);
+      // G in place (the kApply kernel may write over its input).
+      if (want_grad) {
+        detail::cross_entropy_row_grad(x, vocab,
+                                       static_cast<std::ptrdiff_t>(t), total,
+                                       c, eps, vocab, x);
+      }
+    });
+    if (!want_grad) continue;
+    const Operand<float> g{logits.data(), vocab, 1};
+    if (grad_hidden.data != nullptr) {
+      // grad_hidden rows of the block: G W (m x D, k over V).
+      gemm(m, dim, vocab, g, w_as_b, grad_hidden.data + i0 * grad_hidden.stride,
+           grad_hidden.stride, false, scratch);
+    }
+    if (grad_weight.data != nullptr) {
+      // grad_weight (+)= G^T H_b (V x D, k over the block's rows).
+      const Operand<float> gt{logits.data(), 1, vocab};
+      const Operand<T> hb{hidden.data + i0 * hidden.stride, hidden.stride, 1};
+      gemm(vocab, dim, m, gt, hb, grad_weight.data, grad_weight.stride,
+           i0 != 0, scratch);
+    }
+  }
+  if (!loss.empty()) {
+    for (std::size_t i = 0; i < rows; ++i) {
+      loss[i] = static_cast<float>(row_loss[i]);
+    }
+  }
+  return detail::reduce_row_losses(row_loss.data(), rows, options.reduction,
+                                   counted);
+}
+
+}  // namespace
+
+double linear_cross_entropy(MatrixView<const float> hidden,
+                            MatrixView<const float> weight,
+                            std::span<const std::int64_t> targets,
+                            std::span<float> loss,
+                            MatrixView<float> grad_hidden,
+                            MatrixView<float> grad_weight,
+                            const CrossEntropyOptions& options) {
+  return linear_cross_entropy_checked<float>(hidden, weight, targets, loss,
+                                             grad_hidden, grad_weight, options);
+}
+double linear_cross_entropy(MatrixView<const BFloat16> hidden,
+                            MatrixView<const BFloat16> weight,
+                            std::span<const std::int64_t> targets,
+                            std::span<float> loss,
+                            MatrixView<float> grad_hidden,
+                            MatrixView<float> grad_weight,
+                            const CrossEntropyOptions& options) {
+  return linear_cross_entropy_checked<BFloat16>(
+      hidden, weight, targets, loss, grad_hidden, grad_weight, options);
+}
+
+}  // namespace softdot
