@@ -45,6 +45,9 @@ constexpr std::size_t kMc = 96;
 // Products with fewer multiply-adds than this run on one thread.
 constexpr double kParallelFlops = 1 << 21;
 
+// k's a packing step transposes at once (see pack_a).
+constexpr std::size_t kStep = 16;
+
 struct Shape {
   std::size_t mr, nr;
 };
@@ -63,14 +66,17 @@ void pack_a(Operand<T> a, std::size_t i0, std::size_t m, std::size_t k0,
   const std::size_t tiles = (m + mr - 1) / mr;
   for (std::size_t t = 0; t < tiles; ++t) {
     float* d = dst + t * kc * mr;
-    for (std::size_t r = 0; r < mr; ++r) {
-      const std::size_t i = t * mr + r;
-      if (i >= m) {
-        for (std::size_t k = 0; k < kc; ++k) d[k * mr + r] = 0.0f;
-        continue;
+    const std::size_t rows = std::min(mr, m - t * mr);
+    if (rows < mr) std::fill(d, d + kc * mr, 0.0f);
+    // In steps of kStep k's, so that the writes stay in a few cache lines.
+    for (std::size_t kb = 0; kb < kc; kb += kStep) {
+      const std::size_t ke = std::min(kc, kb + kStep);
+      for (std::size_t r = 0; r < rows; ++r) {
+        const T* src = a.p + (i0 + t * mr + r) * a.rs + k0 * a.cs;
+        for (std::size_t k = kb; k < ke; ++k) {
+          d[k * mr + r] = widen(src[k * a.cs]);
+        }
       }
-      const T* src = a.p + (i0 + i) * a.rs + k0 * a.cs;
-      for (std::size_t k = 0; k < kc; ++k) d[k * mr + r] = widen(src[k * a.cs]);
     }
   }
 }
@@ -90,13 +96,15 @@ void pack_b(Operand<T> b, std::size_t j0, std::size_t n, std::size_t k0,
     }
     return;
   }
-  for (std::size_t j = 0; j < nr; ++j) {
-    if (j >= cols) {
-      for (std::size_t k = 0; k < kc; ++k) dst[k * nr + j] = 0.0f;
-      continue;
+  if (cols < nr) std::fill(dst, dst + kc * nr, 0.0f);
+  for (std::size_t kb = 0; kb < kc; kb += kStep) {
+    const std::size_t ke = std::min(kc, kb + kStep);
+    for (std::size_t j = 0; j < cols; ++j) {
+      const T* src = b.p + (j0 + j) * b.cs + k0 * b.rs;
+      for (std::size_t k = kb; k < ke; ++k) {
+        dst[k * nr + j] = widen(src[k * b.rs]);
+      }
     }
-    const T* src = b.p + (j0 + j) * b.cs + k0 * b.rs;
-    for (std::size_t k = 0; k < kc; ++k) dst[k * nr + j] = widen(src[k * b.rs]);
   }
 }
 
