@@ -119,10 +119,9 @@ void gemm(std::size_t m, std::size_t n, std::size_t kk, Operand<TA> a,
   const Shape s = gemm_tile_shape();
   const bool chunked = kk > kKc;
   if (chunked) scratch.resize(m * n);
-  const bool parallel =
-      static_cast<double>(m) * static_cast<double>(n) *
-          static_cast<double>(kk) >=
-      kParallelFlops;
+  const bool parallel = static_cast<double>(m) * static_cast<double>(n) *
+                            static_cast<double>(kk) >=
+                        kParallelFlops;
   const std::size_t mtiles = (m + s.mr - 1) / s.mr;
   const std::size_t npanels = (n + s.nr - 1) / s.nr;
   for (std::size_t k0 = 0; k0 < kk; k0 += kKc) {
@@ -248,8 +247,8 @@ void check_operands(const char* function, MatrixView<const T> hidden,
   }
   const double eps = options.label_smoothing;
   if (!(eps >= 0.0 && eps <= 1.0)) {
-    fail(function, "label_smoothing must be in [0, 1], got " +
-                       detail::number(eps));
+    fail(function,
+         "label_smoothing must be in [0, 1], got " + detail::number(eps));
   }
   if (options.reduction != Reduction::kNone &&
       options.reduction != Reduction::kSum &&
@@ -335,14 +334,13 @@ double linear_cross_entropy_checked(MatrixView<const T> hidden,
                                     const CrossEntropyOptions& options) {
   check_operands<T>("linear_cross_entropy", hidden, weight, targets, loss,
                     grad_hidden, grad_weight, options);
-  const std::size_t rows = hidden.rows, dim = hidden.cols,
-                    vocab = weight.rows;
+  const std::size_t rows = hidden.rows, dim = hidden.cols, vocab = weight.rows;
   const double eps = options.label_smoothing;
   std::size_t counted = 0;
   for (const std::int64_t t : targets) counted += t != options.ignore_index;
   const double c = detail::gradient_scale(options.reduction, counted);
-  const bool want_grad = grad_hidden.data != nullptr ||
-                         grad_weight.data != nullptr;
+  const bool want_grad =
+      grad_hidden.data != nullptr || grad_weight.data != nullptr;
 
   const std::size_t block = std::min(rows, block_rows(vocab));
   std::vector<float> logits(block * vocab);
@@ -365,8 +363,8 @@ double linear_cross_entropy_checked(MatrixView<const T> hidden,
         return;
       }
       detail::RowState state{};
-      detail::softmax_row_kernel(x, nullptr, 1.0f, vocab,
-                                 detail::RowOp::kState, true, nullptr, &state);
+      detail::softmax_row_kernel(x, nullptr, 1.0f, vocab, detail::RowOp::kState,
+                                 true, nullptr, &state);
       const long double sum_x =
           eps > 0.0 ? detail::sum_in_long_double(x, vocab) : 0.0L;
       const SoftmaxStateD total{state.max, state.sum, state.sum_lo};
@@ -374,9 +372,8 @@ double linear_cross_entropy_checked(MatrixView<const T> hidden,
           total, static_cast<long double>(x[t]), sum_x, vocab, eps);
       // G in place (the kApply kernel may write over its input).
       if (want_grad) {
-        detail::cross_entropy_row_grad(x, vocab,
-                                       static_cast<std::ptrdiff_t>(t), total,
-                                       c, eps, vocab, x);
+        detail::cross_entropy_row_grad(x, vocab, static_cast<std::ptrdiff_t>(t),
+                                       total, c, eps, vocab, x);
       }
     });
     if (!want_grad) continue;
@@ -390,8 +387,8 @@ double linear_cross_entropy_checked(MatrixView<const T> hidden,
       // grad_weight (+)= G^T H_b (V x D, k over the block's rows).
       const Operand<float> gt{logits.data(), 1, vocab};
       const Operand<T> hb{hidden.data + i0 * hidden.stride, hidden.stride, 1};
-      gemm(vocab, dim, m, gt, hb, grad_weight.data, grad_weight.stride,
-           i0 != 0, scratch);
+      gemm(vocab, dim, m, gt, hb, grad_weight.data, grad_weight.stride, i0 != 0,
+           scratch);
     }
   }
   if (!loss.empty()) {

@@ -11,6 +11,7 @@ void bind_attention(nanobind::module_& m);        // attention requests, merge
 void bind_int8(nanobind::module_& m);             // quantize_kv
 void bind_numpy_fast_path(nanobind::module_& m);  // no-option numpy calls
 void bind_cross_entropy(nanobind::module_& m);    // cross_entropy
+void bind_linear_cross_entropy(nanobind::module_& m);  // linear_cross_entropy
 
 }  // namespace softdot::python
 

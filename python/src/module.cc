@@ -32,4 +32,5 @@ NB_MODULE(_softdot, m) {
   softdot::python::bind_int8(m);
   softdot::python::bind_numpy_fast_path(m);
   softdot::python::bind_cross_entropy(m);
+  softdot::python::bind_linear_cross_entropy(m);
 }

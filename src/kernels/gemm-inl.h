@@ -121,7 +121,8 @@ HWY_NOINLINE void GemmPanel(const detail::GemmArgs& g) {
             hn::StoreU(v, dd, ar + c);
             continue;
           }
-          if (g.accumulate) v = hn::Add(v, hn::PromoteTo(dd, hn::LoadU(dfh, cr + c)));
+          if (g.accumulate)
+            v = hn::Add(v, hn::PromoteTo(dd, hn::LoadU(dfh, cr + c)));
           hn::StoreU(hn::DemoteTo(dfh, v), dfh, cr + c);
         }
       }

@@ -48,7 +48,7 @@ Case make_case(std::size_t n, std::size_t d, std::size_t v, unsigned seed,
   std::uniform_int_distribution<std::int64_t> cls(0, static_cast<int>(v) - 1);
   for (std::size_t i = 0; i < n; ++i) {
     c.t.push_back(ignored_every != 0 && i % ignored_every == 3 ? -100
-                                                                : cls(rng));
+                                                               : cls(rng));
   }
   return c;
 }
@@ -118,9 +118,9 @@ Ref reference(const Case& c, const CrossEntropyOptions& o) {
     (void)t;
     total += r.loss[i];
     for (std::size_t j = 0; j < v; ++j) {
-      g[j] = scale * (std::exp(x[j] - m) / s -
-                      (static_cast<std::int64_t>(j) == c.t[i] ? 1 - eps : 0) -
-                      eps / v);
+      g[j] = scale *
+             (std::exp(x[j] - m) / s -
+              (static_cast<std::int64_t>(j) == c.t[i] ? 1 - eps : 0) - eps / v);
     }
     for (std::size_t j = 0; j < v; ++j) {
       for (std::size_t k = 0; k < d; ++k) {
@@ -174,8 +174,8 @@ TEST(LinearCrossEntropy, MatchesLongDoubleReference) {
     CrossEntropyOptions o;
     o.reduction = red;
     o.label_smoothing = eps;
-    SCOPED_TRACE(testing::Message() << "reduction " << static_cast<int>(red)
-                                    << " eps " << eps);
+    SCOPED_TRACE(testing::Message()
+                 << "reduction " << static_cast<int>(red) << " eps " << eps);
     expect_close(c, run(c, o), reference(c, o));
   }
 }
@@ -344,8 +344,8 @@ TEST(LinearCrossEntropy, Errors) {
   EXPECT_NE(m.find("targets[3] = 10"), std::string::npos) << m;
   EXPECT_EQ(dh[0], 0.0f);  // nothing written
   EXPECT_NE(message([&] {
-              softdot::linear_cross_entropy(
-                  h, w, c.t, loss, MatrixView<float>(dh.data(), 4, 7));
+              softdot::linear_cross_entropy(h, w, c.t, loss,
+                                            MatrixView<float>(dh.data(), 4, 7));
             }).find("grad_hidden"),
             std::string::npos);
   EXPECT_NE(message([&] {
@@ -354,9 +354,9 @@ TEST(LinearCrossEntropy, Errors) {
             }).find("grad_weight"),
             std::string::npos);
   EXPECT_NE(message([&] {
-              softdot::linear_cross_entropy(
-                  h, w, c.t, std::span<float>(dh.data(), 4),
-                  MatrixView<float>(dh.data(), 4, 8));
+              softdot::linear_cross_entropy(h, w, c.t,
+                                            std::span<float>(dh.data(), 4),
+                                            MatrixView<float>(dh.data(), 4, 8));
             }).find("overlaps"),
             std::string::npos);
   EXPECT_NE(message([&] {
