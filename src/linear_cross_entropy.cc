@@ -160,7 +160,7 @@ void gemm(std::size_t m, std::size_t n, std::size_t kk, Operand<TA> a,
 #pragma omp parallel
         {
           auto bpack = hwy::AllocateAligned<float>(kc * s.nr);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
           for (std::size_t j = 0; j < npanels; ++j) run(bpack.get(), j);
         }
       }
@@ -201,7 +201,7 @@ void gemm(std::size_t m, std::size_t n, std::size_t kk, Operand<TA> a,
 #pragma omp parallel
         {
           auto apack = hwy::AllocateAligned<float>(kMc * kc);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
           for (std::size_t ib = 0; ib < mblocks; ++ib) run(apack.get(), ib);
         }
       }
