@@ -29,12 +29,34 @@ inline float widen(BFloat16 b) {
   return f;
 }
 
-// Element (i, k) of an operand at p[i * rs + k * cs].
+// Element (i, k) of an operand at p[i * rs + k * cs]. direct: the kernel
+// reads it in place (cs must be 1: A's rows, or B's rows k, contiguous)
+// instead of a packed copy.
 template <class T>
 struct Operand {
   const T* p;
   std::size_t rs, cs;
+  bool direct = false;
 };
+
+template <class T>
+constexpr bool kBf16 = sizeof(T) == 2;
+
+// Points g's A or B at an operand read in place, from k0 on.
+template <class T>
+void set_a_rows(detail::GemmArgs& g, Operand<T> a, std::size_t i0,
+                std::size_t k0) {
+  g.a_rows = a.p + i0 * a.rs + k0;
+  g.lda = a.rs;
+  g.a_bf16 = kBf16<T>;
+}
+template <class T>
+void set_b_rows(detail::GemmArgs& g, Operand<T> b, std::size_t j0,
+                std::size_t k0) {
+  g.b_rows = b.p + k0 * b.rs + j0;
+  g.ldb = b.rs;
+  g.b_bf16 = kBf16<T>;
+}
 
 // Longest k range one packed panel holds; longer sums go in chunks of it,
 // added in double (fixed, so the bits do not depend on the target).
@@ -115,7 +137,7 @@ void pack_b(Operand<T> b, std::size_t j0, std::size_t n, std::size_t k0,
 template <class TA, class TB>
 void gemm(std::size_t m, std::size_t n, std::size_t kk, Operand<TA> a,
           Operand<TB> b, float* c, std::size_t ldc, bool accumulate,
-          std::vector<double>& scratch) {
+          std::vector<double>& scratch, bool c_transposed = false) {
   const Shape s = gemm_tile_shape();
   const bool chunked = kk > kKc;
   if (chunked) scratch.resize(m * n);
@@ -131,24 +153,36 @@ void gemm(std::size_t m, std::size_t n, std::size_t kk, Operand<TA> a,
     base.kc = kc;
     base.first = k0 == 0;
     base.accumulate = accumulate;
+    base.c_transposed = c_transposed;
     if (m <= n) {
       // A whole (few rows), B panel by panel across the threads.
-      auto apack = hwy::AllocateAligned<float>(mtiles * s.mr * kc);
-      pack_a(a, 0, m, k0, kc, s.mr, apack.get());
+      hwy::AlignedFreeUniquePtr<float[]> apack;
+      if (!a.direct) {
+        apack = hwy::AllocateAligned<float>(mtiles * s.mr * kc);
+        pack_a(a, 0, m, k0, kc, s.mr, apack.get());
+      }
       const auto run = [&](float* bpack, std::size_t j) {
-        pack_b(b, j * s.nr, n, k0, kc, s.nr, bpack);
         detail::GemmArgs g = base;
-        g.a = apack.get();
+        g.n = std::min(s.nr, n - j * s.nr);
+        if (b.direct && g.n == s.nr) {
+          set_b_rows(g, b, j * s.nr, k0);
+        } else {
+          pack_b(b, j * s.nr, n, k0, kc, s.nr, bpack);
+          g.b = bpack;
+        }
+        if (a.direct) {
+          set_a_rows(g, a, 0, k0);
+        } else {
+          g.a = apack.get();
+        }
         g.mtiles = mtiles;
         g.m = m;
-        g.b = bpack;
-        g.n = std::min(s.nr, n - j * s.nr);
         if (chunked) {
           g.acc = scratch.data() + j * s.nr;
           g.ldacc = n;
         }
         if (last) {
-          g.c = c + j * s.nr;
+          g.c = c + (c_transposed ? j * s.nr * ldc : j * s.nr);
           g.ldc = ldc;
         }
         detail::gemm_panel_kernel(g);
@@ -167,28 +201,42 @@ void gemm(std::size_t m, std::size_t n, std::size_t kk, Operand<TA> a,
     } else {
       // B whole (few columns' worth), A in blocks of kMc rows across the
       // threads.
+      // Panels read in place are not packed (their slots stay unused).
       auto bpack = hwy::AllocateAligned<float>(npanels * kc * s.nr);
+      const auto b_in_place = [&](std::size_t j) {
+        return b.direct && n - j * s.nr >= s.nr;
+      };
       for (std::size_t j = 0; j < npanels; ++j) {
+        if (b_in_place(j)) continue;
         pack_b(b, j * s.nr, n, k0, kc, s.nr, bpack.get() + j * kc * s.nr);
       }
       const std::size_t mblocks = (m + kMc - 1) / kMc;
       const auto run = [&](float* apack, std::size_t ib) {
         const std::size_t i0 = ib * kMc;
         const std::size_t rows = std::min(kMc, m - i0);
-        pack_a(a, i0, rows, k0, kc, s.mr, apack);
+        if (!a.direct) pack_a(a, i0, rows, k0, kc, s.mr, apack);
         for (std::size_t j = 0; j < npanels; ++j) {
           detail::GemmArgs g = base;
-          g.a = apack;
+          if (a.direct) {
+            set_a_rows(g, a, i0, k0);
+          } else {
+            g.a = apack;
+          }
           g.mtiles = (rows + s.mr - 1) / s.mr;
           g.m = rows;
-          g.b = bpack.get() + j * kc * s.nr;
+          if (b_in_place(j)) {
+            set_b_rows(g, b, j * s.nr, k0);
+          } else {
+            g.b = bpack.get() + j * kc * s.nr;
+          }
           g.n = std::min(s.nr, n - j * s.nr);
           if (chunked) {
             g.acc = scratch.data() + i0 * n + j * s.nr;
             g.ldacc = n;
           }
           if (last) {
-            g.c = c + i0 * ldc + j * s.nr;
+            g.c =
+                c + (c_transposed ? j * s.nr * ldc + i0 : i0 * ldc + j * s.nr);
             g.ldc = ldc;
           }
           detail::gemm_panel_kernel(g);
@@ -346,13 +394,15 @@ double linear_cross_entropy_checked(MatrixView<const T> hidden,
   std::vector<float> logits(block * vocab);
   std::vector<long double> row_loss(rows);
   std::vector<double> scratch;
-  const Operand<T> w_as_b_t{weight.data, 1, weight.stride};  // (k, v) = W[v][k]
-  const Operand<T> w_as_b{weight.data, weight.stride, 1};    // (v, k) = W[v][k]
+  // W read in place: as A for the logits (transposed: W H_b^T, V x m,
+  // written as their transpose) and as B for grad_hidden (G W).
+  const Operand<T> w_rows{weight.data, weight.stride, 1, true};
   for (std::size_t i0 = 0; i0 < rows; i0 += block) {
     const std::size_t m = std::min(block, rows - i0);
-    const Operand<T> h{hidden.data + i0 * hidden.stride, hidden.stride, 1};
-    // Logits of the block: H_b W^T (m x V).
-    gemm(m, vocab, dim, h, w_as_b_t, logits.data(), vocab, false, scratch);
+    // H_b^T as B: (k, j) = hidden[i0 + j][k].
+    const Operand<T> h_t{hidden.data + i0 * hidden.stride, 1, hidden.stride};
+    gemm(vocab, m, dim, w_rows, h_t, logits.data(), vocab, false, scratch,
+         true);
     const bool parallel = m > 1 && m * vocab >= detail::kParallelElements;
     detail::for_each_index(m, parallel, [&](std::size_t r) {
       float* x = logits.data() + r * vocab;
@@ -380,13 +430,14 @@ double linear_cross_entropy_checked(MatrixView<const T> hidden,
     const Operand<float> g{logits.data(), vocab, 1};
     if (grad_hidden.data != nullptr) {
       // grad_hidden rows of the block: G W (m x D, k over V).
-      gemm(m, dim, vocab, g, w_as_b, grad_hidden.data + i0 * grad_hidden.stride,
+      gemm(m, dim, vocab, g, w_rows, grad_hidden.data + i0 * grad_hidden.stride,
            grad_hidden.stride, false, scratch);
     }
     if (grad_weight.data != nullptr) {
       // grad_weight (+)= G^T H_b (V x D, k over the block's rows).
       const Operand<float> gt{logits.data(), 1, vocab};
-      const Operand<T> hb{hidden.data + i0 * hidden.stride, hidden.stride, 1};
+      const Operand<T> hb{hidden.data + i0 * hidden.stride, hidden.stride, 1,
+                          true};
       gemm(vocab, dim, m, gt, hb, grad_weight.data, grad_weight.stride, i0 != 0,
            scratch);
     }

@@ -38,7 +38,8 @@ std::size_t row_stride(const char* name, const A& a, std::size_t rows,
 MatrixView<float> grad_view(const char* name, const std::optional<Out>& g,
                             std::size_t rows, std::size_t cols) {
   if (!g) return {};
-  if (g->dtype() != nb::dtype<float>()) fail(std::string(name) + " must be float32");
+  if (g->dtype() != nb::dtype<float>())
+    fail(std::string(name) + " must be float32");
   return MatrixView<float>(static_cast<float*>(g->data()), rows, cols,
                            row_stride(name, *g, rows, cols));
 }
@@ -80,8 +81,8 @@ double linear_cross_entropy_py(const In& hidden, const In& weight,
                   : reduction == 1 ? Reduction::kSum
                                    : Reduction::kMean;
     if (hidden.dtype() == nb::dtype<float>())
-      return run<float>(hidden, weight, targets, loss, grad_hidden,
-                        grad_weight, o);
+      return run<float>(hidden, weight, targets, loss, grad_hidden, grad_weight,
+                        o);
     if (hidden.dtype() == nb::dtype<std::uint16_t>())  // bfloat16 bits
       return run<BFloat16>(hidden, weight, targets, loss, grad_hidden,
                            grad_weight, o);

@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 
 #include "hwy/highway.h"
 #include "kernels/gemm_args.h"
@@ -45,9 +47,59 @@ inline constexpr std::size_t kNV = 2;
 
 HWY_INLINE std::size_t NR() { return kNV * hn::Lanes(DF()); }
 
-// tile[r * nr + c] (+)= the chains of a[k * kMR + r] * b[k * nr + c], k < kc.
-HWY_INLINE void Tile(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
-                     std::size_t kc, double* HWY_RESTRICT tile) {
+// Where a tile's operands come from: packed panels (float, k-major), or
+// read in place: A as kMR row pointers (row r's k at a[r][k]), B as rows
+// (B's row k at b + k * ldb, nr elements), float or bfloat16 (widened
+// exactly). Rows are k-contiguous in both.
+struct PackedA {
+  const float* p;
+  HWY_INLINE float Get(std::size_t k, std::size_t r) const {
+    return p[k * kMR + r];
+  }
+};
+template <class T>
+struct RowsA {
+  const T* const* rows;
+  HWY_INLINE float Get(std::size_t k, std::size_t r) const {
+    if constexpr (sizeof(T) == 4) {
+      return rows[r][k];
+    } else {
+      const std::uint32_t u = static_cast<std::uint32_t>(rows[r][k]) << 16;
+      float f;
+      std::memcpy(&f, &u, sizeof(f));
+      return f;
+    }
+  }
+};
+struct PackedB {
+  const float* p;
+  std::size_t ld;  // nr
+  HWY_INLINE hn::Vec<DF> Get(std::size_t k, std::size_t off) const {
+    return hn::Load(DF(), p + k * ld + off);
+  }
+};
+template <class T>
+struct RowsB {
+  const T* p;
+  std::size_t ld;
+  HWY_INLINE hn::Vec<DF> Get(std::size_t k, std::size_t off) const {
+    const DF df;
+    if constexpr (sizeof(T) == 4) {
+      return hn::LoadU(df, p + k * ld + off);
+    } else {
+      const hn::RebindToUnsigned<DF> du;
+      const hn::Rebind<std::uint16_t, DF> d16;
+      const auto w = hn::PromoteTo(du, hn::LoadU(d16, p + k * ld + off));
+      return hn::BitCast(df, hn::ShiftLeft<16>(w));
+    }
+  }
+};
+
+// tile[r * nr + c] = the chains of A(k, r) * B(k, c), k < kc, added in
+// double.
+template <class OA, class OB>
+HWY_INLINE void Tile(const OA a, const OB b, std::size_t kc,
+                     double* HWY_RESTRICT tile) {
   const DF df;
   const DD dd;
   const DFH dfh;
@@ -65,15 +117,13 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
 #pragma GCC unroll 4
       for (std::size_t v = 0; v < kNV; ++v) acc[r][v] = hn::Zero(df);
     }
-    const float* ak = a + k0 * kMR;
-    const float* bk = b + k0 * nr;
-    for (std::size_t k = k0; k < k1; ++k, ak += kMR, bk += nr) {
+    for (std::size_t k = k0; k < k1; ++k) {
       VF bv[kNV];
 #pragma GCC unroll 4
-      for (std::size_t v = 0; v < kNV; ++v) bv[v] = hn::Load(df, bk + v * N);
+      for (std::size_t v = 0; v < kNV; ++v) bv[v] = b.Get(k, v * N);
 #pragma GCC unroll 16
       for (std::size_t r = 0; r < kMR; ++r) {
-        const VF av = hn::Set(df, ak[r]);
+        const VF av = hn::Set(df, a.Get(k, r));
 #pragma GCC unroll 4
         for (std::size_t v = 0; v < kNV; ++v) {
           acc[r][v] = hn::MulAdd(av, bv[v], acc[r][v]);
@@ -94,6 +144,33 @@ HWY_INLINE void Tile(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b,
   }
 }
 
+// The tile of A's tile t against g's B, from wherever they are.
+template <class OB>
+HWY_INLINE void TileFromA(const detail::GemmArgs& g, std::size_t t, const OB b,
+                          double* tile) {
+  if (g.a_rows == nullptr) {
+    Tile(PackedA{g.a + t * g.kc * kMR}, b, g.kc, tile);
+    return;
+  }
+  // Rows past m repeat the last row (their results are not written).
+  const std::size_t r0 = t * kMR;
+  if (g.a_bf16) {
+    const std::uint16_t* rows[kMR];
+    const auto* base = static_cast<const std::uint16_t*>(g.a_rows);
+    for (std::size_t r = 0; r < kMR; ++r) {
+      rows[r] = base + std::min(r0 + r, g.m - 1) * g.lda;
+    }
+    Tile(RowsA<std::uint16_t>{rows}, b, g.kc, tile);
+  } else {
+    const float* rows[kMR];
+    const auto* base = static_cast<const float*>(g.a_rows);
+    for (std::size_t r = 0; r < kMR; ++r) {
+      rows[r] = base + std::min(r0 + r, g.m - 1) * g.lda;
+    }
+    Tile(RowsA<float>{rows}, b, g.kc, tile);
+  }
+}
+
 }  // namespace gemm
 
 // kernels/gemm_args.h.
@@ -104,10 +181,41 @@ HWY_NOINLINE void GemmPanel(const detail::GemmArgs& g) {
   const std::size_t nr = gemm::NR();
   HWY_ALIGN double tile[gemm::kMR * gemm::kNV * hn::MaxLanes(gemm::DF())];
   for (std::size_t t = 0; t < g.mtiles; ++t) {
-    gemm::Tile(g.a + t * g.kc * gemm::kMR, g.b, g.kc, tile);
+    if (g.b_rows == nullptr) {
+      gemm::TileFromA(g, t, gemm::PackedB{g.b, nr}, tile);
+    } else if (g.b_bf16) {
+      gemm::TileFromA(g, t,
+                      gemm::RowsB<std::uint16_t>{
+                          static_cast<const std::uint16_t*>(g.b_rows), g.ldb},
+                      tile);
+    } else {
+      gemm::TileFromA(
+          g, t, gemm::RowsB<float>{static_cast<const float*>(g.b_rows), g.ldb},
+          tile);
+    }
     const std::size_t r0 = t * gemm::kMR;
     const std::size_t rows = std::min(gemm::kMR, g.m - r0);
     const bool add_acc = g.acc != nullptr && !g.first;
+    if (g.c_transposed) {
+      // c(r, col) at c + col * ldc + r: column by column, so that each
+      // output row gets its `rows` consecutive floats at once.
+      for (std::size_t c = 0; c < g.n; ++c) {
+        float* out = g.c == nullptr ? nullptr : g.c + c * g.ldc + r0;
+        for (std::size_t r = 0; r < rows; ++r) {
+          double v = tile[r * nr + c];
+          double* a =
+              g.acc == nullptr ? nullptr : g.acc + (r0 + r) * g.ldacc + c;
+          if (add_acc) v += *a;
+          if (out == nullptr) {
+            *a = v;
+            continue;
+          }
+          if (g.accumulate) v += static_cast<double>(out[r]);
+          out[r] = static_cast<float>(v);
+        }
+      }
+      continue;
+    }
     for (std::size_t r = 0; r < rows; ++r) {
       const double* tr = tile + r * nr;
       double* ar = g.acc == nullptr ? nullptr : g.acc + (r0 + r) * g.ldacc;

@@ -34,6 +34,18 @@ struct GemmArgs {
   std::size_t ldc = 0;
   bool first = true;
   bool accumulate = false;
+  // Operands read in place instead of packed (a or b then unused): A's row
+  // i (i < m) at a_rows + i * lda, B's row k at b_rows + k * ldb (nr
+  // elements are read, so a partial panel must be packed); float, or
+  // bfloat16 bits where a_bf16 / b_bf16. k runs from 0 at these pointers.
+  const void* a_rows = nullptr;
+  std::size_t lda = 0;
+  bool a_bf16 = false;
+  const void* b_rows = nullptr;
+  std::size_t ldb = 0;
+  bool b_bf16 = false;
+  // The output transposed: c(r, col) at c + col * ldc + r (no acc).
+  bool c_transposed = false;
 };
 
 }  // namespace softdot::detail
