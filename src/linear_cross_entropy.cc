@@ -130,130 +130,123 @@ void pack_b(Operand<T> b, std::size_t j0, std::size_t n, std::size_t k0,
   }
 }
 
-// C (m x n, row stride ldc) = A (m x kk) B (kk x n) (+ C if accumulate),
-// each element as kernels/gemm_args.h says, k in chunks of kKc added in
-// double (scratch: m x n doubles when kk > kKc). The same bits for any
-// thread count: every element is one thread's, in a fixed order.
+// C (m x n, row stride ldc; c_transposed: C^T, c(i, j) at c + j * ldc + i)
+// = A (m x kk) B (kk x n) (+ C if accumulate), each element as
+// kernels/gemm_args.h says, k in fixed chunks of kKc whose sums are added
+// in double. One OpenMP region; the same bits for any thread count: every
+// element is one thread's, computed in a fixed order.
 template <class TA, class TB>
 void gemm(std::size_t m, std::size_t n, std::size_t kk, Operand<TA> a,
           Operand<TB> b, float* c, std::size_t ldc, bool accumulate,
-          std::vector<double>& scratch, bool c_transposed = false) {
+          bool c_transposed = false) {
   const Shape s = gemm_tile_shape();
-  const bool chunked = kk > kKc;
-  if (chunked) scratch.resize(m * n);
+  const std::size_t chunks = (kk + kKc - 1) / kKc;
   const bool parallel = static_cast<double>(m) * static_cast<double>(n) *
                             static_cast<double>(kk) >=
                         kParallelFlops;
   const std::size_t mtiles = (m + s.mr - 1) / s.mr;
   const std::size_t npanels = (n + s.nr - 1) / s.nr;
-  for (std::size_t k0 = 0; k0 < kk; k0 += kKc) {
-    const std::size_t kc = std::min(kKc, kk - k0);
-    const bool last = k0 + kc == kk;
-    detail::GemmArgs base;
-    base.kc = kc;
-    base.first = k0 == 0;
-    base.accumulate = accumulate;
-    base.c_transposed = c_transposed;
-    if (m <= n) {
-      // A whole (few rows), B panel by panel across the threads.
-      hwy::AlignedFreeUniquePtr<float[]> apack;
-      if (!a.direct) {
-        apack = hwy::AllocateAligned<float>(mtiles * s.mr * kc);
-        pack_a(a, 0, m, k0, kc, s.mr, apack.get());
+  // The operand not split across the threads is packed whole (all k) up
+  // front unless read in place: A when m <= n, else B.
+  const bool a_whole = m <= n;
+  hwy::AlignedFreeUniquePtr<float[]> whole;
+  // Offset of chunk q's packed data in `whole`.
+  const auto chunk_offset = [&](std::size_t q) {
+    return q * kKc * (a_whole ? mtiles * s.mr : npanels * s.nr);
+  };
+  if (a_whole && !a.direct) {
+    whole = hwy::AllocateAligned<float>(mtiles * s.mr * kk);
+    for (std::size_t q = 0; q < chunks; ++q) {
+      const std::size_t k0 = q * kKc, kc = std::min(kKc, kk - k0);
+      pack_a(a, 0, m, k0, kc, s.mr, whole.get() + chunk_offset(q));
+    }
+  }
+  const auto b_in_place = [&](std::size_t j) {
+    return b.direct && n - j * s.nr >= s.nr;
+  };
+  if (!a_whole) {
+    whole = hwy::AllocateAligned<float>(npanels * s.nr * kk);
+    for (std::size_t q = 0; q < chunks; ++q) {
+      const std::size_t k0 = q * kKc, kc = std::min(kKc, kk - k0);
+      for (std::size_t j = 0; j < npanels; ++j) {
+        if (b_in_place(j)) continue;
+        pack_b(b, j * s.nr, n, k0, kc, s.nr,
+               whole.get() + chunk_offset(q) + j * kc * s.nr);
       }
-      const auto run = [&](float* bpack, std::size_t j) {
-        detail::GemmArgs g = base;
+    }
+  }
+  // One unit of work: B panel j against all of A (a_whole), or A's rows
+  // [u kMc, ...) against all of B; k in chunks, added in double in `acc`
+  // (rows x n_unit) when there is more than one.
+  const std::size_t units = a_whole ? npanels : (m + kMc - 1) / kMc;
+  const auto run = [&](std::size_t u, float* pack, double* acc) {
+    const std::size_t i0 = a_whole ? 0 : u * kMc;
+    const std::size_t rows = a_whole ? m : std::min(kMc, m - i0);
+    const std::size_t j_begin = a_whole ? u : 0;
+    const std::size_t j_end = a_whole ? u + 1 : npanels;
+    for (std::size_t q = 0; q < chunks; ++q) {
+      const std::size_t k0 = q * kKc, kc = std::min(kKc, kk - k0);
+      const float* apack = nullptr;
+      if (a.direct) {
+      } else if (a_whole) {
+        apack = whole.get() + chunk_offset(q);
+      } else {
+        pack_a(a, i0, rows, k0, kc, s.mr, pack);
+        apack = pack;
+      }
+      for (std::size_t j = j_begin; j < j_end; ++j) {
+        detail::GemmArgs g;
+        g.kc = kc;
+        g.first = q == 0;
+        g.accumulate = accumulate;
+        g.c_transposed = c_transposed;
+        g.mtiles = (rows + s.mr - 1) / s.mr;
+        g.m = rows;
         g.n = std::min(s.nr, n - j * s.nr);
-        if (b.direct && g.n == s.nr) {
-          set_b_rows(g, b, j * s.nr, k0);
-        } else {
-          pack_b(b, j * s.nr, n, k0, kc, s.nr, bpack);
-          g.b = bpack;
-        }
         if (a.direct) {
-          set_a_rows(g, a, 0, k0);
+          set_a_rows(g, a, i0, k0);
         } else {
-          g.a = apack.get();
+          g.a = apack;
         }
-        g.mtiles = mtiles;
-        g.m = m;
-        if (chunked) {
-          g.acc = scratch.data() + j * s.nr;
-          g.ldacc = n;
+        if (b_in_place(j)) {
+          set_b_rows(g, b, j * s.nr, k0);
+        } else if (a_whole) {
+          pack_b(b, j * s.nr, n, k0, kc, s.nr, pack);
+          g.b = pack;
+        } else {
+          g.b = whole.get() + chunk_offset(q) + j * kc * s.nr;
         }
-        if (last) {
-          g.c = c + (c_transposed ? j * s.nr * ldc : j * s.nr);
+        if (chunks > 1) {
+          g.ldacc = a_whole ? s.nr : npanels * s.nr;
+          g.acc = acc + (a_whole ? 0 : j * s.nr);
+        }
+        if (q + 1 == chunks) {
+          g.c = c + (c_transposed ? j * s.nr * ldc + i0 : i0 * ldc + j * s.nr);
           g.ldc = ldc;
         }
         detail::gemm_panel_kernel(g);
-      };
-      if (!parallel) {
-        auto bpack = hwy::AllocateAligned<float>(kc * s.nr);
-        for (std::size_t j = 0; j < npanels; ++j) run(bpack.get(), j);
-      } else {
-#pragma omp parallel
-        {
-          auto bpack = hwy::AllocateAligned<float>(kc * s.nr);
-#pragma omp for schedule(dynamic, 1)
-          for (std::size_t j = 0; j < npanels; ++j) run(bpack.get(), j);
-        }
-      }
-    } else {
-      // B whole (few columns' worth), A in blocks of kMc rows across the
-      // threads.
-      // Panels read in place are not packed (their slots stay unused).
-      auto bpack = hwy::AllocateAligned<float>(npanels * kc * s.nr);
-      const auto b_in_place = [&](std::size_t j) {
-        return b.direct && n - j * s.nr >= s.nr;
-      };
-      for (std::size_t j = 0; j < npanels; ++j) {
-        if (b_in_place(j)) continue;
-        pack_b(b, j * s.nr, n, k0, kc, s.nr, bpack.get() + j * kc * s.nr);
-      }
-      const std::size_t mblocks = (m + kMc - 1) / kMc;
-      const auto run = [&](float* apack, std::size_t ib) {
-        const std::size_t i0 = ib * kMc;
-        const std::size_t rows = std::min(kMc, m - i0);
-        if (!a.direct) pack_a(a, i0, rows, k0, kc, s.mr, apack);
-        for (std::size_t j = 0; j < npanels; ++j) {
-          detail::GemmArgs g = base;
-          if (a.direct) {
-            set_a_rows(g, a, i0, k0);
-          } else {
-            g.a = apack;
-          }
-          g.mtiles = (rows + s.mr - 1) / s.mr;
-          g.m = rows;
-          if (b_in_place(j)) {
-            set_b_rows(g, b, j * s.nr, k0);
-          } else {
-            g.b = bpack.get() + j * kc * s.nr;
-          }
-          g.n = std::min(s.nr, n - j * s.nr);
-          if (chunked) {
-            g.acc = scratch.data() + i0 * n + j * s.nr;
-            g.ldacc = n;
-          }
-          if (last) {
-            g.c =
-                c + (c_transposed ? j * s.nr * ldc + i0 : i0 * ldc + j * s.nr);
-            g.ldc = ldc;
-          }
-          detail::gemm_panel_kernel(g);
-        }
-      };
-      if (!parallel) {
-        auto apack = hwy::AllocateAligned<float>(kMc * kc);
-        for (std::size_t ib = 0; ib < mblocks; ++ib) run(apack.get(), ib);
-      } else {
-#pragma omp parallel
-        {
-          auto apack = hwy::AllocateAligned<float>(kMc * kc);
-#pragma omp for schedule(dynamic, 1)
-          for (std::size_t ib = 0; ib < mblocks; ++ib) run(apack.get(), ib);
-        }
       }
     }
+  };
+  // Per thread: a panel to pack into and the chunks' double sums.
+  const std::size_t pack_floats = kKc * (a_whole ? s.nr : kMc);
+  const std::size_t acc_doubles =
+      chunks > 1 ? (a_whole ? mtiles * s.mr * s.nr : kMc * npanels * s.nr) : 0;
+  const auto work = [&](bool in_parallel) {
+    auto pack = hwy::AllocateAligned<float>(pack_floats);
+    std::vector<double> acc(acc_doubles);
+    if (!in_parallel) {
+      for (std::size_t u = 0; u < units; ++u) run(u, pack.get(), acc.data());
+      return;
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (std::size_t u = 0; u < units; ++u) run(u, pack.get(), acc.data());
+  };
+  if (!parallel) {
+    work(false);
+  } else {
+#pragma omp parallel
+    work(true);
   }
 }
 
@@ -393,16 +386,18 @@ double linear_cross_entropy_checked(MatrixView<const T> hidden,
   const std::size_t block = std::min(rows, block_rows(vocab));
   std::vector<float> logits(block * vocab);
   std::vector<long double> row_loss(rows);
-  std::vector<double> scratch;
-  // W read in place: as A for the logits (transposed: W H_b^T, V x m,
-  // written as their transpose) and as B for grad_hidden (G W).
+  // W read in place as A for the logits (transposed: W H_b^T, V x m,
+  // written as their transpose), and packed panel by panel as B for
+  // grad_hidden (G W): read in place there, its rows' panels are D floats
+  // apart and every tile of the block would walk them again (3 times
+  // slower, measured).
   const Operand<T> w_rows{weight.data, weight.stride, 1, true};
+  const Operand<T> w_panels{weight.data, weight.stride, 1, false};
   for (std::size_t i0 = 0; i0 < rows; i0 += block) {
     const std::size_t m = std::min(block, rows - i0);
     // H_b^T as B: (k, j) = hidden[i0 + j][k].
     const Operand<T> h_t{hidden.data + i0 * hidden.stride, 1, hidden.stride};
-    gemm(vocab, m, dim, w_rows, h_t, logits.data(), vocab, false, scratch,
-         true);
+    gemm(vocab, m, dim, w_rows, h_t, logits.data(), vocab, false, true);
     const bool parallel = m > 1 && m * vocab >= detail::kParallelElements;
     detail::for_each_index(m, parallel, [&](std::size_t r) {
       float* x = logits.data() + r * vocab;
@@ -427,19 +422,20 @@ double linear_cross_entropy_checked(MatrixView<const T> hidden,
       }
     });
     if (!want_grad) continue;
-    const Operand<float> g{logits.data(), vocab, 1};
+    const Operand<float> g{logits.data(), vocab, 1, true};
     if (grad_hidden.data != nullptr) {
       // grad_hidden rows of the block: G W (m x D, k over V).
-      gemm(m, dim, vocab, g, w_rows, grad_hidden.data + i0 * grad_hidden.stride,
-           grad_hidden.stride, false, scratch);
+      gemm(m, dim, vocab, g, w_panels,
+           grad_hidden.data + i0 * grad_hidden.stride, grad_hidden.stride,
+           false);
     }
     if (grad_weight.data != nullptr) {
       // grad_weight (+)= G^T H_b (V x D, k over the block's rows).
       const Operand<float> gt{logits.data(), 1, vocab};
       const Operand<T> hb{hidden.data + i0 * hidden.stride, hidden.stride, 1,
                           true};
-      gemm(vocab, dim, m, gt, hb, grad_weight.data, grad_weight.stride, i0 != 0,
-           scratch);
+      gemm(vocab, dim, m, gt, hb, grad_weight.data, grad_weight.stride,
+           i0 != 0);
     }
   }
   if (!loss.empty()) {
