@@ -9,13 +9,13 @@ and the loss and gradient errors against a float64 reference.
 
 Default shape N=1024, D=1024, V=32768 (--full: 4096, 4096, 131072, ~13
 TFLOP a run). Every measurement runs in its own process (OMP_NUM_THREADS and
-torch.set_num_threads at its thread count): peak memory is ru_maxrss at the
+torch.set_num_threads at its thread count): peak memory is the peak RSS at the
 end (VmHWM) minus the RSS once the inputs are made, torch imported, a small
 call of each library done and the peak reset (/proc/self/clear_refs), less
-the bytes of the two gradients (both sides return them). Errors: at the same shape, float64 torch on the same float32
-(or bfloat16-rounded) inputs as the reference; the largest relative error of
-a row loss (reduction="none"; ignored rows 0 on both sides), and for
-each gradient the largest absolute error over the largest |reference|.
+the bytes of the two gradients (both sides return them). Errors: at the
+same shape, float64 torch on the same float32 (or bfloat16-rounded)
+inputs as the reference; the largest relative error of a row loss
+(reduction="none"; ignored rows 0 on both sides), and for each gradient the largest absolute error over the largest |reference|.
 Ratios are softdot / torch (time, memory, error): below 1 favours softdot."""
 
 from __future__ import annotations
