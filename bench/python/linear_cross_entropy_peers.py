@@ -15,7 +15,8 @@ call of each library done and the peak reset (/proc/self/clear_refs), less
 the bytes of the two gradients (both sides return them). Errors: at the
 same shape, float64 torch on the same float32 (or bfloat16-rounded)
 inputs as the reference; the largest relative error of a row loss
-(reduction="none"; ignored rows 0 on both sides), and for each gradient the largest absolute error over the largest |reference|.
+(reduction="none"; ignored rows 0 on both sides), and for each gradient
+the largest absolute error over the largest |reference|.
 Ratios are softdot / torch (time, memory, error): below 1 favours softdot."""
 
 from __future__ import annotations
