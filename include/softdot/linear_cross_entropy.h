@@ -24,15 +24,17 @@ namespace softdot {
 // eps / V)); both are overwritten, not accumulated into.
 //
 // How: the rows go in blocks of B (B from V alone: about 2^22 / V, in
-// [16, 256]); a block's logits (B x V floats) are formed once, their rows'
+// [64, 256]); a block's logits (B x V floats) are formed once, their rows'
 // softmax states, losses and G (in place) follow, then the block's
 // grad_hidden rows and its term of grad_weight: three matrix products in
 // all (docs/design.md says why not a second sweep of recomputed logits).
-// Products: softdot's packed tiles; each element a sum in index order of
-// float FMA chains of 64 products, the chains added in double, rounded once
-// to float (so a logit is within about 64 u sum |h_k w_k| plus one rounding;
-// docs/accuracy.md has the measured errors). grad_weight adds the blocks'
-// terms in block order, each rounded to float.
+// Products: softdot's register-blocked tiles (kernels/gemm-inl.h); each
+// element a sum in index order of float FMA chains of 64 products, the
+// chains added in double (in chunks of 4096 k's, themselves added in
+// double), rounded once to float: a logit is within 0.5 ulp + 64 u sum_k
+// |h_k w_k| (u = 2^-24; docs/accuracy.md has the measured errors).
+// grad_weight adds the blocks' terms in block order, each rounded to
+// float.
 //
 // bfloat16 inputs are widened exactly to float (the products are exact in
 // float) and run the same float path; the gradients stay float32 (a
@@ -50,9 +52,10 @@ namespace softdot {
 // [0, 1]; a stride below the columns; an output overlapping an input or
 // another output.
 //
-// Memory besides the outputs: the B x V block of logits, B x D packed
-// hidden rows, B x D doubles (grad_hidden's sums), a packed panel of
-// 4096 x NR floats per thread (512 KiB on AVX-512) and N long doubles.
+// Memory besides the outputs: the B x V block of logits (16 MiB up to
+// V = 64k, 64 V floats above), D x B packed hidden rows, per thread a
+// packed panel of up to 4096 x 96 floats (1.5 MiB) and B x NR doubles
+// (grad_hidden's sums over chunks of 4096 classes), and N long doubles.
 // Threads: each product's panels are split across OpenMP threads.
 double linear_cross_entropy(MatrixView<const float> hidden,
                             MatrixView<const float> weight,
