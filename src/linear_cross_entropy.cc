@@ -67,6 +67,9 @@ constexpr std::size_t kMc = 96;
 // Products with fewer multiply-adds than this run on one thread.
 constexpr double kParallelFlops = 1 << 21;
 
+// B panels a thread packs and runs at once when A is whole (see
+// pack_b_group).
+constexpr std::size_t kGroup = 4;
 // k's a packing step transposes at once (see pack_a).
 constexpr std::size_t kStep = 16;
 
@@ -130,6 +133,38 @@ void pack_b(Operand<T> b, std::size_t j0, std::size_t n, std::size_t k0,
   }
 }
 
+// Panels [j_begin, j_end) of B (those not read in place), packed one after
+// the other (panel j at dst + (j - j_begin) kc nr). Rows of B that are
+// contiguous are copied k by k across the group's panels: one pass over
+// B's rows for kGroup panels (each row k is a new page of W; walking them
+// once per panel cost a third of grad_hidden's time).
+template <class T>
+void pack_b_group(Operand<T> b, std::size_t j_begin, std::size_t j_end,
+                  std::size_t n, std::size_t k0, std::size_t kc, std::size_t nr,
+                  float* dst) {
+  const auto in_place = [&](std::size_t j) {
+    return b.direct && n - j * nr >= nr;
+  };
+  if (b.cs != 1) {
+    for (std::size_t j = j_begin; j < j_end; ++j) {
+      if (!in_place(j)) {
+        pack_b(b, j * nr, n, k0, kc, nr, dst + (j - j_begin) * kc * nr);
+      }
+    }
+    return;
+  }
+  for (std::size_t k = 0; k < kc; ++k) {
+    const T* src = b.p + (k0 + k) * b.rs;
+    for (std::size_t j = j_begin; j < j_end; ++j) {
+      if (in_place(j)) continue;
+      float* d = dst + (j - j_begin) * kc * nr + k * nr;
+      const std::size_t cols = std::min(nr, n - j * nr);
+      for (std::size_t c = 0; c < cols; ++c) d[c] = widen(src[j * nr + c]);
+      for (std::size_t c = cols; c < nr; ++c) d[c] = 0.0f;
+    }
+  }
+}
+
 // C (m x n, row stride ldc; c_transposed: C^T, c(i, j) at c + j * ldc + i)
 // = A (m x kk) B (kk x n) (+ C if accumulate), each element as
 // kernels/gemm_args.h says, k in fixed chunks of kKc whose sums are added
@@ -178,14 +213,20 @@ void gemm(std::size_t m, std::size_t n, std::size_t kk, Operand<TA> a,
   // One unit of work: B panel j against all of A (a_whole), or A's rows
   // [u kMc, ...) against all of B; k in chunks, added in double in `acc`
   // (rows x n_unit) when there is more than one.
-  const std::size_t units = a_whole ? npanels : (m + kMc - 1) / kMc;
+  const std::size_t units =
+      a_whole ? (npanels + kGroup - 1) / kGroup : (m + kMc - 1) / kMc;
+  const std::size_t tile_doubles = mtiles * s.mr * s.nr;
   const auto run = [&](std::size_t u, float* pack, double* acc) {
     const std::size_t i0 = a_whole ? 0 : u * kMc;
     const std::size_t rows = a_whole ? m : std::min(kMc, m - i0);
-    const std::size_t j_begin = a_whole ? u : 0;
-    const std::size_t j_end = a_whole ? u + 1 : npanels;
+    const std::size_t j_begin = a_whole ? u * kGroup : 0;
+    const std::size_t j_end =
+        a_whole ? std::min(npanels, j_begin + kGroup) : npanels;
     for (std::size_t q = 0; q < chunks; ++q) {
       const std::size_t k0 = q * kKc, kc = std::min(kKc, kk - k0);
+      if (a_whole) {
+        pack_b_group(b, j_begin, j_end, n, k0, kc, s.nr, pack);
+      }
       const float* apack = nullptr;
       if (a.direct) {
       } else if (a_whole) {
@@ -211,14 +252,13 @@ void gemm(std::size_t m, std::size_t n, std::size_t kk, Operand<TA> a,
         if (b_in_place(j)) {
           set_b_rows(g, b, j * s.nr, k0);
         } else if (a_whole) {
-          pack_b(b, j * s.nr, n, k0, kc, s.nr, pack);
-          g.b = pack;
+          g.b = pack + (j - j_begin) * kc * s.nr;
         } else {
           g.b = whole.get() + chunk_offset(q) + j * kc * s.nr;
         }
         if (chunks > 1) {
           g.ldacc = a_whole ? s.nr : npanels * s.nr;
-          g.acc = acc + (a_whole ? 0 : j * s.nr);
+          g.acc = acc + (a_whole ? (j - j_begin) * tile_doubles : j * s.nr);
         }
         if (q + 1 == chunks) {
           g.c = c + (c_transposed ? j * s.nr * ldc + i0 : i0 * ldc + j * s.nr);
@@ -229,9 +269,9 @@ void gemm(std::size_t m, std::size_t n, std::size_t kk, Operand<TA> a,
     }
   };
   // Per thread: a panel to pack into and the chunks' double sums.
-  const std::size_t pack_floats = kKc * (a_whole ? s.nr : kMc);
+  const std::size_t pack_floats = kKc * (a_whole ? kGroup * s.nr : kMc);
   const std::size_t acc_doubles =
-      chunks > 1 ? (a_whole ? mtiles * s.mr * s.nr : kMc * npanels * s.nr) : 0;
+      chunks > 1 ? (a_whole ? kGroup * tile_doubles : kMc * npanels * s.nr) : 0;
   const auto work = [&](bool in_parallel) {
     auto pack = hwy::AllocateAligned<float>(pack_floats);
     std::vector<double> acc(acc_doubles);
