@@ -42,10 +42,11 @@ python_lint_tools=(ruff==0.17.6 mypy==2.4.1)
 # core's stub, _softdot.pyi, which the build generates).
 python_lint_files=(python/softdot tests/python bench/python examples)
 python_typed_modules=(softdot softdot._arrays softdot._attention softdot._attention_grad
-                      softdot._cross_entropy softdot._sample softdot._gloo_ring
-                      softdot._int8 softdot._paged softdot._quantize softdot._request
-                      softdot._rowops softdot._softmax softdot.dask softdot.distributed
-                      softdot.torch softdot._softmax16)
+                      softdot._cross_entropy softdot._gloo_ring softdot._int8
+                      softdot._linear_cross_entropy softdot._linear_cross_entropy_grad
+                      softdot._paged softdot._quantize softdot._request softdot._rowops
+                      softdot._sample softdot._softmax softdot._softmax16 softdot.dask
+                      softdot.distributed softdot.torch)
 
 # python_lint DIR: ruff format --check, ruff check and mypy with DIR/venv.
 python_lint() {

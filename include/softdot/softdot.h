@@ -9,6 +9,7 @@
 #include "softdot/dot.h"
 #include "softdot/float16.h"
 #include "softdot/kv_cache.h"
+#include "softdot/linear_cross_entropy.h"
 #include "softdot/matrix.h"
 #include "softdot/sample.h"
 #include "softdot/simd.h"

@@ -32,6 +32,7 @@ import torch
 
 from . import _cross_entropy as CE
 from . import _rowops as R
+from ._linear_cross_entropy_grad import LinearCrossEntropy
 
 __all__ = [
     "softmax",
@@ -40,6 +41,7 @@ __all__ = [
     "Softmax",
     "LogSoftmax",
     "CrossEntropy",
+    "LinearCrossEntropy",
 ]
 
 

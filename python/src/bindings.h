@@ -13,6 +13,7 @@ void bind_numpy_fast_path(nanobind::module_& m);  // no-option numpy calls
 void bind_cross_entropy(nanobind::module_& m);    // cross_entropy
 void bind_softmax16(nanobind::module_& m);        // 16-bit softmax family
 void bind_sample(nanobind::module_& m);           // sample, speculative
+void bind_linear_cross_entropy(nanobind::module_& m);  // linear_cross_entropy
 
 }  // namespace softdot::python
 

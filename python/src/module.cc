@@ -34,4 +34,5 @@ NB_MODULE(_softdot, m) {
   softdot::python::bind_cross_entropy(m);
   softdot::python::bind_softmax16(m);
   softdot::python::bind_sample(m);
+  softdot::python::bind_linear_cross_entropy(m);
 }

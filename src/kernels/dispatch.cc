@@ -9,6 +9,7 @@
 #include "kernels/convert16-inl.h"
 #include "kernels/dot-inl.h"
 #include "kernels/sample-inl.h"
+#include "kernels/gemm-inl.h"
 #include "kernels/softmax-inl.h"
 #include "kernels/softmax16-inl.h"
 
@@ -59,6 +60,15 @@ HWY_EXPORT(SampleMaxF32);
 HWY_EXPORT(SampleExpF32);
 HWY_EXPORT(SampleKeptSumsF32);
 HWY_EXPORT(SampleSelectGeF32);
+HWY_EXPORT(GemmPanel);
+HWY_EXPORT(GemmShape);
+
+void gemm_panel_kernel(const GemmArgs& args) noexcept {
+  HWY_DYNAMIC_DISPATCH(GemmPanel)(args);
+}
+void gemm_shape(std::size_t* mr, std::size_t* nr) noexcept {
+  HWY_DYNAMIC_DISPATCH(GemmShape)(mr, nr);
+}
 
 float attention_score(const float* q, const float* k, std::size_t d,
                       bool decode, float* scratch) noexcept {

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "kernels/attention_args.h"
+#include "kernels/gemm_args.h"
 #include "kernels/row_op.h"
 
 namespace softdot::detail {
@@ -120,6 +121,11 @@ std::size_t sample_select_ge_kernel(const float* v, std::size_t n, float lo,
 // sums[b] = the fixed-order sum of block b's weights w >= tau.
 void sample_kept_sums_kernel(const float* w, std::size_t n, float tau,
                              double* sums) noexcept;
+// One packed matrix-product panel (kernels/gemm_args.h), and the tile
+// shape {MR, NR} of the current target that the packing must follow.
+void gemm_panel_kernel(const GemmArgs& args) noexcept;
+void gemm_shape(std::size_t* mr, std::size_t* nr) noexcept;
+
 // Target selection (see simd.h).
 std::int64_t compiled_targets() noexcept;
 

@@ -1,0 +1,177 @@
+"""The fused linear + cross-entropy of a language model's last layer,
+``cross_entropy(hidden @ weight.T, targets)`` with its loss and the gradients
+of hidden and weight, without the N x V logits in memory
+(softdot::linear_cross_entropy). numpy arrays and CPU torch tensors, float32
+or bfloat16. See docs/python.md."""
+
+from __future__ import annotations
+
+import importlib
+import math
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from . import _arrays as A
+from . import _softdot as _core
+from ._cross_entropy import REDUCTIONS, class_targets
+
+FN = "linear_cross_entropy"
+
+
+def _bf16_numpy() -> Any:
+    try:
+        return importlib.import_module("ml_dtypes").bfloat16
+    except ImportError:  # pragma: no cover - ml_dtypes is a dependency
+        return None
+
+
+def _operand(name: str, x: Any, kind: str) -> Tuple[np.ndarray, str]:
+    """(a contiguous-rows numpy view: float32, or bfloat16 as uint16 bits;
+    "f32" or "bf16")."""
+    if kind == "torch":
+        torch = A.torch_module()
+        A.check_device(FN, name, x)
+        if x.dtype == torch.float32:
+            a, tag = x.detach().numpy(), "f32"
+        elif x.dtype == torch.bfloat16:
+            a, tag = x.detach().view(torch.int16).numpy().view(A.U16), "bf16"
+        else:
+            raise TypeError(f"{FN}: {name} has dtype {A.dtype_str(x)}; accepted: float32, bfloat16")
+    else:
+        a = x if type(x) is np.ndarray else np.asarray(x)
+        bf = _bf16_numpy()
+        if a.dtype == np.float32:
+            tag = "f32"
+        elif bf is not None and a.dtype == bf:
+            a, tag = a.view(A.U16), "bf16"
+        else:
+            raise TypeError(
+                f"{FN}: {name} has dtype {a.dtype.name}; accepted: float32, ml_dtypes.bfloat16"
+            )
+    if a.ndim != 2:
+        raise ValueError(f"{FN}: {name} has shape {a.shape}; expected 2-d")
+    return A.contiguous_rows(a), tag
+
+
+def _options(label_smoothing: Any, reduction: Any) -> float:
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{FN}: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
+    try:
+        eps = float(label_smoothing)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{FN}: label_smoothing must be a real number, not {label_smoothing!r}"
+        ) from None
+    if not (math.isfinite(eps) and 0.0 <= eps <= 1.0):
+        raise ValueError(f"{FN}: label_smoothing must be in [0, 1], got {eps!r}")
+    return eps
+
+
+def compute(
+    hidden: Any,
+    weight: Any,
+    targets: Any,
+    ignore_index: int,
+    label_smoothing: Any,
+    reduction: str,
+    grad: bool,
+) -> Any:
+    """loss, or (loss, grad_hidden, grad_weight) (float32, the inputs'
+    library). No autograd."""
+    kind = A.kind_of(hidden)
+    if A.kind_of(weight) != kind:
+        raise TypeError(f"{FN}: hidden and weight must both be numpy arrays or torch tensors")
+    h, th = _operand("hidden", hidden, kind)
+    w, tw = _operand("weight", weight, kind)
+    if th != tw:
+        raise TypeError(f"{FN}: hidden and weight have different dtypes ({th}, {tw})")
+    if h.shape[1] != w.shape[1]:
+        raise ValueError(
+            f"{FN}: hidden has shape {h.shape} but weight {w.shape}; "
+            f"expected weight (V, {h.shape[1]})"
+        )
+    t = class_targets(FN, targets, kind)
+    if t.shape != (h.shape[0],):
+        raise ValueError(
+            f"{FN}: hidden has shape {h.shape} but targets {t.shape}; expected ({h.shape[0]},)"
+        )
+    eps = _options(label_smoothing, reduction)
+    n, d = h.shape
+    v = w.shape[0]
+    f32 = np.dtype(np.float32)
+    loss_user: Any = None
+    loss_view: Optional[np.ndarray] = None
+    if reduction == "none":
+        loss_user, loss_view = A.new_output((n,), f32, kind)
+    gh_user = gw_user = None
+    gh_view: Optional[np.ndarray] = None
+    gw_view: Optional[np.ndarray] = None
+    if grad:
+        gh_user, gh_view = A.new_output((n, d), f32, kind)
+        gw_user, gw_view = A.new_output((v, d), f32, kind)
+    value = _core.linear_cross_entropy_rows(
+        h, w, t, loss_view, gh_view, gw_view, int(ignore_index), eps, REDUCTIONS[reduction]
+    )
+    loss = loss_user if reduction == "none" else A.wrap_scalar(value, f32, kind)
+    if not grad:
+        return loss
+    return loss, gh_user, gw_user
+
+
+def linear_cross_entropy(
+    hidden: Any,
+    weight: Any,
+    targets: Any,
+    /,
+    *,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+    grad: bool = False,
+) -> Any:
+    """``cross_entropy(hidden @ weight.T, targets)`` (the meaning of
+    ``F.cross_entropy(F.linear(hidden, weight), targets, ...)``) without the
+    N x V logits in memory: rows go in blocks whose logits are formed once,
+    then their loss and gradient terms.
+
+    Parameters
+    ----------
+    hidden : array or torch.Tensor, (N, D), float32 or bfloat16
+        (torch.bfloat16 or ml_dtypes.bfloat16; both operands the same dtype).
+        Products are accumulated in float32 chains of 64 added in double;
+        the logits are float32.
+    weight : array or torch.Tensor, (V, D), the same dtype and library
+    targets : integer array or tensor, (N,)
+        class indices in [0, V) or ``ignore_index``, else ValueError naming
+        the row and the value.
+    ignore_index, label_smoothing, reduction
+        As ``softdot.cross_entropy``.
+    grad : bool
+        Also return ``(grad_hidden, grad_weight)``, float32, the gradients of
+        the returned loss (for "none": of the sum of the row losses).
+
+    With torch tensors that require grad (grad mode on), the loss comes from
+    the autograd Function ``softdot.torch.LinearCrossEntropy``: its forward
+    computes the loss and both gradients at once (three matrix products) and
+    its backward scales them by the incoming gradient (for "none", which
+    must then be the same for every row); gradients come back in the inputs'
+    dtype. Double backward raises.
+
+    Returns
+    -------
+    loss (float32 scalar, or (N,) for "none"), or
+    (loss, grad_hidden, grad_weight) when ``grad=True``.
+    """
+    if A.is_torch(hidden) and (A.is_torch(weight)) and _needs_grad(hidden, weight):
+        st = importlib.import_module("._linear_cross_entropy_grad", __package__)
+        loss, gh, gw = st.LinearCrossEntropy.apply(
+            hidden, weight, targets, ignore_index, label_smoothing, reduction
+        )
+        return (loss, gh, gw) if grad else loss
+    return compute(hidden, weight, targets, ignore_index, label_smoothing, reduction, grad)
+
+
+def _needs_grad(hidden: Any, weight: Any) -> bool:
+    torch = A.torch_module()
+    return torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
