@@ -53,6 +53,7 @@ HWY_EXPORT(AttentionScore);
 HWY_EXPORT(Widen16);
 HWY_EXPORT(Round16Quotient);
 HWY_EXPORT(Softmax16Apply);
+HWY_EXPORT(Round16Floats);
 HWY_EXPORT(Softmax16State);
 
 float attention_score(const float* q, const float* k, std::size_t d,
@@ -94,6 +95,11 @@ void softmax16_apply(const float* x, const std::uint8_t* mask, float scale,
                      std::size_t n, double c, double inv, std::uint16_t* y,
                      bool bf16) noexcept {
   SOFTDOT_DISPATCH(Softmax16Apply)(x, mask, scale, n, c, inv, y, bf16);
+}
+
+void round16_floats(const float* w, std::size_t n, std::uint16_t* y,
+                    bool bf16) noexcept {
+  SOFTDOT_DISPATCH(Round16Floats)(w, n, y, bf16);
 }
 
 bool softmax16_state(const float* x, const std::uint8_t* mask, float scale,

@@ -106,6 +106,11 @@ void softmax16_apply(const float* x, const std::uint8_t* mask, float scale,
 bool softmax16_state(const float* x, const std::uint8_t* mask, float scale,
                      std::size_t n, double* c, double* s) noexcept;
 
+// y[i] = the bits of the float w[i] rounded to nearest even to bfloat16
+// (bf16) or float16, i < n; every w[i] finite and >= +0 (softmax16-inl.h).
+void round16_floats(const float* w, std::size_t n, std::uint16_t* y,
+                    bool bf16) noexcept;
+
 // Target selection (see simd.h).
 std::int64_t compiled_targets() noexcept;
 

@@ -238,6 +238,28 @@ HWY_NOINLINE void Softmax16Apply(const float* x, const std::uint8_t* mask,
 }
 #undef SOFTDOT_ROW16
 
+// y[i] = the float w[i] rounded to nearest even to bfloat16 (bf16) or
+// float16 bits, i < n; every w[i] finite and >= +0 (the weights of
+// Precision::kFast, rounded once from float).
+HWY_NOINLINE void Round16Floats(const float* w, std::size_t n,
+                                std::uint16_t* y, bool bf16) {
+  std::size_t i = 0;
+#if HWY_TARGET <= HWY_AVX2
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<std::int32_t, decltype(d)> di;
+  const hn::Rebind<std::uint16_t, decltype(d)> du16;
+  const std::size_t N = hn::Lanes(d);
+  for (; i + N <= n; i += N) {
+    const auto r = Round16F(d, hn::LoadU(d, w + i), bf16);
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, r)), du16, y + i);
+  }
+#endif
+  for (; i < n; ++i) {
+    y[i] = bf16 ? detail::bfloat16_bits(static_cast<double>(w[i]))
+                : to_float16(static_cast<double>(w[i])).bits;
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace softdot
 HWY_AFTER_NAMESPACE();
