@@ -132,18 +132,22 @@ std::uint16_t max_magnitude_bits(const H* x, std::size_t n) {
 template <class H>
 void row16_fast(const H* x, const std::uint8_t* mask, float scale,
                 std::size_t n, H* y) {
+  float* f = scratch<float>(n, 0);
+  if (detail::softmax16_fast(reinterpret_cast<const std::uint16_t*>(x), mask,
+                             scale, n, f, reinterpret_cast<std::uint16_t*>(y),
+                             kBf16<H>)) {
+    return;
+  }
   constexpr std::uint16_t kExpMask = kBf16<H> ? 0x7f80u : 0x7c00u;
   const std::uint16_t m = max_magnitude_bits(x, n);
   const bool special =
-      m >= kExpMask ||
-      (scale != 1.0f &&
-       static_cast<double>(to_float(H{m})) * static_cast<double>(scale) >=
-           0x1p32);
+      m >= kExpMask || (scale != 1.0f && static_cast<double>(to_float(H{m})) *
+                                                 static_cast<double>(scale) >=
+                                             0x1p32);
   if (special) {
     row_by_double(x, mask, scale, n, RowOp::kSoftmax, y);
     return;
   }
-  float* f = scratch<float>(n, 0);
   detail::widen16(reinterpret_cast<const std::uint16_t*>(x), n, f, kBf16<H>);
   detail::softmax_row_kernel(f, mask, scale, n, RowOp::kSoftmax, false, f,
                              nullptr);

@@ -260,9 +260,8 @@ void fast_specials() {
   const double inf = std::numeric_limits<double>::infinity();
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const std::vector<std::vector<double>> rows = {
-      {1.0, -inf, 2.0}, {-inf, -inf},     {inf, 1.0, inf, inf},
-      {1.0, nan, 2.0},  {0.0, -200.0},    {3.0, 3.0, 3.0},
-      {1.0, 2.0, nan},  {60000.0, -1.0}};
+      {1.0, -inf, 2.0}, {-inf, -inf},    {inf, 1.0, inf, inf}, {1.0, nan, 2.0},
+      {0.0, -200.0},    {3.0, 3.0, 3.0}, {1.0, 2.0, nan},      {60000.0, -1.0}};
   const bool m[3] = {true, true, false};
   for (const auto& r : rows) {
     std::vector<H> x;
@@ -276,9 +275,8 @@ void fast_specials() {
       o.precision = softdot::Precision::kFast;
       softdot::softmax(std::span<const H>(x), std::span<H>(b), o);
       for (std::size_t i = 0; i < x.size(); ++i) {
-        EXPECT_EQ(a[i].bits, b[i].bits)
-            << fmt_name<H>() << " row " << r[0] << " variant " << variant
-            << " i=" << i;
+        EXPECT_EQ(a[i].bits, b[i].bits) << fmt_name<H>() << " row " << r[0]
+                                        << " variant " << variant << " i=" << i;
       }
     }
   }
