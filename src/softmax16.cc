@@ -110,12 +110,60 @@ void row_by_double(const H* x, const std::uint8_t* mask, float scale,
   narrow_row(w, n, y);
 }
 
+// The largest |x_i| of a 16-bit row as its magnitude bits (masked entries
+// included): >= the exponent mask when the row holds an infinity or NaN.
+template <class H>
+std::uint16_t max_magnitude_bits(const H* x, std::size_t n) {
+  const auto* b = reinterpret_cast<const std::uint16_t*>(x);
+  std::uint16_t m = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint16_t a = b[i] & 0x7fffu;
+    m = a > m ? a : m;
+  }
+  return m;
+}
+
+// Precision::kFast: the row widened to float, the float kFast softmax
+// (weights within 2 ulp of float, 2.5 without FMA) in place, each float
+// weight rounded once to 16 bits. Rows with an infinity or a NaN anywhere
+// (masked entries included) and scaled rows whose largest |x_i * scale|
+// may reach 2^32 take the faithful path's special-row fallback (the double
+// path), so their special values are the faithful path's bits.
+template <class H>
+void row16_fast(const H* x, const std::uint8_t* mask, float scale,
+                std::size_t n, H* y) {
+  float* f = scratch<float>(n, 0);
+  if (detail::softmax16_fast(reinterpret_cast<const std::uint16_t*>(x), mask,
+                             scale, n, f, reinterpret_cast<std::uint16_t*>(y),
+                             kBf16<H>)) {
+    return;
+  }
+  constexpr std::uint16_t kExpMask = kBf16<H> ? 0x7f80u : 0x7c00u;
+  const std::uint16_t m = max_magnitude_bits(x, n);
+  const bool special =
+      m >= kExpMask || (scale != 1.0f && static_cast<double>(to_float(H{m})) *
+                                                 static_cast<double>(scale) >=
+                                             0x1p32);
+  if (special) {
+    row_by_double(x, mask, scale, n, RowOp::kSoftmax, y);
+    return;
+  }
+  detail::widen16(reinterpret_cast<const std::uint16_t*>(x), n, f, kBf16<H>);
+  detail::softmax_row_kernel(f, mask, scale, n, RowOp::kSoftmax, false, f,
+                             nullptr);
+  detail::round16_floats(f, n, reinterpret_cast<std::uint16_t*>(y), kBf16<H>);
+}
+
 // One row of softmax (op kSoftmax) or log_softmax, checked by the caller.
 template <class H>
 void row16(const H* x, const std::uint8_t* mask, float scale, std::size_t n,
-           RowOp op, H* y) {
+           RowOp op, H* y, bool fast = false) {
   if (op != RowOp::kSoftmax) {
     row_by_double(x, mask, scale, n, op, y);
+    return;
+  }
+  if (fast) {
+    row16_fast(x, mask, scale, n, y);
     return;
   }
   float* f = scratch<float>(n, 0);
@@ -148,7 +196,7 @@ void row_checked(const char* function, RowOp op, std::span<const H> x,
   const float scale = scale_of(function, options);
   row16(x.data(),
         options.mask.empty() ? nullptr : mask_bytes(options.mask.data()), scale,
-        x.size(), op, y.data());
+        x.size(), op, y.data(), options.precision == Precision::kFast);
 }
 
 template <class H>
@@ -187,10 +235,11 @@ void rows_checked(const char* function, RowOp op, MatrixView<const H> x,
   // loop body does not allocate on the calling thread.
   scratch<float>(n, 0);
   scratch<double>(n, 1);
+  const bool fast = options.precision == Precision::kFast;
   const bool parallel = x.rows > 1 && x.rows * n >= detail::kParallelElements;
   detail::for_each_index(x.rows, parallel, [&](std::size_t i) {
     row16(x.data + i * x.stride, per_row ? mask + i * n : mask, scale, n, op,
-          y.data + i * y.stride);
+          y.data + i * y.stride, fast);
   });
 }
 

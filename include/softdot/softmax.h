@@ -170,8 +170,12 @@ void softmax_backward(std::span<const double> y, std::span<const double> dy,
 // log_softmax / logsumexp / softmax_backward results within about 2^-51
 // relative of one (the double functions' error). docs/accuracy.md, "16-bit
 // softmax family", has the measured counts. The scale is 1 / temperature
-// rounded to float (x * s taken exactly); options.precision is ignored (one
-// algorithm). Special values, sizes, aliasing and errors as the float
+// rounded to float (x * s taken exactly). options.precision: kFaithful
+// (the default) as above; kFast (softmax and softmax_rows only; ignored by
+// the others) rounds a float weight within 2.5 float ulps once to 16 bits:
+// correctly rounded unless the exact weight lies within 2^-21 relative of
+// a midpoint, always within 1 16-bit ulp, special rows the default's bits.
+// Special values, sizes, aliasing and errors as the float
 // functions. Allocation: a per-thread scratch row (n floats and n doubles,
 // grown when a longer row comes, kept); logsumexp allocates n doubles.
 // softmax_rows / log_softmax_rows split rows across OpenMP threads as the

@@ -80,7 +80,10 @@ def softmax(
         "faithful": every weight within 1 ulp of the exact value (measured
         for float32 on FMA targets: 0.59 ulp on normal weights, 0.75 near
         2^-126; docs/accuracy.md). "fast": within 2 ulp with FMA (2.5 without),
-        about twice as fast on rows in cache.
+        about twice as fast on rows in cache. bfloat16 / float16: "faithful" is
+        correctly rounded unless the exact weight lies within 2^-29 relative
+        of a 16-bit midpoint; "fast" rounds the float "fast" weight once
+        (always within 1 16-bit ulp; docs/accuracy.md "16-bit softmax family").
     out : array, optional
         Where to write; same shape, dtype and library as ``x``. May be ``x``
         itself (in place); must not otherwise overlap it.
@@ -106,8 +109,8 @@ def softmax(
             return r
     fn = "softmax"
     fast = R.precision_flag(fn, precision)
-    if S16.info(x) is not None:  # bfloat16 / float16: rounded once, one precision
-        return S16.row_op(fn, x, axis, where, temperature, out, False)
+    if S16.info(x) is not None:  # bfloat16 / float16: rounded once from float or double
+        return S16.row_op(fn, x, axis, where, temperature, out, False, fast)
     if out is None and where is None and R.needs_grad(x):
         return _autograd().softmax(x, dim=axis, temperature=temperature, precision=precision)
     return R.row_op(fn, x, axis, where, temperature, out, False, fast)

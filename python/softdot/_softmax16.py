@@ -121,7 +121,16 @@ def _write(om: np.ndarray, n: int, call) -> None:
     om[...] = tmp
 
 
-def row_op(fn: str, x: Any, axis: Any, where: Any, temperature: Any, out: Any, log: bool) -> Any:
+def row_op(
+    fn: str,
+    x: Any,
+    axis: Any,
+    where: Any,
+    temperature: Any,
+    out: Any,
+    log: bool,
+    fast: bool = False,
+) -> Any:
     kind, bf16, dtype = info(x)  # type: ignore[misc]
     xb = bits(fn, "x", x, kind)
     nd = xb.ndim
@@ -141,7 +150,7 @@ def row_op(fn: str, x: Any, axis: Any, where: Any, temperature: Any, out: Any, l
     w2 = None if w is None else np.ascontiguousarray(np.moveaxis(w, ax, -1)).reshape(-1, n)
     if out is not None and not np.shares_memory(x2, om) and np.shares_memory(xb, ob):
         x2 = x2.copy()  # x was viewed, out overlaps it in another layout
-    _write(om, n, lambda o2: _core.softmax16_rows(x2, o2, w2, log, t, bf16))
+    _write(om, n, lambda o2: _core.softmax16_rows(x2, o2, w2, log, t, bf16, fast))
     return user
 
 

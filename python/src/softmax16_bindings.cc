@@ -46,7 +46,7 @@ MatrixView<H> rows_of(const char* name, const A& a, std::size_t rows,
 
 template <class H>
 void softmax_t(const In& x, const Out& out, const std::optional<In>& where,
-               bool log, double temperature) {
+               bool log, double temperature, bool fast) {
   if (x.ndim() != 2) fail("x must be 2-d (rows, n)");
   const std::size_t rows = x.shape(0), n = x.shape(1);
   if (rows == 0 || n == 0) fail("x has shape " + shape_of(x) + "; empty");
@@ -54,6 +54,7 @@ void softmax_t(const In& x, const Out& out, const std::optional<In>& where,
   const MatrixView<H> yv = rows_of<H>("out", out, rows, n);
   SoftmaxOptions o;
   o.temperature = temperature;
+  o.precision = fast ? Precision::kFast : Precision::kFaithful;
   if (where) {
     if (where->dtype() != nb::dtype<bool>() || where->ndim() != 2 ||
         where->shape(0) != rows || where->shape(1) != n ||
@@ -71,12 +72,12 @@ void softmax_t(const In& x, const Out& out, const std::optional<In>& where,
 }
 
 void softmax16_py(const In& x, const Out& out, const std::optional<In>& where,
-                  bool log, double temperature, bool bf16) {
+                  bool log, double temperature, bool bf16, bool fast) {
   as_python(log ? "log_softmax" : "softmax", [&] {
     if (bf16)
-      softmax_t<BFloat16>(x, out, where, log, temperature);
+      softmax_t<BFloat16>(x, out, where, log, temperature, fast);
     else
-      softmax_t<Float16>(x, out, where, log, temperature);
+      softmax_t<Float16>(x, out, where, log, temperature, fast);
   });
 }
 
@@ -181,8 +182,9 @@ double cross_entropy16_py(const In& logits, const In& targets,
 void bind_softmax16(nb::module_& m) {
   using namespace nb::literals;
   m.def("softmax16_rows", &softmax16_py, "x"_a, "out"_a, "where"_a.none(),
-        "log"_a, "temperature"_a, "bf16"_a,
-        "softmax / log_softmax of 16-bit rows (uint16 bits, 2-d).");
+        "log"_a, "temperature"_a, "bf16"_a, "fast"_a = false,
+        "softmax / log_softmax of 16-bit rows (uint16 bits, 2-d); fast: "
+        "Precision::kFast (softmax only).");
   m.def("logsumexp16_rows", &logsumexp16_py, "x"_a, "out"_a, "where"_a.none(),
         "temperature"_a, "bf16"_a, "logsumexp of 16-bit rows (uint16 bits).");
   m.def("softmax16_backward_rows", &backward16_py, "y"_a, "dy"_a, "out"_a,

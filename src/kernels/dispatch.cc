@@ -55,6 +55,8 @@ HWY_EXPORT(AttentionScore);
 HWY_EXPORT(Widen16);
 HWY_EXPORT(Round16Quotient);
 HWY_EXPORT(Softmax16Apply);
+HWY_EXPORT(Round16Floats);
+HWY_EXPORT(Softmax16Fast);
 HWY_EXPORT(Softmax16State);
 HWY_EXPORT(SampleMaxF32);
 HWY_EXPORT(SampleExpF32);
@@ -109,6 +111,17 @@ void softmax16_apply(const float* x, const std::uint8_t* mask, float scale,
                      std::size_t n, double c, double inv, std::uint16_t* y,
                      bool bf16) noexcept {
   SOFTDOT_DISPATCH(Softmax16Apply)(x, mask, scale, n, c, inv, y, bf16);
+}
+
+void round16_floats(const float* w, std::size_t n, std::uint16_t* y,
+                    bool bf16) noexcept {
+  SOFTDOT_DISPATCH(Round16Floats)(w, n, y, bf16);
+}
+
+bool softmax16_fast(const std::uint16_t* x, const std::uint8_t* mask,
+                    float scale, std::size_t n, float* e, std::uint16_t* y,
+                    bool bf16) noexcept {
+  return SOFTDOT_DISPATCH(Softmax16Fast)(x, mask, scale, n, e, y, bf16);
 }
 
 bool softmax16_state(const float* x, const std::uint8_t* mask, float scale,

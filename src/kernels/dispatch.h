@@ -125,6 +125,18 @@ void sample_kept_sums_kernel(const float* w, std::size_t n, float tau,
 // shape {MR, NR} of the current target that the packing must follow.
 void gemm_panel_kernel(const GemmArgs& args) noexcept;
 void gemm_shape(std::size_t* mr, std::size_t* nr) noexcept;
+// y[i] = the bits of the float w[i] rounded to nearest even to bfloat16
+// (bf16) or float16, i < n; every w[i] finite and >= +0 (softmax16-inl.h).
+void round16_floats(const float* w, std::size_t n, std::uint16_t* y,
+                    bool bf16) noexcept;
+
+// Precision::kFast on the 16-bit row x (bits), e a scratch of n floats:
+// y[i] = the float weight (within about 1.7 float ulps) rounded once to 16
+// bits. False (y untouched) for a kept NaN, a max of +-inf, a scaled max
+// >= 2^32, and on targets below AVX2 (softmax16-inl.h).
+bool softmax16_fast(const std::uint16_t* x, const std::uint8_t* mask,
+                    float scale, std::size_t n, float* e, std::uint16_t* y,
+                    bool bf16) noexcept;
 
 // Target selection (see simd.h).
 std::int64_t compiled_targets() noexcept;

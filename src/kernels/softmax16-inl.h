@@ -238,6 +238,192 @@ HWY_NOINLINE void Softmax16Apply(const float* x, const std::uint8_t* mask,
 }
 #undef SOFTDOT_ROW16
 
+// y[i] = the float w[i] rounded to nearest even to bfloat16 (bf16) or
+// float16 bits, i < n; every w[i] finite and >= +0 (the weights of
+// Precision::kFast, rounded once from float).
+HWY_NOINLINE void Round16Floats(const float* w, std::size_t n, std::uint16_t* y,
+                                bool bf16) {
+  std::size_t i = 0;
+#if HWY_TARGET <= HWY_AVX2
+  const hn::ScalableTag<float> d;
+  const hn::Rebind<std::int32_t, decltype(d)> di;
+  const hn::Rebind<std::uint16_t, decltype(d)> du16;
+  const std::size_t N = hn::Lanes(d);
+  for (; i + N <= n; i += N) {
+    const auto r = Round16F(d, hn::LoadU(d, w + i), bf16);
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, r)), du16, y + i);
+  }
+#endif
+  for (; i < n; ++i) {
+    y[i] = bf16 ? detail::bfloat16_bits(static_cast<double>(w[i]))
+                : to_float16(static_cast<double>(w[i])).bits;
+  }
+}
+
+#if HWY_TARGET <= HWY_AVX2
+// Precision::kFast on 16-bit rows in three passes that read the 16-bit row
+// itself (widened in registers): the max of the scaled scores; e_i =
+// exp(p_i - c) (ExpNonPositive with the exact error of the shift and of
+// x_i * scale, about 0.6 ulp of float) stored to `e`, summed in double
+// lanes (the sum then within 0.6 float ulps relative, plus 2^-40); and
+// w_i = e_i * (1/S) (1/S as a float pair, one rounding) rounded once to
+// 16 bits. w_i is within about 1.7 float ulps (below 2^-22 relative, or
+// 2^-148 absolute for float subnormals) of the exact weight.
+struct Fast16 {
+  using D = hn::ScalableTag<float>;
+  using V = hn::Vec<D>;
+  static constexpr std::size_t kN = hn::MaxLanes(D());
+
+  // N scores p (masked -> -inf) and the low parts of x * scale.
+  template <bool kMasked, bool kScaled>
+  static HWY_INLINE void Load(const std::uint16_t* x, const std::uint8_t* mask,
+                              float scale, bool bf16, V& p, V& lo) {
+    const D d;
+    const hn::Rebind<std::uint16_t, D> d16;
+    const hn::RebindToUnsigned<D> du;
+    const auto bits = hn::LoadU(d16, x);
+    V xv;
+    if (bf16) {
+      xv = hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, bits)));
+    } else {
+      const hn::Rebind<hwy::float16_t, D> df16;
+      xv = hn::PromoteTo(d, hn::BitCast(df16, bits));
+    }
+    if constexpr (kScaled) {
+      const V sv = hn::Set(d, scale);
+      p = hn::Mul(xv, sv);
+      lo = ProductLow(xv, sv, p);
+    } else {
+      p = xv;
+      lo = hn::Zero(d);
+    }
+    if constexpr (kMasked) {
+      const auto keep = LoadKeep(d, mask);
+      p = hn::IfThenElse(keep, p, hn::Set(d, -HUGE_VALF));
+      lo = hn::IfThenElseZero(keep, lo);
+    }
+  }
+};
+
+template <bool kMasked, bool kScaled>
+HWY_INLINE bool Fast16Row(const std::uint16_t* x, const std::uint8_t* mask,
+                          float scale, std::size_t n, float* e,
+                          std::uint16_t* y, bool bf16) {
+  using F = Fast16;
+  using V = F::V;
+  const F::D d;
+  const hn::Half<F::D> dh;
+  const hn::Rebind<double, decltype(dh)> dd;
+  constexpr std::size_t kN = F::kN;
+  const std::size_t full = n / kN * kN, rest = n - full;
+  // The tail through padded copies: -inf scores, masked lanes.
+  alignas(64) std::uint16_t xt[kN];
+  alignas(64) std::uint8_t mt[kN < 16 ? 16 : kN];
+  alignas(64) float et[kN];
+  const std::uint16_t pad = bf16 ? 0xff80u : 0xfc00u;
+  for (std::size_t j = 0; j < kN; ++j) {
+    xt[j] = j < rest ? x[full + j] : pad;
+    mt[j] = j < rest && kMasked ? mask[full + j] : 0;
+  }
+  if (kMasked) {
+    for (std::size_t j = rest; j < sizeof(mt); ++j) mt[j] = 0;
+  }
+  const auto at = [&](std::size_t i, const std::uint16_t*& xp,
+                      const std::uint8_t*& mp) {
+    xp = i < full ? x + i : xt;
+    mp = kMasked ? (i < full ? mask + i : mt) : nullptr;
+  };
+  const std::size_t end = full + (rest ? kN : 0);
+
+  // Pass 1: max, and any NaN among the kept scores.
+  V mx0 = hn::Set(d, -HUGE_VALF), mx1 = mx0;
+  auto bad = hn::Zero(d);
+  std::size_t i = 0;
+  for (; i < end; i += kN) {
+    const std::uint16_t* xp;
+    const std::uint8_t* mp;
+    at(i, xp, mp);
+    V p, lo;
+    F::Load<kMasked, kScaled>(xp, mp, scale, bf16, p, lo);
+    bad = hn::Or(bad, hn::VecFromMask(d, hn::IsNaN(p)));
+    if ((i / kN) & 1) {
+      mx1 = hn::Max(mx1, p);
+    } else {
+      mx0 = hn::Max(mx0, p);
+    }
+  }
+  const float m = hn::GetLane(hn::MaxOfLanes(d, hn::Max(mx0, mx1)));
+  if (!hn::AllFalse(d, hn::MaskFromVec(bad)) || !std::isfinite(m) ||
+      (kScaled && std::fabs(m) >= 0x1p32f)) {
+    return false;
+  }
+
+  // Pass 2: e_i stored, summed in double lanes.
+  const V mv = hn::Set(d, m);
+  auto s0 = hn::Zero(dd), s1 = hn::Zero(dd);
+  for (i = 0; i < end; i += kN) {
+    const std::uint16_t* xp;
+    const std::uint8_t* mp;
+    at(i, xp, mp);
+    V p, lo;
+    F::Load<kMasked, kScaled>(xp, mp, scale, bf16, p, lo);
+    const V ev = ShiftedExp(p, lo, mv);
+    hn::StoreU(ev, d, i < full ? e + i : et);
+    s0 = hn::Add(s0, hn::PromoteTo(dd, hn::LowerHalf(dh, ev)));
+    s1 = hn::Add(s1, hn::PromoteTo(dd, hn::UpperHalf(dh, ev)));
+  }
+  if (rest) {
+    for (std::size_t j = 0; j < rest; ++j) e[full + j] = et[j];
+  }
+  const double sum = hn::GetLane(hn::SumOfLanes(dd, hn::Add(s0, s1)));
+  const double inv = 1.0 / sum;
+  const float ih = static_cast<float>(inv);
+  const float il = static_cast<float>(inv - static_cast<double>(ih));
+
+  // Pass 3: w_i = e_i * (1/S), rounded once to 16 bits.
+  const hn::Rebind<std::int32_t, F::D> di;
+  const hn::Rebind<std::uint16_t, F::D> du16;
+  const V hv = hn::Set(d, ih), lv = hn::Set(d, il);
+  for (i = 0; i < full; i += kN) {
+    const V ev = hn::LoadU(d, e + i);
+    const V w = hn::MulAdd(ev, hv, hn::Mul(ev, lv));
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, Round16F(d, w, bf16))), du16,
+               y + i);
+  }
+  if (rest) {
+    alignas(64) std::uint16_t yt[kN];
+    const V ev = hn::Load(d, et);
+    const V w = hn::MulAdd(ev, hv, hn::Mul(ev, lv));
+    hn::Store(hn::DemoteTo(du16, hn::BitCast(di, Round16F(d, w, bf16))), du16,
+              yt);
+    for (std::size_t j = 0; j < rest; ++j) y[full + j] = yt[j];
+  }
+  return true;
+}
+#endif
+
+// Precision::kFast on a 16-bit row (bits x) with e a scratch of n floats:
+// false (y untouched) for the rows the caller takes elsewhere (a kept NaN,
+// a max of +-inf, a scaled max of 2^32 or more) and on the targets without
+// FMA and F16C (below AVX2), which the caller serves by widening.
+HWY_NOINLINE bool Softmax16Fast(const std::uint16_t* x,
+                                const std::uint8_t* mask, float scale,
+                                std::size_t n, float* e, std::uint16_t* y,
+                                bool bf16) {
+#if HWY_TARGET <= HWY_AVX2
+  const bool scaled = scale != 1.0f;
+  if (mask) {
+    return scaled ? Fast16Row<true, true>(x, mask, scale, n, e, y, bf16)
+                  : Fast16Row<true, false>(x, mask, scale, n, e, y, bf16);
+  }
+  return scaled ? Fast16Row<false, true>(x, mask, scale, n, e, y, bf16)
+                : Fast16Row<false, false>(x, mask, scale, n, e, y, bf16);
+#else
+  (void)x, (void)mask, (void)scale, (void)n, (void)e, (void)y, (void)bf16;
+  return false;
+#endif
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace softdot
 HWY_AFTER_NAMESPACE();

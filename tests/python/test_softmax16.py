@@ -212,3 +212,33 @@ def test_cross_entropy_autograd_16bit(name, dt, tdt):
     want_loss, want_g = softdot.cross_entropy(x, t, grad=True)
     assert torch.equal(loss.detach().view(torch.int16), want_loss.view(torch.int16))
     assert torch.equal(xg.grad.view(torch.int16), want_g.view(torch.int16))
+
+
+@pytest.mark.parametrize("name,dt,tdt", FORMATS)
+def test_precision_fast(name, dt, tdt):
+    """precision="fast": the float weight rounded once, so a miss is a
+    neighbour of the correctly rounded value with the exact weight within
+    2^-21 relative of the midpoint between them; special rows as the
+    default precision, bit for bit."""
+    for x, t, keep in (
+        (logits((64, 1000), dt), 1.0, None),
+        (logits((3, 40000), dt, seed=5), 0.7, np.arange(40000) % 3 != 0),
+    ):
+        w, _, _ = ref_softmax(np.where(keep, x, -np.inf) if keep is not None else x, t)
+        y = softdot.softmax(x, temperature=t, where=keep, precision="fast")
+        assert y.dtype == dt
+        ulp_misses(y, w, dt)  # every miss a neighbour
+        want = rounded(w, dt)
+        miss = y.view(np.uint16) != want.view(np.uint16)
+        mid = (y[miss].astype(np.float64) + want[miss].astype(np.float64)) / 2
+        assert np.all(np.abs(w[miss] - mid) < 2.0**-21 * w[miss])
+        xt = torch.from_numpy(x.view(np.int16)).view(tdt)
+        kt = None if keep is None else torch.from_numpy(np.broadcast_to(keep, x.shape).copy())
+        yt = softdot.softmax(xt, temperature=t, where=kt, precision="fast")
+        assert np.array_equal(yt.view(torch.int16).numpy(), y.view(np.int16))
+    inf, nan = np.inf, np.nan
+    s = np.array([[1.0, -inf, 2.0], [-inf, -inf, -inf], [inf, 0.0, inf], [1.0, nan, 0.0]], dt)
+    for t in (1.0, 1e-30):
+        a = softdot.softmax(s, temperature=t)
+        b = softdot.softmax(s, temperature=t, precision="fast")
+        assert np.array_equal(a.view(np.uint16), b.view(np.uint16))

@@ -205,6 +205,92 @@ TEST_P(Softmax16, DistributionsFloat16) {
   sweep<Float16>(target(), 0.7, true);
 }
 
+// Precision::kFast: the float kFast weight (within 2 ulp of float with FMA,
+// 2.5 without) rounded once, so correctly rounded unless the exact weight
+// lies within 2.5 float ulps (below 2^-21 relative) of a 16-bit midpoint,
+// and within 1 16-bit ulp.
+constexpr double kFastBound = 0x1p-21;
+
+template <class H>
+void fast_sweep(const std::string& target, double temperature, bool masked) {
+  Tally t;
+  const float s = static_cast<float>(1.0 / temperature);
+  for (const auto& row : sweep_rows<H>()) {
+    const std::size_t n = row.size();
+    std::vector<double> w = widened(row);
+    for (double& v : w) v *= static_cast<double>(s);  // exact
+    Mask mask(masked ? n : 0);
+    if (masked) {
+      for (std::size_t i = 0; i < n; ++i) mask[i] = (i * 7 + 3) % 5 != 0;
+    }
+    const auto ref = softdot_ref::softmax_reference(std::span<const double>(w),
+                                                    {1.0, mask.span()});
+    softdot::SoftmaxOptions o;
+    o.temperature = temperature;
+    o.mask = mask.span();
+    o.precision = softdot::Precision::kFast;
+    std::vector<H> y(n);
+    softdot::softmax(std::span<const H>(row), std::span<H>(y), o);
+    const std::string where =
+        target + " " + fmt_name<H>() + " fast n=" + std::to_string(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      // Float subnormal weights (below 2^-126: bfloat16 only) carry an
+      // absolute error of 2.5 * 2^-149, not a relative one.
+      if (std::fabs(ref.softmax[i].hi) < 0x1p-120) {
+        const double g = wide(y[i]);
+        EXPECT_LE(std::fabs(g - ref.softmax[i].hi),
+                  spacing<H>(ref.softmax[i].hi) / 2 + 0x1p-147)
+            << where << " i=" << i;
+        continue;
+      }
+      check_one(y[i], ref.softmax[i], kFastBound, t,
+                where + " i=" + std::to_string(i));
+    }
+  }
+  EXPECT_LT(t.max_ulp, 1.0) << target;
+  const std::string what = std::string(masked ? "masked " : "") +
+                           (temperature == 1.0 ? "T=1" : "T=0.7") + " " +
+                           target;
+  print(fmt_name<H>(), "softmax kFast", what.c_str(), t);
+}
+
+// kFast's special rows are the faithful path's, bit for bit.
+template <class H>
+void fast_specials() {
+  const double inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<std::vector<double>> rows = {
+      {1.0, -inf, 2.0}, {-inf, -inf},    {inf, 1.0, inf, inf}, {1.0, nan, 2.0},
+      {0.0, -200.0},    {3.0, 3.0, 3.0}, {1.0, 2.0, nan},      {60000.0, -1.0}};
+  const bool m[3] = {true, true, false};
+  for (const auto& r : rows) {
+    std::vector<H> x;
+    for (double d : r) x.push_back(narrow<H>(d));
+    for (int variant = 0; variant < 3; ++variant) {
+      softdot::SoftmaxOptions o;
+      if (variant == 1 && x.size() == 3) o.mask = std::span<const bool>(m, 3);
+      if (variant == 2) o.temperature = 1e-30;  // scaled max past 2^32
+      std::vector<H> a(x.size()), b(x.size());
+      softdot::softmax(std::span<const H>(x), std::span<H>(a), o);
+      o.precision = softdot::Precision::kFast;
+      softdot::softmax(std::span<const H>(x), std::span<H>(b), o);
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        EXPECT_EQ(a[i].bits, b[i].bits) << fmt_name<H>() << " row " << r[0]
+                                        << " variant " << variant << " i=" << i;
+      }
+    }
+  }
+}
+
+TEST_P(Softmax16, FastBound) {
+  fast_sweep<BFloat16>(target(), 1.0, false);
+  fast_sweep<BFloat16>(target(), 0.7, true);
+  fast_sweep<Float16>(target(), 1.0, false);
+  fast_sweep<Float16>(target(), 0.7, true);
+  fast_specials<BFloat16>();
+  fast_specials<Float16>();
+}
+
 // Every 16-bit a in the rows [a, b]: the reference once (it does not depend
 // on the target), every target against it.
 template <class H>
