@@ -8,8 +8,8 @@
 #include "kernels/attention_backward-inl.h"
 #include "kernels/convert16-inl.h"
 #include "kernels/dot-inl.h"
-#include "kernels/sample-inl.h"
 #include "kernels/gemm-inl.h"
+#include "kernels/sample-inl.h"
 #include "kernels/softmax-inl.h"
 #include "kernels/softmax16-inl.h"
 
