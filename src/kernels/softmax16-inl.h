@@ -80,7 +80,7 @@ HWY_INLINE void Apply16Row(const float* x, const std::uint8_t* mask,
 // The 16-bit bits (in 32-bit lanes) of the finite, non-negative float lanes
 // w rounded to nearest even: bfloat16 on the upper half, float16 by F16C.
 template <class D>
-HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> Round16F(D d, hn::Vec<D> w,
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> Round16F(D /*d*/, hn::Vec<D> w,
                                                      bool bf16) {
   const hn::RebindToUnsigned<D> du;
   if (bf16) {
