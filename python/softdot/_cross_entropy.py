@@ -17,6 +17,22 @@ from . import _softmax16 as S16
 REDUCTIONS = {"none": 0, "sum": 1, "mean": 2}
 
 
+def check_options(fn: str, label_smoothing: Any, reduction: Any) -> float:
+    """The label smoothing eps as a float in [0, 1], after checking it and the
+    reduction (cross_entropy and linear_cross_entropy)."""
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{fn}: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
+    try:
+        eps = float(label_smoothing)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{fn}: label_smoothing must be a real number, not {label_smoothing!r}"
+        ) from None
+    if not (math.isfinite(eps) and 0.0 <= eps <= 1.0):
+        raise ValueError(f"{fn}: label_smoothing must be in [0, 1], got {eps!r}")
+    return eps
+
+
 def class_targets(fn: str, targets: Any, kind: str) -> np.ndarray:
     """targets as a contiguous int64 numpy array (class indices); TypeError
     for a non-integer dtype. Shared with softdot.distributed.cross_entropy."""
@@ -116,16 +132,7 @@ def cross_entropy(
         raise ValueError(
             f"{fn}: logits have shape {x.shape} but targets {t.shape}; expected ({x.shape[0]},)"
         )
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"{fn}: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
-    try:
-        eps = float(label_smoothing)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"{fn}: label_smoothing must be a real number, not {label_smoothing!r}"
-        ) from None
-    if not (math.isfinite(eps) and 0.0 <= eps <= 1.0):
-        raise ValueError(f"{fn}: label_smoothing must be in [0, 1], got {eps!r}")
+    eps = check_options(fn, label_smoothing, reduction)
     if S16.info(logits) is not None:
         return S16.cross_entropy(fn, logits, t, ignore_index, eps, reduction, grad)
     x = A.contiguous_rows(x)

@@ -7,14 +7,13 @@ or bfloat16. See docs/python.md."""
 from __future__ import annotations
 
 import importlib
-import math
 from typing import Any, Optional, Tuple
 
 import numpy as np
 
 from . import _arrays as A
 from . import _softdot as _core
-from ._cross_entropy import REDUCTIONS, class_targets
+from ._cross_entropy import REDUCTIONS, check_options, class_targets
 
 FN = "linear_cross_entropy"
 
@@ -54,20 +53,6 @@ def _operand(name: str, x: Any, kind: str) -> Tuple[np.ndarray, str]:
     return A.contiguous_rows(a), tag
 
 
-def _options(label_smoothing: Any, reduction: Any) -> float:
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"{FN}: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
-    try:
-        eps = float(label_smoothing)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"{FN}: label_smoothing must be a real number, not {label_smoothing!r}"
-        ) from None
-    if not (math.isfinite(eps) and 0.0 <= eps <= 1.0):
-        raise ValueError(f"{FN}: label_smoothing must be in [0, 1], got {eps!r}")
-    return eps
-
-
 def compute(
     hidden: Any,
     weight: Any,
@@ -96,7 +81,7 @@ def compute(
         raise ValueError(
             f"{FN}: hidden has shape {h.shape} but targets {t.shape}; expected ({h.shape[0]},)"
         )
-    eps = _options(label_smoothing, reduction)
+    eps = check_options(FN, label_smoothing, reduction)
     n, d = h.shape
     v = w.shape[0]
     f32 = np.dtype(np.float32)
