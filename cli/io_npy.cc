@@ -327,6 +327,27 @@ bool looks_like_npy(std::string_view bytes) {
   return !bytes.empty() && bytes[0] == kMagic[0];
 }
 
+namespace {
+
+// A .npy matrix's shape: 2-D with at least one row and one column, else a
+// CliError naming the file (prefix) and the shape.
+void check_matrix_shape(const std::vector<std::uint64_t>& shape,
+                        const std::string& prefix) {
+  if (shape.size() != 2) {
+    throw CliError(prefix + "shape " + shape_text(shape) + " has " +
+                   std::to_string(shape.size()) +
+                   (shape.size() == 1 ? " dimension" : " dimensions") +
+                   "; need a 2-D array (rows, cols)");
+  }
+  if (shape[0] == 0)
+    throw CliError(prefix + "shape " + shape_text(shape) + " has no rows");
+  if (shape[1] == 0)
+    throw CliError(prefix + "shape " + shape_text(shape) +
+                   ": the rows are empty");
+}
+
+}  // namespace
+
 AnyMatrix read_npy(std::string_view bytes, std::string_view name) {
   const std::string prefix = std::string(name) + ": ";
   const Layout layout = read_layout(bytes, name);
@@ -346,17 +367,7 @@ AnyMatrix read_npy(std::string_view bytes, std::string_view name) {
   }
   check_c_order(header, prefix);
   const auto& shape = *header.shape;
-  if (shape.size() != 2) {
-    throw CliError(prefix + "shape " + shape_text(shape) + " has " +
-                   std::to_string(shape.size()) +
-                   (shape.size() == 1 ? " dimension" : " dimensions") +
-                   "; need a 2-D array (rows, cols)");
-  }
-  if (shape[0] == 0)
-    throw CliError(prefix + "shape " + shape_text(shape) + " has no rows");
-  if (shape[1] == 0)
-    throw CliError(prefix + "shape " + shape_text(shape) +
-                   ": the rows are empty");
+  check_matrix_shape(shape, prefix);
   const std::string_view data =
       checked_data(bytes, layout.data_offset, shape, item_size, prefix);
   const std::size_t rows = shape[0], cols = shape[1];
@@ -377,17 +388,7 @@ std::optional<Matrix16> read_npy16(std::string_view bytes,
   if (!f16 && !bf16) return std::nullopt;
   check_c_order(header, prefix);
   const auto& shape = *header.shape;
-  if (shape.size() != 2) {
-    throw CliError(prefix + "shape " + shape_text(shape) + " has " +
-                   std::to_string(shape.size()) +
-                   (shape.size() == 1 ? " dimension" : " dimensions") +
-                   "; need a 2-D array (rows, cols)");
-  }
-  if (shape[0] == 0)
-    throw CliError(prefix + "shape " + shape_text(shape) + " has no rows");
-  if (shape[1] == 0)
-    throw CliError(prefix + "shape " + shape_text(shape) +
-                   ": the rows are empty");
+  check_matrix_shape(shape, prefix);
   const std::string_view data =
       checked_data(bytes, layout.data_offset, shape, 2, prefix);
   Matrix16 m;
