@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "attention_checks.h"
 #include "check.h"
 #include "cross_entropy_checks.h"
 #include "cross_entropy_row.h"
@@ -305,10 +306,11 @@ void check_operands(const char* function, MatrixView<const T> hidden,
                     std::span<float> loss, MatrixView<float> grad_hidden,
                     MatrixView<float> grad_weight,
                     const CrossEntropyOptions& options) {
-  using detail::bytes_overlap;
   using detail::count;
   using detail::fail;
   using detail::matrix_bytes;
+  using detail::attn::first_overlap;
+  using detail::attn::named_span;
   detail::check_matrix(function, "hidden", hidden);
   detail::check_matrix(function, "weight", weight);
   if (hidden.rows == 0 || hidden.cols == 0 || weight.rows == 0) {
@@ -368,42 +370,18 @@ void check_operands(const char* function, MatrixView<const T> hidden,
                          std::to_string(options.ignore_index));
     }
   }
-  struct Range {
-    const void* p;
-    std::size_t bytes;
-    const char* name;
+  const auto bytes_of = [](MatrixView<float> g) {
+    return g.data == nullptr ? 0 : matrix_bytes(MatrixView<const float>(g));
   };
-  const Range outputs[3] = {
-      {loss.data(), loss.size() * sizeof(float), "loss"},
-      {grad_hidden.data,
-       grad_hidden.data == nullptr
-           ? 0
-           : matrix_bytes(MatrixView<const float>(grad_hidden)),
-       "grad_hidden"},
-      {grad_weight.data,
-       grad_weight.data == nullptr
-           ? 0
-           : matrix_bytes(MatrixView<const float>(grad_weight)),
-       "grad_weight"}};
-  const Range inputs[3] = {
-      {hidden.data, matrix_bytes(hidden), "hidden"},
-      {weight.data, matrix_bytes(weight), "weight"},
-      {targets.data(), targets.size() * sizeof(std::int64_t), "targets"}};
-  for (std::size_t o = 0; o < 3; ++o) {
-    for (const Range& in : inputs) {
-      if (bytes_overlap(outputs[o].p, outputs[o].bytes, in.p, in.bytes)) {
-        fail(function, std::string(outputs[o].name) + " overlaps " + in.name +
-                           " (no aliasing)");
-      }
-    }
-    for (std::size_t q = o + 1; q < 3; ++q) {
-      if (bytes_overlap(outputs[o].p, outputs[o].bytes, outputs[q].p,
-                        outputs[q].bytes)) {
-        fail(function, std::string(outputs[o].name) + " overlaps " +
-                           outputs[q].name + " (no aliasing)");
-      }
-    }
-  }
+  const std::string overlap = first_overlap(
+      {named_span("loss", loss.data(), loss.size() * sizeof(float)),
+       named_span("grad_hidden", grad_hidden.data, bytes_of(grad_hidden)),
+       named_span("grad_weight", grad_weight.data, bytes_of(grad_weight))},
+      {named_span("hidden", hidden.data, matrix_bytes(hidden)),
+       named_span("weight", weight.data, matrix_bytes(weight)),
+       named_span("targets", targets.data(),
+                  targets.size() * sizeof(std::int64_t))});
+  if (!overlap.empty()) fail(function, overlap + " (no aliasing)");
 }
 
 template <class T>
