@@ -54,6 +54,8 @@ def worker(args) -> None:
 
     import softdot
 
+    if os.environ.get("SOFTDOT_BENCH_TARGET"):  # e.g. AVX2 on an AVX-512 machine
+        softdot.force_simd_target(os.environ["SOFTDOT_BENCH_TARGET"])
     torch.set_num_threads(args.threads)
     n, d, v = args.shape
     h, w, t = make_inputs(n, d, v, args.bf16, torch)
@@ -162,6 +164,8 @@ def main() -> None:
 
     import softdot
 
+    if os.environ.get("SOFTDOT_BENCH_TARGET"):
+        softdot.force_simd_target(os.environ["SOFTDOT_BENCH_TARGET"])
     n, d, v = args.shape
     print(
         f"linear_cross_entropy N={n} D={d} V={v} {'bfloat16' if args.bf16 else 'float32'}; "
