@@ -17,6 +17,7 @@
 #include "cross_entropy_row.h"
 #include "hwy/aligned_allocator.h"
 #include "kernels/dispatch.h"
+#include "linear_cross_entropy_blocks.h"
 #include "parallel.h"
 
 namespace softdot {
@@ -291,10 +292,10 @@ void gemm(std::size_t m, std::size_t n, std::size_t kk, Operand<TA> a,
   }
 }
 
-// Rows per block: a B x V block of logits of about 2^22 floats (16 MiB),
-// B in [64, 256] (fewer rows would make grad_weight's per-block
-// read-add-write of V x D floats cost more than its 2 B V D flops hide);
-// from V alone, so that grad_weight's block sums depend on nothing else.
+}  // namespace
+
+namespace detail::lce {
+
 std::size_t block_rows(std::size_t vocab) {
   return std::clamp<std::size_t>((std::size_t{1} << 22) / vocab, 64, 256);
 }
@@ -305,7 +306,7 @@ void check_operands(const char* function, MatrixView<const T> hidden,
                     std::span<const std::int64_t> targets,
                     std::span<float> loss, MatrixView<float> grad_hidden,
                     MatrixView<float> grad_weight,
-                    const CrossEntropyOptions& options) {
+                    const CrossEntropyOptions& options, bool shard) {
   using detail::count;
   using detail::fail;
   using detail::matrix_bytes;
@@ -313,7 +314,7 @@ void check_operands(const char* function, MatrixView<const T> hidden,
   using detail::attn::named_span;
   detail::check_matrix(function, "hidden", hidden);
   detail::check_matrix(function, "weight", weight);
-  if (hidden.rows == 0 || hidden.cols == 0 || weight.rows == 0) {
+  if (hidden.rows == 0 || hidden.cols == 0 || (weight.rows == 0 && !shard)) {
     fail(function, "hidden is " + count(hidden.rows) + " x " +
                        count(hidden.cols) + " and weight " +
                        count(weight.rows) + " x " + count(weight.cols) +
@@ -360,7 +361,7 @@ void check_operands(const char* function, MatrixView<const T> hidden,
     }
   }
   const std::size_t vocab = weight.rows;
-  for (std::size_t i = 0; i < targets.size(); ++i) {
+  for (std::size_t i = 0; i < targets.size() && !shard; ++i) {
     const std::int64_t t = targets[i];
     if (t == options.ignore_index) continue;
     if (t < 0 || static_cast<std::uint64_t>(t) >= vocab) {
@@ -384,6 +385,59 @@ void check_operands(const char* function, MatrixView<const T> hidden,
   if (!overlap.empty()) fail(function, overlap + " (no aliasing)");
 }
 
+// W read in place as A for the logits (transposed: W H_b^T, V x m,
+// written as their transpose), and packed panel by panel as B for
+// grad_hidden (G W): read in place there, its rows' panels are D floats
+// apart and every tile of the block would walk them again (3 times slower,
+// measured).
+template <class T>
+void logits(MatrixView<const T> hidden, std::size_t i0, std::size_t m,
+            MatrixView<const T> weight, float* out) {
+  const Operand<T> w_rows{weight.data, weight.stride, 1, true};
+  // H_b^T as B: (k, j) = hidden[i0 + j][k].
+  const Operand<T> h_t{hidden.data + i0 * hidden.stride, 1, hidden.stride};
+  gemm(weight.rows, m, hidden.cols, w_rows, h_t, out, weight.rows, false, true);
+}
+
+template <class T>
+void grad_hidden(const float* g, std::size_t m, MatrixView<const T> weight,
+                 float* out, std::size_t ldo) {
+  const std::size_t vocab = weight.rows;
+  const Operand<float> ga{g, vocab, 1, true};
+  const Operand<T> w_panels{weight.data, weight.stride, 1, false};
+  gemm(m, weight.cols, vocab, ga, w_panels, out, ldo, false);
+}
+
+template <class T>
+void grad_weight(const float* g, MatrixView<const T> hidden, std::size_t i0,
+                 std::size_t m, MatrixView<float> grad_weight,
+                 bool accumulate) {
+  const std::size_t vocab = grad_weight.rows;
+  const Operand<float> gt{g, 1, vocab};
+  const Operand<T> hb{hidden.data + i0 * hidden.stride, hidden.stride, 1, true};
+  gemm(vocab, hidden.cols, m, gt, hb, grad_weight.data, grad_weight.stride,
+       accumulate);
+}
+
+#define SOFTDOT_LCE_INSTANTIATE(T)                                             \
+  template void check_operands<T>(                                             \
+      const char*, MatrixView<const T>, MatrixView<const T>,                   \
+      std::span<const std::int64_t>, std::span<float>, MatrixView<float>,      \
+      MatrixView<float>, const CrossEntropyOptions&, bool);                    \
+  template void logits<T>(MatrixView<const T>, std::size_t, std::size_t,       \
+                          MatrixView<const T>, float*);                        \
+  template void grad_hidden<T>(const float*, std::size_t, MatrixView<const T>, \
+                               float*, std::size_t);                           \
+  template void grad_weight<T>(const float*, MatrixView<const T>, std::size_t, \
+                               std::size_t, MatrixView<float>, bool);
+SOFTDOT_LCE_INSTANTIATE(float)
+SOFTDOT_LCE_INSTANTIATE(BFloat16)
+#undef SOFTDOT_LCE_INSTANTIATE
+
+}  // namespace detail::lce
+
+namespace {
+
 template <class T>
 double linear_cross_entropy_checked(MatrixView<const T> hidden,
                                     MatrixView<const T> weight,
@@ -392,9 +446,10 @@ double linear_cross_entropy_checked(MatrixView<const T> hidden,
                                     MatrixView<float> grad_hidden,
                                     MatrixView<float> grad_weight,
                                     const CrossEntropyOptions& options) {
-  check_operands<T>("linear_cross_entropy", hidden, weight, targets, loss,
-                    grad_hidden, grad_weight, options);
-  const std::size_t rows = hidden.rows, dim = hidden.cols, vocab = weight.rows;
+  detail::lce::check_operands<T>("linear_cross_entropy", hidden, weight,
+                                 targets, loss, grad_hidden, grad_weight,
+                                 options, false);
+  const std::size_t rows = hidden.rows, vocab = weight.rows;
   const double eps = options.label_smoothing;
   std::size_t counted = 0;
   for (const std::int64_t t : targets) counted += t != options.ignore_index;
@@ -402,21 +457,12 @@ double linear_cross_entropy_checked(MatrixView<const T> hidden,
   const bool want_grad =
       grad_hidden.data != nullptr || grad_weight.data != nullptr;
 
-  const std::size_t block = std::min(rows, block_rows(vocab));
+  const std::size_t block = std::min(rows, detail::lce::block_rows(vocab));
   std::vector<float> logits(block * vocab);
   std::vector<long double> row_loss(rows);
-  // W read in place as A for the logits (transposed: W H_b^T, V x m,
-  // written as their transpose), and packed panel by panel as B for
-  // grad_hidden (G W): read in place there, its rows' panels are D floats
-  // apart and every tile of the block would walk them again (3 times
-  // slower, measured).
-  const Operand<T> w_rows{weight.data, weight.stride, 1, true};
-  const Operand<T> w_panels{weight.data, weight.stride, 1, false};
   for (std::size_t i0 = 0; i0 < rows; i0 += block) {
     const std::size_t m = std::min(block, rows - i0);
-    // H_b^T as B: (k, j) = hidden[i0 + j][k].
-    const Operand<T> h_t{hidden.data + i0 * hidden.stride, 1, hidden.stride};
-    gemm(vocab, m, dim, w_rows, h_t, logits.data(), vocab, false, true);
+    detail::lce::logits(hidden, i0, m, weight, logits.data());
     const bool parallel = m > 1 && m * vocab >= detail::kParallelElements;
     detail::for_each_index(m, parallel, [&](std::size_t r) {
       float* x = logits.data() + r * vocab;
@@ -440,21 +486,16 @@ double linear_cross_entropy_checked(MatrixView<const T> hidden,
                                        total, c, eps, vocab, x);
       }
     });
-    if (!want_grad) continue;
-    const Operand<float> g{logits.data(), vocab, 1, true};
     if (grad_hidden.data != nullptr) {
       // grad_hidden rows of the block: G W (m x D, k over V).
-      gemm(m, dim, vocab, g, w_panels,
-           grad_hidden.data + i0 * grad_hidden.stride, grad_hidden.stride,
-           false);
+      detail::lce::grad_hidden(logits.data(), m, weight,
+                               grad_hidden.data + i0 * grad_hidden.stride,
+                               grad_hidden.stride);
     }
     if (grad_weight.data != nullptr) {
       // grad_weight (+)= G^T H_b (V x D, k over the block's rows).
-      const Operand<float> gt{logits.data(), 1, vocab};
-      const Operand<T> hb{hidden.data + i0 * hidden.stride, hidden.stride, 1,
-                          true};
-      gemm(vocab, dim, m, gt, hb, grad_weight.data, grad_weight.stride,
-           i0 != 0);
+      detail::lce::grad_weight(logits.data(), hidden, i0, m, grad_weight,
+                               i0 != 0);
     }
   }
   if (!loss.empty()) {

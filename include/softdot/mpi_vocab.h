@@ -60,6 +60,7 @@
 #include <span>
 
 #include "softdot/cross_entropy.h"
+#include "softdot/float16.h"
 #include "softdot/matrix.h"
 
 namespace softdot::mpi {
@@ -118,6 +119,60 @@ double cross_entropy(MPI_Comm comm, MatrixView<const double> logits,
                      std::span<double> loss, MatrixView<double> grad = {},
                      const CrossEntropyOptions& options = {},
                      const VocabOptions& vocab_options = {});
+
+// softdot::linear_cross_entropy (include/softdot/linear_cross_entropy.h)
+// with the vocabulary split across the ranks, as Megatron's
+// vocabulary-parallel output layer: every rank holds the same hidden
+// (N x D) and targets (global class indices), and its rows
+// [vocab_begin, vocab_begin + V_r) of the weight (V_r x D; V_r may be 0).
+// No rank forms the whole vocabulary's logits, nor any N x V_r block of
+// them: the rows go in blocks of B (linear_cross_entropy's B, from the
+// whole V), each block's logits are formed on every rank over its own
+// rows of the weight, their softmax states (and target logits, and sums for
+// label smoothing) exchanged and merged as in cross_entropy above (one
+// Allgather per block, two in deterministic mode), and the block's gradient
+// G (c (softmax - (1 - eps) one_hot - eps / V)) formed in place.
+//
+// Results:
+//   loss (empty or N), the returned value: the same on every rank.
+//   grad_hidden (null data, or N x D; the same on every rank):
+//     sum over ranks of G_r W_r: each rank's product (rounded to float)
+//     gathered (an Allgather of B x D floats per block) and added in double
+//     in vocabulary order, rounded once to float. Given on every rank or
+//     on none (checked).
+//   grad_weight (null data, or V_r x D): this rank's rows, G_r^T hidden,
+//     computed locally (no exchange).
+// Bitwise: the same P and split give the same bits run to run, for any
+// thread count; on one rank the bits are those of
+// softdot::linear_cross_entropy. deterministic: loss and grad_weight do not
+// depend on P nor on the split (the logits are bitwise the same wherever
+// the split falls, the merged state is exact, and B comes from the whole
+// V); grad_hidden is a sum over the ranks' partial products and so
+// depends on the split, as any sum of products does.
+// Errors as linear_cross_entropy's and cross_entropy's above (every rank
+// throws the same message): different hidden (its bytes are hashed, with
+// the targets and options), targets, options or grad_hidden presence on
+// some rank; column ranges that do not tile [0, V).
+// Memory per rank: the B x V_r block of logits, and with grad_hidden
+// P B D floats for the gathered partial products.
+double linear_cross_entropy(MPI_Comm comm, MatrixView<const float> hidden,
+                            MatrixView<const float> weight,
+                            std::size_t vocab_begin,
+                            std::span<const std::int64_t> targets,
+                            std::span<float> loss,
+                            MatrixView<float> grad_hidden = {},
+                            MatrixView<float> grad_weight = {},
+                            const CrossEntropyOptions& options = {},
+                            const VocabOptions& vocab_options = {});
+double linear_cross_entropy(MPI_Comm comm, MatrixView<const BFloat16> hidden,
+                            MatrixView<const BFloat16> weight,
+                            std::size_t vocab_begin,
+                            std::span<const std::int64_t> targets,
+                            std::span<float> loss,
+                            MatrixView<float> grad_hidden = {},
+                            MatrixView<float> grad_weight = {},
+                            const CrossEntropyOptions& options = {},
+                            const VocabOptions& vocab_options = {});
 
 }  // namespace softdot::mpi
 

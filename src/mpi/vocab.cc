@@ -152,17 +152,7 @@ double cross_entropy_op(MPI_Comm comm, MatrixView<const T> logits,
   const ShardInfo mine{logits.rows, logits.cols, begin, h};
   const Global g =
       agree_shards(dc.get(), dc.size(), function, mine, vopt.deterministic);
-  // The targets are the same everywhere, so every rank reaches the same
-  // verdict here without another exchange.
-  for (std::size_t i = 0; i < targets.size(); ++i) {
-    const std::int64_t t = targets[i];
-    if (t != options.ignore_index && static_cast<std::uint64_t>(t) >= g.vocab) {
-      fail(function, "targets[" + count(i) + "] = " + std::to_string(t) +
-                         " is not a class in [0, " + count(g.vocab) +
-                         ") nor ignore_index " +
-                         std::to_string(options.ignore_index));
-    }
-  }
+  detail::check_targets(function, targets, options.ignore_index, g.vocab);
   const double eps = options.label_smoothing;
   std::size_t counted = 0;
   for (const std::int64_t t : targets) counted += t != options.ignore_index;
@@ -171,26 +161,8 @@ double cross_entropy_op(MPI_Comm comm, MatrixView<const T> logits,
   const std::vector<RowTotal> tot =
       detail::row_totals<T>(dc.get(), dc.size(), g, job, logits, begin);
   std::vector<L> row_loss(logits.rows, 0.0L);
-  for (std::size_t i = 0; i < logits.rows; ++i) {
-    const std::int64_t t = targets[i];
-    T* gr = grad.data == nullptr ? nullptr : grad.data + i * grad.stride;
-    if (t == options.ignore_index) {
-      if (gr != nullptr) std::fill(gr, gr + logits.cols, T{0});
-      continue;
-    }
-    row_loss[i] = softdot::detail::cross_entropy_row_loss(
-        tot[i].state, tot[i].x_t, tot[i].sum_x, g.vocab, eps);
-    if (gr != nullptr) {
-      const std::ptrdiff_t t_local =
-          detail::owns_target(job, i, logits.cols, begin)
-              ? static_cast<std::ptrdiff_t>(static_cast<std::uint64_t>(t) -
-                                            begin)
-              : -1;
-      softdot::detail::cross_entropy_row_grad(
-          logits.data + i * logits.stride, logits.cols, t_local, tot[i].state,
-          c, eps, g.vocab, gr);
-    }
-  }
+  detail::shard_rows<T>(g, job, tot, logits, begin, c, eps, grad,
+                        row_loss.data());
   if (!loss.empty()) {
     for (std::size_t i = 0; i < logits.rows; ++i) {
       loss[i] = static_cast<T>(row_loss[i]);

@@ -291,7 +291,8 @@ std::vector<RowTotal> totals_deterministic(MPI_Comm comm, int size,
 // The ranks' ShardInfo, checked the same way on every rank (every rank sees
 // the same data, so every rank throws the same error).
 Global agree_shards(MPI_Comm comm, int size, const char* function,
-                    const ShardInfo& mine, bool deterministic) {
+                    const ShardInfo& mine, bool deterministic,
+                    const char* rows_of, const char* same) {
   std::vector<ShardInfo> all(static_cast<std::size_t>(size));
   detail::check_mpi(
       MPI_Allgather(&mine, 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, comm),
@@ -299,13 +300,14 @@ Global agree_shards(MPI_Comm comm, int size, const char* function,
   for (int r = 1; r < size; ++r) {
     const ShardInfo& a = all[static_cast<std::size_t>(r)];
     if (a.rows != all[0].rows) {
-      fail(function, "rank " + std::to_string(r) + ": x has " + count(a.rows) +
-                         " rows but rank 0's has " + count(all[0].rows));
+      fail(function, "rank " + std::to_string(r) + ": " + rows_of + " has " +
+                         count(a.rows) + " rows but rank 0's has " +
+                         count(all[0].rows));
     }
     if (a.fingerprint != all[0].fingerprint) {
-      fail(function, "rank " + std::to_string(r) +
-                         ": targets or options differ from rank 0's (they "
-                         "must be the same on every rank)");
+      fail(function, "rank " + std::to_string(r) + ": " + same +
+                         " differ from rank 0's (they must be the same on "
+                         "every rank)");
     }
   }
   Global g;
@@ -336,6 +338,55 @@ Global agree_shards(MPI_Comm comm, int size, const char* function,
   g.vocab = end;
   return g;
 }
+
+void check_targets(const char* function, std::span<const std::int64_t> targets,
+                   std::int64_t ignore_index, std::size_t vocab) {
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    const std::int64_t t = targets[i];
+    if (t != ignore_index && static_cast<std::uint64_t>(t) >= vocab) {
+      fail(function, "targets[" + count(i) + "] = " + std::to_string(t) +
+                         " is not a class in [0, " + count(vocab) +
+                         ") nor ignore_index " + std::to_string(ignore_index));
+    }
+  }
+}
+
+template <class T>
+void shard_rows(const Global& g, const Job& job,
+                const std::vector<RowTotal>& tot, MatrixView<const T> x,
+                std::size_t begin, double c, double eps, MatrixView<T> grad,
+                long double* row_loss) {
+  for (std::size_t i = 0; i < x.rows; ++i) {
+    const std::int64_t t = job.targets[i];
+    T* gr = grad.data == nullptr ? nullptr : grad.data + i * grad.stride;
+    if (t == job.ignore_index) {
+      row_loss[i] = 0.0L;
+      if (gr != nullptr) std::fill(gr, gr + x.cols, T{0});
+      continue;
+    }
+    row_loss[i] = softdot::detail::cross_entropy_row_loss(
+        tot[i].state, tot[i].x_t, tot[i].sum_x, g.vocab, eps);
+    if (gr != nullptr) {
+      const std::ptrdiff_t t_local =
+          owns_target(job, i, x.cols, begin)
+              ? static_cast<std::ptrdiff_t>(static_cast<std::uint64_t>(t) -
+                                            begin)
+              : -1;
+      softdot::detail::cross_entropy_row_grad(x.data + i * x.stride, x.cols,
+                                              t_local, tot[i].state, c, eps,
+                                              g.vocab, gr);
+    }
+  }
+}
+
+template void shard_rows<float>(const Global&, const Job&,
+                                const std::vector<RowTotal>&,
+                                MatrixView<const float>, std::size_t, double,
+                                double, MatrixView<float>, long double*);
+template void shard_rows<double>(const Global&, const Job&,
+                                 const std::vector<RowTotal>&,
+                                 MatrixView<const double>, std::size_t, double,
+                                 double, MatrixView<double>, long double*);
 
 template <class T>
 std::vector<RowTotal> row_totals(MPI_Comm comm, int size, const Global& g,

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -72,9 +73,19 @@ void agree_local(MPI_Comm comm, F&& check) {
 // (every rank sees the same data, so every rank throws the same
 // std::invalid_argument naming `function` and the first bad rank): the same
 // rows and fingerprint everywhere, column ranges tiling [0, V), V >= 1 (and
-// V < 2^26 in deterministic mode).
+// V < 2^26 in deterministic mode). The messages call the rows' holder
+// `rows_of` and what the fingerprint covers `same`.
 Global agree_shards(MPI_Comm comm, int size, const char* function,
-                    const ShardInfo& mine, bool deterministic);
+                    const ShardInfo& mine, bool deterministic,
+                    const char* rows_of = "x",
+                    const char* same = "targets or options");
+
+// Throws (naming `function` and the row) unless every target is a class
+// in [0, vocab) or ignore_index. The targets are the same on every rank
+// (agree_shards checked their fingerprint), so every rank reaches the same
+// verdict without an exchange.
+void check_targets(const char* function, std::span<const std::int64_t> targets,
+                   std::int64_t ignore_index, std::size_t vocab);
 
 // The per-row results every rank ends with.
 struct RowTotal {
@@ -109,6 +120,17 @@ template <class T>
 std::vector<RowTotal> row_totals(MPI_Comm comm, int size, const Global& g,
                                  const Job& job, MatrixView<const T> x,
                                  std::size_t begin);
+
+// Each row's loss into row_loss[i] (0 where the target is ignored), from
+// the totals of row_totals and the whole vocabulary's size; and where
+// grad.data is not null, this rank's columns of the row's gradient,
+// c (softmax - (1 - eps) one_hot - eps / V) (zeros where ignored). grad is
+// x's shape; it may be x itself (written in place).
+template <class T>
+void shard_rows(const Global& g, const Job& job,
+                const std::vector<RowTotal>& tot, MatrixView<const T> x,
+                std::size_t begin, double c, double eps, MatrixView<T> grad,
+                long double* row_loss);
 
 }  // namespace softdot::mpi::detail
 
