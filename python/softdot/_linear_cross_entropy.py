@@ -53,17 +53,12 @@ def _operand(name: str, x: Any, kind: str) -> Tuple[np.ndarray, str]:
     return A.contiguous_rows(a), tag
 
 
-def compute(
-    hidden: Any,
-    weight: Any,
-    targets: Any,
-    ignore_index: int,
-    label_smoothing: Any,
-    reduction: str,
-    grad: bool,
-) -> Any:
-    """loss, or (loss, grad_hidden, grad_weight) (float32, the inputs'
-    library). No autograd."""
+def operands(
+    hidden: Any, weight: Any, targets: Any, label_smoothing: Any, reduction: str
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray, float, str]:
+    """(hidden, weight, targets, label smoothing, "numpy" or "torch"), checked:
+    the arrays as the C++ call takes them (float32, or bfloat16 as uint16
+    bits; rows contiguous), targets int64."""
     kind = A.kind_of(hidden)
     if A.kind_of(weight) != kind:
         raise TypeError(f"{FN}: hidden and weight must both be numpy arrays or torch tensors")
@@ -82,6 +77,21 @@ def compute(
             f"{FN}: hidden has shape {h.shape} but targets {t.shape}; expected ({h.shape[0]},)"
         )
     eps = check_options(FN, label_smoothing, reduction)
+    return h, w, t, eps, kind
+
+
+def compute(
+    hidden: Any,
+    weight: Any,
+    targets: Any,
+    ignore_index: int,
+    label_smoothing: Any,
+    reduction: str,
+    grad: bool,
+) -> Any:
+    """loss, or (loss, grad_hidden, grad_weight) (float32, the inputs'
+    library). No autograd."""
+    h, w, t, eps, kind = operands(hidden, weight, targets, label_smoothing, reduction)
     n, d = h.shape
     v = w.shape[0]
     f32 = np.dtype(np.float32)

@@ -16,7 +16,6 @@ module ``softdot._softdot_mpi``) and mpi4py on the same MPI library.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional, Tuple
 
 import numpy as np
@@ -59,6 +58,7 @@ __all__ = [
     "log_softmax",
     "logsumexp",
     "cross_entropy",
+    "linear_cross_entropy",
 ]
 
 _LAYOUTS = ("zigzag", "contiguous")
@@ -156,6 +156,9 @@ def ring_layout(
 
 
 def _handle(fn: str, comm: Any) -> int:
+    """comm's Fortran handle; ImportError first where softdot has no MPI."""
+    if _mpi_module is None:
+        raise ImportError(_MPI_MISSING)
     f = getattr(comm, "py2f", None)
     if f is None:
         raise TypeError(
@@ -569,6 +572,17 @@ def ring_attention_backward(
 # ---- vocabulary-parallel: rows whose columns are split across the ranks -------------
 
 
+def _vocab_begin(fn: str, vocab_begin: Any) -> int:
+    """vocab_begin as an int >= 0, else TypeError / ValueError naming fn."""
+    try:
+        vb = int(vocab_begin)
+    except (TypeError, ValueError):
+        raise TypeError(f"{fn}: vocab_begin must be an int, not {vocab_begin!r}") from None
+    if vb < 0:
+        raise ValueError(f"{fn}: vocab_begin must be >= 0, got {vb}")
+    return vb
+
+
 def _shard(fn: str, x: Any, vocab_begin: Any):
     """(2-d float rows of x, kind, whether x was one row, vocab_begin)."""
     kind = A.kind_of(x)
@@ -578,18 +592,13 @@ def _shard(fn: str, x: Any, vocab_begin: Any):
         xa = xa.reshape(1, -1)
     elif xa.ndim != 2:
         raise ValueError(f"{fn}: x has shape {xa.shape}; expected (rows, columns) or (columns,)")
-    try:
-        vb = int(vocab_begin)
-    except (TypeError, ValueError):
-        raise TypeError(f"{fn}: vocab_begin must be an int, not {vocab_begin!r}") from None
-    if vb < 0:
-        raise ValueError(f"{fn}: vocab_begin must be >= 0, got {vb}")
+    vb = _vocab_begin(fn, vocab_begin)
     return A.contiguous_rows(xa), kind, single, vb
 
 
 def _rows_op(fn: str, comm: Any, x: Any, vocab_begin: Any, op: int, deterministic: bool):
     h = _handle(fn, comm)
-    xa, kind, single, vb = _shard(fn, x, vocab_begin)
+    xa, kind, single, vb = _agreed(comm, fn, lambda: _shard(fn, x, vocab_begin))
     user, o = A.new_output(xa.shape, xa.dtype, kind)
     _mpi.vocab_rows(h, xa, o, vb, op, bool(deterministic))
     return user.reshape(-1) if single else user
@@ -626,7 +635,7 @@ def logsumexp(comm: Any, x: Any, vocab_begin: int, /, *, deterministic: bool = F
     same on every rank: shape (rows,), or a scalar for one row."""
     fn = "logsumexp"
     h = _handle(fn, comm)
-    xa, kind, single, vb = _shard(fn, x, vocab_begin)
+    xa, kind, single, vb = _agreed(comm, fn, lambda: _shard(fn, x, vocab_begin))
     user, o = A.new_output((xa.shape[0],), xa.dtype, kind)
     _mpi.vocab_logsumexp(h, xa, o, vb, bool(deterministic))
     if single:
@@ -666,29 +675,26 @@ def cross_entropy(
     """
     fn = "cross_entropy"
     h = _handle(fn, comm)
-    xa, kind, single, vb = _shard(fn, logits, vocab_begin)
-    t = _xent.class_targets(fn, targets, kind)
-    if single:
-        if t.ndim != 0:
+
+    def prepare() -> Tuple[Any, ...]:
+        xa, kind, single, vb = _shard(fn, logits, vocab_begin)
+        t = _xent.class_targets(fn, targets, kind)
+        if single:
+            if t.ndim != 0:
+                raise ValueError(
+                    f"{fn}: logits have shape {xa.shape[1:]} (one row) but targets "
+                    f"{t.shape}; expected a 0-d target"
+                )
+            t = t.reshape(1)
+        elif t.shape != (xa.shape[0],):
             raise ValueError(
-                f"{fn}: logits have shape {xa.shape[1:]} (one row) but targets "
-                f"{t.shape}; expected a 0-d target"
+                f"{fn}: logits have shape {xa.shape} but targets {t.shape}; "
+                f"expected ({xa.shape[0]},)"
             )
-        t = t.reshape(1)
-    elif t.shape != (xa.shape[0],):
-        raise ValueError(
-            f"{fn}: logits have shape {xa.shape} but targets {t.shape}; expected ({xa.shape[0]},)"
-        )
-    if reduction not in _xent.REDUCTIONS:
-        raise ValueError(f"{fn}: reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
-    try:
-        eps = float(label_smoothing)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"{fn}: label_smoothing must be a real number, not {label_smoothing!r}"
-        ) from None
-    if not (math.isfinite(eps) and 0.0 <= eps <= 1.0):
-        raise ValueError(f"{fn}: label_smoothing must be in [0, 1], got {eps!r}")
+        eps = _xent.check_options(fn, label_smoothing, reduction)
+        return xa, kind, single, vb, t, eps
+
+    xa, kind, single, vb, t, eps = _agreed(comm, fn, prepare)
     n = xa.shape[0]
     loss_user: Any = None
     loss_view: Any = None
@@ -717,3 +723,77 @@ def cross_entropy(
     if not grad:
         return loss
     return loss, (grad_user.reshape(-1) if single else grad_user)
+
+
+def linear_cross_entropy(
+    comm: Any,
+    hidden: Any,
+    weight: Any,
+    vocab_begin: int,
+    targets: Any,
+    /,
+    *,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    reduction: str = "mean",
+    grad: bool = False,
+    deterministic: bool = False,
+) -> Any:
+    """Vocabulary-parallel :func:`softdot.linear_cross_entropy`: every rank
+    passes the same ``hidden`` (N, D) and ``targets`` (global class indices)
+    and its own rows ``[vocab_begin, vocab_begin + V_r)`` of the weight
+    (V_r, D), V_r >= 0; the ranks' rows must tile [0, V). No rank forms the
+    whole vocabulary's logits: each block of rows' logits is formed on every
+    rank over its rows of the weight, and their softmax states are exchanged
+    and merged (C++ ``softdot::mpi::linear_cross_entropy``,
+    include/softdot/mpi_vocab.h).
+
+    float32, or bfloat16 (torch.bfloat16, ml_dtypes.bfloat16) for both
+    operands; numpy arrays or CPU torch tensors (no autograd here: the
+    gradients come back as arrays). Returns the loss (float32 scalar, or (N,)
+    for "none"), the same on every rank, or with ``grad=True``
+    ``(loss, grad_hidden, grad_weight)``: grad_hidden (N, D) the same on every
+    rank (the ranks' partial products added in vocabulary order),
+    grad_weight (V_r, D) this rank's rows. On one rank the bits are those of
+    :func:`softdot.linear_cross_entropy`; ``deterministic=True`` makes the loss
+    and grad_weight the same bits for every rank count and split. A hidden,
+    targets or options different on some rank raise ValueError on every rank.
+    """
+    from . import _linear_cross_entropy as _lce
+
+    fn = "linear_cross_entropy"
+    h_ = _handle(fn, comm)
+
+    def prepare() -> Tuple[Any, ...]:
+        ops = _lce.operands(hidden, weight, targets, label_smoothing, reduction)
+        return (*ops, _vocab_begin(fn, vocab_begin))
+
+    h, w, t, eps, kind, vb = _agreed(comm, fn, prepare)
+    n, d = h.shape
+    f32 = np.dtype(np.float32)
+    loss_user: Any = None
+    loss_view: Any = None
+    if reduction == "none":
+        loss_user, loss_view = A.new_output((n,), f32, kind)
+    gh_user = gw_user = gh_view = gw_view = None
+    if grad:
+        gh_user, gh_view = A.new_output((n, d), f32, kind)
+        gw_user, gw_view = A.new_output((w.shape[0], d), f32, kind)
+    value = _mpi.vocab_linear_cross_entropy(
+        h_,
+        h,
+        w,
+        vb,
+        t,
+        loss_view,
+        gh_view,
+        gw_view,
+        int(ignore_index),
+        eps,
+        _xent.REDUCTIONS[reduction],
+        bool(deterministic),
+    )
+    loss = loss_user if reduction == "none" else A.wrap_scalar(value, f32, kind)
+    if not grad:
+        return loss
+    return loss, gh_user, gw_user

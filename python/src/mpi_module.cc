@@ -147,14 +147,14 @@ std::tuple<std::size_t, std::size_t, std::vector<std::size_t>> layout_py(
 
 // A 2-d array as a MatrixView of T (dtype checked by the caller); a
 // contiguous last axis and rows that do not overlap. A shard may have no
-// column.
+// column (or, for a weight, no row).
 template <class T, class A>
 MatrixView<T> matrix_of(const char* name, const A& a) {
   if (a.ndim() != 2)
     fail(std::string(name) + " has shape " + shape_of(a) +
          "; expected (rows, columns)");
   const std::size_t rows = a.shape(0), cols = a.shape(1);
-  if (cols > 1 && a.stride(1) != 1)
+  if (rows > 0 && cols > 1 && a.stride(1) != 1)
     fail(std::string(name) + "'s last axis is not contiguous");
   if (rows > 1 && cols > 0 && a.stride(0) < static_cast<std::int64_t>(cols))
     fail(std::string(name) + "'s rows overlap (stride < columns)");
@@ -254,6 +254,50 @@ double vocab_xent_py(std::int64_t comm, const In& logits,
   return value;
 }
 
+// The fused linear + cross-entropy with this rank's rows of the weight:
+// hidden and weight float32, or bfloat16 as uint16 bits (the Python layer
+// checked that both have the same dtype).
+double vocab_linear_xent_py(std::int64_t comm, const In& hidden,
+                            const In& weight, std::size_t vocab_begin,
+                            const In& targets, const std::optional<Out>& loss,
+                            const std::optional<Out>& grad_hidden,
+                            const std::optional<Out>& grad_weight,
+                            std::int64_t ignore_index, double label_smoothing,
+                            int reduction, bool deterministic) {
+  const MPI_Comm c = comm_of(comm);
+  CrossEntropyOptions o;
+  o.ignore_index = ignore_index;
+  o.label_smoothing = label_smoothing;
+  o.reduction = reduction == 0   ? Reduction::kNone
+                : reduction == 1 ? Reduction::kSum
+                                 : Reduction::kMean;
+  mpi::VocabOptions vo;
+  vo.deterministic = deterministic;
+  const auto grad_of = [](const char* name, const std::optional<Out>& g) {
+    if (!g) return MatrixView<float>{};
+    if (g->dtype() != nb::dtype<float>())
+      throw nb::type_error((std::string(name) + " must be float32").c_str());
+    return matrix_of<float>(name, *g);
+  };
+  const auto run = [&](auto t) {
+    using T = decltype(t);
+    const auto hv = matrix_of<const T>("hidden", hidden);
+    const auto wv = matrix_of<const T>("weight", weight);
+    const std::span<const std::int64_t> ts = targets_of(targets, hv.rows);
+    const std::span<float> ls = loss_of<float>(loss, hv.rows);
+    const MatrixView<float> ghv = grad_of("grad_hidden", grad_hidden);
+    const MatrixView<float> gwv = grad_of("grad_weight", grad_weight);
+    nb::gil_scoped_release release;
+    return mpi::linear_cross_entropy(c, hv, wv, vocab_begin, ts, ls, ghv, gwv,
+                                     o, vo);
+  };
+  if (hidden.dtype() != weight.dtype())
+    throw nb::type_error("hidden and weight must have the same dtype");
+  if (hidden.dtype() == nb::dtype<float>()) return run(float{});
+  if (hidden.dtype() == nb::dtype<std::uint16_t>()) return run(BFloat16{});
+  throw nb::type_error("hidden must be float32 or bfloat16 (as uint16)");
+}
+
 }  // namespace
 }  // namespace softdot::python
 
@@ -280,6 +324,12 @@ NB_MODULE(_softdot_mpi, m) {
         "vocab_begin"_a, "targets"_a, "loss"_a.none(), "grad"_a.none(),
         "ignore_index"_a, "label_smoothing"_a, "reduction"_a, "deterministic"_a,
         "Cross-entropy of rows split by columns; returns the reduced loss.");
+  m.def("vocab_linear_cross_entropy", &vocab_linear_xent_py, "comm"_a,
+        "hidden"_a, "weight"_a, "vocab_begin"_a, "targets"_a, "loss"_a.none(),
+        "grad_hidden"_a.none(), "grad_weight"_a.none(), "ignore_index"_a,
+        "label_smoothing"_a, "reduction"_a, "deterministic"_a,
+        "Linear + cross-entropy with the weight's rows split across ranks; "
+        "returns the reduced loss.");
   m.def("ring_layout", &layout_py, "seq_len"_a, "ranks"_a, "zigzag"_a,
         "deterministic"_a, "rank"_a,
         "(rows per rank, chunk, global positions of rank's rows).");

@@ -34,8 +34,8 @@ using softdot::detail::fail;
 template <class T>
 std::uint64_t fingerprint(MatrixView<const T> hidden,
                           std::span<const std::int64_t> targets,
-                          const CrossEntropyOptions& options, bool deterministic,
-                          bool want_grad_hidden) {
+                          const CrossEntropyOptions& options,
+                          bool deterministic, bool want_grad_hidden) {
   std::uint64_t h = 0xcbf29ce484222325ull;
   const std::uint64_t dim = hidden.cols;
   h = fnv(h, &dim, sizeof(dim));
@@ -106,13 +106,13 @@ double linear_cross_entropy_op(MPI_Comm comm, MatrixView<const T> hidden,
     const std::vector<detail::RowTotal> tot = detail::row_totals<float>(
         dc.get(), dc.size(), g, job, MatrixView<const float>(x), begin);
     // G in place of the logits.
-    detail::shard_rows<float>(g, job, tot, MatrixView<const float>(x), begin,
-                              c, eps, want_grad ? x : MatrixView<float>{},
+    detail::shard_rows<float>(g, job, tot, MatrixView<const float>(x), begin, c,
+                              eps, want_grad ? x : MatrixView<float>{},
                               row_loss.data() + i0);
     if (want_gh) {
       if (cols > 0) {
-        softdot::detail::lce::grad_hidden(logits.data(), m, weight,
-                                          part.data(), dim);
+        softdot::detail::lce::grad_hidden(logits.data(), m, weight, part.data(),
+                                          dim);
       } else {
         std::fill(part.begin(), part.end(), 0.0f);
       }
@@ -151,28 +151,22 @@ double linear_cross_entropy_op(MPI_Comm comm, MatrixView<const T> hidden,
 
 }  // namespace
 
-double linear_cross_entropy(MPI_Comm comm, MatrixView<const float> hidden,
-                            MatrixView<const float> weight,
-                            std::size_t vocab_begin,
-                            std::span<const std::int64_t> targets,
-                            std::span<float> loss,
-                            MatrixView<float> grad_hidden,
-                            MatrixView<float> grad_weight,
-                            const CrossEntropyOptions& options,
-                            const VocabOptions& vocab_options) {
+double linear_cross_entropy(
+    MPI_Comm comm, MatrixView<const float> hidden,
+    MatrixView<const float> weight, std::size_t vocab_begin,
+    std::span<const std::int64_t> targets, std::span<float> loss,
+    MatrixView<float> grad_hidden, MatrixView<float> grad_weight,
+    const CrossEntropyOptions& options, const VocabOptions& vocab_options) {
   return linear_cross_entropy_op<float>(comm, hidden, weight, vocab_begin,
-                                        targets, loss, grad_hidden,
-                                        grad_weight, options, vocab_options);
+                                        targets, loss, grad_hidden, grad_weight,
+                                        options, vocab_options);
 }
-double linear_cross_entropy(MPI_Comm comm, MatrixView<const BFloat16> hidden,
-                            MatrixView<const BFloat16> weight,
-                            std::size_t vocab_begin,
-                            std::span<const std::int64_t> targets,
-                            std::span<float> loss,
-                            MatrixView<float> grad_hidden,
-                            MatrixView<float> grad_weight,
-                            const CrossEntropyOptions& options,
-                            const VocabOptions& vocab_options) {
+double linear_cross_entropy(
+    MPI_Comm comm, MatrixView<const BFloat16> hidden,
+    MatrixView<const BFloat16> weight, std::size_t vocab_begin,
+    std::span<const std::int64_t> targets, std::span<float> loss,
+    MatrixView<float> grad_hidden, MatrixView<float> grad_weight,
+    const CrossEntropyOptions& options, const VocabOptions& vocab_options) {
   return linear_cross_entropy_op<BFloat16>(comm, hidden, weight, vocab_begin,
                                            targets, loss, grad_hidden,
                                            grad_weight, options, vocab_options);

@@ -48,7 +48,9 @@ std::vector<std::size_t> make_cuts(std::size_t V, int q) {
   cut.push_back(V);
   return cut;
 }
-std::size_t piece_of(int r, int q) { return static_cast<std::size_t>((r + 1) % q); }
+std::size_t piece_of(int r, int q) {
+  return static_cast<std::size_t>((r + 1) % q);
+}
 
 std::vector<float> random_matrix(std::size_t n, double spread,
                                  std::uint64_t seed) {
@@ -76,10 +78,14 @@ struct Problem {
 
 Problem make_problem(std::size_t N, std::size_t D, std::size_t V,
                      std::uint64_t seed) {
-  Problem p{N, D, V, random_matrix(N * D, 1.0, seed),
-            random_matrix(V * D, 3.0 / std::sqrt(static_cast<double>(D)),
-                          seed + 1),
-            {}, {}};
+  Problem p{
+      N,
+      D,
+      V,
+      random_matrix(N * D, 1.0, seed),
+      random_matrix(V * D, 3.0 / std::sqrt(static_cast<double>(D)), seed + 1),
+      {},
+      {}};
   std::mt19937_64 rng(seed + 2);
   for (std::size_t i = 0; i < N; ++i) {
     p.targets.push_back(i % 7 == 3 ? -100
@@ -125,9 +131,10 @@ Result run_mpi(MPI_Comm comm, const Problem& p, std::size_t b, std::size_t e,
   CrossEntropyOptions o = p.options;
   o.reduction = Reduction::kNone;
   std::vector<float> none(p.N);
-  softdot::mpi::linear_cross_entropy(
-      comm, MatrixView<const T>(h.data(), p.N, D), MatrixView<const T>(w.data(), n, D, ws),
-      b, p.targets, none, {}, {}, o, vo);
+  softdot::mpi::linear_cross_entropy(comm,
+                                     MatrixView<const T>(h.data(), p.N, D),
+                                     MatrixView<const T>(w.data(), n, D, ws), b,
+                                     p.targets, none, {}, {}, o, vo);
   r.total = softdot::mpi::linear_cross_entropy(
       comm, MatrixView<const T>(h.data(), p.N, D),
       MatrixView<const T>(w.data(), n, D, ws), b, p.targets, r.loss,
@@ -267,13 +274,15 @@ void against_reference(bool det) {
   const Result got = run_mpi<float>(MPI_COMM_WORLD, p, b, e, det);
   const Result one = run_one<float>(p);
   const Reference ref = reference(p);
-  MPI_EXPECT_MSG(std::fabs(got.total - one.total) <= 1e-6 * std::fabs(one.total),
-                 "total " + std::to_string(got.total) + " vs one-process " +
-                     std::to_string(one.total));
+  MPI_EXPECT_MSG(
+      std::fabs(got.total - one.total) <= 1e-6 * std::fabs(one.total),
+      "total " + std::to_string(got.total) + " vs one-process " +
+          std::to_string(one.total));
   for (std::size_t i = 0; i < p.N; ++i) {
     const float a = got.loss[i], w = one.loss[i];
-    MPI_EXPECT_MSG(std::fabs(a - w) <= std::fabs(std::nextafter(w, INFINITY) - w),
-                   "loss row " + std::to_string(i));
+    MPI_EXPECT_MSG(
+        std::fabs(a - w) <= std::fabs(std::nextafter(w, INFINITY) - w),
+        "loss row " + std::to_string(i));
   }
   std::size_t bad = 0;
   for (std::size_t i = 0; i < p.N * p.D; ++i) {
@@ -287,8 +296,9 @@ void against_reference(bool det) {
                      ref.gw_scale[i]);
     }
   }
-  MPI_EXPECT_MSG(bad == 0, std::to_string(bad) + " gradient elements outside "
-                           "2^-16 of their scale");
+  MPI_EXPECT_MSG(bad == 0, std::to_string(bad) +
+                               " gradient elements outside "
+                               "2^-16 of their scale");
   // grad_hidden is the same on every rank.
   std::vector<float> first = got.grad_hidden;
   MPI_Bcast(first.data(), static_cast<int>(first.size()), MPI_FLOAT, 0,
@@ -393,7 +403,8 @@ void bad_arguments() {
   const std::size_t piece = piece_of(r, P);
   const std::size_t b = cut[piece], n = cut[piece + 1] - b;
   std::vector<float> h = random_matrix(N * D, 1.0, 61);
-  std::vector<float> w = random_matrix(std::max<std::size_t>(n, 1) * D, 1.0, 62);
+  std::vector<float> w =
+      random_matrix(std::max<std::size_t>(n, 1) * D, 1.0, 62);
   std::vector<float> gh(N * D, 5.0f), loss(N, 5.0f);
   const MatrixView<const float> hv(h.data(), N, D), wv(w.data(), n, D);
   std::vector<std::int64_t> t = {1, 2, 3};
@@ -405,20 +416,25 @@ void bad_arguments() {
     } catch (const std::invalid_argument& e) {
       threw = true;
       const std::string msg = e.what();
-      MPI_EXPECT_MSG(msg.find(needle) != std::string::npos,
-                     std::string(what) + ": '" + msg + "' lacks '" + needle + "'");
+      MPI_EXPECT_MSG(
+          msg.find(needle) != std::string::npos,
+          std::string(what) + ": '" + msg + "' lacks '" + needle + "'");
     }
     MPI_EXPECT_MSG(threw, std::string(what) + ": no exception");
-    for (const float v : gh) MPI_EXPECT_MSG(v == 5.0f, std::string(what) + ": wrote grad_hidden");
+    for (const float v : gh)
+      MPI_EXPECT_MSG(v == 5.0f, std::string(what) + ": wrote grad_hidden");
   };
   // weight with the wrong D on one rank.
-  expect_throw("dim", "rank " + std::to_string(bad) +
-                          ": softdot::mpi::linear_cross_entropy", [&] {
-    softdot::mpi::linear_cross_entropy(
-        MPI_COMM_WORLD, hv,
-        MatrixView<const float>(w.data(), r == bad ? 1 : n, r == bad ? D - 1 : D),
-        b, t, loss);
-  });
+  expect_throw(
+      "dim",
+      "rank " + std::to_string(bad) + ": softdot::mpi::linear_cross_entropy",
+      [&] {
+        softdot::mpi::linear_cross_entropy(
+            MPI_COMM_WORLD, hv,
+            MatrixView<const float>(w.data(), r == bad ? 1 : n,
+                                    r == bad ? D - 1 : D),
+            b, t, loss);
+      });
   if (P > 1) {
     // hidden differing on one rank.
     std::vector<float> h2 = h;

@@ -296,6 +296,88 @@ try:
 except Exception:  # noqa: BLE001
     failures.append(f"rank {R}/{P} vocab torch: {traceback.format_exc()}")
 
+
+def lce_case(name, dtype, deterministic, torch_io=False):
+    """The vocabulary-parallel linear + cross-entropy against the one-process
+    call on the whole weight (bitwise on one rank)."""
+    N, D, V = 9, 6, 61
+    rng = np.random.default_rng(sum(name.encode()))
+    h = rng.standard_normal((N, D)).astype(np.float32)
+    w = rng.standard_normal((V, D)).astype(np.float32)
+    if dtype != np.float32:
+        h, w = h.astype(dtype), w.astype(dtype)
+    t = rng.integers(0, V, size=N)
+    t[4] = -100
+    b, e = split(V)
+    ws = np.ascontiguousarray(w[b:e])
+    hin, win, tin = h, ws, t
+    if torch_io:
+        import torch
+
+        hin, win, tin = torch.from_numpy(h), torch.from_numpy(ws), torch.from_numpy(t)
+    loss, gh, gw = sdist.linear_cross_entropy(
+        comm, hin, win, b, tin, label_smoothing=0.1, grad=True, deterministic=deterministic
+    )
+    rows = sdist.linear_cross_entropy(
+        comm, hin, win, b, tin, label_smoothing=0.1, reduction="none", deterministic=deterministic
+    )
+    if torch_io:
+        import torch
+
+        check(name + " torch", all(isinstance(a, torch.Tensor) for a in (loss, gh, gw, rows)))
+        loss, gh, gw, rows = (a.numpy() for a in (loss, gh, gw, rows))
+    rloss, rgh, rgw = softdot.linear_cross_entropy(h, w, t, label_smoothing=0.1, grad=True)
+    rrows = softdot.linear_cross_entropy(h, w, t, label_smoothing=0.1, reduction="none")
+    check(name + " shapes", gh.shape == (N, D) and gw.shape == (e - b, D), f"{gh.shape} {gw.shape}")
+    if P == 1 and not deterministic:
+        check(
+            name + " one rank bitwise",
+            np.array_equal(rows, rrows)
+            and np.array_equal(gh, rgh)
+            and np.array_equal(gw, rgw)
+            and float(loss) == float(rloss),
+        )
+    u, same = ulps(rows, rrows)
+    check(name + " loss rows", same and u <= 2, f"{u} ulp")
+    u, same = ulps(np.asarray(loss), np.asarray(rloss))
+    check(name + " loss", same and u <= 2, f"{u} ulp")
+    scale = max(np.max(np.abs(rgh)), np.max(np.abs(rgw)))
+    check(name + " grad_hidden", np.max(np.abs(gh - rgh)) <= 1e-6 * scale)
+    if e > b:
+        check(name + " grad_weight", np.max(np.abs(gw - rgw[b:e])) <= 1e-6 * scale)
+    everyone = comm.allgather(gh.tobytes())
+    check(name + " grad_hidden the same on every rank", all(x == everyone[0] for x in everyone))
+    if deterministic:
+        gg = gather_cols(np.ascontiguousarray(gw.T), b, V)
+        if R == 0:
+            saved[f"{name} gw"] = gg
+            saved[f"{name} loss"] = np.asarray(loss).reshape(1, 1)
+            saved[f"{name} rows"] = rows[None, :]
+
+
+for det in (False, True):
+    try:
+        lce_case(f"vocab lce float32{' deterministic' if det else ''}", np.float32, det)
+    except Exception:  # noqa: BLE001
+        failures.append(f"rank {R}/{P} vocab lce: {traceback.format_exc()}")
+try:
+    import ml_dtypes
+
+    lce_case("vocab lce bfloat16", ml_dtypes.bfloat16, False)
+    lce_case("vocab lce torch", np.float32, False, torch_io=True)
+except Exception:  # noqa: BLE001
+    failures.append(f"rank {R}/{P} vocab lce: {traceback.format_exc()}")
+# A hidden that differs on the last rank: ValueError on every rank.
+try:
+    hb = np.ones((3, 4), np.float32)
+    if R == P - 1 and P > 1:
+        hb[1, 2] = 2.0
+    b, e = split(10)
+    sdist.linear_cross_entropy(comm, hb, np.ones((e - b, 4), np.float32), b, np.array([1, 2, 3]))
+    check("lce differing hidden raises", P == 1, "no error")
+except ValueError as err:
+    check("lce differing hidden message", P > 1 and "differ" in str(err), str(err))
+
 # A bad shard on the last rank only: every rank raises ValueError, none hangs.
 L = sdist.ring_layout(n, P)
 rng = np.random.default_rng(0)
