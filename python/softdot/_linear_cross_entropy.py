@@ -92,8 +92,25 @@ def compute(
     """loss, or (loss, grad_hidden, grad_weight) (float32, the inputs'
     library). No autograd."""
     h, w, t, eps, kind = operands(hidden, weight, targets, label_smoothing, reduction)
-    n, d = h.shape
-    v = w.shape[0]
+    return with_outputs(
+        lambda loss, gh, gw: _core.linear_cross_entropy_rows(
+            h, w, t, loss, gh, gw, int(ignore_index), eps, REDUCTIONS[reduction]
+        ),
+        h.shape[0],
+        h.shape[1],
+        w.shape[0],
+        kind,
+        reduction,
+        grad,
+    )
+
+
+def with_outputs(call: Any, n: int, d: int, v: int, kind: str, reduction: str, grad: bool) -> Any:
+    """Allocates the float32 outputs (the row losses for "none"; with grad,
+    grad_hidden (n, d) and grad_weight (v, d)) in the inputs' library, runs
+    ``call(loss, grad_hidden, grad_weight)`` on their views (None where not
+    asked for), which returns the reduced loss, and returns the loss, or
+    (loss, grad_hidden, grad_weight)."""
     f32 = np.dtype(np.float32)
     loss_user: Any = None
     loss_view: Optional[np.ndarray] = None
@@ -105,9 +122,7 @@ def compute(
     if grad:
         gh_user, gh_view = A.new_output((n, d), f32, kind)
         gw_user, gw_view = A.new_output((v, d), f32, kind)
-    value = _core.linear_cross_entropy_rows(
-        h, w, t, loss_view, gh_view, gw_view, int(ignore_index), eps, REDUCTIONS[reduction]
-    )
+    value = call(loss_view, gh_view, gw_view)
     loss = loss_user if reduction == "none" else A.wrap_scalar(value, f32, kind)
     if not grad:
         return loss

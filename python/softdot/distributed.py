@@ -769,31 +769,15 @@ def linear_cross_entropy(
         return (*ops, _vocab_begin(fn, vocab_begin))
 
     h, w, t, eps, kind, vb = _agreed(comm, fn, prepare)
-    n, d = h.shape
-    f32 = np.dtype(np.float32)
-    loss_user: Any = None
-    loss_view: Any = None
-    if reduction == "none":
-        loss_user, loss_view = A.new_output((n,), f32, kind)
-    gh_user = gw_user = gh_view = gw_view = None
-    if grad:
-        gh_user, gh_view = A.new_output((n, d), f32, kind)
-        gw_user, gw_view = A.new_output((w.shape[0], d), f32, kind)
-    value = _mpi.vocab_linear_cross_entropy(
-        h_,
-        h,
-        w,
-        vb,
-        t,
-        loss_view,
-        gh_view,
-        gw_view,
-        int(ignore_index),
-        eps,
-        _xent.REDUCTIONS[reduction],
-        bool(deterministic),
+    red = _xent.REDUCTIONS[reduction]
+    return _lce.with_outputs(
+        lambda loss, gh, gw: _mpi.vocab_linear_cross_entropy(
+            h_, h, w, vb, t, loss, gh, gw, int(ignore_index), eps, red, bool(deterministic)
+        ),
+        h.shape[0],
+        h.shape[1],
+        w.shape[0],
+        kind,
+        reduction,
+        grad,
     )
-    loss = loss_user if reduction == "none" else A.wrap_scalar(value, f32, kind)
-    if not grad:
-        return loss
-    return loss, gh_user, gw_user

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "softdot/cross_entropy.h"
+
 namespace softdot::python {
 
 namespace nb = nanobind;
@@ -157,6 +159,19 @@ std::span<T> loss_of(const std::optional<Out>& loss, std::size_t rows) {
     fail("loss must be a contiguous array of the logits' dtype, shape (" +
          std::to_string(rows) + ",)");
   return {static_cast<T*>(loss->data()), rows};
+}
+
+// A cross-entropy's options from the Python layer's checked values
+// (reduction: 0 "none", 1 "sum", 2 "mean", as _cross_entropy.REDUCTIONS).
+inline CrossEntropyOptions xent_options(std::int64_t ignore_index,
+                                        double label_smoothing, int reduction) {
+  CrossEntropyOptions o;
+  o.ignore_index = ignore_index;
+  o.label_smoothing = label_smoothing;
+  o.reduction = reduction == 0   ? Reduction::kNone
+                : reduction == 1 ? Reduction::kSum
+                                 : Reduction::kMean;
+  return o;
 }
 
 }  // namespace softdot::python

@@ -64,12 +64,8 @@ double cross_entropy_py(const In& logits, const In& targets,
                         int reduction) {
   return as_python("cross_entropy", [&] {
     if (logits.ndim() != 2) fail("logits must be 2-d (rows, classes)");
-    CrossEntropyOptions o;
-    o.ignore_index = ignore_index;
-    o.label_smoothing = label_smoothing;
-    o.reduction = reduction == 0   ? Reduction::kNone
-                  : reduction == 1 ? Reduction::kSum
-                                   : Reduction::kMean;
+    const CrossEntropyOptions o =
+        xent_options(ignore_index, label_smoothing, reduction);
     if (logits.dtype() == nb::dtype<float>())
       return run<float>(logits, targets, loss, grad, o);
     if (logits.dtype() == nb::dtype<double>())

@@ -74,12 +74,8 @@ double linear_cross_entropy_py(const In& hidden, const In& weight,
       fail("hidden and weight must be 2-d");
     if (hidden.dtype() != weight.dtype())
       throw nb::type_error("hidden and weight must have the same dtype");
-    CrossEntropyOptions o;
-    o.ignore_index = ignore_index;
-    o.label_smoothing = label_smoothing;
-    o.reduction = reduction == 0   ? Reduction::kNone
-                  : reduction == 1 ? Reduction::kSum
-                                   : Reduction::kMean;
+    const CrossEntropyOptions o =
+        xent_options(ignore_index, label_smoothing, reduction);
     if (hidden.dtype() == nb::dtype<float>())
       return run<float>(hidden, weight, targets, loss, grad_hidden, grad_weight,
                         o);

@@ -227,12 +227,8 @@ double vocab_xent_py(std::int64_t comm, const In& logits,
                      double label_smoothing, int reduction,
                      bool deterministic) {
   const MPI_Comm c = comm_of(comm);
-  CrossEntropyOptions o;
-  o.ignore_index = ignore_index;
-  o.label_smoothing = label_smoothing;
-  o.reduction = reduction == 0   ? Reduction::kNone
-                : reduction == 1 ? Reduction::kSum
-                                 : Reduction::kMean;
+  const CrossEntropyOptions o =
+      xent_options(ignore_index, label_smoothing, reduction);
   mpi::VocabOptions vo;
   vo.deterministic = deterministic;
   double value = 0.0;
@@ -265,12 +261,8 @@ double vocab_linear_xent_py(std::int64_t comm, const In& hidden,
                             std::int64_t ignore_index, double label_smoothing,
                             int reduction, bool deterministic) {
   const MPI_Comm c = comm_of(comm);
-  CrossEntropyOptions o;
-  o.ignore_index = ignore_index;
-  o.label_smoothing = label_smoothing;
-  o.reduction = reduction == 0   ? Reduction::kNone
-                : reduction == 1 ? Reduction::kSum
-                                 : Reduction::kMean;
+  const CrossEntropyOptions o =
+      xent_options(ignore_index, label_smoothing, reduction);
   mpi::VocabOptions vo;
   vo.deterministic = deterministic;
   const auto grad_of = [](const char* name, const std::optional<Out>& g) {

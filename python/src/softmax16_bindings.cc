@@ -166,12 +166,8 @@ double cross_entropy16_py(const In& logits, const In& targets,
                           std::int64_t ignore_index, double label_smoothing,
                           int reduction, bool bf16) {
   return as_python("cross_entropy", [&] {
-    CrossEntropyOptions o;
-    o.ignore_index = ignore_index;
-    o.label_smoothing = label_smoothing;
-    o.reduction = reduction == 0   ? Reduction::kNone
-                  : reduction == 1 ? Reduction::kSum
-                                   : Reduction::kMean;
+    const CrossEntropyOptions o =
+        xent_options(ignore_index, label_smoothing, reduction);
     return bf16 ? cross_entropy_t<BFloat16>(logits, targets, loss, grad, o)
                 : cross_entropy_t<Float16>(logits, targets, loss, grad, o);
   });
