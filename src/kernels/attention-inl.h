@@ -34,8 +34,12 @@
 
 //
 // The parts: attention_common-inl.h (shared by both forms),
-// attention_prefill-inl.h (RunPrefill), attention_decode-inl.h (RunDecode);
-// this file holds the entry points the dispatch table exports.
+// attention_prefill-inl.h (RunPrefill), attention_decode-inl.h (RunDecode),
+// attention_units-inl.h (RunPrefillUnits). Each form is compiled in its own
+// dispatch file (dispatch_attention.cc, dispatch_attention_decode.cc,
+// dispatch_attention_units.cc, which hold the other forms' entry points), so
+// that they compile in parallel; this file holds the float prefill form's
+// entry point and the two every form shares, for dispatch_attention.cc.
 
 #if defined(SOFTDOT_KERNELS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SOFTDOT_KERNELS_ATTENTION_INL_H_
@@ -45,9 +49,7 @@
 #endif
 
 #include "kernels/attention_common-inl.h"
-#include "kernels/attention_decode-inl.h"
 #include "kernels/attention_prefill-inl.h"
-#include "kernels/attention_units-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace softdot {
@@ -57,19 +59,11 @@ namespace hn = hwy::HWY_NAMESPACE;
 using detail::AttnArgs;
 using detail::kKeyTile;
 
-void AttentionRows(const AttnArgs& a) {
+// The float prefill form (a.decode false, a.units 0) over the vectors of
+// rows a.rows needs.
+void AttentionPrefillRows(const AttnArgs& a) {
   const std::size_t N = attn::Lanes();
-  if (a.decode) {
-    attn::RunDecode(a);
-  } else if (a.units != 0) {
-    if (a.rows <= N) {
-      attn::RunPrefillUnits<1>(a);
-    } else if (a.rows <= 2 * N) {
-      attn::RunPrefillUnits<2>(a);
-    } else {
-      attn::RunPrefillUnits<4>(a);
-    }
-  } else if (a.rows <= N) {
+  if (a.rows <= N) {
     attn::RunPrefill<1>(a);
   } else if (a.rows <= 2 * N) {
     attn::RunPrefill<2>(a);
@@ -79,53 +73,6 @@ void AttentionRows(const AttnArgs& a) {
 }
 
 std::size_t AttentionMaxRows() { return attn::MaxRows(); }
-
-unsigned AttentionUnitsCompiled() { return attn::UnitsCompiled(); }
-
-// The bfloat16 dot-product step on n lanes (tests: the kernels' model and,
-// where compiled in, the instruction); false where this target has neither.
-bool AttentionUnitsDot(float* acc, const std::uint32_t* a,
-                       const std::uint32_t* b, std::size_t n, bool hw) {
-#if SOFTDOT_UNITS_MODEL
-  attn::UnitsDotLanes(acc, a, b, n, hw);
-  return true;
-#else
-  (void)acc, (void)a, (void)b, (void)n, (void)hw;
-  return false;
-#endif
-}
-
-// The unscaled score q . k of one row and one key, in the prefill form
-// (blocked chains: a float FMA chain over each block of kScoreBlock features,
-// the blocks' chains added in order) or the decode form (16 chains and the
-// fixed tree), exactly as the kernels compute it. The decode form copies q,
-// zero-padded to a multiple of 16, into the caller's scratch (at least
-// attention_score_scratch(d) floats; unused by the prefill form): kernels
-// never allocate.
-float AttentionScore(const float* q, const float* k, std::size_t d, bool decode,
-                     float* scratch) {
-  if (!decode) {
-    const attn::DF df;
-    float total = 0.0f;
-    for (std::size_t c0 = 0; c0 < d; c0 += detail::kScoreBlock) {
-      const std::size_t c1 = std::min(d, c0 + detail::kScoreBlock);
-      attn::VF acc = hn::Zero(df);
-      for (std::size_t c = c0; c < c1; ++c) {
-        acc = hn::MulAdd(hn::Set(df, k[c]), hn::Set(df, q[c]), acc);
-      }
-      total = c0 == 0 ? hn::GetLane(acc)
-                      : hn::GetLane(hn::Add(hn::Set(df, total), acc));
-    }
-    return total;
-  }
-  const std::size_t dpad = (d + 15) / 16 * 16;
-  float* p = attn::AlignUp(scratch);
-  std::memcpy(p, q, d * sizeof(float));
-  std::memset(p + d, 0, (dpad - d) * sizeof(float));
-  float out = 0.0f;
-  attn::DecodeScoreRows<1, 1>(p, dpad, k, d, d, &out, 1);
-  return out;
-}
 
 // s = cap * tanh(s / cap) for n scores, with the kernel's own arithmetic.
 void AttentionSoftcap(float* s, std::size_t n, float cap) {
