@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # A rank killed with SIGKILL at a random point of the ring forward /
-# backward (softdot_mpi_ring_kill_test): mpirun must end the whole job,
-# exit non-zero and name the lost rank, within LIMIT seconds (never hang).
-# Usage: kill_test.sh MPIRUN PROGRAM P BTL [SEED]
+# backward, or (MODE vocab) of the vocabulary-split cross_entropy and
+# linear_cross_entropy (softdot_mpi_ring_kill_test): mpirun must end the
+# whole job, exit non-zero and name the lost rank, within LIMIT seconds
+# (never hang).
+# Usage: kill_test.sh MPIRUN PROGRAM P BTL [SEED [MODE]]
+# (SEED empty or "random": a random one; MODE ring, the default, or vocab).
 set -u
 mpirun=$1 prog=$2 p=$3 btl=$4
-seed=${5:-$RANDOM}
+seed=${5:-random}
+[[ $seed == random ]] && seed=$RANDOM
+mode=${6:-ring}
 RANDOM=$seed
 victim=$((RANDOM % p))
 delay=$((50 + RANDOM % 1500))
 limit=30
-echo "kill_test: P = $p, btl $btl, rank $victim killed after $delay ms (seed $seed)"
+echo "kill_test: $mode, P = $p, btl $btl, rank $victim killed after $delay ms (seed $seed)"
 start=$(date +%s)
 out=$(timeout --kill-after=5 $limit "$mpirun" --allow-run-as-root --oversubscribe \
   --mca btl "$btl" --mca btl_tcp_if_include lo --mca mpi_yield_when_idle 1 \
-  -x OMP_NUM_THREADS=1 -np "$p" "$prog" "$victim" "$delay" 2>&1)
+  -x OMP_NUM_THREADS=1 -np "$p" "$prog" "$victim" "$delay" "$mode" 2>&1)
 rc=$?
 elapsed=$(($(date +%s) - start))
 echo "$out" | tail -n 8
