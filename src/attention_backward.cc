@@ -672,6 +672,25 @@ void backward16(TensorView<const T> q, TensorView<const T> k,
   check_dims(fn, "dq", grads.dq, "q", q.batch, q.heads, q.rows, q.cols);
   check_dims(fn, "dk", grads.dk, "k", k.batch, k.heads, k.rows, k.cols);
   check_dims(fn, "dv", grads.dv, "v", v.batch, v.heads, v.rows, v.cols);
+  {
+    // The forward's checks (shapes against each other, strides, options)
+    // and dout's shape before the widening, whose loops follow the views'
+    // shapes: found by fuzz_backward, a q of [2^62, 2^62, 2, 0] with invalid
+    // options looped for ever (0 columns pass check_tensor) instead of
+    // being rejected.
+    AttentionRequest req;
+    req.name = fn;
+    req.q = q;
+    req.kv = KVSource::contiguous(k, v);
+    const TensorView<float> out_w(
+        const_cast<float*>(out.data), out.batch, out.heads, out.rows, out.cols,
+        out.batch_stride, out.head_stride, out.row_stride);
+    req.target = AttentionTarget::output(out_w, const_cast<float*>(lse));
+    req.options = options;
+    const AttentionPlan plan = AttentionPlan::make(req);
+    check_dims(fn, "dout", dout, "out", plan.batch(), plan.heads(),
+               plan.query_rows(), plan.value_dim());
+  }
   const std::vector<float> qf = widened(q), kf = widened(k), vf = widened(v),
                            gf = widened(dout);
   auto part = AttentionGradientPartial::zeros(q.batch, q.heads, k.heads, q.rows,
