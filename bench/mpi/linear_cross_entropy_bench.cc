@@ -86,16 +86,16 @@ int main(int argc, char** argv) {
     tp = std::min(tp, slowest);
   }
   if (rank == 0) {
-    const double flops = 6.0 * static_cast<double>(N) *
-                         static_cast<double>(D) * static_cast<double>(V);
+    const double flops = 6.0 * static_cast<double>(N) * static_cast<double>(D) *
+                         static_cast<double>(V);
     const char* omp = std::getenv("OMP_NUM_THREADS");
     std::printf(
         "linear_cross_entropy N=%zu D=%zu V=%zu, %s, P=%d, threads/rank=%s\n"
         "t1 %.3f s (%.1f GFLOP/s)  tP %.3f s (%.1f GFLOP/s)  speed-up %.2f  "
         "efficiency %.2f\n",
-        N, D, V, softdot::simd_target().c_str(), size, omp != nullptr ? omp : "default",
-        t1, flops / t1 * 1e-9, tp, flops / tp * 1e-9, t1 / tp,
-        t1 / (static_cast<double>(size) * tp));
+        N, D, V, softdot::simd_target().c_str(), size,
+        omp != nullptr ? omp : "default", t1, flops / t1 * 1e-9, tp,
+        flops / tp * 1e-9, t1 / tp, t1 / (static_cast<double>(size) * tp));
   }
   MPI_Finalize();
   return 0;
