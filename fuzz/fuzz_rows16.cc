@@ -400,6 +400,10 @@ void run_cross_entropy(FuzzedDataProvider& f) {
                            [](T v) { return widen(v) == -7.25f; }));
     return;
   }
+  // The losses and the gradient repeat too.
+  const std::vector<T> loss1 = loss, grad1 = grad;
+  softdot::cross_entropy(xv, targets, loss, gv, o);
+  FUZZ_CHECK(same(loss, loss1) && same(grad, grad1));
   for (std::size_t i = 0; i < loss.size(); ++i) {
     const float l = widen(loss[i]);
     FUZZ_CHECK(std::isnan(l) || l >= 0.0f);
@@ -466,18 +470,17 @@ void run_sample(FuzzedDataProvider& f) {
   std::vector<std::int64_t> tokens(rows, -7);
   std::vector<float> logprobs(f.ConsumeBool() ? rows : 0, -7.25f);
   const softdot::MatrixView<const T> xv(x.data(), rows, V, stride);
-  std::vector<float> lp_first;
-  const bool ok = twice(
-      [&] {
-        softdot::sample(xv, seeds, tokens, logprobs, o, bitmask);
-        lp_first = logprobs;
-      },
-      tokens);
+  const bool ok =
+      twice([&] { softdot::sample(xv, seeds, tokens, logprobs, o, bitmask); },
+            tokens);
   if (!ok) {
     FUZZ_CHECK(std::all_of(logprobs.begin(), logprobs.end(),
                            [](float v) { return v == -7.25f; }));
     return;
   }
+  const std::vector<float> lp1 = logprobs;
+  softdot::sample(xv, seeds, tokens, logprobs, o, bitmask);
+  FUZZ_CHECK(same(logprobs, lp1));
   for (std::size_t i = 0; i < rows; ++i) {
     const std::int64_t t = tokens[i];
     FUZZ_CHECK(t >= 0 && static_cast<std::size_t>(t) < V);

@@ -63,6 +63,10 @@ void check_dims(const char* fn, const char* name, const TensorView<T>& t,
 
 // Every element of a view set to +0.
 void zero_view(const TensorView<float>& t) {
+  // A view with no elements spans nothing, so its strides are unchecked: no
+  // row address may be formed from them (found by fuzz_backward: a dbias of
+  // 0 columns, n_kv = 0, with huge strides overflowed the pointer).
+  if (t.batch == 0 || t.heads == 0 || t.rows == 0 || t.cols == 0) return;
   for (std::size_t b = 0; b < t.batch; ++b) {
     for (std::size_t h = 0; h < t.heads; ++h) {
       for (std::size_t r = 0; r < t.rows; ++r) {
@@ -77,6 +81,7 @@ void zero_view(const TensorView<float>& t) {
 template <class T>
 void round_sums_into(const TensorView<T>& t, const std::vector<double>& x,
                      double f) {
+  if (t.batch == 0 || t.heads == 0 || t.rows == 0 || t.cols == 0) return;
   std::size_t at = 0;
   for (std::size_t b = 0; b < t.batch; ++b) {
     for (std::size_t h = 0; h < t.heads; ++h) {
@@ -639,6 +644,7 @@ namespace {
 template <class T>
 std::vector<float> widened(const TensorView<const T>& t) {
   std::vector<float> x;
+  if (t.batch == 0 || t.heads == 0 || t.rows == 0 || t.cols == 0) return x;
   x.reserve(t.batch * t.heads * t.rows * t.cols);
   for (std::size_t b = 0; b < t.batch; ++b) {
     for (std::size_t h = 0; h < t.heads; ++h) {

@@ -280,4 +280,32 @@ TEST(Limits, Backward16WithZeroColumnsAndHugeDimsIsRejectedAtOnce) {
   for (BFloat16 x : dk) EXPECT_EQ(softdot::to_float(x), 0.0f);
 }
 
+TEST(Limits, BackwardDbiasOfNoKeysWithHugeStridesIsNotTouched) {
+  // Found by fuzz_backward: with n_kv = 0, dbias has 0 columns and spans
+  // nothing, so its strides are unchecked; zeroing it formed row addresses
+  // from them (a pointer overflow). Every row sees no key: dq = 0.
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> q{0.5f, -1.0f}, k(1, 0.0f), out(2, 0.0f), dout{1.0f, 2.0f},
+      lse{-inf, -inf}, dq(2, -7.0f), dk(1, -7.0f), dv(1, -7.0f),
+      dbias(1, -7.0f);
+  const std::size_t huge = std::size_t{1} << 62;
+  const softdot::TensorView<const float> qv(q.data(), 2, 1, 1, 1);
+  const softdot::TensorView<const float> kv(k.data(), 2, 1, 0, 1, 2, 2, 1);
+  softdot::AttentionGradients g;
+  g.dq = softdot::TensorView<float>(dq.data(), 2, 1, 1, 1);
+  g.dk = softdot::TensorView<float>(dk.data(), 2, 1, 0, 1, 0, 0, 2);
+  g.dv = softdot::TensorView<float>(dv.data(), 2, 1, 0, 1, 0, 0, 2);
+  g.dbias =
+      softdot::TensorView<float>(dbias.data(), 2, 1, 1, 0, huge, huge, huge);
+  softdot::AttentionOptions o;
+  o.causal = true;
+  softdot::attention_backward(
+      qv, kv, kv, softdot::TensorView<const float>(out.data(), 2, 1, 1, 1),
+      lse.data(), softdot::TensorView<const float>(dout.data(), 2, 1, 1, 1), g,
+      o);
+  EXPECT_EQ(dq[0], 0.0f);
+  EXPECT_EQ(dq[1], 0.0f);
+  EXPECT_EQ(dbias[0], -7.0f);
+}
+
 }  // namespace
