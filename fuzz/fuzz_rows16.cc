@@ -25,6 +25,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -39,6 +41,7 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+float widen(float x) { return x; }
 float widen(softdot::Float16 x) { return softdot::to_float(x); }
 float widen(softdot::BFloat16 x) { return softdot::to_float(x); }
 
@@ -156,6 +159,16 @@ void check_row(const T* x, const T* y, std::size_t n, const bool* mask,
   for (std::size_t i = 0; i < n; ++i) sum += widen(y[i]);
   const double ulp = std::ldexp(1.0, 1 - kPrecision<T>);
   const double tol = ulp * (1.0 + 1e-9) + static_cast<double>(n) * kTiny<T>;
+  if (std::fabs(sum - 1.0) > tol && std::getenv("FUZZ_VERBOSE") != nullptr) {
+    std::fprintf(stderr, "n %zu s %g sum %.17g tol %g\n", n,
+                 static_cast<double>(s), sum, tol);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::fprintf(stderr, "x %.9g mask %d y %.9g\n",
+                   static_cast<double>(widen(x[i])),
+                   mask == nullptr ? 1 : static_cast<int>(mask[i]),
+                   static_cast<double>(widen(y[i])));
+    }
+  }
   FUZZ_CHECK(std::fabs(sum - 1.0) <= tol);
   if (n_pos_inf > 0 || s != 1.0f) return;
   // Finite scores, temperature 1: each weight within 1 ulp of the exact one.
@@ -501,6 +514,112 @@ void run_sample(FuzzedDataProvider& f) {
   }
 }
 
+// linear_cross_entropy on small shapes (float32 or bfloat16 hidden and
+// weight). With bfloat16 and D = 1 the logits are exact float products, so
+// the value and the losses equal cross_entropy()'s on those logits bit for
+// bit.
+template <class T>
+void run_linear_ce(FuzzedDataProvider& f) {
+  const std::size_t N = f.ConsumeIntegralInRange<std::size_t>(0, 5);
+  const std::size_t D = f.ConsumeIntegralInRange<std::size_t>(0, 9);
+  const std::size_t V = f.ConsumeIntegralInRange<std::size_t>(0, 40);
+  auto stride_for = [&f](std::size_t cols) {
+    return f.ConsumeIntegralInRange<int>(0, 15) == 0
+               ? f.ConsumeIntegralInRange<std::size_t>(0, cols)
+               : cols + f.ConsumeIntegralInRange<std::size_t>(0, 2);
+  };
+  const std::size_t hs = stride_for(D), ws = stride_for(D);
+  auto pick = [&f] {
+    if constexpr (std::is_same_v<T, float>) {
+      return widen(pick16<softdot::BFloat16>(f)) *
+             f.ConsumeFloatingPointInRange<float>(0.5f, 2.0f);
+    } else {
+      return pick16<T>(f);
+    }
+  };
+  std::vector<T> h(N == 0 ? 1 : (N - 1) * hs + D + 1);
+  std::vector<T> w(V == 0 ? 1 : (V - 1) * ws + D + 1);
+  for (T& v : h) v = pick();
+  for (T& v : w) v = pick();
+  softdot::CrossEntropyOptions o;
+  o.ignore_index = f.ConsumeIntegralInRange<std::int64_t>(-101, 3);
+  if (f.ConsumeBool()) {
+    o.label_smoothing = f.ConsumeIntegralInRange<int>(0, 7) == 0
+                            ? f.ConsumeFloatingPoint<double>()
+                            : f.ConsumeProbability<double>();
+  }
+  o.reduction =
+      static_cast<softdot::Reduction>(f.ConsumeIntegralInRange<int>(0, 2));
+  std::vector<std::int64_t> targets(
+      f.ConsumeIntegralInRange<int>(0, 15) == 0
+          ? f.ConsumeIntegralInRange<std::size_t>(0, 6)
+          : N);
+  for (auto& t : targets) {
+    t = f.ConsumeIntegralInRange<std::int64_t>(-1,
+                                               static_cast<std::int64_t>(V));
+    if (f.ConsumeIntegralInRange<int>(0, 5) == 0) t = o.ignore_index;
+  }
+  std::vector<float> loss(f.ConsumeBool() ? N : 0, -7.25f);
+  const bool want_gh = f.ConsumeBool(), want_gw = f.ConsumeBool();
+  std::vector<float> gh(want_gh ? N * D + 1 : 0, -7.25f),
+      gw(want_gw ? V * D + 1 : 0, -7.25f);
+  const softdot::MatrixView<const T> hv(h.data(), N, D, hs);
+  const softdot::MatrixView<const T> wv(w.data(), V, D, ws);
+  const softdot::MatrixView<float> ghv =
+      want_gh ? softdot::MatrixView<float>(gh.data(), N, D)
+              : softdot::MatrixView<float>();
+  const softdot::MatrixView<float> gwv =
+      want_gw ? softdot::MatrixView<float>(gw.data(), V, D)
+              : softdot::MatrixView<float>();
+  std::vector<double> result(1, -7.25);
+  const bool ok = twice(
+      [&] {
+        result[0] =
+            softdot::linear_cross_entropy(hv, wv, targets, loss, ghv, gwv, o);
+      },
+      result);
+  auto untouched = [](const std::vector<float>& v) {
+    return std::all_of(v.begin(), v.end(), [](float x) { return x == -7.25f; });
+  };
+  if (!ok) {
+    FUZZ_CHECK(untouched(loss) && untouched(gh) && untouched(gw));
+    return;
+  }
+  const std::vector<float> loss1 = loss, gh1 = gh, gw1 = gw;
+  softdot::linear_cross_entropy(hv, wv, targets, loss, ghv, gwv, o);
+  FUZZ_CHECK(same(loss, loss1) && same(gh, gh1) && same(gw, gw1));
+  for (std::size_t i = 0; i < loss.size(); ++i) {
+    FUZZ_CHECK(std::isnan(loss[i]) || loss[i] >= 0.0f);
+    if (targets[i] == o.ignore_index) FUZZ_CHECK(loss[i] == 0.0f);
+  }
+  // An ignored row's grad_hidden is 0 where the weight is finite (G's row
+  // is 0; 0 x inf or NaN in G @ weight is NaN, as torch's matmul gives).
+  const bool finite_w = std::all_of(
+      w.begin(), w.end(), [](T x) { return std::isfinite(widen(x)); });
+  if (want_gh && finite_w) {
+    for (std::size_t i = 0; i < N; ++i) {
+      if (targets[i] != o.ignore_index) continue;
+      for (std::size_t c = 0; c < D; ++c) FUZZ_CHECK(gh[i * D + c] == 0.0f);
+    }
+  }
+  if constexpr (std::is_same_v<T, softdot::BFloat16>) {
+    if (D == 1) {
+      std::vector<float> logits(N * V);
+      for (std::size_t i = 0; i < N; ++i) {
+        for (std::size_t j = 0; j < V; ++j) {
+          logits[i * V + j] = widen(h[i * hs]) * widen(w[j * ws]);
+        }
+      }
+      std::vector<float> ref_loss(loss.size());
+      const double ref = softdot::cross_entropy(
+          softdot::MatrixView<const float>(logits.data(), N, V), targets,
+          ref_loss, {}, o);
+      FUZZ_CHECK(same(std::vector<double>{ref}, result));
+      FUZZ_CHECK(same(ref_loss, loss));
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
@@ -521,7 +640,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
            : run_cross_entropy<softdot::BFloat16>(f);
       break;
     default:
-      switch (f.ConsumeIntegralInRange<int>(0, 2)) {
+      switch (f.ConsumeIntegralInRange<int>(0, 4)) {
+        case 3:
+          run_linear_ce<float>(f);
+          break;
+        case 4:
+          run_linear_ce<softdot::BFloat16>(f);
+          break;
         case 0:
           run_sample<float>(f);
           break;
