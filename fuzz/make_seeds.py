@@ -91,6 +91,15 @@ def main():
         n = rng.choice([64, 256, 600, 1500, 3000])
         write("fuzz_paged", "random_%02d" % i, bytes(rng.randrange(256) for _ in range(n)))
 
+    # The request, the backward and the 16-bit rows: random bytes too (each
+    # target reads its case from a FuzzedDataProvider).
+    for target, seed in (("fuzz_request", 20261206), ("fuzz_backward", 20261207),
+                         ("fuzz_rows16", 20261208)):
+        rng = random.Random(seed)
+        for i in range(12):
+            n = rng.choice([16, 64, 256, 600, 1500])
+            write(target, "random_%02d" % i, bytes(rng.randrange(256) for _ in range(n)))
+
 
 if __name__ == "__main__":
     main()

@@ -27,7 +27,7 @@ seconds="${1:-}"
 [[ "$seconds" =~ ^[0-9]+$ && "$seconds" -gt 0 ]] ||
   die "usage: bash scripts/fuzz.sh SECONDS [target...] (SECONDS a positive integer)"
 shift
-all_targets=(fuzz_npy fuzz_csv fuzz_parse fuzz_attention fuzz_paged)
+all_targets=(fuzz_npy fuzz_csv fuzz_parse fuzz_attention fuzz_paged fuzz_request fuzz_backward fuzz_rows16)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all_targets[@]}")
 for t in "${targets[@]}"; do

@@ -63,6 +63,10 @@ void check_dims(const char* fn, const char* name, const TensorView<T>& t,
 
 // Every element of a view set to +0.
 void zero_view(const TensorView<float>& t) {
+  // A view with no elements spans nothing, so its strides are unchecked: no
+  // row address may be formed from them (found by fuzz_backward: a dbias of
+  // 0 columns, n_kv = 0, with huge strides overflowed the pointer).
+  if (t.batch == 0 || t.heads == 0 || t.rows == 0 || t.cols == 0) return;
   for (std::size_t b = 0; b < t.batch; ++b) {
     for (std::size_t h = 0; h < t.heads; ++h) {
       for (std::size_t r = 0; r < t.rows; ++r) {
@@ -77,6 +81,7 @@ void zero_view(const TensorView<float>& t) {
 template <class T>
 void round_sums_into(const TensorView<T>& t, const std::vector<double>& x,
                      double f) {
+  if (t.batch == 0 || t.heads == 0 || t.rows == 0 || t.cols == 0) return;
   std::size_t at = 0;
   for (std::size_t b = 0; b < t.batch; ++b) {
     for (std::size_t h = 0; h < t.heads; ++h) {
@@ -639,6 +644,7 @@ namespace {
 template <class T>
 std::vector<float> widened(const TensorView<const T>& t) {
   std::vector<float> x;
+  if (t.batch == 0 || t.heads == 0 || t.rows == 0 || t.cols == 0) return x;
   x.reserve(t.batch * t.heads * t.rows * t.cols);
   for (std::size_t b = 0; b < t.batch; ++b) {
     for (std::size_t h = 0; h < t.heads; ++h) {
@@ -672,6 +678,25 @@ void backward16(TensorView<const T> q, TensorView<const T> k,
   check_dims(fn, "dq", grads.dq, "q", q.batch, q.heads, q.rows, q.cols);
   check_dims(fn, "dk", grads.dk, "k", k.batch, k.heads, k.rows, k.cols);
   check_dims(fn, "dv", grads.dv, "v", v.batch, v.heads, v.rows, v.cols);
+  {
+    // The forward's checks (shapes against each other, strides, options)
+    // and dout's shape before the widening, whose loops follow the views'
+    // shapes: found by fuzz_backward, a q of [2^62, 2^62, 2, 0] with invalid
+    // options looped for ever (0 columns pass check_tensor) instead of
+    // being rejected.
+    AttentionRequest req;
+    req.name = fn;
+    req.q = q;
+    req.kv = KVSource::contiguous(k, v);
+    const TensorView<float> out_w(
+        const_cast<float*>(out.data), out.batch, out.heads, out.rows, out.cols,
+        out.batch_stride, out.head_stride, out.row_stride);
+    req.target = AttentionTarget::output(out_w, const_cast<float*>(lse));
+    req.options = options;
+    const AttentionPlan plan = AttentionPlan::make(req);
+    check_dims(fn, "dout", dout, "out", plan.batch(), plan.heads(),
+               plan.query_rows(), plan.value_dim());
+  }
   const std::vector<float> qf = widened(q), kf = widened(k), vf = widened(v),
                            gf = widened(dout);
   auto part = AttentionGradientPartial::zeros(q.batch, q.heads, k.heads, q.rows,

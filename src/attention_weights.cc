@@ -117,6 +117,10 @@ void run_explicit(const AttentionPlan& plan, const KVViews<KT>& kv) {
   const TensorView<const float>* k_scales =
       std::is_same_v<KT, std::int8_t> ? &kv.k_scales : nullptr;
   constexpr float kInf = std::numeric_limits<float>::infinity();
+  // No keys: the target has no columns, nothing to write, and its strides
+  // (like those of every view that spans nothing) are unchecked, so no row
+  // address may be formed from them (found by fuzz_request).
+  if (p.n_kv == 0) return;
   if (r.target.kind == AttentionTarget::Kind::kScores) {
     for_each_score_row(
         p, q, kv.k, o,

@@ -11,7 +11,7 @@
 // rounded one unless the exact weight lies within 2^-29 relative of a
 // midpoint between two 16-bit numbers (docs/accuracy.md, tested).
 // Rows with a NaN, an infinity or a fully masked row, and scaled rows whose
-// max reaches 2^32, take the double path below.
+// max reaches 2^12, take the double path below.
 // log_softmax, logsumexp, softmax_backward, cross_entropy and those rows:
 // the row is widened to double, the double function computes it (within
 // about 1 ulp of double), and each result is rounded once: correctly
@@ -127,7 +127,7 @@ std::uint16_t max_magnitude_bits(const H* x, std::size_t n) {
 // (weights within 2 ulp of float, 2.5 without FMA) in place, each float
 // weight rounded once to 16 bits. Rows with an infinity or a NaN anywhere
 // (masked entries included) and scaled rows whose largest |x_i * scale|
-// may reach 2^32 take the faithful path's special-row fallback (the double
+// may reach 2^12 take the faithful path's special-row fallback (the double
 // path), so their special values are the faithful path's bits.
 template <class H>
 void row16_fast(const H* x, const std::uint8_t* mask, float scale,
@@ -143,7 +143,7 @@ void row16_fast(const H* x, const std::uint8_t* mask, float scale,
   const bool special =
       m >= kExpMask || (scale != 1.0f && static_cast<double>(to_float(H{m})) *
                                                  static_cast<double>(scale) >=
-                                             0x1p32);
+                                             0x1p12);
   if (special) {
     row_by_double(x, mask, scale, n, RowOp::kSoftmax, y);
     return;

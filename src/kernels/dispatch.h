@@ -103,7 +103,7 @@ void softmax16_apply(const float* x, const std::uint8_t* mask, float scale,
 // The state of such a row for softmax16_apply: c = the float max of the
 // scaled kept scores, s = sum exp(p_i - c) in double lanes (2^-31 per
 // term). False (c, s unset) for a NaN, a max of +-inf, or a scaled max >=
-// 2^32: those rows take the double path.
+// 2^12: those rows take the double path.
 bool softmax16_state(const float* x, const std::uint8_t* mask, float scale,
                      std::size_t n, double* c, double* s) noexcept;
 
@@ -133,7 +133,7 @@ void round16_floats(const float* w, std::size_t n, std::uint16_t* y,
 // Precision::kFast on the 16-bit row x (bits), e a scratch of n floats:
 // y[i] = the float weight (within about 1.7 float ulps) rounded once to 16
 // bits. False (y untouched) for a kept NaN, a max of +-inf, a scaled max
-// >= 2^32, and on targets below AVX2 (softmax16-inl.h).
+// >= 2^12, and on targets below AVX2 (softmax16-inl.h).
 bool softmax16_fast(const std::uint16_t* x, const std::uint8_t* mask,
                     float scale, std::size_t n, float* e, std::uint16_t* y,
                     bool bf16) noexcept;

@@ -183,6 +183,16 @@ HWY_INLINE void Weights16Row(const float* x, const std::uint8_t* mask,
 #define SOFTDOT_ROW16 Apply16Row
 #endif
 
+// The largest scaled max (|c|) the float-lane passes take. x_i * scale is
+// a float p_i plus its exact low part, which shifts the exponent's argument
+// of ExpNonPositive (a correction term, meant to be tiny); at the max the
+// low part is up to half an ulp of c and positive, so |c| must keep it
+// below 2^-13 (the float softmax's FloatPairUsable bound). Found by
+// fuzz_rows16: with |c| near 2^29 the low part reached +2.4 and a
+// one-element row's weight came out 0.089 instead of 1. Larger scaled rows
+// take the double path.
+constexpr float kMaxScaled16 = 0x1p12f;
+
 // The state of a widened 16-bit row for its weights: the float max c of
 // the scaled scores (NaN when a kept score is NaN) and S = sum exp(p_i - c)
 // in double lanes (ExpForFloat, below 2^-31 relative per term) summed
@@ -191,14 +201,15 @@ HWY_INLINE void Weights16Row(const float* x, const std::uint8_t* mask,
 // of RowOp::kState serves logsumexp, which reads the low part of S - 1).
 // Returns false (state unset) for the rows the caller takes elsewhere: a
 // NaN, a max of +-inf (fully masked or -inf rows, +inf scores), or a
-// scaled max of 2^32 or more.
+// scaled max of kMaxScaled16 (2^12) or more.
 template <bool kMasked, bool kScaled>
 HWY_INLINE bool State16Row(const float* x, const std::uint8_t* mask,
                            float scale, std::size_t n, double& c, double& s) {
   const Scores<float, kMasked, kScaled> scores{scale};
   bool any_nan = false;
   const float m = MaxPass<float>(scores, x, mask, n, any_nan);
-  if (any_nan || !std::isfinite(m) || (kScaled && std::fabs(m) >= 0x1p32f)) {
+  if (any_nan || !std::isfinite(m) ||
+      (kScaled && std::fabs(m) >= kMaxScaled16)) {
     return false;
   }
   const DoubleLaneScores<kMasked, kScaled> ws{static_cast<double>(scale)};
@@ -354,7 +365,7 @@ HWY_INLINE bool Fast16Row(const std::uint16_t* x, const std::uint8_t* mask,
   }
   const float m = hn::GetLane(hn::MaxOfLanes(d, hn::Max(mx0, mx1)));
   if (!hn::AllFalse(d, hn::MaskFromVec(bad)) || !std::isfinite(m) ||
-      (kScaled && std::fabs(m) >= 0x1p32f)) {
+      (kScaled && std::fabs(m) >= kMaxScaled16)) {
     return false;
   }
 
@@ -404,7 +415,7 @@ HWY_INLINE bool Fast16Row(const std::uint16_t* x, const std::uint8_t* mask,
 
 // Precision::kFast on a 16-bit row (bits x) with e a scratch of n floats:
 // false (y untouched) for the rows the caller takes elsewhere (a kept NaN,
-// a max of +-inf, a scaled max of 2^32 or more) and on the targets without
+// a max of +-inf, a scaled max of 2^12 or more) and on the targets without
 // FMA and F16C (below AVX2), which the caller serves by widening.
 HWY_NOINLINE bool Softmax16Fast(const std::uint16_t* x,
                                 const std::uint8_t* mask, float scale,

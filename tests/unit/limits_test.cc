@@ -222,4 +222,90 @@ TEST(Limits, NoKeysWithHugeStridesGiveZeroRows) {
   for (float x : out) EXPECT_EQ(x, 0.0f);
 }
 
+TEST(Limits, WeightsAndScoresOfNoKeysWithHugeStridesWriteNothing) {
+  // n_kv = 0: the weights and scores targets have no columns, so their
+  // strides (and those of k) are unchecked, and no row address may be formed
+  // from them (found by fuzz_request: UBSan reported the overflowing
+  // address of a scores row). The call returns and writes nothing.
+  std::vector<float> q(18, 1.0f), k(1, 0.0f), target(1, -7.25f);
+  const std::size_t huge = std::size_t{1} << 62;
+  const softdot::TensorView<const float> qv(q.data(), 2, 1, 9, 1);
+  const softdot::TensorView<const float> kv(k.data(), 2, 1, 0, 1, huge, huge,
+                                            huge);
+  const softdot::TensorView<float> tv(target.data(), 2, 1, 9, 0, 0, huge, huge);
+  softdot::AttentionOptions o;
+  o.causal = true;
+  softdot::attention_scores(qv, kv, tv, o);
+  EXPECT_EQ(target[0], -7.25f);
+  softdot::attention_weights(qv, kv, tv, o);
+  EXPECT_EQ(target[0], -7.25f);
+  const std::vector<softdot::Float16> k16(1);
+  softdot::attention_scores(qv,
+                            softdot::TensorView<const softdot::Float16>(
+                                k16.data(), 2, 1, 0, 1, huge, huge, huge),
+                            tv, o);
+  EXPECT_EQ(target[0], -7.25f);
+}
+
+TEST(Limits, Backward16WithZeroColumnsAndHugeDimsIsRejectedAtOnce) {
+  // Found by fuzz_backward: the 16-bit backward widened its inputs before
+  // the forward's checks, and a q of [2^62, 2^62, 2, 0] (0 columns: it
+  // spans nothing, so its own check passes) looped over 2^125 rows instead
+  // of being rejected. Now the shapes and options are checked first.
+  using softdot::BFloat16;
+  const std::size_t huge = std::size_t{1} << 62;
+  std::vector<BFloat16> q(1), k(2 * 7 * 14), v(2 * 7 * 11), dout(1), dq(1),
+      dk(k.size()), dv(v.size());
+  std::vector<float> out(4 * 14 * 11, 0.0f), lse(4 * 14, 0.0f);
+  const softdot::TensorView<const BFloat16> qv(q.data(), huge, huge, 2, 0, 0, 0,
+                                               0);
+  const softdot::TensorView<const BFloat16> kv(k.data(), 1, 2, 7, 14);
+  const softdot::TensorView<const BFloat16> vv(v.data(), 1, 2, 7, 11);
+  const softdot::TensorView<const BFloat16> dov(dout.data(), 1, 4, 0, 11, 0, 0,
+                                                11);
+  softdot::AttentionGradients16<BFloat16> g;
+  g.dq = softdot::TensorView<BFloat16>(dq.data(), huge, huge, 2, 0, 0, 0, 0);
+  g.dk = softdot::TensorView<BFloat16>(dk.data(), 1, 2, 7, 14);
+  g.dv = softdot::TensorView<BFloat16>(dv.data(), 1, 2, 7, 11);
+  softdot::AttentionOptions o;
+  o.scale = -1.0;
+  ExpectInvalid(
+      [&] {
+        softdot::attention_backward(
+            qv, kv, vv,
+            softdot::TensorView<const float>(out.data(), 1, 4, 14, 11),
+            lse.data(), dov, g, o);
+      },
+      {"softdot::attention_backward: "});
+  for (BFloat16 x : dk) EXPECT_EQ(softdot::to_float(x), 0.0f);
+}
+
+TEST(Limits, BackwardDbiasOfNoKeysWithHugeStridesIsNotTouched) {
+  // Found by fuzz_backward: with n_kv = 0, dbias has 0 columns and spans
+  // nothing, so its strides are unchecked; zeroing it formed row addresses
+  // from them (a pointer overflow). Every row sees no key: dq = 0.
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> q{0.5f, -1.0f}, k(1, 0.0f), out(2, 0.0f), dout{1.0f, 2.0f},
+      lse{-inf, -inf}, dq(2, -7.0f), dk(1, -7.0f), dv(1, -7.0f),
+      dbias(1, -7.0f);
+  const std::size_t huge = std::size_t{1} << 62;
+  const softdot::TensorView<const float> qv(q.data(), 2, 1, 1, 1);
+  const softdot::TensorView<const float> kv(k.data(), 2, 1, 0, 1, 2, 2, 1);
+  softdot::AttentionGradients g;
+  g.dq = softdot::TensorView<float>(dq.data(), 2, 1, 1, 1);
+  g.dk = softdot::TensorView<float>(dk.data(), 2, 1, 0, 1, 0, 0, 2);
+  g.dv = softdot::TensorView<float>(dv.data(), 2, 1, 0, 1, 0, 0, 2);
+  g.dbias =
+      softdot::TensorView<float>(dbias.data(), 2, 1, 1, 0, huge, huge, huge);
+  softdot::AttentionOptions o;
+  o.causal = true;
+  softdot::attention_backward(
+      qv, kv, kv, softdot::TensorView<const float>(out.data(), 2, 1, 1, 1),
+      lse.data(), softdot::TensorView<const float>(dout.data(), 2, 1, 1, 1), g,
+      o);
+  EXPECT_EQ(dq[0], 0.0f);
+  EXPECT_EQ(dq[1], 0.0f);
+  EXPECT_EQ(dbias[0], -7.0f);
+}
+
 }  // namespace

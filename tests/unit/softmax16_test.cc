@@ -589,6 +589,59 @@ TEST_P(Softmax16, Errors) {
   errors<Float16>();
 }
 
+TEST_P(Softmax16, ScaledRowsWithLargeScores) {
+  // Found by fuzz_rows16: with a temperature, x_i * s is a float plus a low
+  // part up to half an ulp of the scaled max, which the float-lane passes
+  // fed to their exponential as a small correction; at |x * s| near 2^29
+  // it reached +2.4, and a one-element row's weight was 0.089. Such rows
+  // (scaled max >= 2^12) take the double path: a single weight is exactly
+  // 1, and a row's weights are within 1 ulp of the long double softmax.
+  const float x0 = -524288000.0f;  // -1.953125 x 2^28, exact in bfloat16
+  for (const double t : {0.75, 0.7, 1.0 / 3.0}) {
+    for (const auto precision :
+         {softdot::Precision::kFaithful, softdot::Precision::kFast}) {
+      softdot::SoftmaxOptions o;
+      o.temperature = t;
+      o.precision = precision;
+      const std::vector<BFloat16> one{softdot::to_bfloat16(x0)};
+      std::vector<BFloat16> y(1);
+      softdot::softmax(std::span<const BFloat16>(one), std::span<BFloat16>(y),
+                       o);
+      EXPECT_EQ(softdot::to_float(y[0]), 1.0f) << "T " << t;
+      // Three equal maxima (1/3 each), one bfloat16 step below (2^21: weight
+      // 0) and a small score: the weights against long double.
+      std::vector<BFloat16> x;
+      for (const float v : {-x0, -x0, -x0, -x0 - 2097152.0f, -5000.0f}) {
+        x.push_back(softdot::to_bfloat16(v));
+      }
+      std::vector<BFloat16> w(x.size());
+      softdot::softmax(std::span<const BFloat16>(x), std::span<BFloat16>(w), o);
+      const float s = static_cast<float>(1.0 / t);
+      long double m = -INFINITY, total = 0.0L;
+      for (BFloat16 v : x) {
+        m = std::fmax(m, static_cast<long double>(softdot::to_float(v)) * s);
+      }
+      for (BFloat16 v : x) {
+        total +=
+            std::exp(static_cast<long double>(softdot::to_float(v)) * s - m);
+      }
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const long double exact =
+            std::exp(static_cast<long double>(softdot::to_float(x[i])) * s -
+                     m) /
+            total;
+        int e = 0;
+        std::frexp(static_cast<double>(exact), &e);
+        const long double ulp = std::fmax(std::ldexp(1.0L, e - 8), 0x1p-133L);
+        EXPECT_LE(std::fabs(static_cast<long double>(softdot::to_float(w[i])) -
+                            exact),
+                  ulp)
+            << "T " << t << " i " << i;
+      }
+    }
+  }
+}
+
 SOFTDOT_INSTANTIATE_PER_TARGET(Softmax16);
 
 }  // namespace
