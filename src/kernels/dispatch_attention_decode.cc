@@ -4,13 +4,12 @@
 // dispatch_attention.cc, calls attention_decode_kernel).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/dispatch_attention_decode.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
-
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
 
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
 #include "kernels/attention_common-inl.h"
 #include "kernels/attention_decode-inl.h"
 

@@ -4,12 +4,11 @@
 // dispatch_attention.cc, calls attention_units_kernel).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/dispatch_attention_units.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
-
 #include <cstddef>
 #include <cstdint>
 
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
 #include "kernels/attention_common-inl.h"
 #include "kernels/attention_units-inl.h"
 
