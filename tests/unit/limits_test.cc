@@ -254,9 +254,10 @@ TEST(Limits, Backward16WithZeroColumnsAndHugeDimsIsRejectedAtOnce) {
   // of being rejected. Now the shapes and options are checked first.
   using softdot::BFloat16;
   const std::size_t huge = std::size_t{1} << 62;
-  std::vector<BFloat16> q(1), k(2 * 7 * 14), v(2 * 7 * 11), dout(1), dq(1),
-      dk(k.size()), dv(v.size());
-  std::vector<float> out(4 * 14 * 11, 0.0f), lse(4 * 14, 0.0f);
+  std::vector<BFloat16> q(1), k(std::size_t{2} * 7 * 14),
+      v(std::size_t{2} * 7 * 11), dout(1), dq(1), dk(k.size()), dv(v.size());
+  std::vector<float> out(std::size_t{4} * 14 * 11, 0.0f),
+      lse(std::size_t{4} * 14, 0.0f);
   const softdot::TensorView<const BFloat16> qv(q.data(), huge, huge, 2, 0, 0, 0,
                                                0);
   const softdot::TensorView<const BFloat16> kv(k.data(), 1, 2, 7, 14);
