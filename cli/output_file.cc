@@ -9,9 +9,13 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "error.h"
@@ -35,8 +39,7 @@ int write_all(int fd, std::string_view content) {
 }
 
 // Files to remove if SIGINT, SIGTERM or SIGHUP ends the command: the
-// temporary file being written, and the files write_files_all_or_none has
-// created so far. Slots are changed with those signals blocked; the handler
+// temporary files written so far (write_group). Slots are changed with those signals blocked; the handler
 // only reads them and calls unlink, which is async-signal-safe.
 constexpr int kPendingSlots = 64;
 constexpr std::size_t kPendingPath = 4096;
@@ -112,8 +115,9 @@ void drop_pending(int slot) {
   g_pending_used[slot] = 0;
 }
 
-// SOFTDOT_TEST_WRITE_DELAY_MS: a pause between writing a temporary file and
-// renaming it, so that tests can send a signal mid-write. Not for users.
+// SOFTDOT_TEST_WRITE_DELAY_MS: a pause after each temporary file is written
+// (before the next one, or the renames), so that tests can send a signal
+// mid-write. Not for users.
 void test_write_delay() {
   const char* ms = std::getenv("SOFTDOT_TEST_WRITE_DELAY_MS");
   if (ms == nullptr) return;
@@ -121,15 +125,24 @@ void test_write_delay() {
   if (n > 0) ::usleep(static_cast<useconds_t>(n) * 1000);
 }
 
-// Holds the slot of a created file until the whole group is written.
-struct CreatedFile {
-  std::string path;
+// A finished temporary file beside its output: flushed, closed, and
+// registered (slot) for removal by a cleanup signal.
+struct Temporary {
+  std::string path;  // the output
+  std::string temp;  // the temporary file, ".NAME.XXXXXX" beside it
   int slot = -1;
 };
 
-}  // namespace
+void remove_temporaries(const std::vector<Temporary>& temps) {
+  for (const Temporary& t : temps) {
+    ::unlink(t.temp.c_str());
+    drop_pending(t.slot);
+  }
+}
 
-void write_file_atomically(const std::string& path, std::string_view content) {
+// Writes `content` into a new temporary file in `path`'s directory. On
+// failure nothing is left and CliError names `path` and the reason.
+Temporary write_temporary(const std::string& path, std::string_view content) {
   const std::size_t slash = path.rfind('/');
   const std::string dir =
       slash == std::string::npos ? std::string() : path.substr(0, slash + 1);
@@ -153,7 +166,7 @@ void write_file_atomically(const std::string& path, std::string_view content) {
     throw CliError(path +
                    ": cannot create a file there: " + errno_text(create_errno));
   }
-  temp.assign(temp_buffer.data());
+  Temporary t{path, std::string(temp_buffer.data()), slot};
   // mkstemp creates the file 0600; give it the mode a plain creat() would.
   const mode_t mask = ::umask(0);
   ::umask(mask);
@@ -162,20 +175,54 @@ void write_file_atomically(const std::string& path, std::string_view content) {
   if (err == 0) err = write_all(fd, content);
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;
-  if (err == 0) test_write_delay();
-  if (err == 0) {
-    // The rename and the end of the temporary file's slot happen with the
-    // cleanup signals blocked: a signal then finds either the temporary
-    // file (removed) or the finished output, never a dangling slot.
-    const CleanupSignalsBlocked blocked;
-    if (std::rename(temp.c_str(), path.c_str()) != 0) err = errno;
-    if (err == 0) drop_pending(slot);
-  }
   if (err != 0) {
-    ::unlink(temp.c_str());
-    drop_pending(slot);
+    remove_temporaries({t});
     throw CliError(path + ": cannot write: " + errno_text(err));
   }
+  test_write_delay();
+  return t;
+}
+
+// The two phases of every write: each output's whole content into its
+// temporary file first (a failure, or a cleanup signal, removes them all and
+// leaves every output as it was), then every rename at once with the cleanup
+// signals blocked, so a signal finds either no output changed or all of them
+// in place. Only SIGKILL, which nothing can catch, can fall between two
+// renames (microseconds), or leave the temporary files.
+void write_group(const std::vector<std::pair<std::string, std::string_view>>& files) {
+  std::vector<Temporary> temps;
+  try {
+    for (const auto& [path, content] : files) {
+      temps.push_back(write_temporary(path, content));
+    }
+  } catch (const CliError&) {
+    remove_temporaries(temps);
+    throw;
+  }
+  const CleanupSignalsBlocked blocked;
+  for (std::size_t i = 0; i < temps.size(); ++i) {
+    if (std::rename(temps[i].temp.c_str(), temps[i].path.c_str()) != 0) {
+      // Only a change of the directory since the temporary files were
+      // made gets here (the output became a directory, say); the outputs
+      // renamed before it keep their new content, and the error says so.
+      const int err = errno;
+      std::string replaced;
+      for (std::size_t j = 0; j < i; ++j) {
+        replaced += (j ? ", " : " (already written: ") + temps[j].path;
+      }
+      if (!replaced.empty()) replaced += ")";
+      remove_temporaries(std::vector<Temporary>(temps.begin() + static_cast<std::ptrdiff_t>(i), temps.end()));
+      for (std::size_t j = 0; j < i; ++j) drop_pending(temps[j].slot);
+      throw CliError(temps[i].path + ": cannot write: " + errno_text(err) + replaced);
+    }
+  }
+  for (const Temporary& t : temps) drop_pending(t.slot);
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, std::string_view content) {
+  write_group({{path, content}});
 }
 
 std::string read_file(const std::string& path) {
@@ -203,34 +250,10 @@ std::string read_file(const std::string& path) {
 
 void write_files_all_or_none(
     const std::vector<std::pair<std::string, std::string>>& files) {
-  std::vector<CreatedFile> created;
-  auto release = [&created] {
-    for (const CreatedFile& c : created) drop_pending(c.slot);
-  };
-  try {
-    for (const auto& [path, content] : files) {
-      struct stat st;
-      const bool existed = ::stat(path.c_str(), &st) == 0;
-      // A signal before the last file is in place removes the files created
-      // so far, as an error does (registered before the rename, so there is
-      // no moment when a new file exists unregistered).
-      if (!existed) created.push_back({path, add_pending(path)});
-      try {
-        write_file_atomically(path, content);
-      } catch (const CliError&) {
-        if (!existed) {
-          drop_pending(created.back().slot);
-          created.pop_back();
-        }
-        throw;
-      }
-    }
-  } catch (const CliError&) {
-    for (const CreatedFile& c : created) ::unlink(c.path.c_str());
-    release();
-    throw;
-  }
-  release();
+  std::vector<std::pair<std::string, std::string_view>> views;
+  views.reserve(files.size());
+  for (const auto& [path, content] : files) views.emplace_back(path, content);
+  write_group(views);
 }
 
 }  // namespace softdot::cli

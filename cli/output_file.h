@@ -16,14 +16,18 @@ namespace softdot::cli {
 // reason. The new file gets mode 0666 minus the umask, like a plain open().
 // SIGINT, SIGTERM and SIGHUP (where their action is the default) remove the
 // temporary file before the command dies of the signal, so no partial file
-// is left behind (SOFTDOT_TEST_WRITE_DELAY_MS, for tests only, pauses before
-// the rename).
+// is left behind (SOFTDOT_TEST_WRITE_DELAY_MS, for tests only, pauses after
+// the temporary file is written).
 void write_file_atomically(const std::string& path, std::string_view content);
 
-// Writes each (path, content) in order with write_file_atomically; when one
-// fails, the files this call created are removed again (files that existed
-// before keep their new content) and the CliError is rethrown; a cleanup
-// signal before the last file is in place removes them too.
+// Writes several outputs together, all or none: every content into its
+// temporary file first, then every rename, with SIGINT, SIGTERM and SIGHUP
+// blocked for the renames. A failure while writing (a full disk, say), or
+// one of those signals before the renames, removes the temporary files and
+// leaves every path as it was, old content included. Only a rename that
+// fails (the directory changed meanwhile) or SIGKILL between two renames can
+// leave some outputs new and the rest old; the rename's error names the
+// outputs already replaced.
 void write_files_all_or_none(
     const std::vector<std::pair<std::string, std::string>>& files);
 

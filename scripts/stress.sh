@@ -15,7 +15,12 @@
 #      STRESS_KILL_SEEDS seeds (default 10) x {ring, vocab} x P {2, 4} x
 #      {shared memory, TCP}: each job must end non-zero naming the lost rank
 #      within the script's 30 s limit. (Only where softdot::mpi is built.)
-#   4. The command: softdot_cli_test's CliFaults.* (concurrent writers, a
+#   4. MPI, the command: tests/mpi/cli_ring_kill_test.py, a rank of
+#      `mpirun softdot attention --ring` / `softdot cross-entropy --ring`
+#      SIGKILLed at a random moment, STRESS_KILL_SEEDS seeds x both commands
+#      x P {2, 4} x {shared memory, TCP}: each job must end non-zero naming
+#      the lost rank within 30 s, each output path old or whole.
+#   5. The command: softdot_cli_test's CliFaults.* (concurrent writers, a
 #      full tmpfs, a read-only tmpfs) and CliSignal.* repeated
 #      STRESS_CLI_REPEAT times (default 20).
 #
@@ -95,7 +100,32 @@ else
   passed=$((passed - 1))
 fi
 
-# 4. The command under faults and signals.
+# 4. MPI: a rank of the command's ring run killed.
+cli="$build/cli/softdot"
+if [[ -x $cli && -x $kill_prog && -n $mpirun ]]; then
+  runs=0 bad=0 worst=0 t0=$SECONDS
+  for seed in $(seq 1 "$seeds"); do
+    for command in attention cross-entropy; do
+      for p in 2 4; do
+        for btl in self,vader self,tcp; do
+          run_part "command kill $command p$p $btl seed $seed" nice -n 10 python3 \
+            "$root/tests/mpi/cli_ring_kill_test.py" "$mpirun" "$cli" "$p" "$btl" "$command" "$seed"
+          rc=$?
+          runs=$((runs + 1))
+          [[ $rc -ne 0 ]] && bad=$((bad + 1))
+          ((part_s > worst)) && worst=$part_s
+        done
+      done
+    done
+  done
+  record "MPI command rank killed" $((bad > 0)) $((SECONDS - t0)) \
+    "$runs jobs (seeds 1-$seeds x attention, cross-entropy x P 2, 4 x shm, tcp), $bad failed, the slowest took $worst s (reference run included; limit 30 s after the kill)"
+else
+  record "MPI command rank killed" 0 0 "skipped: the command with softdot::mpi or mpirun not built"
+  passed=$((passed - 1))
+fi
+
+# 5. The command under faults and signals.
 cli_test="$build/tests/cli/softdot_cli_test"
 if [[ -x $cli_test ]]; then
   run_part cli_faults nice -n 10 "$cli_test" --gtest_filter='CliFaults.*:Signals/CliSignal.*' \

@@ -2,7 +2,11 @@
 """Runs the examples of a Markdown file (docs/cli.md) and compares each
 command's output with the lines the document shows under it.
 
-Usage: check_doc_examples.py SOFTDOT_BINARY DOC.md
+Usage: check_doc_examples.py [--emulator COMMAND] SOFTDOT_BINARY DOC.md
+
+--emulator (a cross build's CMAKE_CROSSCOMPILING_EMULATOR, e.g.
+qemu-aarch64; its words split on spaces, empty for none) starts the binary
+through that program.
 
 An example is a fenced block (```) whose lines start with "$ ": each "$ "
 line (with the lines that continue an open quote) is a command, run by bash
@@ -112,14 +116,12 @@ def python_modules(command):
 
 def importable(module):
     return (
-        subprocess.run(
-            [sys.executable, "-c", "import " + module], capture_output=True
-        ).returncode
+        subprocess.run([sys.executable, "-c", "import " + module], capture_output=True).returncode
         == 0
     )
 
 
-def usage_problems(binary, doc):
+def usage_problems(command_line, doc):
     """The commands and options `--help` lists that the usage summary lacks."""
     with open(doc, encoding="utf-8") as f:
         text = f.read()
@@ -129,7 +131,9 @@ def usage_problems(binary, doc):
     summary = match.group(1).split("\n")
 
     def helped(*args):
-        return subprocess.run([binary, *args, "--help"], capture_output=True, text=True).stdout
+        return subprocess.run(
+            [*command_line, *args, "--help"], capture_output=True, text=True
+        ).stdout
 
     top = helped()
     commands = re.findall(r"^  ([a-z][a-z-]*) {2,}", top.split("Subcommands:")[1], re.M)
@@ -155,20 +159,31 @@ def usage_problems(binary, doc):
             if option != "--help" and not any(
                 re.search(r"(?<![\w-])" + re.escape(n) + r"(?![\w-])", shown) for n in names
             ):
-                problems.append(
-                    f"{doc}: the usage summary of 'softdot {command}' lacks {option}"
-                )
+                problems.append(f"{doc}: the usage summary of 'softdot {command}' lacks {option}")
     return problems
 
 
 def main():
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    emulator = []
+    if len(args) == 4 and args[0] == "--emulator":
+        emulator, args = args[1].split(), args[2:]
+    if len(args) != 2:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
-    binary, doc = os.path.abspath(sys.argv[1]), sys.argv[2]
+    binary, doc = os.path.abspath(args[0]), args[1]
+    command_line = [*emulator, binary]
     bindir = tempfile.mkdtemp(prefix="softdot_doc_bin.")
     shared = tempfile.mkdtemp(prefix="softdot_doc.")
-    os.symlink(binary, os.path.join(bindir, "softdot"))
+    if emulator:
+        # `softdot` in the examples: a script that starts the binary through
+        # the emulator.
+        wrapper = os.path.join(bindir, "softdot")
+        with open(wrapper, "w", encoding="utf-8") as f:
+            f.write("#!/bin/sh\nexec " + shlex.join(command_line) + ' "$@"\n')
+        os.chmod(wrapper, 0o755)
+    else:
+        os.symlink(binary, os.path.join(bindir, "softdot"))
     for name, content in FIXTURES.items():
         with open(os.path.join(shared, name), "w", encoding="utf-8") as f:
             f.write(content)
@@ -210,9 +225,14 @@ def main():
                         failed += 1
                         print(f"{doc}:{number}: $ {command}")
                         print("  the document shows:")
-                        print("".join("    " + line + "\n" for line in expected.split("\n")), end="")
+                        print(
+                            "".join("    " + line + "\n" for line in expected.split("\n")), end=""
+                        )
                         print("  the command printed:")
-                        print("".join("    " + line + "\n" for line in got.rstrip("\n").split("\n")), end="")
+                        print(
+                            "".join("    " + line + "\n" for line in got.rstrip("\n").split("\n")),
+                            end="",
+                        )
                 for name in os.listdir(work):
                     kept = os.path.join(shared, name)
                     if not os.path.exists(kept):
@@ -222,7 +242,7 @@ def main():
     finally:
         shutil.rmtree(shared)
         shutil.rmtree(bindir)
-    usage = usage_problems(binary, doc)
+    usage = usage_problems(command_line, doc)
     for problem in usage:
         print(problem)
         failed += 1

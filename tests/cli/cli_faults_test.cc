@@ -32,23 +32,6 @@ namespace {
 using cli_attention::f32_npy;
 using cli_attention::make_array;
 
-// Runs softdot with `args` in a child, stdout and stderr to /dev/null;
-// returns its pid.
-pid_t spawn_quiet(const std::vector<std::string>& args) {
-  const pid_t pid = ::fork();
-  if (pid != 0) return pid;
-  if (std::freopen("/dev/null", "w", stdout) == nullptr) ::_exit(126);
-  if (std::freopen("/dev/null", "w", stderr) == nullptr) ::_exit(126);
-  std::vector<char*> argv;
-  std::string program = SOFTDOT_CLI_PATH;
-  argv.push_back(program.data());
-  std::vector<std::string> copy = args;
-  for (std::string& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  ::execv(program.c_str(), argv.data());
-  ::_exit(127);
-}
-
 // 8 processes, each with its own input (so each writes different bytes),
 // all writing -o DIR/same.npy at once; over a few rounds. Each process's
 // output alone is computed first, to name the bytes a winner writes.
@@ -73,7 +56,7 @@ TEST(CliFaults, ConcurrentWritersLeaveOneWholeOutput) {
   for (int round = 0; round < kRounds; ++round) {
     std::vector<pid_t> pids;
     for (int i = 0; i < kProcs; ++i) {
-      pids.push_back(spawn_quiet({"softmax", "--rows",
+      pids.push_back(spawn_softdot({"softmax", "--rows",
                                   dir.path("in" + std::to_string(i) + ".npy"),
                                   "-o", same}));
       ASSERT_GT(pids.back(), 0);

@@ -41,31 +41,6 @@ namespace {
 using cli_attention::f32_npy;
 using cli_attention::make_array;
 
-// Starts the softdot binary with `args` and extra environment entries;
-// stdout and stderr go to /dev/null. `as_limit`, when non-zero, caps the
-// child's address space (RLIMIT_AS) in bytes. Returns the child's pid.
-pid_t spawn_softdot(const std::vector<std::string>& args,
-                    const std::vector<std::string>& env, rlim_t as_limit = 0,
-                    const std::string& stderr_path = "/dev/null") {
-  const pid_t pid = ::fork();
-  if (pid != 0) return pid;
-  for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
-  if (as_limit != 0) {
-    const rlimit lim{as_limit, as_limit};
-    ::setrlimit(RLIMIT_AS, &lim);
-  }
-  if (std::freopen("/dev/null", "w", stdout) == nullptr) ::_exit(126);
-  if (std::freopen(stderr_path.c_str(), "w", stderr) == nullptr) ::_exit(126);
-  std::vector<char*> argv;
-  std::string program = SOFTDOT_CLI_PATH;
-  argv.push_back(program.data());
-  std::vector<std::string> copy = args;
-  for (std::string& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  ::execv(program.c_str(), argv.data());
-  ::_exit(127);
-}
-
 // True once `dir` holds an entry starting with `prefix` (a temporary file
 // ".out.npy.XXXXXX"), polling for up to 20 seconds.
 bool wait_for_entry(const TempDir& dir, const std::string& prefix) {
@@ -93,22 +68,23 @@ std::vector<std::string> attention_args(const TempDir& dir) {
 class CliSignal : public ::testing::TestWithParam<int> {};
 
 // Runs the attention command on dir's inputs with writes paused for
-// `delay_ms`, waits until a temporary file starting with `temp_prefix`
-// appears (and, if `renamed` is non-empty, that file is already in place),
-// sends `sig`, and checks that the command died of it.
+// `delay_ms` after each temporary file, waits until a temporary file
+// starting with `temp_prefix` appears (and, if `also` is non-empty, one
+// starting with `also` is there too: the first output is still a temporary
+// file), sends `sig`, and checks that the command died of it.
 void kill_while_writing(const TempDir& dir, const std::string& delay_ms,
                         const std::string& temp_prefix, int sig,
-                        const std::string& renamed = "") {
+                        const std::string& also = "") {
   const pid_t pid = spawn_softdot(attention_args(dir),
                                   {"SOFTDOT_TEST_WRITE_DELAY_MS=" + delay_ms});
   ASSERT_GT(pid, 0);
   const bool seen = wait_for_entry(dir, temp_prefix);
-  const bool in_place = renamed.empty() || file_exists(dir.path(renamed));
+  const bool also_seen = also.empty() || wait_for_entry(dir, also);
   ASSERT_EQ(::kill(pid, sig), 0);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(seen) << "no temporary file " << temp_prefix;
-  EXPECT_TRUE(in_place) << renamed << " was not in place";
+  EXPECT_TRUE(also_seen) << "no temporary file " << also;
   ASSERT_TRUE(WIFSIGNALED(status)) << "status " << status;
   EXPECT_EQ(WTERMSIG(status), sig);
 }
@@ -122,14 +98,28 @@ TEST_P(CliSignal, DuringTheFirstFileLeavesNothing) {
   EXPECT_EQ(dir.list(), before);
 }
 
-// Killed while the second output (the lse) is a temporary file: the first,
-// already renamed into place, is removed too (all or none).
-TEST_P(CliSignal, DuringTheSecondFileRemovesTheFirst) {
+// Killed while the second output (the lse) is a temporary file: the first
+// is one too (no output is renamed before all are written), and both go.
+TEST_P(CliSignal, DuringTheSecondFileLeavesNothing) {
   TempDir dir;
   write_attention_inputs(dir);
   const std::vector<std::string> before = dir.list();
-  kill_while_writing(dir, "1500", ".lse.npy.", GetParam(), "out.npy");
+  kill_while_writing(dir, "1500", ".lse.npy.", GetParam(), ".out.npy.");
   EXPECT_EQ(dir.list(), before);
+}
+
+// Both outputs existed: killed while the second is written, both keep their
+// old content (all or none, old files included).
+TEST_P(CliSignal, ExistingOutputsBothKeepTheirContent) {
+  TempDir dir;
+  write_attention_inputs(dir);
+  write_whole_file(dir.path("out.npy"), "precious out");
+  write_whole_file(dir.path("lse.npy"), "precious lse");
+  const std::vector<std::string> before = dir.list();
+  kill_while_writing(dir, "1500", ".lse.npy.", GetParam(), ".out.npy.");
+  EXPECT_EQ(dir.list(), before);
+  EXPECT_EQ(read_whole_file(dir.path("out.npy")), "precious out");
+  EXPECT_EQ(read_whole_file(dir.path("lse.npy")), "precious lse");
 }
 
 // An existing output keeps its old content when the command is killed

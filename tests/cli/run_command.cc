@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -58,6 +59,39 @@ bool file_exists(const std::string& path) {
   return std::filesystem::exists(path);
 }
 
+std::vector<std::string> softdot_command_line(
+    const std::vector<std::string>& args) {
+  std::vector<std::string> line;
+  std::istringstream emulator(SOFTDOT_CLI_EMULATOR);
+  for (std::string word; emulator >> word;) line.push_back(word);
+  line.emplace_back(SOFTDOT_CLI_PATH);
+  line.insert(line.end(), args.begin(), args.end());
+  return line;
+}
+
+pid_t spawn_softdot(const std::vector<std::string>& args,
+                    const std::vector<std::string>& env, rlim_t as_limit,
+                    const std::string& stderr_path) {
+  // Everything the child needs is built before fork(): after it, only
+  // async-signal-safe calls (and the standard streams' reopening).
+  std::vector<std::string> line = softdot_command_line(args);
+  std::vector<char*> argv;
+  for (std::string& s : line) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_copy = env;
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  for (std::string& e : env_copy) ::putenv(e.data());
+  if (as_limit != 0) {
+    const rlimit lim{as_limit, as_limit};
+    ::setrlimit(RLIMIT_AS, &lim);
+  }
+  if (std::freopen("/dev/null", "w", stdout) == nullptr) ::_exit(126);
+  if (std::freopen(stderr_path.c_str(), "w", stderr) == nullptr) ::_exit(126);
+  ::execv(argv[0], argv.data());
+  ::_exit(127);
+}
+
 CommandResult run_softdot(const std::vector<std::string>& args,
                           const std::string& input) {
   TempDir io;
@@ -73,15 +107,14 @@ CommandResult run_softdot(const std::vector<std::string>& args,
                                    O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  std::vector<std::string> argv_strings = {SOFTDOT_CLI_PATH};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<std::string> argv_strings = softdot_command_line(args);
   std::vector<char*> argv;
   for (std::string& s : argv_strings) argv.push_back(s.data());
   argv.push_back(nullptr);
 
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, SOFTDOT_CLI_PATH, &actions, nullptr,
-                             argv.data(), environ);
+  const int rc =
+      posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) throw std::runtime_error("posix_spawn failed");
   int wstatus = 0;

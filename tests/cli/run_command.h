@@ -2,6 +2,9 @@
 #ifndef SOFTDOT_TESTS_CLI_RUN_COMMAND_H_
 #define SOFTDOT_TESTS_CLI_RUN_COMMAND_H_
 
+#include <sys/resource.h>
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -13,9 +16,25 @@ struct CommandResult {
   std::string err;  // standard error
 };
 
-// Runs SOFTDOT_CLI_PATH with `args`, feeding `input` on standard input.
+// The command line that starts the softdot binary with `args`:
+// SOFTDOT_CLI_PATH, preceded on a cross build by the emulator ctest runs the
+// tests with (SOFTDOT_CLI_EMULATOR, e.g. qemu-aarch64; its words split on
+// spaces), since nothing registers that emulator with the kernel.
+std::vector<std::string> softdot_command_line(
+    const std::vector<std::string>& args);
+
+// Runs the softdot binary with `args`, feeding `input` on standard input.
 CommandResult run_softdot(const std::vector<std::string>& args,
                           const std::string& input = "");
+
+// Starts the softdot binary with `args` in a child process and returns its
+// pid (the caller waits for it): `env` entries ("NAME=value") added to the
+// environment, the address space capped at `as_limit` bytes (RLIMIT_AS; 0 for
+// no cap), standard output to /dev/null, standard error to `stderr_path`.
+pid_t spawn_softdot(const std::vector<std::string>& args,
+                    const std::vector<std::string>& env = {},
+                    rlim_t as_limit = 0,
+                    const std::string& stderr_path = "/dev/null");
 
 // A fresh directory under $TMPDIR (or /tmp), removed with its content.
 class TempDir {
