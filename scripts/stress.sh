@@ -24,7 +24,8 @@
 #      full tmpfs, a read-only tmpfs) and CliSignal.* repeated
 #      STRESS_CLI_REPEAT times (default 20).
 #
-# Settings (environment): STRESS_BUILD_DIR (default build/, a Release tree
+# Settings (environment): STRESS_PARTS (default "1 2 3 4 5": the parts to
+# run, by number), STRESS_BUILD_DIR (default build/, a Release tree
 # with the tests built), STRESS_LOG (default $STRESS_BUILD_DIR/stress.log:
 # every part's whole output). Runs under `nice -n 10`: the CPU is shared.
 set -uo pipefail
@@ -35,6 +36,8 @@ seeds="${STRESS_KILL_SEEDS:-10}"
 repeat="${STRESS_CLI_REPEAT:-20}"
 python="${STRESS_PYTHON:-python3}"
 log_file="${STRESS_LOG:-$build/stress.log}"
+parts=" ${STRESS_PARTS:-1 2 3 4 5} "
+part() { [[ $parts == *" $1 "* ]]; }
 : >"$log_file"
 passed=0 failed=0
 records=()
@@ -61,7 +64,9 @@ echo "stress.sh: $(date -u +%FT%TZ), $(nproc) CPUs, $(lscpu | sed -n 's/^Model n
 
 # 1. C++ threads.
 prog="$build/tests/stress/softdot_threads_stress"
-if [[ -x $prog ]]; then
+if ! part 1; then
+  :
+elif [[ -x $prog ]]; then
   run_part cxx_threads env OMP_NUM_THREADS=2 nice -n 10 "$prog" --seconds "$seconds" --threads 8
   rc=$?
   record "C++ threads" $rc $part_s "$(grep -a '^threads_stress: threads=' "$log_file" | tail -n 1)"
@@ -70,21 +75,27 @@ else
 fi
 
 # 2. Python threads.
-run_part python_threads env OMP_NUM_THREADS=2 nice -n 10 "$python" "$root/scripts/stress_threads.py" --seconds "$seconds"
-rc=$?
-record "Python threads" $rc $part_s "$(grep -a '^stress_threads: threads=' "$log_file" | tail -n 1)"
+if part 2; then
+  run_part python_threads env OMP_NUM_THREADS=2 nice -n 10 "$python" "$root/scripts/stress_threads.py" --seconds "$seconds"
+  rc=$?
+  record "Python threads" $rc $part_s "$(grep -a '^stress_threads: threads=' "$log_file" | tail -n 1)"
+fi
 
-# 3. MPI: a rank killed.
-kill_prog="$build/tests/mpi/softdot_mpi_ring_kill_test"
-mpirun="$(command -v mpirun || true)"
-if [[ -x $kill_prog && -n $mpirun ]]; then
-  runs=0 bad=0 worst=0 t0=$SECONDS
+# kill_jobs NAME PROGRAM SCRIPT MODE...: SCRIPT (kill_test.sh or
+# cli_ring_kill_test.py: MPIRUN PROGRAM P BTL SEED MODE) for every seed, MODE,
+# P in {2, 4} and btl; records NAME with the count of failed jobs and the
+# slowest.
+kill_jobs() {
+  local name=$1 prog=$2 script=$3 runs=0 bad=0 worst=0 t0=$SECONDS seed mode p btl rc
+  shift 3
+  local modes=("$@") runner=(bash)
+  [[ $script == *.py ]] && runner=(python3)
   for seed in $(seq 1 "$seeds"); do
-    for mode in ring vocab; do
+    for mode in "${modes[@]}"; do
       for p in 2 4; do
         for btl in self,vader self,tcp; do
-          run_part "kill $mode p$p $btl seed $seed" nice -n 10 bash "$root/tests/mpi/kill_test.sh" \
-            "$mpirun" "$kill_prog" "$p" "$btl" "$seed" "$mode"
+          run_part "$name: $mode p$p $btl seed $seed" nice -n 10 "${runner[@]}" "$script" \
+            "$mpirun" "$prog" "$p" "$btl" "$seed" "$mode"
           rc=$?
           runs=$((runs + 1))
           [[ $rc -ne 0 ]] && bad=$((bad + 1))
@@ -93,33 +104,30 @@ if [[ -x $kill_prog && -n $mpirun ]]; then
       done
     done
   done
-  record "MPI rank killed" $((bad > 0)) $((SECONDS - t0)) \
-    "$runs jobs (seeds 1-$seeds x ring, vocab x P 2, 4 x shm, tcp), $bad failed, the slowest ended in $worst s (limit 30 s)"
+  record "$name" $((bad > 0)) $((SECONDS - t0)) \
+    "$runs jobs (seeds 1-$seeds x ${modes[*]} x P 2, 4 x shm, tcp), $bad failed, the slowest took $worst s (limit 30 s after the kill)"
+}
+
+# 3. MPI: a rank killed.
+kill_prog="$build/tests/mpi/softdot_mpi_ring_kill_test"
+mpirun="$(command -v mpirun || true)"
+if ! part 3; then
+  :
+elif [[ -x $kill_prog && -n $mpirun ]]; then
+  kill_jobs "MPI rank killed" "$kill_prog" "$root/tests/mpi/kill_test.sh" ring vocab
 else
   record "MPI rank killed" 0 0 "skipped: softdot::mpi or mpirun not built"
   passed=$((passed - 1))
 fi
 
-# 4. MPI: a rank of the command's ring run killed.
+# 4. MPI: a rank of the command's ring run killed (the job's time includes
+# the script's run without a kill).
 cli="$build/cli/softdot"
-if [[ -x $cli && -x $kill_prog && -n $mpirun ]]; then
-  runs=0 bad=0 worst=0 t0=$SECONDS
-  for seed in $(seq 1 "$seeds"); do
-    for command in attention cross-entropy; do
-      for p in 2 4; do
-        for btl in self,vader self,tcp; do
-          run_part "command kill $command p$p $btl seed $seed" nice -n 10 python3 \
-            "$root/tests/mpi/cli_ring_kill_test.py" "$mpirun" "$cli" "$p" "$btl" "$command" "$seed"
-          rc=$?
-          runs=$((runs + 1))
-          [[ $rc -ne 0 ]] && bad=$((bad + 1))
-          ((part_s > worst)) && worst=$part_s
-        done
-      done
-    done
-  done
-  record "MPI command rank killed" $((bad > 0)) $((SECONDS - t0)) \
-    "$runs jobs (seeds 1-$seeds x attention, cross-entropy x P 2, 4 x shm, tcp), $bad failed, the slowest took $worst s (reference run included; limit 30 s after the kill)"
+if ! part 4; then
+  :
+elif [[ -x $cli && -x $kill_prog && -n $mpirun ]]; then
+  kill_jobs "MPI command rank killed" "$cli" "$root/tests/mpi/cli_ring_kill_test.py" \
+    attention cross-entropy
 else
   record "MPI command rank killed" 0 0 "skipped: the command with softdot::mpi or mpirun not built"
   passed=$((passed - 1))
@@ -127,7 +135,9 @@ fi
 
 # 5. The command under faults and signals.
 cli_test="$build/tests/cli/softdot_cli_test"
-if [[ -x $cli_test ]]; then
+if ! part 5; then
+  :
+elif [[ -x $cli_test ]]; then
   run_part cli_faults nice -n 10 "$cli_test" --gtest_filter='CliFaults.*:Signals/CliSignal.*' \
     --gtest_repeat="$repeat" --gtest_brief=1
   rc=$?

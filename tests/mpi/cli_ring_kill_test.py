@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """A rank of the command's ring run killed (SIGKILL) at a random point.
 
-Usage: cli_ring_kill_test.py MPIRUN SOFTDOT P BTL COMMAND [SEED]
+Usage: cli_ring_kill_test.py MPIRUN SOFTDOT P BTL [SEED [COMMAND]]
+(the arguments of kill_test.sh)
 
-COMMAND is `attention` (`softdot attention ... --ring -o OUT --lse LSE`) or
-`cross-entropy` (`softdot cross-entropy ... --ring -o LOSS --grad GRAD`);
-SEED (default: a random one, printed) picks the victim rank and the moment.
+SEED (empty or "random", the default: a random one, printed) picks the
+victim rank and the moment; COMMAND is `attention` (the default: `softdot
+attention ... --ring -o OUT --lse LSE`) or `cross-entropy` (`softdot
+cross-entropy ... --ring -o LOSS --grad GRAD`).
 
 The test runs the job once whole (the reference outputs and its duration
 T), puts "old" files at the output paths, then runs it again under mpirun
@@ -87,6 +89,28 @@ def rank_pid(binary, rank):
     return None
 
 
+def processes(session):
+    """The processes of a session (mpirun's and its children's): pid, state,
+    what each waits in, its command line; for the report of a hang."""
+    lines = []
+    for entry in sorted(os.listdir("/proc"), key=lambda e: (len(e), e)):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[3]) != session:  # the session id
+                continue
+            with open(f"/proc/{entry}/wchan", encoding="ascii", errors="replace") as f:
+                wchan = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:100]
+            lines.append(f"  pid {entry} state {fields[0]} waits in {wchan or '-'}: {cmd}")
+        except (OSError, IndexError, ValueError):
+            continue
+    return "cli_ring_kill_test: the processes left:\n" + "\n".join(lines)
+
+
 def zombie(pid):
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
@@ -96,12 +120,14 @@ def zombie(pid):
 
 
 def main():
-    if len(sys.argv) not in (6, 7):
+    if not 5 <= len(sys.argv) <= 7:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
-    mpirun, binary, p, btl, command = sys.argv[1:6]
+    mpirun, binary, p, btl = sys.argv[1:5]
     binary, p = os.path.realpath(binary), int(p)
-    seed = int(sys.argv[6]) if len(sys.argv) == 7 else random.randrange(1 << 30)
+    seed = sys.argv[5] if len(sys.argv) > 5 else "random"
+    seed = random.randrange(1 << 30) if seed in ("", "random") else int(seed)
+    command = sys.argv[6] if len(sys.argv) > 6 else "attention"
     if command not in ("attention", "cross-entropy"):
         print(f"COMMAND must be attention or cross-entropy, not {command}", file=sys.stderr)
         return 2
@@ -164,6 +190,7 @@ def main():
             try:
                 out, _ = proc.communicate(timeout=max(1.0, LIMIT - (time.monotonic() - start)))
             except subprocess.TimeoutExpired:
+                print(processes(proc.pid))
                 os.killpg(proc.pid, signal.SIGKILL)
                 out, _ = proc.communicate()
                 print(out[-2000:])
