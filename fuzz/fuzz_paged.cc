@@ -96,7 +96,8 @@ void attend(FuzzedDataProvider& f, const Case& c) {
     return;
   }
   run(qv, t, out2, c.T);
-  FUZZ_CHECK(std::memcmp(out1.data(), out2.data(), out1.size() * 4) == 0);
+  FUZZ_CHECK(
+      softdot_fuzz::same_bytes(out1.data(), out2.data(), out1.size() * 4));
   // Each sequence alone: the same bits.
   for (std::size_t b = 0; b < c.B; ++b) {
     const auto q0 = static_cast<std::size_t>(c.qsl[b]);
@@ -115,8 +116,8 @@ void attend(FuzzedDataProvider& f, const Case& c) {
                                      0, c.d, c.H * c.d);
     std::vector<float> ob;
     run(qb, tb, ob, n);
-    FUZZ_CHECK(std::memcmp(ob.data(), out1.data() + q0 * c.H * c.dv,
-                           ob.size() * 4) == 0);
+    FUZZ_CHECK(softdot_fuzz::same_bytes(
+        ob.data(), out1.data() + q0 * c.H * c.dv, ob.size() * 4));
     // batch_invariant: each row as the token decoded alone (causal, no
     // tree: the row at position lens[b] - n + i sees keys 0 .. that).
     if (!c.o.batch_invariant || !c.o.causal || !c.parents.empty()) continue;
@@ -131,8 +132,8 @@ void attend(FuzzedDataProvider& f, const Case& c) {
                                        1, c.d, 0, c.d, c.H * c.d);
       std::vector<float> oi;
       run(qi, tb, oi, 1);
-      FUZZ_CHECK(std::memcmp(oi.data(), out1.data() + (q0 + i) * c.H * c.dv,
-                             oi.size() * 4) == 0);
+      FUZZ_CHECK(softdot_fuzz::same_bytes(
+          oi.data(), out1.data() + (q0 + i) * c.H * c.dv, oi.size() * 4));
     }
   }
 }
@@ -185,9 +186,11 @@ void write(FuzzedDataProvider& f, const Case& c) {
       softdot::write_kv(kv, vv, kpv, vpv, slots);
     }
   } catch (const std::invalid_argument&) {
-    FUZZ_CHECK(std::memcmp(kp.data(), kp0.data(), kp.size() * sizeof(P)) == 0);
-    FUZZ_CHECK(std::memcmp(vp.data(), vp0.data(), vp.size() * sizeof(P)) == 0);
-    FUZZ_CHECK(std::memcmp(ks.data(), ks0.data(), ks.size() * 4) == 0);
+    FUZZ_CHECK(
+        softdot_fuzz::same_bytes(kp.data(), kp0.data(), kp.size() * sizeof(P)));
+    FUZZ_CHECK(
+        softdot_fuzz::same_bytes(vp.data(), vp0.data(), vp.size() * sizeof(P)));
+    FUZZ_CHECK(softdot_fuzz::same_bytes(ks.data(), ks0.data(), ks.size() * 4));
     return;
   }
   if constexpr (std::is_same_v<P, float>) {
@@ -196,7 +199,7 @@ void write(FuzzedDataProvider& f, const Case& c) {
       const auto s = static_cast<std::size_t>(slots[t]);
       for (std::size_t h = 0; h < c.Hkv; ++h) {
         FUZZ_CHECK(
-            std::memcmp(
+            softdot_fuzz::same_bytes(
                 kp.data() + ((s / c.ps * c.Hkv + h) * c.ps + s % c.ps) * c.d,
                 key.data() + (t * c.Hkv + h) * c.d, c.d * 4) == 0);
       }

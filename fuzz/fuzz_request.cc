@@ -314,14 +314,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
   plan.run();
   FUZZ_CHECK(target_bytes() == first);
   if (kind == 1) {
-    FUZZ_CHECK(partial.max.size() == first_partial.max.size());
-    FUZZ_CHECK(partial.out.size() == first_partial.out.size());
-    FUZZ_CHECK(std::memcmp(partial.max.data(), first_partial.max.data(),
-                           partial.max.size() * sizeof(float)) == 0);
-    FUZZ_CHECK(std::memcmp(partial.sum.data(), first_partial.sum.data(),
-                           partial.sum.size() * sizeof(double)) == 0);
-    FUZZ_CHECK(std::memcmp(partial.out.data(), first_partial.out.data(),
-                           partial.out.size() * sizeof(double)) == 0);
+    FUZZ_CHECK(same_bits(partial.max, first_partial.max));
+    FUZZ_CHECK(same_bits(partial.sum, first_partial.sum));
+    FUZZ_CHECK(same_bits(partial.out, first_partial.out));
   }
   if (kind == 2) {
     // Weights: each in [0, 1] or NaN; a row without NaN sums to at most 1

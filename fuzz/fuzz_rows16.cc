@@ -84,13 +84,6 @@ T pick16(FuzzedDataProvider& f) {
   }
 }
 
-template <class T>
-bool same(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() &&
-         (a.empty() ||
-          std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
-}
-
 // Calls fn; returns false when it threw std::invalid_argument (then `out`
 // must keep its bits), else runs it again and checks the bits repeat.
 template <class V, class Fn>
@@ -99,12 +92,12 @@ bool twice(Fn fn, V& out) {
   try {
     fn();
   } catch (const std::invalid_argument&) {
-    FUZZ_CHECK(same(out, before));
+    FUZZ_CHECK(softdot_fuzz::same_bits(out, before));
     return false;
   }
   const V first = out;
   fn();
-  FUZZ_CHECK(same(out, first));
+  FUZZ_CHECK(softdot_fuzz::same_bits(out, first));
   return true;
 }
 
@@ -277,7 +270,7 @@ void run_softmax(FuzzedDataProvider& f) {
               z)) {
         std::vector<T> ref(n);
         softdot::softmax(x, ref, o);
-        FUZZ_CHECK(same(z, ref));
+        FUZZ_CHECK(softdot_fuzz::same_bits(z, ref));
       }
       break;
     }
@@ -360,8 +353,8 @@ void run_rows(FuzzedDataProvider& f) {
     } else {
       softdot::softmax(xi, one, oi);
     }
-    FUZZ_CHECK(
-        std::memcmp(one.data(), y.data() + i * ystride, cols * sizeof(T)) == 0);
+    FUZZ_CHECK(softdot_fuzz::same_bytes(one.data(), y.data() + i * ystride,
+                                        cols * sizeof(T)));
   }
 }
 
@@ -416,7 +409,8 @@ void run_cross_entropy(FuzzedDataProvider& f) {
   // The losses and the gradient repeat too.
   const std::vector<T> loss1 = loss, grad1 = grad;
   softdot::cross_entropy(xv, targets, loss, gv, o);
-  FUZZ_CHECK(same(loss, loss1) && same(grad, grad1));
+  FUZZ_CHECK(softdot_fuzz::same_bits(loss, loss1) &&
+             softdot_fuzz::same_bits(grad, grad1));
   for (std::size_t i = 0; i < loss.size(); ++i) {
     const float l = widen(loss[i]);
     FUZZ_CHECK(std::isnan(l) || l >= 0.0f);
@@ -493,7 +487,7 @@ void run_sample(FuzzedDataProvider& f) {
   }
   const std::vector<float> lp1 = logprobs;
   softdot::sample(xv, seeds, tokens, logprobs, o, bitmask);
-  FUZZ_CHECK(same(logprobs, lp1));
+  FUZZ_CHECK(softdot_fuzz::same_bits(logprobs, lp1));
   for (std::size_t i = 0; i < rows; ++i) {
     const std::int64_t t = tokens[i];
     FUZZ_CHECK(t >= 0 && static_cast<std::size_t>(t) < V);
@@ -587,7 +581,9 @@ void run_linear_ce(FuzzedDataProvider& f) {
   }
   const std::vector<float> loss1 = loss, gh1 = gh, gw1 = gw;
   softdot::linear_cross_entropy(hv, wv, targets, loss, ghv, gwv, o);
-  FUZZ_CHECK(same(loss, loss1) && same(gh, gh1) && same(gw, gw1));
+  FUZZ_CHECK(softdot_fuzz::same_bits(loss, loss1) &&
+             softdot_fuzz::same_bits(gh, gh1) &&
+             softdot_fuzz::same_bits(gw, gw1));
   for (std::size_t i = 0; i < loss.size(); ++i) {
     FUZZ_CHECK(std::isnan(loss[i]) || loss[i] >= 0.0f);
     if (targets[i] == o.ignore_index) FUZZ_CHECK(loss[i] == 0.0f);
@@ -614,8 +610,8 @@ void run_linear_ce(FuzzedDataProvider& f) {
       const double ref = softdot::cross_entropy(
           softdot::MatrixView<const float>(logits.data(), N, V), targets,
           ref_loss, {}, o);
-      FUZZ_CHECK(same(std::vector<double>{ref}, result));
-      FUZZ_CHECK(same(ref_loss, loss));
+      FUZZ_CHECK(softdot_fuzz::same_bits(std::vector<double>{ref}, result));
+      FUZZ_CHECK(softdot_fuzz::same_bits(ref_loss, loss));
     }
   }
 }
