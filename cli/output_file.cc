@@ -39,8 +39,9 @@ int write_all(int fd, std::string_view content) {
 }
 
 // Files to remove if SIGINT, SIGTERM or SIGHUP ends the command: the
-// temporary files written so far (write_group). Slots are changed with those signals blocked; the handler
-// only reads them and calls unlink, which is async-signal-safe.
+// temporary files written so far (write_group). Slots are changed with those
+// signals blocked; the handler only reads them and calls unlink, which is
+// async-signal-safe.
 constexpr int kPendingSlots = 64;
 constexpr std::size_t kPendingPath = 4096;
 char g_pending[kPendingSlots][kPendingPath];
@@ -189,7 +190,8 @@ Temporary write_temporary(const std::string& path, std::string_view content) {
 // signals blocked, so a signal finds either no output changed or all of them
 // in place. Only SIGKILL, which nothing can catch, can fall between two
 // renames (microseconds), or leave the temporary files.
-void write_group(const std::vector<std::pair<std::string, std::string_view>>& files) {
+void write_group(
+    const std::vector<std::pair<std::string, std::string_view>>& files) {
   std::vector<Temporary> temps;
   try {
     for (const auto& [path, content] : files) {
@@ -211,9 +213,11 @@ void write_group(const std::vector<std::pair<std::string, std::string_view>>& fi
         replaced += (j ? ", " : " (already written: ") + temps[j].path;
       }
       if (!replaced.empty()) replaced += ")";
-      remove_temporaries(std::vector<Temporary>(temps.begin() + static_cast<std::ptrdiff_t>(i), temps.end()));
+      remove_temporaries(std::vector<Temporary>(
+          temps.begin() + static_cast<std::ptrdiff_t>(i), temps.end()));
       for (std::size_t j = 0; j < i; ++j) drop_pending(temps[j].slot);
-      throw CliError(temps[i].path + ": cannot write: " + errno_text(err) + replaced);
+      throw CliError(temps[i].path + ": cannot write: " + errno_text(err) +
+                     replaced);
     }
   }
   for (const Temporary& t : temps) drop_pending(t.slot);

@@ -57,8 +57,8 @@ TEST(CliFaults, ConcurrentWritersLeaveOneWholeOutput) {
     std::vector<pid_t> pids;
     for (int i = 0; i < kProcs; ++i) {
       pids.push_back(spawn_softdot({"softmax", "--rows",
-                                  dir.path("in" + std::to_string(i) + ".npy"),
-                                  "-o", same}));
+                                    dir.path("in" + std::to_string(i) + ".npy"),
+                                    "-o", same}));
       ASSERT_GT(pids.back(), 0);
     }
     for (pid_t pid : pids) {
