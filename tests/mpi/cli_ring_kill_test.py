@@ -11,7 +11,7 @@ cross-entropy ... --ring -o LOSS --grad GRAD`).
 
 The test runs the job once whole (the reference outputs and its duration
 T), puts "old" files at the output paths, then runs it again under mpirun
-and, at a random moment within T, kills the victim rank with SIGKILL (found
+and, at a random moment between T/4 and 0.95 T, kills the victim rank with SIGKILL (found
 by its OMPI_COMM_WORLD_RANK among the processes of the softdot binary). The
 writes are slowed (SOFTDOT_TEST_WRITE_DELAY_MS) so that the kill also lands
 while rank 0 writes. It asserts:
@@ -153,7 +153,11 @@ def main():
             with open(os.path.join(work, name), "rb") as f:
                 reference[name] = f.read()
         old = {name: f"old {name}\n".encode() for name in outputs}
-        fraction = rng.uniform(0.05, 0.95)
+        # Not in the first quarter: of about 40 kills there (most inside
+        # MPI_Init, Open MPI's start-up, before the command's first line),
+        # 2 hung mpirun itself, with "PMIX ERROR: UNREACHABLE" from its PMIx
+        # layer (docs/limits.md, "Reliability").
+        fraction = rng.uniform(0.25, 0.95)
         for attempt in range(5):
             for name in outputs:
                 with open(os.path.join(work, name), "wb") as f:
