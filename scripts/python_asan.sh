@@ -7,7 +7,8 @@
 #   2. a package directory (python/softdot/*.py and the sanitized module) and a
 #      venv with numpy, hypothesis and pytest;
 #   3. tests/python/test_fuzz_api.py with SOFTDOT_FUZZ_EXAMPLES examples per
-#      test (default 5000), the interpreter started with GCC's libasan and
+#      test (default 5000; without conftest.py, which imports torch and
+#      mpmath, neither needed here nor loaded under ASan), the interpreter started with GCC's libasan and
 #      libubsan preloaded (CPython itself is not instrumented). Any ASan or
 #      UBSan report aborts the process, which pytest cannot hide.
 # Ends with "python_asan.sh: N passed, M failed" (pytest's counts).
@@ -48,17 +49,30 @@ cp "$dir"/python/_softdot*.so "$pkg/"
 asan="$(g++ -print-file-name=libasan.so)"
 ubsan="$(g++ -print-file-name=libubsan.so)"
 [[ -f $asan && -f $ubsan ]] || die "GCC's libasan.so / libubsan.so not found"
+# detect_leaks=0: CPython keeps objects alive at exit by design.
+# verify_asan_link_order=0: the interpreter is not linked with ASan.
+sanitized=(env LD_PRELOAD="$asan:$ubsan"
+  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:verify_asan_link_order=0:strict_string_checks=1
+  UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1)
+
+# The control: in this set-up a read past a malloc'd block must be reported
+# (else a clean run below would prove nothing).
+control="$("${sanitized[@]}" "$venv/bin/python" -c '
+import ctypes
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+ctypes.string_at(libc.malloc(16), 32)' 2>&1 || true)"
+grep -q 'ERROR: AddressSanitizer: heap-buffer-overflow' <<<"$control" ||
+  die "ASan is not active in the interpreter (the control read past a block unreported)"
+log "control: ASan reports a read past a malloc'd block in this interpreter"
+
 log "pytest test_fuzz_api.py, $examples examples per test, under ASan + UBSan"
 set +e
 (
   cd "$SOFTDOT_ROOT/tests/python"
-  # detect_leaks=0: CPython keeps objects alive at exit by design.
-  # verify_asan_link_order=0: the interpreter is not linked with ASan.
-  env LD_PRELOAD="$asan:$ubsan" \
-    ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:verify_asan_link_order=0:strict_string_checks=1 \
-    UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1 \
-    PYTHONPATH="$dir/pkg" SOFTDOT_FUZZ_EXAMPLES="$examples" OMP_NUM_THREADS=2 \
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=0 \
+  "${sanitized[@]}" PYTHONPATH="$dir/pkg" SOFTDOT_FUZZ_EXAMPLES="$examples" OMP_NUM_THREADS=2 \
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider --noconftest --durations=0 \
+    --hypothesis-show-statistics \
     test_fuzz_api.py "$@"
 ) 2>&1 | tee "$dir/pytest.log"
 rc=${PIPESTATUS[0]}

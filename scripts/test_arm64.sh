@@ -5,8 +5,15 @@
 # (softdot leaves SVE out, so NEON must be picked there too). Installs what
 # it needs (dpkg --add-architecture arm64, apt-get) when something is missing.
 #
-#   bash scripts/test_arm64.sh        # every C++ test (about 20 minutes)
+#   bash scripts/test_arm64.sh        # every C++ test (about 40 minutes on 2 cores)
 #   bash scripts/test_arm64.sh --ci   # the subset scripts/test.sh runs
+#
+# The whole suite includes the command's tests: they start the aarch64
+# `softdot` through the same emulator (tests/cli/CMakeLists.txt passes
+# CMAKE_CROSSCOMPILING_EMULATOR to them), since nothing registers qemu with
+# the kernel here; unit tests get 3600 s each instead of 600 (the slowest,
+# AttentionUnits.WithinBoundAndHardwareMatchesModel, takes about 300 s under
+# qemu). MPI is off in the cross build (no arm64 Open MPI is installed).
 #
 # --ci builds and runs the tests that compare bits with x86 and check the
 # dispatch: the golden files (tests/golden_test: the same outputs, bit for
