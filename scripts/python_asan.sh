@@ -78,8 +78,8 @@ set +e
 rc=${PIPESTATUS[0]}
 set -e
 grep -aq 'AddressSanitizer\|runtime error:' "$dir/pytest.log" && rc=1
-passed=$(sed -n 's/.* \([0-9]*\) passed.*/\1/p' "$dir/pytest.log" | tail -1)
-failed=$(sed -n 's/.* \([0-9]*\) failed.*/\1/p' "$dir/pytest.log" | tail -1)
+passed=$(grep -aoE '[0-9]+ passed' "$dir/pytest.log" | tail -1 | cut -d' ' -f1 || true)
+failed=$(grep -aoE '[0-9]+ failed' "$dir/pytest.log" | tail -1 | cut -d' ' -f1 || true)
 log "built in ${built_s}s, total $(((SECONDS - start) / 60))m$(((SECONDS - start) % 60))s"
 echo "python_asan.sh: ${passed:-0} passed, ${failed:-$((rc != 0))} failed"
 exit "$rc"
