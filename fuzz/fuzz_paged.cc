@@ -198,10 +198,9 @@ void write(FuzzedDataProvider& f, const Case& c) {
       if (slots[t] < 0) continue;
       const auto s = static_cast<std::size_t>(slots[t]);
       for (std::size_t h = 0; h < c.Hkv; ++h) {
-        FUZZ_CHECK(
-            softdot_fuzz::same_bytes(
-                kp.data() + ((s / c.ps * c.Hkv + h) * c.ps + s % c.ps) * c.d,
-                key.data() + (t * c.Hkv + h) * c.d, c.d * 4) == 0);
+        FUZZ_CHECK(softdot_fuzz::same_bytes(
+            kp.data() + ((s / c.ps * c.Hkv + h) * c.ps + s % c.ps) * c.d,
+            key.data() + (t * c.Hkv + h) * c.d, c.d * 4));
       }
     }
   }
