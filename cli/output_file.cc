@@ -213,9 +213,10 @@ void write_group(
         replaced += (j ? ", " : " (already written: ") + temps[j].path;
       }
       if (!replaced.empty()) replaced += ")";
-      remove_temporaries(std::vector<Temporary>(
-          temps.begin() + static_cast<std::ptrdiff_t>(i), temps.end()));
-      for (std::size_t j = 0; j < i; ++j) drop_pending(temps[j].slot);
+      for (std::size_t j = i; j < temps.size(); ++j) {
+        ::unlink(temps[j].temp.c_str());
+      }
+      for (const Temporary& t : temps) drop_pending(t.slot);
       throw CliError(temps[i].path + ": cannot write: " + errno_text(err) +
                      replaced);
     }

@@ -480,7 +480,7 @@ def test_paged_attention(case, causal):
     assert kc.dtype == q.dtype and h % hkv == 0 and table.dtype.kind == "i"
     for bi in range(b):
         n = int(lens[bi])
-        assert 0 <= n <= table.shape[1] * page and n >= l_q or not causal or n >= 0
+        assert 0 <= n <= table.shape[1] * page
         rows = [int(table[bi, t // page]) for t in range(n)]
         assert all(0 <= p < kc.shape[0] for p in rows)
         k = np.array([kc[p, t % page] for t, p in enumerate(rows)], np.float64).reshape(n, hkv, e)
