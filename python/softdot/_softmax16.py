@@ -142,14 +142,15 @@ def row_op(
     t = scale_check(fn, temperature)
     w = None if where is None else R.where_of(fn, where, xb.shape, kind)
     user, ob = output(fn, out, xb.shape, dtype, kind)
+    if out is not None:  # as the float32 path: out is x itself or shares nothing
+        A.check_overlap(fn, ob, "x", xb, True)
+        A.check_overlap(fn, ob, "where", w, False)
     if xb.size == 0:
         return user
     n = xb.shape[ax]
     xm, om = np.moveaxis(xb, ax, -1), np.moveaxis(ob, ax, -1)
     x2 = _rows(xm, n)
     w2 = None if w is None else np.ascontiguousarray(np.moveaxis(w, ax, -1)).reshape(-1, n)
-    if out is not None and not np.shares_memory(x2, om) and np.shares_memory(xb, ob):
-        x2 = x2.copy()  # x was viewed, out overlaps it in another layout
     _write(om, n, lambda o2: _core.softmax16_rows(x2, o2, w2, log, t, bf16, fast))
     return user
 
@@ -224,6 +225,9 @@ def logsumexp(
         w = w.reshape(1)
     shape = keep_shape if keepdims else res_shape
     user, ob = output(fn, out, shape, dtype, kind)
+    if out is not None:
+        A.check_overlap(fn, ob, "x", xb, False)
+        A.check_overlap(fn, ob, "where", w, False)
     order = [i for i in range(nd) if i not in axes] + list(axes)
     rows_shape = tuple(s for i, s in enumerate(xb.shape) if i not in axes) + (n,)
 
@@ -259,6 +263,9 @@ def softmax_backward(fn: str, y: Any, dy: Any, axis: Any, out: Any) -> Any:
     if yb.shape[ax] == 0:
         raise ValueError(f"{fn}: y has shape {yb.shape}: axis {ax} is empty")
     user, ob = output(fn, out, yb.shape, dtype, kind)
+    if out is not None:  # out may be y or dy itself, and share nothing else
+        A.check_overlap(fn, ob, "y", yb, True)
+        A.check_overlap(fn, ob, "dy", db, True)
     if yb.size == 0:
         return user
     n = yb.shape[ax]

@@ -113,6 +113,43 @@ def test_out_and_in_place(name, dt, tdt):
 
 
 @pytest.mark.parametrize("name,dt,tdt", FORMATS)
+def test_overlapping_out_is_refused(name, dt, tdt):
+    """As for float32: out is the input itself (in place) or shares no element
+    with it; any other overlap (shifted, transposed, inside x, the mask) is a
+    ValueError naming out and the input, and the refused call writes nothing.
+    (The 16-bit path copies its inputs, so it could compute these, but the
+    same call must not pass or fail with the dtype.)"""
+    buf = logits((1, 13), dt)[0]
+    keep = buf.view(np.uint16).copy()
+    for name_, call in [
+        ("x", lambda: softdot.softmax(buf[:12], out=buf[1:])),
+        ("x", lambda: softdot.log_softmax(buf[:12], out=buf[1:])),
+        ("x", lambda: softdot.logsumexp(buf[:12].reshape(3, 4), axis=1, out=buf[:3])),
+        ("dy", lambda: softdot.softmax_backward(np.ones(6, dt), buf[:6], out=buf[1:7])),
+        ("y", lambda: softdot.softmax_backward(buf[:6], np.ones(6, dt), out=buf[1:7])),
+    ]:
+        with pytest.raises(ValueError, match=f"out overlaps {name_}"):
+            call()
+        assert np.array_equal(buf.view(np.uint16), keep)
+    sq = logits((4, 4), dt)
+    with pytest.raises(ValueError, match="out overlaps x"):
+        softdot.softmax(sq, out=sq.T)
+    t = torch.from_numpy(logits((4, 4), np.float32)).to(tdt)
+    with pytest.raises(ValueError, match="out overlaps x"):
+        softdot.softmax(t, out=t.T)
+    # Interleaved (no shared element) and in place stay allowed.
+    two = logits((8, 2), dt)
+    want = softdot.softmax(two[:, 0].copy())
+    softdot.softmax(two[:, 0], out=two[:, 1])
+    assert np.array_equal(two[:, 1].view(np.uint16), want.view(np.uint16))
+    y = softdot.softmax(logits((2, 9), dt))
+    dy = logits((2, 9), dt)
+    want = softdot.softmax_backward(y, dy)
+    softdot.softmax_backward(y, dy, out=dy)
+    assert np.array_equal(dy.view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.parametrize("name,dt,tdt", FORMATS)
 def test_special_values(name, dt, tdt):
     inf, nan = np.inf, np.nan
     x = np.array([[1.0, -inf, 2.0], [-inf, -inf, -inf], [inf, 0.0, inf], [1.0, nan, 0.0]], dt)
