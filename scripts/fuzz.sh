@@ -6,6 +6,7 @@
 #
 #   bash scripts/fuzz.sh 60                 # every target, 60 s each
 #   bash scripts/fuzz.sh 3600 fuzz_npy      # one target for an hour
+#   FUZZ_KEEP=1 FUZZ_MERGE=1 bash scripts/fuzz.sh 3600   # a campaign: see below
 #
 # Settings (environment):
 #   FUZZ_BUILD_DIR  the build tree (default build-fuzz/)
@@ -17,8 +18,14 @@
 #                   on every machine (scripts/test.sh uses it, so that CI
 #                   fails only on a change, never on a lucky find; finding
 #                   new faults is what longer runs without them are for)
-# Each target's new corpus entries stay in its work directory; the committed
-# corpus (fuzz/corpus/<target>/) is only read. Ends with
+#   FUZZ_KEEP=1     keep each work directory's corpus from earlier runs (the
+#                   committed one is copied in beside it), so that runs add up
+#   FUZZ_MERGE=1    when every target passed, add to fuzz/corpus/<target>/ the
+#                   work corpus's inputs that cover edges the committed corpus
+#                   does not (libFuzzer -merge=1 -use_counters=0); commit them
+# Without FUZZ_MERGE the committed corpus (fuzz/corpus/<target>/) is only
+# read. Each target's line gives its executions, coverage and the CPU time
+# its fuzzer used (user + sys, every thread). Ends with
 # "fuzz.sh: N passed, M failed".
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -49,16 +56,24 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_st
 
 # run_one TARGET: fuzzes TARGET for $seconds; its status is libFuzzer's.
 run_one() {
-  local t="$1" dir="$work_dir/$1"
-  rm -rf "$dir"
+  local t="$1" dir="$work_dir/$1" f st=0
+  [[ -n "${FUZZ_KEEP:-}" ]] || rm -rf "$dir"
   mkdir -p "$dir/corpus" "$dir/crashes"
-  cp "$SOFTDOT_ROOT/fuzz/corpus/$t/"* "$dir/corpus/"
+  for f in "$SOFTDOT_ROOT/fuzz/corpus/$t/"*; do
+    [[ -e "$dir/corpus/${f##*/}" ]] || cp "$f" "$dir/corpus/"
+  done
   local fixed=()
   [[ -n "${FUZZ_SEED:-}" ]] && fixed+=(-seed="$FUZZ_SEED")
   [[ -n "${FUZZ_RUNS:-}" ]] && fixed+=(-runs="$FUZZ_RUNS")
   "$build_dir/fuzz/$t" "$dir/corpus" -max_total_time="$seconds" -timeout=30 \
     -rss_limit_mb=2048 -artifact_prefix="$dir/crashes/" -print_final_stats=1 \
-    "${fixed[@]}" >"$dir/log" 2>&1
+    "${fixed[@]}" >"$dir/log" 2>&1 || st=$?
+  # The CPU of this subshell's children, the fuzzer (and a few cp): `times`
+  # in this process (a pipe or $(...) would fork one whose children have none).
+  times >"$dir/times"
+  awk 'NR == 2 { split($1, u, "[ms]"); split($2, s, "[ms]");
+    printf "%.1f\n", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$dir/times" >"$dir/cpu"
+  return "$st"
 }
 
 log "fuzzing ${targets[*]} for ${seconds}s each, $parallel at a time; logs in $work_dir/<target>/log"
@@ -90,7 +105,7 @@ for t in "${targets[@]}"; do
   execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$dir/log")"
   if ((status[$t] == 0)); then
     passed=$((passed + 1))
-    log "$t: OK, ${execs:-?} executions (at most ${seconds}s), $cov"
+    log "$t: OK, ${execs:-?} executions (at most ${seconds}s, CPU $(cat "$dir/cpu" 2>/dev/null || echo ?) s), $cov"
   else
     failed=$((failed + 1))
     log "$t: FAILED (status ${status[$t]}); reproducer(s): $(ls "$dir/crashes" 2>/dev/null | sed "s|^|$dir/crashes/|" | tr '\n' ' ')"
@@ -98,5 +113,20 @@ for t in "${targets[@]}"; do
   fi
   : "$stats"
 done
+if [[ -n "${FUZZ_MERGE:-}" ]] && ((failed == 0)); then
+  for t in "${targets[@]}"; do
+    dir="$work_dir/$t"
+    rm -rf "$dir/merged"
+    mkdir -p "$dir/merged"
+    cp "$SOFTDOT_ROOT/fuzz/corpus/$t/"* "$dir/merged/"
+    before=$(find "$dir/merged" -type f | wc -l)
+    "$build_dir/fuzz/$t" -merge=1 -use_counters=0 -timeout=30 -rss_limit_mb=2048 \
+      "$dir/merged" "$dir/corpus" >"$dir/merge.log" 2>&1 || die "$t: merge failed ($dir/merge.log)"
+    for f in "$dir/merged/"*; do
+      [[ -e "$SOFTDOT_ROOT/fuzz/corpus/$t/${f##*/}" ]] || cp "$f" "$SOFTDOT_ROOT/fuzz/corpus/$t/"
+    done
+    log "$t: corpus $before -> $(find "$SOFTDOT_ROOT/fuzz/corpus/$t" -type f | wc -l) files ($(grep -oE '[0-9]+ new coverage edges' "$dir/merge.log" | tail -1 || echo '0 new coverage edges'))"
+  done
+fi
 echo "fuzz.sh: ${passed} passed, ${failed} failed"
 ((failed == 0))
