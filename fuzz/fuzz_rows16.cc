@@ -285,9 +285,23 @@ void run_softmax(FuzzedDataProvider& f) {
         for (T& v : w) v = pick16<T>(f);
       }
       if (twice([&] { softdot::softmax_backward(w, dy, y); }, y)) {
+        // A NaN in w or dy makes the row NaN, and so does an infinite w
+        // (not a softmax output) times dy = 0 in <dy, w> (IEEE's 0 inf, the
+        // rule of softmax_backward_special_row); a zero weight gets exactly
+        // 0 otherwise.
         bool nan = false;
         for (std::size_t i = 0; i < n; ++i) {
-          nan = nan || std::isnan(widen(w[i])) || std::isnan(widen(dy[i]));
+          const float wi = widen(w[i]), di = widen(dy[i]);
+          nan = nan || std::isnan(wi) || std::isnan(di) ||
+                (std::isinf(wi) && di == 0.0f);
+        }
+        if (std::getenv("FUZZ_VERBOSE") != nullptr) {
+          for (std::size_t i = 0; i < n; ++i) {
+            std::fprintf(stderr, "i %zu w %a dy %a dx %a\n", i,
+                         static_cast<double>(widen(w[i])),
+                         static_cast<double>(widen(dy[i])),
+                         static_cast<double>(widen(y[i])));
+          }
         }
         for (std::size_t i = 0; i < n; ++i) {
           if (nan) {
