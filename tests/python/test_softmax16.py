@@ -115,7 +115,7 @@ def test_out_and_in_place(name, dt, tdt):
 @pytest.mark.parametrize("name,dt,tdt", FORMATS)
 def test_overlapping_out_is_refused(name, dt, tdt):
     """As for float32: out is the input itself (in place) or shares no element
-    with it; any other overlap (shifted, transposed, inside x, the mask) is a
+    with it; any other overlap (shifted, transposed, out inside x) is a
     ValueError naming out and the input, and the refused call writes nothing.
     (The 16-bit path copies its inputs, so it could compute these, but the
     same call must not pass or fail with the dtype.)"""
