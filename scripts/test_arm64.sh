@@ -5,7 +5,7 @@
 # (softdot leaves SVE out, so NEON must be picked there too). Installs what
 # it needs (dpkg --add-architecture arm64, apt-get) when something is missing.
 #
-#   bash scripts/test_arm64.sh        # every C++ test (about 40 minutes on 2 cores)
+#   bash scripts/test_arm64.sh        # every C++ test (about 20 minutes on 2 cores)
 #   bash scripts/test_arm64.sh --ci   # the subset scripts/test.sh runs
 #
 # The whole suite includes the command's tests: they start the aarch64
