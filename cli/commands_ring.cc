@@ -125,6 +125,7 @@ struct Header {
   std::int64_t mask_b = 0, mask_h = 0;  // 0: no mask
   std::int64_t bias_b = 0, bias_h = 0;  // 0: no bias
   std::int64_t four_d = 0;
+  std::int64_t alibi = 0;  // ALiBi slopes (one per query head), 0: none
 };
 
 template <class KV>
@@ -136,6 +137,10 @@ int ring_compute(const AttentionArgs& args, const AttentionInputs* in,
   // The whole mask and bias, [mb, mh, n, n] (rank 0 fills them).
   std::vector<char> mask_all;
   std::vector<float> bias_all;
+  // Options read from files reach rank 0 only: each goes to every rank
+  // below (the ring compares every option across ranks and refuses a
+  // difference).
+  std::vector<float> alibi;
   if (rank == 0) {
     try {
       assemble_tensors(*in, &t, &options);
@@ -152,6 +157,8 @@ int ring_compute(const AttentionArgs& args, const AttentionInputs* in,
       h.d = static_cast<std::int64_t>(t.q.cols);
       h.dv = static_cast<std::int64_t>(t.v.cols);
       h.four_d = in->q.rank() == 4;
+      alibi.assign(options.alibi_slopes.begin(), options.alibi_slopes.end());
+      h.alibi = static_cast<std::int64_t>(alibi.size());
       const std::size_t n = t.q.rows;
       if (!options.mask.empty()) {
         const auto& m = options.mask;
@@ -201,6 +208,10 @@ int ring_compute(const AttentionArgs& args, const AttentionInputs* in,
   const std::size_t rows = L.rows();
   constexpr bool kInt8 = std::is_same_v<KV, std::int8_t>;
 
+  if (h.alibi) {
+    alibi.resize(static_cast<std::size_t>(h.alibi));
+    bcast_vec(alibi, comm);
+  }
   // The mask and bias go to every rank whole; each takes its rows.
   if (h.mask_b) {
     mask_all.resize(static_cast<std::size_t>(h.mask_b * h.mask_h) * n * n);
@@ -254,6 +265,7 @@ int ring_compute(const AttentionArgs& args, const AttentionInputs* in,
   ro.attention = options;
   ro.attention.mask = {};
   ro.attention.bias = {};
+  ro.attention.alibi_slopes = alibi;
   ro.seq_len = n;
   ro.layout = kind;
   ro.deterministic = args.deterministic;

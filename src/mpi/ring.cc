@@ -29,7 +29,9 @@
 #include <utility>
 #include <vector>
 
+#include "attention_checks.h"
 #include "mpi/comm.h"
+#include "mpi/ring_core.h"
 #include "softdot/attention.h"
 #include "softdot/attention_request.h"
 #include "softdot/mpi.h"
@@ -82,28 +84,13 @@ using detail::agree_or_throw;
 using detail::agree_or_throw_runtime;
 using detail::check_mpi;
 using detail::DupComm;
+using detail::hidden;
+using detail::kPollRows;
+using detail::row_range;
+using detail::shape;
 
 constexpr const char* kFn = "softdot::mpi::ring_attention";
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-template <class T>
-TensorView<T> row_range(const TensorView<T>& t, std::size_t r0, std::size_t n) {
-  TensorView<T> s = t;
-  if (t.data != nullptr) s.data = t.data + r0 * t.row_stride;
-  s.rows = n;
-  return s;
-}
-
-std::string dims(const char* name, std::size_t b, std::size_t h, std::size_t r,
-                 std::size_t c) {
-  return std::string(name) + " [" + std::to_string(b) + ", " +
-         std::to_string(h) + ", " + std::to_string(r) + ", " +
-         std::to_string(c) + "]";
-}
-template <class T>
-std::string dims(const char* name, const TensorView<T>& t) {
-  return dims(name, t.batch, t.heads, t.rows, t.cols);
-}
 
 std::size_t align64(std::size_t n) { return (n + 63) / 64 * 64; }
 
@@ -187,18 +174,11 @@ std::string check_local(const RingLayout& L, int rank,
                         const TensorView<float>& out, const RingOptions& ro) {
   const std::string fn = kFn;
   const AttentionOptions& o = ro.attention;
-  if (o.kv_begin != 0 || o.kv_end != std::numeric_limits<std::size_t>::max() ||
-      o.q_position != AttentionOptions::kAutoPosition || o.kv_position != 0 ||
-      o.prefill_form || o.batch_invariant) {
-    return fn +
-           ": options.attention.kv_begin, kv_end, q_position, "
-           "kv_position, prefill_form and batch_invariant must keep their "
-           "defaults";
-  }
+  if (std::string e = detail::check_ring_defaults(fn, o); !e.empty()) return e;
   const std::size_t n = L.rows();
   if (q.rows != n || k.rows != n || v.rows != n) {
-    return fn + ": " + dims("q", q) + ", " + dims("k", k) + " and " +
-           dims("v", v) + " must have rows = " + std::to_string(n) +
+    return fn + ": " + shape("q", q) + ", " + shape("k", k) + " and " +
+           shape("v", v) + " must have rows = " + std::to_string(n) +
            " (seq_len " + std::to_string(ro.seq_len) + " over " +
            std::to_string(L.ranks) + " ranks, " +
            (L.kind == Layout::zigzag ? "zigzag" : "contiguous") +
@@ -206,19 +186,19 @@ std::string check_local(const RingLayout& L, int rank,
   }
   if (out.batch != q.batch || out.heads != q.heads || out.rows != n ||
       out.cols != v.cols) {
-    return fn + ": " + dims("out", out) + " must be " +
-           dims("out", q.batch, q.heads, n, v.cols) + " for " + dims("q", q) +
-           " and " + dims("v", v);
+    return fn + ": " + shape("out", out) + " must be " +
+           shape("out", q.batch, q.heads, n, v.cols) + " for " + shape("q", q) +
+           " and " + shape("v", v);
   }
   if (out.data == nullptr) return fn + ": out has null data";
   if (out.rows > 1 && out.row_stride < out.cols) {
-    return fn + ": " + dims("out", out) + " has row_stride " +
+    return fn + ": " + shape("out", out) + " has row_stride " +
            std::to_string(out.row_stride) + " < cols";
   }
   auto check_extra = [&](const char* name, auto& t) -> std::string {
     if (t.data == nullptr) return "";
     if (t.rows != n || t.cols != ro.seq_len) {
-      return fn + ": options.attention." + dims(name, t) + " must have rows " +
+      return fn + ": options.attention." + shape(name, t) + " must have rows " +
              std::to_string(n) + " (the local queries) and cols = seq_len " +
              std::to_string(ro.seq_len);
     }
@@ -263,116 +243,29 @@ std::string check_same(MPI_Comm comm, const TensorView<const float>& q,
                        const TensorView<const KT>& k,
                        const TensorView<const KT>& v, const RingOptions& ro,
                        bool lse) {
-  const AttentionOptions& o = ro.attention;
-  const double scale = o.scale;
-  const char* names[] = {"q.batch",       "q.heads",  "k.heads", "q.cols",
-                         "v.cols",        "rows",     "seq_len", "layout",
-                         "deterministic", "K/V type", "causal",  "window_left",
-                         "window_right",  "scale",    "softcap", "mask",
-                         "bias",          "sinks",    "precise", "lse"};
-  const long long vals[] = {
-      static_cast<long long>(q.batch),
-      static_cast<long long>(q.heads),
-      static_cast<long long>(k.heads),
-      static_cast<long long>(q.cols),
-      static_cast<long long>(v.cols),
-      static_cast<long long>(q.rows),
-      static_cast<long long>(ro.seq_len),
-      static_cast<long long>(ro.layout),
-      ro.deterministic ? 1 : 0,
-      kv_code<KT>(),
-      o.causal ? 1 : 0,
-      static_cast<long long>(o.window_left),
-      static_cast<long long>(o.window_right),
-      std::isnan(scale) ? -1 : std::bit_cast<long long>(scale),
-      static_cast<long long>(std::bit_cast<std::uint32_t>(o.softcap)),
-      o.mask.empty() ? 0 : 1,
-      o.bias.empty() ? 0 : 1,
-      static_cast<long long>(o.sinks.size()),
-      o.precise ? 1 : 0,
-      lse ? 1 : 0};
-  constexpr int kN = static_cast<int>(sizeof(vals) / sizeof(vals[0]));
-  long long both[2 * kN], agg[2 * kN];
-  for (int i = 0; i < kN; ++i) {
-    both[i] = vals[i];
-    both[kN + i] = -vals[i];
-  }
-  // One reduction: the minimum of x and of -x (the maximum).
-  check_mpi(MPI_Allreduce(both, agg, 2 * kN, MPI_LONG_LONG, MPI_MIN, comm),
-            "MPI_Allreduce");
-  for (int i = 0; i < kN; ++i) {
-    if (agg[i] != -agg[kN + i]) {
-      return std::string(kFn) + ": " + names[i] +
-             " differs between ranks (every rank must pass the same shapes "
-             "and options)";
-    }
-  }
-  return "";
+  std::vector<detail::SameField> f = detail::ring_fields(q, k.heads, v.cols, ro);
+  f.push_back({"K/V type", kv_code<KT>()});
+  f.push_back({"lse", lse ? 1 : 0});
+  return detail::check_same(comm, kFn, f);
 }
 
 // The deterministic merge: a binary tree over the kRingBlock-key blocks of
-// the sequence (leaves = the real blocks, ceil(seq_len / kRingBlock),
-// padded to a power of two with empty leaves), each node the merge of its
-// two children. Its shape depends on seq_len alone, and merging is
-// commutative bit for bit with the empty partial its identity, so the root
-// has the same bits in whatever order the leaves arrive: the same for every
-// P. A complete subtree is merged as soon as its leaves are in, so at most
-// about log2(leaves) pending subtrees per contiguous run of arrived blocks
-// are kept (O(P log n) partials, not one per block).
-class BlockTree {
- public:
-  explicit BlockTree(std::size_t real_leaves) {
-    while (leaves_ < real_leaves) {
-      leaves_ *= 2;
-      ++top_;
-    }
-    for (std::size_t i = real_leaves; i < leaves_; ++i) add(i, std::nullopt);
+// the sequence (leaves = the real blocks, ceil(seq_len / kRingBlock)), each
+// node the merge of its two children. Merging is commutative bit for bit
+// with the empty partial its identity, so the root has the same bits in
+// whatever order the leaves arrive: the same for every P (ring_core.h).
+struct MergePartials {
+  void operator()(AttentionPartial& a, const AttentionPartial& b) const {
+    attention_merge(a, b);
   }
-  // Leaf i's partial (nullopt: empty, the identity). Each leaf once.
-  void add(std::size_t leaf, std::optional<AttentionPartial> p) {
-    int level = 0;
-    std::size_t idx = leaf;
-    while (level < top_) {
-      const auto sib = pending_.find({level, idx ^ 1});
-      if (sib == pending_.end()) {
-        pending_.emplace(std::make_pair(level, idx), std::move(p));
-        return;
-      }
-      std::optional<AttentionPartial> other = std::move(sib->second);
-      pending_.erase(sib);
-      if (!p) {
-        p = std::move(other);
-      } else if (other) {
-        attention_merge(*p, *other);
-      }
-      ++level;
-      idx >>= 1;
-    }
-    root_ = std::move(p);
-    complete_ = true;
-  }
-  bool complete() const noexcept { return complete_; }
-  const std::optional<AttentionPartial>& root() const noexcept { return root_; }
-
- private:
-  std::size_t leaves_ = 1;
-  int top_ = 0;
-  std::map<std::pair<int, std::size_t>, std::optional<AttentionPartial>>
-      pending_;
-  std::optional<AttentionPartial> root_;
-  bool complete_ = false;
 };
+using BlockTree = detail::LeafTree<AttentionPartial, MergePartials>;
 
-// Query rows per compute call while a transfer is in flight (P > 1): the
-// rank calls MPI_Testall between calls, and Open MPI moves a nonblocking
-// transfer only inside MPI calls, so shorter calls let more of it overlap.
-// The pieces run in the prefill form, which the whole chunk would take too
-// (it has more than kDecodeMaxRows rows per KV head), and the prefill form
-// computes each row alone: the bits are those of one call on the chunk.
-constexpr std::size_t kPollRows = 256;
-// attention()'s decode form takes at most this many rows per KV head
-// (attention.h).
-constexpr std::size_t kDecodeMaxRowsPerKvHead = 16;
+// Query rows per compute call while a transfer is in flight: kPollRows
+// (ring_core.h). The pieces run in the prefill form, which the whole chunk
+// would take too (it has more than kDecodeMaxRows rows per KV head), and
+// the prefill form computes each row alone: the bits are those of one call
+// on the chunk.
 
 // One piece of a query chunk of this rank (contiguous positions).
 struct QueryChunk {
@@ -383,19 +276,6 @@ struct QueryChunk {
   AttentionPartial acc;
   std::optional<BlockTree> tree;  // deterministic
 };
-
-// Whether no query of [q0, q1] can see a key of [k0, k1] (the causal mask
-// and the window); such a pair is the identity and is skipped.
-bool hidden(const AttentionOptions& o, std::size_t q0, std::size_t q1,
-            std::size_t k0, std::size_t k1) {
-  std::ptrdiff_t wr = o.window_right, wl = o.window_left;
-  if (o.causal) wr = 0;
-  const auto sq0 = static_cast<long long>(q0), sq1 = static_cast<long long>(q1);
-  const auto sk0 = static_cast<long long>(k0), sk1 = static_cast<long long>(k1);
-  if (wr >= 0 && sk0 > sq1 + wr) return true;
-  if (wl >= 0 && sk1 < sq0 - wl) return true;
-  return false;
-}
 
 template <class KT>
 void run_ring(MPI_Comm user_comm, const TensorView<const float>& q,
@@ -451,7 +331,7 @@ void run_ring(MPI_Comm user_comm, const TensorView<const float>& q,
       // Pieces only with transfers to overlap, and only where the whole
       // chunk runs the prefill form anyway (see kPollRows).
       const bool pieces =
-          P > 1 && real > kPollRows && g * real > kDecodeMaxRowsPerKvHead;
+          P > 1 && real > kPollRows && g * real > softdot::detail::attn::kDecodeRows;
       const std::size_t piece =
           pieces ? kPollRows : std::max<std::size_t>(real, 1);
       for (std::size_t r0 = 0; r0 < real; r0 += piece) {
@@ -461,7 +341,7 @@ void run_ring(MPI_Comm user_comm, const TensorView<const float>& q,
         x.real = std::min(piece, real - r0);
         x.prefill = pieces;
         x.acc = AttentionPartial::empty(B, H, x.real, dv);
-        if (ro.deterministic) x.tree.emplace(real_blocks);
+        if (ro.deterministic) x.tree.emplace(real_blocks, true);
       }
     }
   } catch (const std::exception& e) {

@@ -60,6 +60,7 @@
 
 #include "attention_checks.h"
 #include "mpi/comm.h"
+#include "mpi/ring_core.h"
 #include "softdot/attention.h"
 #include "softdot/attention_request.h"
 #include "softdot/mpi.h"
@@ -71,19 +72,13 @@ using detail::agree_or_throw;
 using detail::agree_or_throw_runtime;
 using detail::check_mpi;
 using detail::DupComm;
+using detail::hidden;
+using detail::kPollRows;
+using detail::row_range;
+using detail::shape;
 
 constexpr const char* kFn = "softdot::mpi::ring_attention_backward";
 constexpr int kKvTag = 0, kAccTag = 1;
-// Query rows per call while a transfer is in flight (as the forward's).
-constexpr std::size_t kPollRows = 256;
-
-template <class T>
-TensorView<T> row_range(const TensorView<T>& t, std::size_t r0, std::size_t n) {
-  TensorView<T> s = t;
-  if (t.data != nullptr) s.data = t.data + r0 * t.row_stride;
-  s.rows = n;
-  return s;
-}
 
 template <class T>
 TensorView<T> first_cols(const TensorView<T>& t, std::size_t cols) {
@@ -92,117 +87,51 @@ TensorView<T> first_cols(const TensorView<T>& t, std::size_t cols) {
   return s;
 }
 
-std::string dims(const char* name, std::size_t b, std::size_t h, std::size_t r,
-                 std::size_t c) {
-  return std::string(name) + " [" + std::to_string(b) + ", " +
-         std::to_string(h) + ", " + std::to_string(r) + ", " +
-         std::to_string(c) + "]";
-}
-template <class T>
-std::string dims(const char* name, const TensorView<T>& t) {
-  return dims(name, t.batch, t.heads, t.rows, t.cols);
-}
-
-// Whether no query of [q0, q1] can see a key of [k0, k1] (the causal mask
-// and the window): such a pair adds nothing and is skipped.
-bool hidden(const AttentionOptions& o, std::size_t q0, std::size_t q1,
-            std::size_t k0, std::size_t k1) {
-  std::ptrdiff_t wr = o.window_right, wl = o.window_left;
-  if (o.causal) wr = 0;
-  const auto sq0 = static_cast<long long>(q0), sq1 = static_cast<long long>(q1);
-  const auto sk0 = static_cast<long long>(k0), sk1 = static_cast<long long>(k1);
-  if (wr >= 0 && sk0 > sq1 + wr) return true;
-  if (wl >= 0 && sk1 < sq0 - wl) return true;
-  return false;
-}
-
-// A binary tree of elementwise double sums over `real` leaves (padded to a
-// power of two with empty leaves); see the file comment. The pending nodes
-// (complete subtrees whose sibling is not in yet) are kept by (level,
-// index); the root is the node (top, 0).
-class SumTree {
- public:
-  using Node = std::optional<std::vector<double>>;
-
-  SumTree() = default;
-  // pad: add the empty padding leaves now (false: a tree read from a
-  // message, whose padding leaves are already in).
-  SumTree(std::size_t real, bool pad) {
-    while (leaves_ < real) {
-      leaves_ *= 2;
-      ++top_;
-    }
-    if (pad) {
-      for (std::size_t i = real; i < leaves_; ++i) add(i, std::nullopt);
-    }
+// A binary tree of elementwise double sums over `real` leaves
+// (ring_core.h's LeafTree); see the file comment.
+struct AddDoubles {
+  void operator()(std::vector<double>& a, const std::vector<double>& b) const {
+    double* x = a.data();
+    const double* y = b.data();
+    for (std::size_t i = 0; i < a.size(); ++i) x[i] += y[i];
   }
-
-  // Leaf i's value (nullopt: empty). Each leaf once.
-  void add(std::size_t leaf, Node x) {
-    int level = 0;
-    std::size_t idx = leaf;
-    while (level < top_) {
-      const auto sib = nodes_.find({level, idx ^ 1});
-      if (sib == nodes_.end()) {
-        nodes_.emplace(std::make_pair(level, idx), std::move(x));
-        return;
-      }
-      Node other = std::move(sib->second);
-      nodes_.erase(sib);
-      if (!x) {
-        x = std::move(other);
-      } else if (other) {
-        double* a = x->data();
-        const double* b = other->data();
-        for (std::size_t i = 0; i < x->size(); ++i) a[i] += b[i];
-      }
-      ++level;
-      idx >>= 1;
-    }
-    nodes_.emplace(std::make_pair(top_, std::size_t{0}), std::move(x));
-  }
-
-  bool complete() const { return nodes_.count({top_, 0}) == 1; }
-  // The root (complete() only): nullopt when every leaf was empty.
-  Node& root() { return nodes_.at({top_, 0}); }
-
-  // Appends the pending nodes: count, then (level, index, present, values).
-  void write(std::vector<double>& buf) const {
-    buf.push_back(static_cast<double>(nodes_.size()));
-    for (const auto& [key, node] : nodes_) {
-      buf.push_back(key.first);
-      buf.push_back(static_cast<double>(key.second));
-      buf.push_back(node ? 1.0 : 0.0);
-      if (node) buf.insert(buf.end(), node->begin(), node->end());
-    }
-  }
-  // Reads what write() wrote (values of `size` doubles each) from
-  // buf[at, ...), advancing at.
-  void read(const std::vector<double>& buf, std::size_t& at, std::size_t size) {
-    auto next = [&]() -> double {
-      if (at >= buf.size()) throw std::runtime_error("short message");
-      return buf[at++];
-    };
-    const auto count = static_cast<std::size_t>(next());
-    for (std::size_t e = 0; e < count; ++e) {
-      const int level = static_cast<int>(next());
-      const auto idx = static_cast<std::size_t>(next());
-      Node node;
-      if (next() != 0.0) {
-        if (buf.size() - at < size) throw std::runtime_error("short message");
-        node.emplace(buf.begin() + static_cast<std::ptrdiff_t>(at),
-                     buf.begin() + static_cast<std::ptrdiff_t>(at + size));
-        at += size;
-      }
-      nodes_.emplace(std::make_pair(level, idx), std::move(node));
-    }
-  }
-
- private:
-  std::size_t leaves_ = 1;
-  int top_ = 0;
-  std::map<std::pair<int, std::size_t>, Node> nodes_;
 };
+using SumTree = detail::LeafTree<std::vector<double>, AddDoubles>;
+
+// Appends a tree's pending nodes: count, then (level, index, present,
+// values).
+void write_tree(const SumTree& t, std::vector<double>& buf) {
+  buf.push_back(static_cast<double>(t.nodes().size()));
+  for (const auto& [key, node] : t.nodes()) {
+    buf.push_back(key.first);
+    buf.push_back(static_cast<double>(key.second));
+    buf.push_back(node ? 1.0 : 0.0);
+    if (node) buf.insert(buf.end(), node->begin(), node->end());
+  }
+}
+
+// Reads what write_tree() wrote (values of `size` doubles each) from
+// buf[at, ...) into t, advancing at.
+void read_tree(SumTree& t, const std::vector<double>& buf, std::size_t& at,
+               std::size_t size) {
+  auto next = [&]() -> double {
+    if (at >= buf.size()) throw std::runtime_error("short message");
+    return buf[at++];
+  };
+  const auto count = static_cast<std::size_t>(next());
+  for (std::size_t e = 0; e < count; ++e) {
+    const int level = static_cast<int>(next());
+    const auto idx = static_cast<std::size_t>(next());
+    SumTree::Node node;
+    if (next() != 0.0) {
+      if (buf.size() - at < size) throw std::runtime_error("short message");
+      node.emplace(buf.begin() + static_cast<std::ptrdiff_t>(at),
+                   buf.begin() + static_cast<std::ptrdiff_t>(at + size));
+      at += size;
+    }
+    t.nodes().emplace(std::make_pair(level, idx), std::move(node));
+  }
+}
 
 struct Args {
   TensorView<const float> q, k, v, out, dout;
@@ -218,21 +147,14 @@ std::string check_local(const RingLayout& L, int rank, const Args& a,
                         float* scale) {
   const std::string fn = kFn;
   const AttentionOptions& o = a.ro.attention;
-  if (o.kv_begin != 0 || o.kv_end != std::numeric_limits<std::size_t>::max() ||
-      o.q_position != AttentionOptions::kAutoPosition || o.kv_position != 0 ||
-      o.prefill_form || o.batch_invariant) {
-    return fn +
-           ": options.attention.kv_begin, kv_end, q_position, "
-           "kv_position, prefill_form and batch_invariant must keep their "
-           "defaults";
-  }
+  if (std::string e = detail::check_ring_defaults(fn, o); !e.empty()) return e;
   const std::size_t n = L.rows(), seq = a.ro.seq_len;
   const auto& q = a.q;
   const auto& k = a.k;
   const auto& v = a.v;
   if (q.rows != n || k.rows != n || v.rows != n) {
-    return fn + ": " + dims("q", q) + ", " + dims("k", k) + " and " +
-           dims("v", v) + " must have rows = " + std::to_string(n) +
+    return fn + ": " + shape("q", q) + ", " + shape("k", k) + " and " +
+           shape("v", v) + " must have rows = " + std::to_string(n) +
            " (seq_len " + std::to_string(seq) + " over " +
            std::to_string(L.ranks) + " ranks, " +
            (L.kind == Layout::zigzag ? "zigzag" : "contiguous") +
@@ -242,9 +164,9 @@ std::string check_local(const RingLayout& L, int rank, const Args& a,
                     std::size_t h, std::size_t r,
                     std::size_t c) -> std::string {
     if (t.batch != b || t.heads != h || t.rows != r || t.cols != c) {
-      return fn + ": " + dims(name, t) + " must be " + dims(name, b, h, r, c) +
-             " for " + dims("q", q) + ", " + dims("k", k) + " and " +
-             dims("v", v);
+      return fn + ": " + shape(name, t) + " must be " + shape(name, b, h, r, c) +
+             " for " + shape("q", q) + ", " + shape("k", k) + " and " +
+             shape("v", v);
     }
     if (t.data == nullptr) return fn + ": " + name + " has null data";
     return "";
@@ -279,7 +201,7 @@ std::string check_local(const RingLayout& L, int rank, const Args& a,
   auto check_extra = [&](const char* name, auto& t) -> std::string {
     if (t.data == nullptr) return "";
     if (t.rows != n || t.cols != seq) {
-      return fn + ": options.attention." + dims(name, t) + " must have rows " +
+      return fn + ": options.attention." + shape(name, t) + " must have rows " +
              std::to_string(n) + " (the local queries) and cols = seq_len " +
              std::to_string(seq);
     }
@@ -338,54 +260,12 @@ std::string check_local(const RingLayout& L, int rank, const Args& a,
 // Every rank's shapes and options must agree: the first that differs, or
 // "".
 std::string check_same(MPI_Comm comm, const Args& a) {
-  const AttentionOptions& o = a.ro.attention;
-  const double scale = o.scale;
-  const char* names[] = {"q.batch",     "q.heads",      "k.heads",
-                         "q.cols",      "v.cols",       "rows",
-                         "seq_len",     "layout",       "deterministic",
-                         "causal",      "window_left",  "window_right",
-                         "scale",       "softcap",      "mask",
-                         "bias",        "sinks",        "alibi_slopes",
-                         "grads.dbias", "grads.dsinks", "dlse"};
-  const long long vals[] = {
-      static_cast<long long>(a.q.batch),
-      static_cast<long long>(a.q.heads),
-      static_cast<long long>(a.k.heads),
-      static_cast<long long>(a.q.cols),
-      static_cast<long long>(a.v.cols),
-      static_cast<long long>(a.q.rows),
-      static_cast<long long>(a.ro.seq_len),
-      static_cast<long long>(a.ro.layout),
-      a.ro.deterministic ? 1 : 0,
-      o.causal ? 1 : 0,
-      static_cast<long long>(o.window_left),
-      static_cast<long long>(o.window_right),
-      std::isnan(scale) ? -1 : std::bit_cast<long long>(scale),
-      static_cast<long long>(std::bit_cast<std::uint32_t>(o.softcap)),
-      o.mask.empty() ? 0 : 1,
-      o.bias.empty() ? 0 : 1,
-      static_cast<long long>(o.sinks.size()),
-      static_cast<long long>(o.alibi_slopes.size()),
-      a.g.dbias.empty() ? 0 : 1,
-      a.g.dsinks.empty() ? 0 : 1,
-      a.dlse == nullptr ? 0 : 1};
-  constexpr int kN = static_cast<int>(sizeof(vals) / sizeof(vals[0]));
-  static_assert(sizeof(names) / sizeof(names[0]) == kN);
-  long long both[2 * kN], agg[2 * kN];
-  for (int i = 0; i < kN; ++i) {
-    both[i] = vals[i];
-    both[kN + i] = -vals[i];
-  }
-  check_mpi(MPI_Allreduce(both, agg, 2 * kN, MPI_LONG_LONG, MPI_MIN, comm),
-            "MPI_Allreduce");
-  for (int i = 0; i < kN; ++i) {
-    if (agg[i] != -agg[kN + i]) {
-      return std::string(kFn) + ": " + names[i] +
-             " differs between ranks (every rank must pass the same shapes "
-             "and options)";
-    }
-  }
-  return "";
+  std::vector<detail::SameField> f =
+      detail::ring_fields(a.q, a.k.heads, a.v.cols, a.ro);
+  f.push_back({"grads.dbias", a.g.dbias.empty() ? 0 : 1});
+  f.push_back({"grads.dsinks", a.g.dsinks.empty() ? 0 : 1});
+  f.push_back({"dlse", a.dlse == nullptr ? 0 : 1});
+  return detail::check_same(comm, kFn, f);
 }
 
 // A run of this rank's query rows of contiguous global positions: a piece
@@ -597,7 +477,7 @@ void run_backward(MPI_Comm user_comm, const Args& a) {
     buf.clear();
     for (const Keys& y : ks) {
       if (det) {
-        y.tree.write(buf);
+        write_tree(y.tree, buf);
       } else {
         buf.insert(buf.end(), y.dk.begin(), y.dk.end());
         buf.insert(buf.end(), y.dv.begin(), y.dv.end());
@@ -612,7 +492,7 @@ void run_backward(MPI_Comm user_comm, const Args& a) {
       const std::size_t nk = B * Hkv * y.real * d, nv = B * Hkv * y.real * dv;
       if (det) {
         y.tree = SumTree(real_blocks, false);
-        y.tree.read(buf, at, nk + nv);
+        read_tree(y.tree, buf, at, nk + nv);
       } else {
         if (buf.size() - at < nk + nv)
           throw std::runtime_error("short message");

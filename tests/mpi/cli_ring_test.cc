@@ -89,11 +89,26 @@ int main(int argc, char** argv) {
   for (std::size_t j = 0; j < n; ++j) mask[7 * n + j] = '\0';
   for (std::size_t i = 0; i < n * n; i += 7) mask[i] = '\0';
   spit(dir + "/mask.npy", softdot_test::make_npy("|b1", "(101, 101)", mask));
+  // ALiBi slopes, one per query head, and a bias [101, 101].
+  spit(dir + "/alibi.npy",
+       softdot_test::make_npy(
+           "<f4", "(4,)",
+           softdot_test::raw_bytes(std::vector<float>{0.5f, 0.125f, 0.25f,
+                                                      0.0625f})));
+  spit(dir + "/bias.npy", softdot_test::make_npy("<f4", "(101, 101)",
+                                                 f32(g, n * n, 2.0f)));
 
   const std::string in = softdot + " attention --q q.npy --k k.npy --v v.npy";
   const std::string ring = mpirun + " -np ";
+  // Every option of the command that reaches the ring, each against the
+  // one-process command for P = 1 to 4 (options that are read from files
+  // reach rank 0 only and must travel to the others).
   for (const std::string extra :
-       {" --causal", " --mask mask.npy", " --kv int8 --causal"}) {
+       {" --causal", " --mask mask.npy", " --kv int8 --causal",
+        " --causal --alibi-slopes alibi.npy",
+        " --alibi-slopes alibi.npy --window-left 20 --window-right 5"
+        " --softcap 3 --scale 0.2 --mask mask.npy",
+        " --bias bias.npy --window-left 30"}) {
     CHECK(sh(in + extra + " -o ref.npy --lse ref_lse.npy") == 0,
           "one process" + extra);
     // P = 1, contiguous: attention()'s bits.

@@ -56,6 +56,8 @@ struct Case {
   bool causal = false;
   std::ptrdiff_t wl = -1, wr = -1;
   bool mask = false, bias = false, sinks = false, dlse = false;
+  bool alibi = false;  // ALiBi slopes, one per query head
+  double scale = std::numeric_limits<double>::quiet_NaN();
   float softcap = 0.0f;
   bool det = false;
   // Rows 3 and n - 9: queries 0 (uniform weights) and dout +-2^33 times one
@@ -165,8 +167,12 @@ void run_case(const Case& c) {
   if (c.bias) bias_full = random(B * n * n, g, -2.0f, 2.0f);
   std::vector<float> sinks;
   if (c.sinks) sinks = random(H, g, -1.0f, 1.0f);
+  std::vector<float> slopes;
+  if (c.alibi) slopes = random(H, g, 0.05f, 0.6f);
 
   AttentionOptions ao;
+  ao.alibi_slopes = slopes;
+  ao.scale = c.scale;
   ao.causal = c.causal;
   ao.window_left = c.wl;
   ao.window_right = c.wr;
@@ -328,6 +334,7 @@ void run_case(const Case& c) {
           x.data(), B, h, n, cols, h * n * cols, n * cols, cols};
     };
     softdot_ref::AttnRefOptions r;
+    r.scale = c.scale;
     r.causal = c.causal;
     r.window_left = c.wl;
     r.window_right = c.wr;
@@ -344,6 +351,18 @@ void run_case(const Case& c) {
                 n};
     }
     if (c.bias) r.bias = {bias_full.data(), B, 1, n, n, n * n, n * n, n};
+    // ALiBi is the bias slope_h (j - i), rounded once to float.
+    std::vector<float> alibi_bias;
+    if (c.alibi) {
+      alibi_bias.resize(H * n * n);
+      for (std::size_t h = 0; h < H; ++h)
+        for (std::size_t i = 0; i < n; ++i)
+          for (std::size_t j = 0; j < n; ++j)
+            alibi_bias[(h * n + i) * n + j] = static_cast<float>(
+                static_cast<double>(slopes[h]) *
+                (static_cast<double>(j) - static_cast<double>(i)));
+      r.bias = {alibi_bias.data(), 1, H, n, n, H * n * n, n * n, n};
+    }
     const softdot_ref::AttnRef e = softdot_ref::attention_reference(
         view(q, H, d), view(k, Hkv, d), view(v, Hkv, dv), r, true);
     const std::size_t grp = H / Hkv;
@@ -654,6 +673,16 @@ int main(int argc, char** argv) {
     s.sinks = true, s.causal = true, s.det = det, s.n = 170,
     s.layout = Layout::contiguous, s.H = 2, s.Hkv = 1;
     cs.push_back(s);
+    // ALiBi: the slopes times global positions on every step of the ring.
+    Case al{.name = "alibi_causal_gqa"};
+    al.alibi = true, al.causal = true, al.H = 4, al.Hkv = 2, al.det = det;
+    al.n = det ? 160 : 101;
+    cs.push_back(al);
+    Case alw{.name = "alibi_window_softcap_scale_mask_dlse"};
+    alw.alibi = true, alw.wl = 40, alw.wr = 3, alw.softcap = 4.0f;
+    alw.scale = 0.3, alw.mask = true, alw.dlse = true, alw.det = det;
+    alw.n = det ? 150 : 77, alw.layout = Layout::contiguous;
+    cs.push_back(alw);
     Case cn{.name = "cancelling_rows"};
     cn.cancel = true, cn.det = det, cn.n = 300, cn.H = 2, cn.Hkv = 1;
     cs.push_back(cn);

@@ -55,6 +55,9 @@ struct Case {
   std::ptrdiff_t wl = -1, wr = -1;
   KV kv = kF32;
   bool mask = false, bias = false, sinks = false;
+  bool alibi = false;  // ALiBi slopes, one per query head
+  bool precise = false;
+  double scale = kNaN;
   float softcap = 0.0f;
   bool det = false;
   long nan_key = -1;   // position of a NaN key, or -1
@@ -185,8 +188,13 @@ void run_case(const Case& c) {
   if (c.bias) bias_full = random(B * n * n, g, -2.0f, 2.0f);
   std::vector<float> sinks;
   if (c.sinks) sinks = random(H, g, -1.0f, 1.0f);
+  std::vector<float> slopes;
+  if (c.alibi) slopes = random(H, g, 0.05f, 0.6f);
 
   AttentionOptions ao;
+  ao.alibi_slopes = slopes;
+  ao.precise = c.precise;
+  ao.scale = c.scale;
   ao.causal = c.causal;
   ao.window_left = c.wl;
   ao.window_right = c.wr;
@@ -320,6 +328,8 @@ void run_case(const Case& c) {
             x.data(), B, h, n, cols, h * n * cols, n * cols, cols};
       };
       softdot_ref::AttnRefOptions r;
+      r.scale = c.scale;
+      r.precise = c.precise;
       r.causal = c.causal;
       r.window_left = c.wl;
       r.window_right = c.wr;
@@ -336,6 +346,19 @@ void run_case(const Case& c) {
                   n};
       }
       if (c.bias) r.bias = {bias_full.data(), B, 1, n, n, n * n, n * n, n};
+      // ALiBi is the bias slope_h (j - i), rounded once to float
+      // (attention.h).
+      std::vector<float> alibi_bias;
+      if (c.alibi) {
+        alibi_bias.resize(H * n * n);
+        for (std::size_t h = 0; h < H; ++h)
+          for (std::size_t i = 0; i < n; ++i)
+            for (std::size_t j = 0; j < n; ++j)
+              alibi_bias[(h * n + i) * n + j] = static_cast<float>(
+                  static_cast<double>(slopes[h]) *
+                  (static_cast<double>(j) - static_cast<double>(i)));
+        r.bias = {alibi_bias.data(), 1, H, n, n, H * n * n, n * n, n};
+      }
       const softdot_ref::AttnRef e = softdot_ref::attention_reference(
           view(q, H, c.d), view(kw, c.Hkv, c.d), view(vw, c.Hkv, c.dv), r);
       for (std::size_t i = 0; i < exact_out.size(); ++i) {
@@ -494,27 +517,57 @@ void bad_shape_on_one_rank() {
   for (float e : out) MPI_EXPECT(e == 3.0f);  // nothing written
 }
 
-// Options that differ between ranks (causal on one rank only).
+// Each option differing on rank 1 only (every field of the ranks'
+// fingerprint that a caller can set): every rank throws, naming it.
 void options_differ() {
   const int P = world_size(), rank = world_rank();
   if (P == 1) return;
   const std::size_t n = 16;
   const RingLayout L = softdot::mpi::ring_layout(n, P, Layout::contiguous);
-  std::vector<float> x(L.rows() * 4, 0.5f), out(L.rows() * 4);
-  RingOptions ro;
-  ro.seq_len = n;
-  ro.layout = Layout::contiguous;
-  ro.attention.causal = rank == 1;
-  bool threw = false;
-  try {
-    const TensorView<const float> t(x.data(), 1, 1, L.rows(), 4);
-    softdot::mpi::ring_attention(
-        MPI_COMM_WORLD, t, t, t,
-        TensorView<float>(out.data(), 1, 1, L.rows(), 4), ro);
-  } catch (const std::invalid_argument& e) {
-    threw = std::string(e.what()).find("causal differs") != std::string::npos;
+  std::vector<float> x(2 * L.rows() * 4, 0.5f), out(2 * L.rows() * 4);
+  const bool odd = rank == 1;
+  const std::vector<float> s2 = {0.25f, odd ? 0.75f : 0.5f};
+  struct Opt {
+    const char* name;
+    void (*set)(AttentionOptions&, bool odd, std::span<const float> s2);
+  };
+  const Opt opts[] = {
+      {"causal", [](AttentionOptions& o, bool b, auto) { o.causal = b; }},
+      {"window_left",
+       [](AttentionOptions& o, bool b, auto) { o.window_left = b ? 3 : 4; }},
+      {"window_right",
+       [](AttentionOptions& o, bool b, auto) { o.window_right = b ? 3 : -1; }},
+      {"scale", [](AttentionOptions& o, bool b, auto) { o.scale = b ? 0.5 : kNaN; }},
+      {"softcap",
+       [](AttentionOptions& o, bool b, auto) { o.softcap = b ? 2.0f : 3.0f; }},
+      {"precise", [](AttentionOptions& o, bool b, auto) { o.precise = b; }},
+      {"alibi_slopes values",
+       [](AttentionOptions& o, bool, auto s) { o.alibi_slopes = s; }},
+      {"sinks values", [](AttentionOptions& o, bool, auto s) { o.sinks = s; }},
+      {"alibi_slopes",
+       [](AttentionOptions& o, bool b, auto s) {
+         if (b) o.alibi_slopes = s;
+       }},
+  };
+  for (const Opt& op : opts) {
+    RingOptions ro;
+    ro.seq_len = n;
+    ro.layout = Layout::contiguous;
+    op.set(ro.attention, odd, s2);
+    bool threw = false;
+    std::string m;
+    try {
+      const TensorView<const float> t(x.data(), 1, 2, L.rows(), 4);
+      softdot::mpi::ring_attention(
+          MPI_COMM_WORLD, t, t, t,
+          TensorView<float>(out.data(), 1, 2, L.rows(), 4), ro);
+    } catch (const std::invalid_argument& e) {
+      m = e.what();
+      threw = m.find(std::string("options.attention.") + op.name +
+                     " differs") != std::string::npos;
+    }
+    MPI_EXPECT_MSG(threw, std::string(op.name) + ": " + m);
   }
-  MPI_EXPECT(threw);
 }
 
 void layouts() {
@@ -580,6 +633,21 @@ int main(int argc, char** argv) {
       Case t{.name = kv == kF16 ? "f16" : kv == kBF16 ? "bf16" : "int8"};
       t.kv = kv, t.causal = true, t.n = 70, t.det = det, t.H = 4, t.Hkv = 2;
       cs.push_back(t);
+    }
+    // ALiBi: the slopes times global positions on every step of the ring.
+    Case al{.name = "alibi_causal_n301"};
+    al.alibi = true, al.causal = true, al.n = 301, al.d = 32, al.det = det;
+    cs.push_back(al);
+    Case alw{.name = "alibi_window_softcap_scale_mask_gqa"};
+    alw.alibi = true, alw.wl = 20, alw.wr = 5, alw.softcap = 3.0f;
+    alw.scale = 0.2, alw.mask = true, alw.H = 4, alw.Hkv = 2, alw.n = 77;
+    alw.det = det, alw.layout = Layout::contiguous;
+    cs.push_back(alw);
+    if (!det) {
+      Case pr{.name = "precise_scale_sinks"};
+      pr.precise = true, pr.scale = 0.7, pr.sinks = true, pr.causal = true;
+      pr.n = 60, pr.q_amp = 3.0f;
+      cs.push_back(pr);
     }
     Case nan{.name = "nan_key"};
     nan.nan_key = 29, nan.causal = true, nan.n = 41, nan.det = det;
