@@ -7,12 +7,15 @@
 #include "attention_checks.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
 namespace softdot::detail::attn {
 
@@ -736,6 +739,49 @@ void check_attention_options(const AttentionOptions& options,
 
 void run_attention(const AttentionRequest& request) {
   AttentionPlan::make(request).run();
+}
+
+
+namespace {
+// FNV-1a over the bits of the floats.
+std::int64_t bits_hash(std::span<const float> x) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (const float f : x) {
+    std::uint32_t b = std::bit_cast<std::uint32_t>(f);
+    for (int i = 0; i < 4; ++i, b >>= 8) h = (h ^ (b & 0xffU)) * 1099511628211ULL;
+  }
+  return std::bit_cast<std::int64_t>(h);
+}
+}  // namespace
+
+std::vector<OptionField> option_fingerprint(const AttentionOptions& o) {
+  // AttentionOptions' size on LP64: a new option changes it, and must be
+  // added below (then this number).
+  static_assert(sizeof(void*) != 8 || sizeof(AttentionOptions) == 248,
+                "AttentionOptions changed: add the new option to "
+                "option_fingerprint");
+  auto i64 = [](auto x) { return static_cast<std::int64_t>(x); };
+  return {
+      {"scale", std::isnan(o.scale) ? -1 : std::bit_cast<std::int64_t>(o.scale)},
+      {"causal", i64(o.causal)},
+      {"window_left", i64(o.window_left)},
+      {"window_right", i64(o.window_right)},
+      {"softcap", i64(std::bit_cast<std::uint32_t>(o.softcap))},
+      {"mask", i64(!o.mask.empty())},
+      {"bias", i64(!o.bias.empty())},
+      {"sinks", i64(o.sinks.size())},
+      {"sinks values", bits_hash(o.sinks)},
+      {"alibi_slopes", i64(o.alibi_slopes.size())},
+      {"alibi_slopes values", bits_hash(o.alibi_slopes)},
+      {"kv_begin", i64(o.kv_begin)},
+      {"kv_end", i64(o.kv_end)},
+      {"q_position", i64(o.q_position)},
+      {"kv_position", i64(o.kv_position)},
+      {"prefill_form", i64(o.prefill_form)},
+      {"batch_invariant", i64(o.batch_invariant)},
+      {"unit_weights", i64(o.unit_weights)},
+      {"precise", i64(o.precise)},
+  };
 }
 
 }  // namespace softdot

@@ -6,12 +6,9 @@
 #define SOFTDOT_SRC_ATTENTION_CHECKS_H_
 
 #include <algorithm>
-#include <bit>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <span>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -41,9 +38,6 @@ constexpr std::size_t kDecodeRows = detail::kDecodeMaxRows;
 // on the units and 16 rows 0.65-0.72x (BM_decode_sweep/bf16q), a
 // crossing near 9 rows.
 constexpr std::size_t kUnitsDecodeMinRows = 12;
-
-// sizeof(AttentionOptions) on LP64 (option_fingerprint's guard).
-constexpr std::size_t kAttentionOptionsBytes = 248;
 
 inline std::string shape(const char* name, std::size_t b, std::size_t h,
                          std::size_t r, std::size_t c) {
@@ -326,53 +320,6 @@ inline void visible_keys(const Plan& p, std::size_t i, std::int32_t& first,
   last = static_cast<std::int32_t>(b);
 }
 
-
-// Every option of AttentionOptions as (name, value) pairs, by value: the
-// fingerprint the rings compare across ranks (softdot::mpi, ring_core.h).
-// A view (mask, bias) counts by presence, since its rows are each rank's
-// own; a span (sinks, ALiBi slopes) by its length and a hash of its bits.
-// A new option adds one line here; the static_assert fails until it does.
-struct OptionField {
-  const char* name;
-  std::int64_t value;
-};
-inline std::int64_t bits_hash(std::span<const float> x) {
-  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a, over the float bits
-  for (const float f : x) {
-    std::uint32_t b = std::bit_cast<std::uint32_t>(f);
-    for (int i = 0; i < 4; ++i, b >>= 8) {
-      h = (h ^ (b & 0xffU)) * 1099511628211ULL;
-    }
-  }
-  return std::bit_cast<std::int64_t>(h);
-}
-inline std::vector<OptionField> option_fingerprint(const AttentionOptions& o) {
-  static_assert(sizeof(AttentionOptions) == kAttentionOptionsBytes,
-                "AttentionOptions changed: add the new option to "
-                "option_fingerprint (and every ring compares it)");
-  auto i64 = [](auto x) { return static_cast<std::int64_t>(x); };
-  return {
-      {"scale", std::isnan(o.scale) ? -1 : std::bit_cast<std::int64_t>(o.scale)},
-      {"causal", i64(o.causal)},
-      {"window_left", i64(o.window_left)},
-      {"window_right", i64(o.window_right)},
-      {"softcap", i64(std::bit_cast<std::uint32_t>(o.softcap))},
-      {"mask", i64(!o.mask.empty())},
-      {"bias", i64(!o.bias.empty())},
-      {"sinks", i64(o.sinks.size())},
-      {"sinks values", bits_hash(o.sinks)},
-      {"alibi_slopes", i64(o.alibi_slopes.size())},
-      {"alibi_slopes values", bits_hash(o.alibi_slopes)},
-      {"kv_begin", i64(o.kv_begin)},
-      {"kv_end", i64(o.kv_end)},
-      {"q_position", i64(o.q_position)},
-      {"kv_position", i64(o.kv_position)},
-      {"prefill_form", i64(o.prefill_form)},
-      {"batch_invariant", i64(o.batch_invariant)},
-      {"unit_weights", i64(o.unit_weights)},
-      {"precise", i64(o.precise)},
-  };
-}
 
 }  // namespace softdot::detail::attn
 

@@ -211,6 +211,19 @@ struct AttentionOptions {
   bool precise = false;
 };
 
+// Every option of AttentionOptions as (name, value) pairs, by value: what
+// a caller that splits one attention over processes compares across them
+// (softdot::mpi's rings and softdot.distributed's gloo ring do, and refuse
+// a difference). A view (mask, bias) counts by presence, since each process
+// holds its own rows of it; a span (sinks, alibi_slopes) by its length and
+// a 64-bit hash of its bits. Every option appears: a new one is added here
+// (the build checks AttentionOptions' size against this list).
+struct OptionField {
+  const char* name;
+  std::int64_t value;
+};
+std::vector<OptionField> option_fingerprint(const AttentionOptions& options);
+
 // int8 keys or values, quantised symmetrically with one float scale per
 // (batch, KV head, token), as quantize_kv produces them: element
 // (b, h, j, c) stands for the float scale * values(b, h, j, c) (the product

@@ -29,7 +29,7 @@ def scaled_dot_product_attention(
     return_lse: bool = False,
     out: Any = None,
     precise: bool = False,
-    unit_weights: str = "rounded",
+    unit_weights: Optional[str] = None,
     batch_invariant: bool = False,
     alibi_slopes: Any = None,
     is_causal: bool = False,
@@ -82,12 +82,18 @@ def scaled_dot_product_attention(
         Scores in double, carried as two floats into exp (C++
         ``AttentionOptions::precise``): a few u W of error even for scores
         near +-100, at about twice the score cost; always the prefill form.
-    unit_weights : "rounded" or "split", default "rounded"
+    unit_weights : "rounded" or "split", optional
         On the bfloat16 units, the weights P enter the P V product rounded
         once to bfloat16 ("rounded", as other libraries do: adds at most
         2^-9 W to the error bound) or as a bfloat16 high part plus the
         bfloat16 nearest to the rest ("split", two products: 2^-18 W, about
-        1.3x the time). Without units P stays float32 either way.
+        1.3x the time). Without units P stays float32 either way. Default:
+        "rounded", except under autograd with bfloat16 query, key and value,
+        where it is "split" and "rounded" is refused: the backward's
+        Delta = rowsum(dO * O) must come from the weights it recomputes
+        (float32), and dP - Delta cancels heavily when the values' mean is
+        far from 0, so an output of rounded weights made dQ up to 12x less
+        accurate (docs/python.md, "Training").
     batch_invariant : bool, default False
         Every row in the decode form's arithmetic, its keys in chunks of
         512 at fixed key indices merged in order (C++

@@ -14,6 +14,7 @@ import torch
 
 from . import _request as R
 from . import _softdot as _core
+from ._autograd import first_order
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -73,9 +74,14 @@ class _Attention(torch.autograd.Function):
         return out, lse
 
     @staticmethod
+    @first_order("scaled_dot_product_attention")
     def backward(
         ctx: Any, dout: Optional[torch.Tensor], dlse: Optional[torch.Tensor]
     ) -> Tuple[Optional[torch.Tensor], ...]:
+        # first_order: softdot's C++ attention_backward has no derivative of
+        # its own; differentiating its gradients (create_graph=True, then a
+        # loss on them) raises instead of silently dropping the attention's
+        # second-order terms (_autograd.py).
         q, k, v, out, lse, bias, sinks = ctx.saved_tensors
         spec = ctx.spec
         fn = spec["fn"]
@@ -200,6 +206,18 @@ def attention(
             ) from None
     if sinks is not None and not isinstance(sinks, torch.Tensor):
         sinks = torch.as_tensor(np.asarray(sinks, dtype=np.float32))
+    if all(t.dtype == torch.bfloat16 for t in (query, key, value)):
+        # The units' P V: the saved output must be that of the float32
+        # weights the backward recomputes (Delta = rowsum(dO * O) enters
+        # dS = P (dP - Delta), which cancels heavily for values with a mean
+        # far from 0): split weights (2^-16 W), never rounded ones (2^-8 W).
+        if opts.get("unit_weights") == "rounded":
+            raise ValueError(
+                f"{fn}: unit_weights='rounded' cannot be used under autograd (the backward "
+                f"needs the output of its float32 weights: leave unit_weights unset, or pass "
+                f"'split')"
+            )
+        opts = dict(opts, unit_weights="split")
     spec = {"fn": fn, "mask": mask, "opts": opts}
     out_t, lse = _Attention.apply(query, key, value, total, sinks, spec)
     return (out_t, lse) if return_lse else out_t

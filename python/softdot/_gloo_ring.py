@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from . import _request as R
 from . import _softdot as _core
+from ._autograd import first_order
 
 
 def chunks(seq_len: int, ranks: int, layout: str, rank: int) -> Tuple[int, List[Tuple[int, int]]]:
@@ -74,6 +75,7 @@ class _Ring:
             mask=None if mask4 is None else mask4[:, :, q0 : q0 + qn],
             bias=None if bias4 is None else bias4[:, :, q0 : q0 + qn],
             sinks=sinks,
+            alibi_slopes=s["alibi"],
         )
         o["q_position"], o["kv_position"] = qpos, kpos
         return o
@@ -94,6 +96,44 @@ class _Ring:
                 reqs.append(dist.irecv(b, prv, group=self.group, tag=i))
                 reqs.append(dist.isend(t, nxt, group=self.group, tag=i))
         return bufs, reqs
+
+
+def _check_same(ring: _Ring, q: Any, k: Any, v: Any, masks: Any, sinks: Any) -> None:
+    """Collective: every rank must pass the same shapes and options (the
+    sinks' and ALiBi slopes' values included: softdot.option_fingerprint,
+    which the MPI rings compare too); ValueError on every rank naming the
+    first that differs."""
+    s = ring.spec
+    sinks1 = None if sinks is None else np.ascontiguousarray(_np(sinks), dtype=np.float32)
+    o = R.options(
+        ring.fn,
+        scale=s["scale"],
+        causal=s["causal"],
+        window=s["window"],
+        softcap=s["softcap"],
+        sinks=sinks1,
+        alibi_slopes=s["alibi"],
+    )
+    fields = [
+        ("query.shape", hash(tuple(q.shape))),
+        ("key.shape", hash(tuple(k.shape))),
+        ("value.shape", hash(tuple(v.shape))),
+        ("seq_len", ring.n),
+        ("layout", 0 if ring.layout == "zigzag" else 1),
+        ("attn_mask", int(masks[0] is not None)),
+        ("bias", int(masks[1] is not None)),
+    ]
+    fields += [(f"options.{n}", v) for n, v in _core.option_fingerprint(o)]
+    vals = [int(x) for _, x in fields]
+    t = torch.tensor(vals + [~x for x in vals], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=ring.group)
+    n = len(fields)
+    for i, (name, _) in enumerate(fields):
+        if int(t[i]) != ~int(t[n + i]):
+            raise ValueError(
+                f"{ring.fn}: {name} differs between ranks (every rank must pass the same "
+                f"shapes and options)"
+            )
 
 
 def _masks(ring: _Ring, q4: torch.Tensor, attn_mask: Any, bias: Any) -> Tuple[Any, Any]:
@@ -255,11 +295,13 @@ def backward(
                 dv_acc[:, :, k0 : k0 + kn] += gv
                 if gs is not None and ds is not None:
                     ds += gs
-        # Pass the shard and its sums on; after P steps they are home.
-        nxt, reqs = ring.exchange(travel)
-        for r in reqs:
-            r.wait()
-        travel = nxt
+        # Pass the shard and its sums on; after P steps they are home (one
+        # rank: they already are, and gloo cannot send to itself).
+        if ring.P > 1:
+            nxt, reqs = ring.exchange(travel)
+            for r in reqs:
+                r.wait()
+            travel = nxt
     dsinks = None
     if ds is not None:
         t = torch.from_numpy(ds)
@@ -285,7 +327,9 @@ class RingFunction(torch.autograd.Function):
         return out, lse
 
     @staticmethod
+    @first_order("distributed.ring_attention")
     def backward(ctx: Any, dout: Any, dlse: Any) -> Any:
+        # No second derivative: differentiating these gradients raises.
         q4, k4, v4, out, lse, sinks = ctx.saved_tensors
         if dout is None:
             dout = torch.zeros_like(out)
@@ -320,6 +364,7 @@ def ring_attention(
     window: Any,
     softcap: float,
     sinks: Any,
+    alibi_slopes: Any,
     return_lse: bool,
 ) -> Any:
     for name, t in (("query", query), ("key", key), ("value", value)):
@@ -327,14 +372,20 @@ def ring_attention(
             raise TypeError(
                 f"{fn}: with group=, {name} must be a float32 torch tensor [B, H, rows, E]"
             )
-    for name, t in (("attn_mask", attn_mask), ("bias", bias)):
+    for name, t in (("attn_mask", attn_mask), ("bias", bias), ("alibi_slopes", alibi_slopes)):
         if getattr(t, "requires_grad", False):
             raise NotImplementedError(
                 f"{fn}: {name} requires grad; the ring gives no gradient for it"
             )
     if not dist.is_initialized():
         raise RuntimeError(f"{fn}: torch.distributed is not initialized (init_process_group first)")
-    spec = {"scale": scale, "causal": causal, "window": window, "softcap": softcap}
+    spec = {
+        "scale": scale,
+        "causal": causal,
+        "window": window,
+        "softcap": softcap,
+        "alibi": R.sinks_array(fn, alibi_slopes, "torch", "alibi_slopes", "slope"),
+    }
     ring = _Ring(fn, group, int(seq_len), layout, spec)
     if query.shape[2] != ring.rows or key.shape[2] != ring.rows or value.shape[2] != ring.rows:
         raise ValueError(
@@ -350,6 +401,7 @@ def ring_attention(
         else (attn_mask.detach() if isinstance(attn_mask, torch.Tensor) else attn_mask),
         None if bias is None else (bias.detach() if isinstance(bias, torch.Tensor) else bias),
     )
+    _check_same(ring, query, key, value, masks, sinks)
     grad = torch.is_grad_enabled() and any(
         getattr(t, "requires_grad", False) for t in (query, key, value, sinks)
     )

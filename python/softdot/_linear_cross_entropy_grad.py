@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _linear_cross_entropy as LCE
+from ._autograd import first_order
 
 
 class LinearCrossEntropy(torch.autograd.Function):
@@ -20,7 +20,8 @@ class LinearCrossEntropy(torch.autograd.Function):
     "none": of the sum of the row losses), returned detached and saved for
     the backward, which multiplies them by the incoming gradient (for
     "none" that gradient must be the same for every row: a per-row one
-    would need the logits again). Double backward raises."""
+    would need the logits again). Differentiating the gradients again
+    (create_graph=True) raises (_autograd.first_order)."""
 
     @staticmethod
     def forward(
@@ -41,18 +42,20 @@ class LinearCrossEntropy(torch.autograd.Function):
             reduction,
             True,
         )
-        ctx.save_for_backward(gh, gw)
+        # hidden and weight are saved for first_order, which attaches the
+        # gradients to them when create_graph=True.
+        ctx.save_for_backward(gh, gw, hidden, weight)
         ctx.dtypes = (hidden.dtype, weight.dtype)
         ctx.reduction = reduction
         ctx.mark_non_differentiable(gh, gw)
         return loss, gh, gw
 
     @staticmethod
-    @once_differentiable
+    @first_order("linear_cross_entropy")
     def backward(
         ctx: Any, dloss: torch.Tensor, _dgh: Any, _dgw: Any
     ) -> Tuple[Optional[torch.Tensor], ...]:
-        gh, gw = ctx.saved_tensors
+        gh, gw, _, _ = ctx.saved_tensors
         if ctx.reduction == "none":
             if dloss.numel() and not bool((dloss == dloss.reshape(-1)[0]).all()):
                 raise NotImplementedError(

@@ -267,7 +267,7 @@ def options(
     bias: Optional[np.ndarray] = None,
     sinks: Optional[np.ndarray] = None,
     top_left: bool = False,
-    unit_weights: Any = "rounded",
+    unit_weights: Any = None,
     batch_invariant: Any = False,
     alibi_slopes: Optional[np.ndarray] = None,
 ) -> Dict[str, Any]:
@@ -277,7 +277,7 @@ def options(
     A bound the core's unsigned fields cannot hold (a negative kv_range
     bound) is refused here. top_left: torch's is_causal (query i at position
     i, key j at j). unit_weights: "rounded" or "split" (how the weights
-    enter the bfloat16 units' P V product)."""
+    enter the bfloat16 units' P V product; None: "rounded")."""
     sc = None if scale is None else _number(fn, "scale", scale)
     if sc is not None and sc != sc:
         # The library reads NaN as "the default 1/sqrt(E)", which None says
@@ -294,7 +294,7 @@ def options(
         "bias": bias,
         "sinks": sinks,
     }
-    if unit_weights != "rounded":
+    if unit_weights is not None and unit_weights != "rounded":
         if not isinstance(unit_weights, str):
             raise TypeError(
                 f"{fn}: unit_weights must be 'rounded' or 'split', not {unit_weights!r}"

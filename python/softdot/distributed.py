@@ -183,6 +183,7 @@ def ring_attention(
     window: Tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
     sinks: Any = None,
+    alibi_slopes: Any = None,
     precise: bool = False,
     return_lse: bool = False,
     out: Any = None,
@@ -217,9 +218,12 @@ def ring_attention(
         of fixed 64-key blocks merged in global key order); False: the same
         bits run to run for a given number of ranks, and with one rank
         bitwise the one-process attention.
-    scale, causal, window, softcap, sinks, precise :
+    scale, causal, window, softcap, sinks, alibi_slopes, precise :
         As for :func:`softdot.scaled_dot_product_attention`, over global
-        positions.
+        positions (ALiBi's distances are those of the global positions).
+        Every rank must pass the same options: the ring compares them all
+        (the slopes' and sinks' values included) and raises ValueError on
+        every rank where one differs.
     return_lse : bool
     out : array [..., Hq, rows, Ev], float32, optional
 
@@ -270,6 +274,7 @@ def ring_attention(
             window,
             softcap,
             sinks,
+            alibi_slopes,
             return_lse,
         )
     h = _handle(fn, comm)
@@ -280,8 +285,10 @@ def ring_attention(
         raise TypeError(f"{fn}: seq_len must be an int, not {seq_len!r}") from None
     if n < 1:
         raise ValueError(f"{fn}: seq_len must be >= 1, got {n}")
-    if A.kind_of(query) == "torch" and _wants_grad(query, key, value, sinks, attn_mask, bias):
-        for name, t in (("attn_mask", attn_mask), ("bias", bias)):
+    if A.kind_of(query) == "torch" and _wants_grad(
+        query, key, value, sinks, attn_mask, bias, alibi_slopes
+    ):
+        for name, t in (("attn_mask", attn_mask), ("bias", bias), ("alibi_slopes", alibi_slopes)):
             if getattr(t, "requires_grad", False):
                 raise NotImplementedError(
                     f"{fn}: {name} requires grad; the ring's backward gives query, key, value "
@@ -300,11 +307,12 @@ def ring_attention(
             causal=causal,
             window=window,
             softcap=softcap,
+            alibi_slopes=alibi_slopes,
             precise=precise,
         )
         o, lse_t = _ring_function().apply(query, key, value, sinks, spec)
         return (o, lse_t) if return_lse else o
-    R.no_grad(fn, A.kind_of(query), query, key, value, attn_mask, bias, sinks)
+    R.no_grad(fn, A.kind_of(query), query, key, value, attn_mask, bias, sinks, alibi_slopes)
     p = R.prepare(fn, query, key, value)
     if p.q_format != R.KV_F32:
         raise TypeError(
@@ -329,6 +337,7 @@ def ring_attention(
         mask=mask,
         bias=bias4,
         sinks=sinks1,
+        alibi_slopes=R.sinks_array(fn, alibi_slopes, p.kind, "alibi_slopes", "slope"),
     )
     shape = p.lead + (p.L, p.Ev)
     user, o = A.output(fn, out, shape, A.F32, p.kind)
@@ -369,6 +378,7 @@ def _ring_function() -> Any:
         return _RING_FUNCTION
     torch = A.torch_module()
     function: Any = torch.autograd.Function
+    from ._autograd import first_order
 
     class RingAttention(function):
         @staticmethod
@@ -390,7 +400,9 @@ def _ring_function() -> Any:
             return o, lse
 
         @staticmethod
+        @first_order("distributed.ring_attention")
         def backward(ctx: Any, dout: Any, dlse: Any) -> Any:
+            # No second derivative: differentiating these gradients raises.
             q, k, v, o, lse, sinks = ctx.saved_tensors
             kw = dict(ctx.spec)
             comm = kw.pop("comm")
@@ -454,6 +466,7 @@ def ring_attention_backward(
     window: Tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
     sinks: Any = None,
+    alibi_slopes: Any = None,
     grad_lse: Any = None,
 ) -> Any:
     """The backward of :func:`ring_attention` over an mpi4py communicator
@@ -525,6 +538,7 @@ def ring_attention_backward(
             "query's batch axes, the rank's rows, seq_len",
         )
         sinks1 = R.sinks_array(fn, None if sinks is None else plain(sinks), kq)
+        slopes = None if alibi_slopes is None else plain(alibi_slopes)
         opts = R.options(
             fn,
             scale=scale,
@@ -534,6 +548,7 @@ def ring_attention_backward(
             mask=mask,
             bias=bias4,
             sinks=sinks1,
+            alibi_slopes=R.sinks_array(fn, slopes, kq, "alibi_slopes", "slope"),
         )
         return p, kq, o4, do4, lse_a, dlse_a, sinks1, opts, tuple(k_.shape), tuple(v_.shape)
 

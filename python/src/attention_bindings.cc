@@ -263,6 +263,17 @@ void attention_f64_py(const std::string& name, const In& q, const In& k,
 
 void bind_attention(nb::module_& m) {
   using namespace nb::literals;
+  m.def(
+      "option_fingerprint",
+      [](const nb::dict& options) {
+        nb::list out;
+        for (const OptionField& f : option_fingerprint(options_of(options)))
+          out.append(nb::make_tuple(std::string(f.name), f.value));
+        return out;
+      },
+      "options"_a,
+      "Every option of the request as (name, value) pairs (softdot::"
+      "option_fingerprint): what the processes of a ring compare.");
   m.def("attention_request", &request_py, "name"_a, "query"_a, "q_format"_a,
         "kv"_a, "kind"_a, "out"_a, "out_format"_a, "lse"_a.none(), "options"_a,
         "One attention request: query, K/V source, target, options.");

@@ -43,7 +43,7 @@ std::vector<SameField> ring_fields(const TensorView<const float>& q,
       {"layout", i64(ro.layout)},
       {"deterministic", i64(ro.deterministic)},
   };
-  for (const auto& o : softdot::detail::attn::option_fingerprint(ro.attention))
+  for (const OptionField& o : option_fingerprint(ro.attention))
     f.push_back({std::string("options.attention.") + o.name, o.value});
   return f;
 }

@@ -52,7 +52,7 @@ struct SameField {
 };
 
 // The ring's fields: the shapes (q, k, v), the layout, and every option of
-// AttentionOptions (softdot::detail::attn::option_fingerprint: a new option
+// AttentionOptions (softdot::option_fingerprint, attention.h: a new option
 // joins every ring there, or the build fails).
 std::vector<SameField> ring_fields(const TensorView<const float>& q,
                                    std::size_t k_heads, std::size_t d_v,

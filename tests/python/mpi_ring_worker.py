@@ -59,6 +59,9 @@ def case(
     Ev=16,
     torch_io=False,
     nan_key=None,
+    alibi_slopes=None,
+    scale=None,
+    precise=False,
 ):
     rng = np.random.default_rng(sum(name.encode()) * 7919 + n)
     hq, hkv = heads
@@ -72,7 +75,15 @@ def case(
     L = sdist.ring_layout(n, P, layout=layout, deterministic=deterministic)
     qs, ks, vs = L.shard(q, R), L.shard(k, R), L.shard(v, R)
     ms = None if mask is None else L.shard(mask, R, axis=-2)
-    kw = dict(causal=causal, window=window, softcap=softcap, sinks=sinks)
+    kw = dict(
+        causal=causal,
+        window=window,
+        softcap=softcap,
+        sinks=sinks,
+        alibi_slopes=alibi_slopes,
+        scale=scale,
+        precise=precise,
+    )
     if kv == "int8":
         kq, vq = softdot.quantize_kv(k), softdot.quantize_kv(v)
         ks = tuple(L.shard(a, R) for a in kq)
@@ -178,7 +189,69 @@ if r is not None:
     rows = np.nonzero(pos == 5)[0]
     check("masked row zeros", np.all(out[..., rows, :] == 0) and np.all(lse[..., rows] == -np.inf))
 run("nan key", n=n, nan_key=11)
+# Every option of the request on the ring (the table: each option against
+# the one-process call, for every P of test_distributed.py), ALiBi first:
+# its distances are global positions on every step of the ring.
+slopes = np.array([0.5, 0.125, 0.25, 0.0625], np.float32)
+run("alibi causal", n=301, E=32, causal=True, alibi_slopes=slopes)
+run("alibi deterministic", n=150, causal=True, deterministic=True, alibi_slopes=slopes)
+run(
+    "alibi window softcap scale mask",
+    n=n,
+    layout="contiguous",
+    alibi_slopes=slopes,
+    window=(9, 3),
+    softcap=3.0,
+    scale=0.2,
+    mask=mask,
+)
+run("scale precise", n=n, causal=True, scale=0.7, precise=True)
+run("window only", n=n, window=(4, 6))
+# Options that differ between ranks: every rank raises, naming the option.
+if P > 1:
+    for opt, mine in (
+        ("alibi_slopes values", dict(alibi_slopes=slopes * (2 if R == 1 else 1))),
+        ("causal", dict(causal=R == 1)),
+        ("scale", dict(scale=0.5 if R == 1 else 0.25)),
+        ("sinks values", dict(sinks=slopes + (1 if R == 1 else 0))),
+    ):
+        L1 = sdist.ring_layout(16, P)
+        x = np.ones((1, 4, L1.rows, 8), np.float32)
+        try:
+            sdist.ring_attention(comm, x, x[:, :2], x[:, :2], seq_len=16, **mine)
+            check("differs " + opt, False, "no error")
+        except ValueError as e:
+            check("differs " + opt, f"{opt} differs" in str(e), str(e))
 run("torch", n=n, causal=True, torch_io=True)
+
+
+def second_derivative():
+    """A gradient penalty through the ring's autograd Function raises (its
+    backward, collective, runs on every rank; differentiating its gradients
+    is refused rather than done without the second-order terms)."""
+    import torch
+
+    L1 = sdist.ring_layout(20, P)
+    g = np.random.default_rng(9)
+    q, k, v = (
+        torch.from_numpy(L1.shard(g.standard_normal((1, 2, 20, 4)).astype(np.float32), R))
+        for _ in range(3)
+    )
+    for t in (q, k, v):
+        t.requires_grad_()
+    out = sdist.ring_attention(comm, q, k, v, seq_len=20, causal=True)
+    (gq,) = torch.autograd.grad(out.sum(), q, create_graph=True)
+    try:
+        ((gq * gq).sum() + q.sum()).backward()
+        check("no second derivative", False, "the penalty ran")
+    except RuntimeError as e:
+        check("no second derivative", "no second derivative" in str(e), str(e))
+
+
+try:
+    second_derivative()
+except Exception:  # noqa: BLE001 - recorded, every rank goes on
+    failures.append(f"rank {R}/{P} second derivative: {traceback.format_exc()}")
 
 # ---- vocabulary-parallel softmax family and cross-entropy ----------------------
 

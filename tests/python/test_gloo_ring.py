@@ -1,7 +1,9 @@
 """softdot.distributed.ring_attention over a torch.distributed process group
 (gloo on CPU, no MPI): P = 2 and 3 processes (torch.multiprocessing), the
 forward and the autograd backward against the one-process attention and its
-gradients, zigzag and contiguous, causal, GQA, sinks, a mask."""
+gradients, zigzag and contiguous, causal, GQA, sinks, a mask; every other
+option of the request (ALiBi, window, soft-cap, scale) the same way; options
+that differ between ranks refused on every rank; no second derivative."""
 
 from __future__ import annotations
 
@@ -29,9 +31,23 @@ def _problem():
     return q, k, v, do, sinks, mask
 
 
-def _worker(rank, P, layout, path, out_dir):
+# The options of each run beyond the base case's (causal, sinks, a mask).
+EXTRA = {
+    "base": {},
+    "alibi": {"alibi_slopes": torch.tensor([0.5, 0.125, 0.25, 0.0625])},
+    "alibi window softcap scale": {
+        "alibi_slopes": torch.tensor([0.3, 0.2, 0.1, 0.05]),
+        "window": (20, 0),
+        "softcap": 4.0,
+        "scale": 0.3,
+    },
+}
+
+
+def _worker(rank, P, layout, path, out_dir, extra_name):
     import softdot.distributed as sd
 
+    extra = EXTRA[extra_name]
     dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=P)
     try:
         q, k, v, do, sinks, mask = _problem()
@@ -55,8 +71,26 @@ def _worker(rank, P, layout, path, out_dir):
             sinks=ls,
             return_lse=True,
             group=dist.group.WORLD,
+            **extra,
         )
         out.backward(ldo)
+        # The same call with the ALiBi slopes (or the causal flag) of rank 1
+        # changed: every rank raises, naming what differs.
+        differs = []
+        for name, mine in (
+            (
+                "alibi_slopes values",
+                {"alibi_slopes": torch.tensor([1.0, 2.0, 3.0, 4.0 + (rank == 1)])},
+            ),
+            ("causal", {"causal": rank == 1}),
+        ):
+            try:
+                kw = dict(seq_len=N, layout=layout, group=dist.group.WORLD)
+                kw.update({"causal": True, **mine})
+                sd.ring_attention(None, lq.detach(), lk.detach(), lv.detach(), **kw)
+                differs.append(P == 1)
+            except ValueError as e:
+                differs.append(P > 1 and f"{name} differs between ranks" in str(e))
         np.savez(
             os.path.join(out_dir, f"r{rank}.npz"),
             pos=pos,
@@ -66,22 +100,40 @@ def _worker(rank, P, layout, path, out_dir):
             dk=lk.grad.numpy(),
             dv=lv.grad.numpy(),
             ds=ls.grad.numpy(),
+            differs=np.array(differs),
         )
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("P,layout", [(2, "zigzag"), (3, "contiguous"), (3, "zigzag")])
-def test_gloo_ring_forward_and_backward(tmp_path, P, layout):
+@pytest.mark.parametrize(
+    "P,layout,extra",
+    [
+        (2, "zigzag", "base"),
+        (3, "contiguous", "base"),
+        (3, "zigzag", "base"),
+        (1, "zigzag", "alibi"),
+        (2, "zigzag", "alibi"),
+        (3, "contiguous", "alibi"),
+        (4, "zigzag", "alibi"),
+        (3, "zigzag", "alibi window softcap scale"),
+    ],
+)
+def test_gloo_ring_forward_and_backward(tmp_path, P, layout, extra):
     import torch.multiprocessing as mp
 
     import softdot
 
-    mp.spawn(_worker, args=(P, layout, str(tmp_path / "store"), str(tmp_path)), nprocs=P, join=True)
+    mp.spawn(
+        _worker,
+        args=(P, layout, str(tmp_path / "store"), str(tmp_path), extra),
+        nprocs=P,
+        join=True,
+    )
     q, k, v, do, sinks, mask = _problem()
     ts = [t.clone().requires_grad_() for t in (q, k, v, sinks)]
     ref, ref_lse = softdot.scaled_dot_product_attention(
-        ts[0], ts[1], ts[2], mask, causal=True, sinks=ts[3], return_lse=True
+        ts[0], ts[1], ts[2], mask, causal=True, sinks=ts[3], return_lse=True, **EXTRA[extra]
     )
     ref.backward(do)
     got = {
@@ -98,6 +150,7 @@ def test_gloo_ring_forward_and_backward(tmp_path, P, layout):
             got[n][:, :, p] = z[n][:, :, idx]
         got_lse[:, :, p] = z["lse"][:, :, idx]
         ds.append(z["ds"])
+        assert z["differs"].all(), z["differs"]
         # Padding rows: zero output, -inf lse, zero gradients.
         assert np.all(z["out"][:, :, ~keep] == 0) and np.all(z["dq"][:, :, ~keep] == 0)
     want = {"out": ref.detach(), "dq": ts[0].grad, "dk": ts[1].grad, "dv": ts[2].grad}
