@@ -375,6 +375,26 @@ Plan check_paged_and_plan(const char* fn, const QueryTensor& qt,
     fail(fn, "seq_lens has " + count(t.seq_lens.size()) + " entries but " +
                  shape("q", q) + " has batch " + count(B));
   }
+  // A ragged sequence's rows are its newest tokens, their keys the last n_q
+  // of its cache (row i at position i + seq_lens[b] - n_q): more rows than
+  // keys means keys that were never written (explicit query_positions place
+  // the rows themselves; a draft tree's rows have their own message below).
+  if (ragged && t.query_positions.empty() && t.draft_parents.empty()) {
+    for (std::size_t b = 0; b < B; ++b) {
+      const std::int64_t n_q =
+          std::int64_t{t.query_start_loc[b + 1]} - t.query_start_loc[b];
+      if (t.seq_lens[b] >= 0 && n_q > t.seq_lens[b]) {
+        fail(fn, "sequence " + count(b) + " has " + std::to_string(n_q) +
+                     " query rows (query_start_loc[" + count(b) + "] = " +
+                     std::to_string(t.query_start_loc[b]) + " to " +
+                     std::to_string(t.query_start_loc[b + 1]) +
+                     ") but seq_lens[" + count(b) + "] = " +
+                     std::to_string(t.seq_lens[b]) +
+                     " keys: a ragged batch's rows are the newest tokens of "
+                     "their sequence, their keys already in the cache");
+      }
+    }
+  }
   // A draft tree: one parent per query row, each before its row.
   if (!t.draft_parents.empty()) {
     const std::size_t rows = ragged ? q.rows : B * q.rows;

@@ -637,8 +637,11 @@ void attention_finalize(const AttentionPartial& partial, TensorView<float> out,
 // [H, T] (h T + t), a partial result batch 1 with T rows. Each sequence
 // computes exactly what the call on that sequence alone computes (its own
 // n_q and seq_lens[b]; the form, the split and the bits depend on its own
-// shape only, not on its companions). The mask and the bias, and the
-// weights and scores targets, are not supported in this form.
+// shape only, not on its companions). A sequence's rows are its newest
+// tokens, so it may not have more rows than keys (n_q <= seq_lens[b]; an
+// error naming the sequence otherwise, unless query_positions place the
+// rows). The mask and the bias, and the weights and scores targets, are not
+// supported in this form.
 //
 // Positions (a cache sharded by position, as decode context parallelism
 // lays it out: key c of rank r of P at global position c P + r): with

@@ -86,19 +86,27 @@ def accepted(fn: str, name: str, a: Any, kinds: str) -> TypeError:
 
 
 _FLOAT_RULE = "float32, float64 (integers and booleans are converted to float64)"
+# The functions that also take 16-bit inputs (the softmax family and
+# cross_entropy: softdot._softmax16) name them in the same error.
+_FLOAT_RULE_16 = (
+    "float32, float64, float16, bfloat16 (torch.bfloat16 or ml_dtypes.bfloat16); "
+    "integers and booleans are converted to float64"
+)
 
 
-def float_input(fn: str, name: str, x: Any, kind: str) -> np.ndarray:
+def float_input(fn: str, name: str, x: Any, kind: str, sixteen: bool = False) -> np.ndarray:
     """x as a float32 or float64 numpy array (a view of a tensor's memory):
     integers and booleans become float64, as scipy does; any other dtype is a
-    TypeError naming it and the accepted ones."""
+    TypeError naming it and every accepted one (sixteen: the caller also
+    takes float16 and bfloat16, handled before this call)."""
+    rule = _FLOAT_RULE_16 if sixteen else _FLOAT_RULE
     if kind == "torch":
         torch = torch_module()
         d = x.dtype
         if d == torch.float32 or d == torch.float64:
             return tensor_view(fn, name, x)
         if d.is_floating_point or d.is_complex:
-            raise accepted(fn, name, x, _FLOAT_RULE)
+            raise accepted(fn, name, x, rule)
         check_device(fn, name, x)
         return tensor_view(fn, name, x.to(torch.float64))
     if type(x) is not ndarray:
@@ -110,7 +118,7 @@ def float_input(fn: str, name: str, x: Any, kind: str) -> np.ndarray:
         return x.astype(d.newbyteorder("="))
     if d.kind in "iub":
         return x.astype(F64)
-    raise accepted(fn, name, x, _FLOAT_RULE)
+    raise accepted(fn, name, x, rule)
 
 
 def secondary(fn: str, name: str, a: Any, kind: str) -> Any:

@@ -116,7 +116,7 @@ def cross_entropy(
     if S16.info(logits) is not None:  # the shape checks below read x.ndim / shape
         x = S16.bits(fn, "logits", logits, kind)
     else:
-        x = A.float_input(fn, "logits", logits, kind)
+        x = A.float_input(fn, "logits", logits, kind, sixteen=True)
     t = class_targets(fn, targets, kind)
     single = x.ndim == 1
     if single:

@@ -10,6 +10,7 @@ import numpy as np
 from . import _arrays as A
 from . import _request as R
 from . import _softdot as _core
+from . import _terms as T
 
 _I32 = np.dtype(np.int32)
 _I8 = np.dtype(np.int8)
@@ -77,6 +78,33 @@ def _cache(fn: str, name: str, c: Any, kind: str, layout: str, write: bool = Fal
     if layout == "NHD":
         a = a.transpose(0, 2, 1, 3)
     return ready(a, name), None, fmt, raw
+
+
+def _cache_terms(terms: T.Terms, core: str, raw: Any, pages: np.ndarray, layout: str) -> None:
+    """The core's k_pages / v_pages (and an int8 cache's scales) in the
+    caller's terms: the name, the shape and the axis order of kv_layout."""
+    f = T.pages_nhd if layout == "NHD" else T.same
+    names = {1: [core], 2: [core, core.replace("pages", "scales")]}[len(raw)]
+    for c, (name, a) in zip(names, raw):
+        shape = a.shape if layout == "HND" else (a.shape[0], a.shape[2], a.shape[1], a.shape[3])
+        terms.add(c, name, a.shape, shape, f)
+
+
+def _layout_hint(fn: str, raw: Any, layout: str, q_heads: int, e: int) -> Optional[str]:
+    """When the caller's pages fit the other layout's reading (its KV heads
+    divide the query's heads and the head dim matches) but not this one's:
+    the hint that names kv_layout."""
+    shape = raw[0][1].shape
+    heads = {"NHD": shape[2], "HND": shape[1]}
+    other = "HND" if layout == "NHD" else "NHD"
+    fits = {lay: h > 0 and q_heads % h == 0 and shape[3] == e for lay, h in heads.items()}
+    if fits[layout] or not fits[other]:
+        return None
+    return (
+        f"(kv_layout={layout!r} reads {raw[0][0]} {tuple(shape)} as "
+        f"{_PAGE_AXES[layout]}, {heads[layout]} KV heads; with kv_layout={other!r} it has "
+        f"{heads[other]} KV heads, which fits the query's {q_heads})"
+    )
 
 
 def _int32(fn: str, name: str, a: Any, kind: str, ndim: int) -> np.ndarray:
@@ -264,6 +292,7 @@ def paged_attention(
         *(value_cache if isinstance(value_cache, tuple) else (value_cache,)),
     )
     q, q_format, q_dtype = R.query(fn, query, kind)
+    query_shape = tuple(q.shape)
     ragged = query_start_loc is not None
     if ragged:
         if q.ndim != 3:
@@ -385,6 +414,15 @@ def paged_attention(
         raise ValueError(f"{fn}: kv_position_offsets and kv_position_stride need query_positions")
     if ks is not None:
         kv["k_scales"], kv["v_scales"] = ks, vs
+    # The core's messages in the caller's terms (names, shapes, axis order).
+    terms = T.Terms()
+    if ragged:
+        terms.add("q", "query", query_shape, q.shape, T.tokens_heads)
+    else:
+        terms.add("q", "query", query_shape, q.shape, T.same)
+    _cache_terms(terms, "k_pages", raw_k, k, kv_layout)
+    _cache_terms(terms, "v_pages", raw_v, v, kv_layout)
+    terms.hint(_layout_hint(fn, raw_k, kv_layout, Hq, E))
     # The library names a bad scale by page, head, row, sequence and position
     # (only the scales a key reads are checked; unused pages may hold anything).
     restore = None
@@ -393,7 +431,9 @@ def paged_attention(
             fn, kv_write, key_cache, value_cache, kv_layout, k, ks, v, vs
         )
     try:
-        R.run(fn, R.ready(q), kv, "output", out4, lse, opts, [], q_format, out_format)
+        terms.run(
+            lambda: R.run(fn, R.ready(q), kv, "output", out4, lse, opts, [], q_format, out_format)
+        )
     except BaseException:
         if restore is not None:
             restore()  # the attention failed: the cache as it was, bit for bit
@@ -450,8 +490,8 @@ def write_kv(
     for name, a in (("key", k), ("value", v)):
         if a.ndim != 3:
             raise ValueError(f"{fn}: {name} has shape {a.shape}; expected [T, Hkv, E]")
-    kp, ks, fp, _ = _cache(fn, "key_cache", key_cache, kind, kv_layout, write=True)
-    vp, vs, fpv, _ = _cache(fn, "value_cache", value_cache, kind, kv_layout, write=True)
+    kp, ks, fp, raw_k = _cache(fn, "key_cache", key_cache, kind, kv_layout, write=True)
+    vp, vs, fpv, raw_v = _cache(fn, "value_cache", value_cache, kind, kv_layout, write=True)
     if fp != fpv:
         raise TypeError(
             f"{fn}: key_cache and value_cache must have the same dtype "
@@ -465,14 +505,21 @@ def write_kv(
     if sm.dtype.kind == "u" and sm.size and int(sm.max()) >= 2**63:
         raise ValueError(f"{fn}: slot_mapping holds values outside int64")
     sm = np.ascontiguousarray(sm, dtype=np.int64)
-    _core.write_kv(
-        R.ready(k.transpose(1, 0, 2)[None]),
-        R.ready(v.transpose(1, 0, 2)[None]),
-        fk,
-        kp,
-        vp,
-        fp,
-        ks,
-        vs,
-        sm,
+    terms = T.Terms()
+    for name, a in (("key", k), ("value", v)):
+        terms.add(name, name, a.shape, (1, a.shape[1], a.shape[0], a.shape[2]), T.tokens_heads)
+    _cache_terms(terms, "k_pages", raw_k, kp, kv_layout)
+    _cache_terms(terms, "v_pages", raw_v, vp, kv_layout)
+    terms.run(
+        lambda: _core.write_kv(
+            R.ready(k.transpose(1, 0, 2)[None]),
+            R.ready(v.transpose(1, 0, 2)[None]),
+            fk,
+            kp,
+            vp,
+            fp,
+            ks,
+            vs,
+            sm,
+        )
     )

@@ -18,6 +18,7 @@ import numpy as np
 from . import _arrays as A
 from . import _int8
 from . import _softdot as _core
+from . import _terms as T
 
 KV_F32, KV_F16, KV_BF16, KV_I8 = 0, 1, 2, 3
 KV_NAMES = {
@@ -437,6 +438,18 @@ def prepare(fn: str, query_: Any, key: Any, value: Any) -> Prepared:
     return p
 
 
+def terms(p: Prepared) -> T.Terms:
+    """The core's q, k, v of a prepared call in the caller's terms (its
+    argument names, shapes and indices)."""
+    t = T.Terms()
+    core = {"query": ("q", p.q), "key": ("k", p.kv["k"]), "value": ("v", p.kv["v"])}
+    for name, a in p.raw:
+        if a is not None and name in core and core[name][1] is not None:
+            c, view = core[name]
+            t.add(c, name, a.shape, view.shape, T.caller_index(a.shape))
+    return t
+
+
 def check_out_overlap(fn: str, o: np.ndarray, arrays: List[Tuple[str, Any]]) -> None:
     for name, a in arrays:
         A.check_overlap(fn, o, name, a, False)
@@ -464,13 +477,21 @@ def run(
     scales: List[Tuple[str, np.ndarray]],
     q_format: int = KV_F32,
     out_format: int = KV_F32,
+    caller: Optional[T.Terms] = None,
 ) -> None:
     """The core's request: kind "output" (out4 and lse), "weights" or
     "scores". A refused int8 scale is named by its index in the caller's
-    array (scales: the caller's (name, scales) pairs)."""
+    array (scales: the caller's (name, scales) pairs); with `caller`, every
+    other message names the caller's arrays (terms())."""
+
+    def core() -> None:
+        _core.attention_request(fn, q4, q_format, kv, kind, out4, out_format, lse, opts)
 
     def call() -> None:
-        _core.attention_request(fn, q4, q_format, kv, kind, out4, out_format, lse, opts)
+        if caller is None:
+            core()
+        else:
+            caller.run(core)
 
     if scales:
         _int8.check_scales_on_error(fn, scales, call)

@@ -84,7 +84,7 @@ def row_op(
             f"{fn}: x requires grad, and softdot's autograd form (softdot.torch.{fn}) takes "
             f"neither where= nor out=; call it under torch.no_grad() or on a detached tensor"
         )
-    xa = A.float_input(fn, "x", x, kind)
+    xa = A.float_input(fn, "x", x, kind, sixteen=True)
     nd = xa.ndim
     if nd == 0:
         raise ValueError(f"{fn}: x is 0-d; a softmax needs at least one axis")
@@ -165,8 +165,8 @@ def softmax_backward(y: Any, dy: Any, /, *, axis: int = -1, out: Any = None) -> 
     if s16.info(y) is not None:
         return s16.softmax_backward(fn, y, dy, axis, out)
     kind = A.kind_of(y)
-    ya = A.float_input(fn, "y", y, kind)
-    da = A.float_input(fn, "dy", A.secondary(fn, "dy", dy, kind), kind)
+    ya = A.float_input(fn, "y", y, kind, sixteen=True)
+    da = A.float_input(fn, "dy", A.secondary(fn, "dy", dy, kind), kind, sixteen=True)
     if ya.dtype != da.dtype:
         raise TypeError(f"{fn}: y has dtype {ya.dtype.name} but dy has dtype {da.dtype.name}")
     if ya.shape != da.shape:

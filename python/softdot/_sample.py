@@ -26,7 +26,16 @@ def _as_numpy(fn: str, name: str, x: Any, kind: str) -> Tuple[np.ndarray, bool]:
         if t.dtype == torch.bfloat16:
             return t.view(torch.int16).numpy().view(A.U16), True
         return np.asarray(t.resolve_conj().resolve_neg().numpy()), False
-    a = np.asarray(x)
+    try:
+        a = np.asarray(x)
+    except ValueError:
+        # numpy's "inhomogeneous shape": rows of different lengths.
+        lens = sorted({len(r) for r in x}) if isinstance(x, (list, tuple)) else []
+        raise ValueError(
+            f"{fn}: {name} is ragged (rows of lengths {lens}); every row needs the same "
+            f"length: one draft count K for the whole batch (call it once per group of "
+            f"rows with the same K)"
+        ) from None
     if a.dtype.name == "bfloat16":
         return a.view(A.U16), True
     return a, False

@@ -204,7 +204,7 @@ def logsumexp(
     if S16.info(x) is not None:
         return S16.logsumexp(fn, x, axis, where, temperature, keepdims, out)
     kind = A.kind_of(x)
-    xa = A.float_input(fn, "x", x, kind)
+    xa = A.float_input(fn, "x", x, kind, sixteen=True)
     nd = xa.ndim
     if nd == 0:
         # A 0-d x is one entry, reduced like a 1-d array of one: axis None,

@@ -348,8 +348,14 @@ def ring_attention(
     target, direct = R.target(o)
     lse_user, lse = A.new_output(p.lead + (p.L,), A.F32, p.kind) if return_lse else (None, None)
 
+    caller = R.terms(p)
+
     def call() -> None:
-        _mpi.ring_attention(h, p.q, p.kv, target, lse, opts, n, zig, bool(deterministic))
+        caller.run(
+            lambda: _mpi.ring_attention(
+                h, p.q, p.kv, target, lse, opts, n, zig, bool(deterministic)
+            )
+        )
 
     if p.scales:
         _int8.check_scales_on_error(fn, p.scales, call)
@@ -561,23 +567,25 @@ def ring_attention_backward(
     ds_user = ds = None
     if sinks1 is not None:
         ds_user, ds = A.new_output((sinks1.shape[0],), A.F32, kq)
-    _mpi.ring_attention_backward(
-        h,
-        p.q,
-        p.kv["k"],
-        p.kv["v"],
-        o4,
-        lse_a,
-        do4,
-        R.to4(dq),
-        R.to4(dk),
-        R.to4(dv),
-        ds,
-        dlse_a,
-        opts,
-        n,
-        zig,
-        bool(deterministic),
+    R.terms(p).run(
+        lambda: _mpi.ring_attention_backward(
+            h,
+            p.q,
+            p.kv["k"],
+            p.kv["v"],
+            o4,
+            lse_a,
+            do4,
+            R.to4(dq),
+            R.to4(dk),
+            R.to4(dv),
+            ds,
+            dlse_a,
+            opts,
+            n,
+            zig,
+            bool(deterministic),
+        )
     )
     if ds_user is not None:
         return dq_user, dk_user, dv_user, ds_user

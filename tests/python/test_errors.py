@@ -131,7 +131,7 @@ CASES = [
         "attention sinks shape",
         lambda: sdpa(Q, K, V, sinks=np.zeros(3, np.float32)),
         ValueError,
-        r"^scaled_dot_product_attention: sinks has 3 values but q \[2, 4, 3, 8\] has 4 heads$",
+        r"^scaled_dot_product_attention: sinks has 3 values but query \(2, 4, 3, 8\) has 4 heads$",
     ),
     (
         "attention out shape",
@@ -798,3 +798,62 @@ def test_attention_out_interleaved_with_query_is_allowed():
     want = softdot.scaled_dot_product_attention(q.copy(), k, v)
     assert softdot.scaled_dot_product_attention(q, k, v, out=out) is out
     np.testing.assert_array_equal(out, want)
+
+
+# ---- errors in the caller's terms: its argument names, shapes, axis order and indices ----
+
+
+def test_write_kv_names_the_bad_value_by_the_callers_index():
+    pages = np.zeros((4, 16, 2, 8), np.int8), np.ones((4, 16, 2, 1), np.float32)
+    key = np.random.default_rng(0).random((3, 2, 8)).astype(np.float32)
+    key[1, 0, 3] = np.inf
+    with pytest.raises(ValueError, match=r"write_kv: key holds inf at \[1, 0, 3\] \(slot 1\)"):
+        softdot.write_kv(key, np.zeros_like(key), pages, tuple(a.copy() for a in pages), [0, 1, 2])
+    assert not pages[0].any()  # nothing written
+
+
+def test_paged_errors_name_the_callers_cache_shape_and_layout():
+    cache = np.zeros((64, 16, 2, 64), np.float32)  # NHD: 16-token pages, 2 KV heads
+    q = np.zeros((1, 4, 1, 32), np.float32)
+    table, lens = np.zeros((1, 1), np.int32), np.array([5], np.int32)
+    with pytest.raises(ValueError) as e:
+        softdot.paged_attention(q, cache, cache, table, lens)
+    m = str(e.value)
+    assert "key_cache (64, 16, 2, 64) has d = 64 but query (1, 4, 1, 32) has d = 32" in m, m
+    assert "k_pages" not in m and "[64, 2, 16, 64]" not in m, m
+    # The shape fits NHD, not the HND asked for: the hint names kv_layout.
+    q64 = np.zeros((1, 4, 1, 64), np.float32)
+    with pytest.raises(ValueError, match=r"with kv_layout='NHD' it has 2 KV heads"):
+        softdot.paged_attention(q64, cache, cache, table, lens, kv_layout="HND")
+    # A bad page index names the caller's argument.
+    with pytest.raises(ValueError, match=r"not a page: key_cache has 64 pages"):
+        softdot.paged_attention(q64, cache, cache, np.full((1, 1), 70, np.int32), lens)
+
+
+def test_ragged_sequence_with_more_rows_than_keys_is_an_error():
+    cache = np.zeros((4, 16, 2, 64), np.float32)
+    q = np.zeros((6, 4, 64), np.float32)
+    with pytest.raises(ValueError, match=r"sequence 0 has 3 query rows .* seq_lens\[0\] = 2 keys"):
+        softdot.paged_attention(
+            q,
+            cache,
+            cache,
+            np.array([[0], [1]], np.int32),
+            np.array([2, 3], np.int32),
+            query_start_loc=np.array([0, 3, 6], np.int32),
+            causal=True,
+        )
+
+
+@pytest.mark.parametrize("fn", ["softmax", "log_softmax", "logsumexp"])
+def test_softmax_dtype_error_lists_every_accepted_dtype(fn):
+    with pytest.raises(TypeError) as e:
+        getattr(softdot, fn)(np.zeros(3, np.complex64))
+    for name in ("float32", "float64", "float16", "bfloat16"):
+        assert name in str(e.value), str(e.value)
+
+
+def test_speculative_accept_ragged_drafts_get_a_message():
+    logits = np.zeros((2, 3, 5), np.float32)
+    with pytest.raises(ValueError, match=r"speculative_accept: draft_tokens is ragged"):
+        softdot.speculative_accept([[1, 2], [3]], None, logits, seed=1)

@@ -204,7 +204,7 @@ def test_bad_tables_raise_and_write_nothing():
     t[1, 1] = P
     expect(
         r"^paged_attention: block_table\[1, 1\] = %d \(sequence 1, entry 1\) is not a page: "
-        r"k_pages has %d pages \(0 to %d\)$" % (P, P, P - 1),
+        r"key_cache has %d pages \(0 to %d\)$" % (P, P, P - 1),
         t,
         sl,
     )

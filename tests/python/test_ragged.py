@@ -16,7 +16,11 @@ import softdot
 BF16 = ml_dtypes.bfloat16
 
 LENS = [700, 1, 1100, 65, 0, 300, 40]
-NQS = [1, 4, 70, 0, 1, 17, 2]
+# Rows per sequence: decode (1), a one-key sequence's one row, a prefill
+# chunk, sequences with no rows (one of them with no keys), verification
+# rows. A sequence never has more rows than keys (its rows are its newest
+# tokens): test_errors.py::test_ragged_sequence_with_more_rows_than_keys_is_an_error.
+NQS = [1, 1, 70, 0, 0, 17, 2]
 
 
 def packed(rng, nqs, Hq, E, dtype=np.float32):

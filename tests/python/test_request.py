@@ -1,6 +1,7 @@
 """One attention request (python/softdot/_request.py, the library's
 AttentionRequest): each option's bad value gives the library's one message,
-named after the function called, from every entry point (scaled_dot_product_
+named after the function called and in the caller's terms (its argument
+names and shapes), from every entry point (scaled_dot_product_
 attention, attention_weights, paged_attention, softdot.distributed.ring_attention
 under mpirun); torch's keywords; zero query rows; the key-range message."""
 
@@ -47,7 +48,7 @@ BAD_OPTIONS = [
     ({"softcap": np.inf}, "softcap must be finite and >= 0, got inf"),
     ({"window": (-2, -1)}, "window_left and window_right must be >= -1, got -2 and -1"),
     ({"window": (-1, -3)}, "window_left and window_right must be >= -1, got -1 and -3"),
-    ({"sinks": np.zeros(3, np.float32)}, "sinks has 3 values but q [1, 2, 3, 4] has 2 heads"),
+    ({"sinks": np.zeros(3, np.float32)}, "sinks has 3 values but query (1, 2, 3, 4) has 2 heads"),
 ]
 # kv_range is not an option of ring_attention (the ring sets the key ranges).
 BAD_RANGES = [({"kv_range": (4, 3)}, "kv_begin 4 is past kv_end 3")]
@@ -131,7 +132,7 @@ def test_ring_attention_gives_the_same_messages(tmp_path):
     ]
     # The checks are collective: the first failing rank is named first.
     want = [
-        f"rank 0: ring_attention: {m}".replace("q [1, 2, 3, 4]", "q [1, 2, 5, 4]")
+        f"rank 0: ring_attention: {m}".replace("query (1, 2, 3, 4)", "query (1, 2, 5, 4)")
         for _, m in BAD_OPTIONS
     ]
     # NaN is refused before the call (the library reads it as the default).

@@ -769,12 +769,13 @@ void expect_ragged_equals_alone(const std::string& what, const Ragged<T>& r,
 
 // Sequences of every kind in one batch (GQA 4): decode rows (4 rows per KV
 // head), a 16-row verification block, prefill chunks on a cached prefix
-// (n_q 70 of 1100, 17 of 300), more rows than keys (causal: the first rows
-// see nothing), an empty cache, a sequence without rows; every option.
+// (n_q 70 of 1100, 17 of 300), as many rows as keys (one key, one row), an
+// empty cache without rows, a sequence without rows; every option. (More
+// rows than keys is an error: BadQueryStartsAreErrors.)
 template <class T>
 void ragged_sweep(const std::string& label) {
   const std::vector<std::int32_t> lens = {700, 1, 1100, 65, 0, 300, 513, 40};
-  const std::vector<std::int32_t> nqs = {1, 4, 70, 0, 1, 17, 4, 2};
+  const std::vector<std::int32_t> nqs = {1, 1, 70, 0, 0, 17, 4, 2};
   std::vector<float> sinks = {0.5f, -1.0f, 2.0f,  0.0f,
                               1.5f, -0.5f, 0.25f, 3.0f};
   struct Opt {
@@ -947,6 +948,19 @@ TEST(AttentionRagged, BadQueryStartsAreErrors) {
   om.mask = TensorView<const bool>(mask.get(), 1, 1, TR, 9);
   expect("mask", {0, 2, 5}, {"ragged batch (query_start_loc) takes no mask"}, q,
          om);
+  // A sequence with more query rows than keys: its rows' keys were never
+  // written (it ran with the first rows seeing no key before).
+  const std::vector<std::int32_t> qsl = {0, 2, 5}, lens = {1, 9};
+  PagedKVTable t = r.p.pkv();
+  t.query_start_loc = qsl;
+  t.seq_lens = lens;
+  expect_invalid(
+      "more rows than keys",
+      [&] {
+        softdot::paged_attention(q, r.p.k.view(), r.p.v.view(), t, out.view());
+      },
+      {"paged_attention", "sequence 0 has 2 query rows", "seq_lens[0] = 1"});
+  for (float x : out.dense()) ASSERT_EQ(bits(x), bits(kOutSentinel));
 }
 
 // ---- positions: a cache sharded by position (decode context parallelism) ---
@@ -958,7 +972,7 @@ TEST(AttentionRagged, BadQueryStartsAreErrors) {
 // cache (within a few float roundings; rows that see no key are exact
 // zeros in both).
 TEST(AttentionPaged, ShardedPositionsMergeToTheWholeCache) {
-  const std::vector<std::int32_t> lens = {700, 130, 1, 64};
+  const std::vector<std::int32_t> lens = {700, 130, 3, 64};
   const std::vector<std::int32_t> nqs = {1, 4, 3, 2};
   const std::size_t H = 4, Hkv = 2, d = 32, R = 3;
   for (int opt = 0; opt < 3; ++opt) {
@@ -1040,7 +1054,7 @@ TEST(AttentionPaged, ShardedPositionsMergeToTheWholeCache) {
 // is negative when n_q > seq_lens[b]; keys at their index): the same bits as
 // no positions; bad positions are errors.
 TEST(AttentionPaged, ExplicitDefaultPositionsAreTheDefault) {
-  const std::vector<std::int32_t> lens = {300, 5, 70};
+  const std::vector<std::int32_t> lens = {300, 7, 70};
   const std::vector<std::int32_t> nqs = {2, 7, 1};
   const Ragged<float> r =
       make_ragged<float>(4, 2, 16, 16, lens, nqs, 8, false, 9);
@@ -1050,7 +1064,7 @@ TEST(AttentionPaged, ExplicitDefaultPositionsAreTheDefault) {
   const std::size_t TR = r.T_rows;
   Tensor<float> a(1, 4, TR, 16, 0, 0.0f), b(1, 4, TR, 16, 0, 0.0f);
   run_paged_view(r.qview(), r.p, r.table(), a.view(), o, nullptr, nullptr);
-  std::vector<std::int64_t> qpos = {298, -2, 69}, offs = {0, 0, 0};
+  std::vector<std::int64_t> qpos = {298, 0, 69}, offs = {0, 0, 0};
   PagedKVTable t = r.table();
   t.query_positions = qpos;
   t.kv_position_offsets = offs;
