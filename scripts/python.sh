@@ -42,6 +42,7 @@ python_lint_tools=(ruff==0.17.6 mypy==2.4.1)
 # core's stub, _softdot.pyi, which the build generates).
 python_lint_files=(python/softdot tests/python bench/python examples scripts/stress_threads.py)
 python_typed_modules=(softdot softdot._arrays softdot._attention softdot._attention_grad
+                      softdot._autograd softdot._contiguous softdot._losses softdot._terms
                       softdot._cross_entropy softdot._gloo_ring softdot._int8
                       softdot._linear_cross_entropy softdot._linear_cross_entropy_grad
                       softdot._paged softdot._quantize softdot._request softdot._rowops

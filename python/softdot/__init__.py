@@ -18,8 +18,7 @@ from typing import Any, List
 
 from . import _softdot
 from ._attention import attention_merge, attention_weights, scaled_dot_product_attention
-from ._cross_entropy import cross_entropy
-from ._linear_cross_entropy import linear_cross_entropy
+from ._losses import cross_entropy, linear_cross_entropy
 from ._paged import paged_attention, write_kv
 from ._quantize import quantize_kv
 from ._sample import sample, speculative_accept

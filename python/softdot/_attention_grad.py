@@ -15,6 +15,7 @@ import torch
 from . import _request as R
 from . import _softdot as _core
 from ._autograd import first_order
+from ._contiguous import call
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -45,8 +46,6 @@ class _Attention(torch.autograd.Function):
         sinks: Optional[torch.Tensor],
         spec: Dict[str, Any],
     ) -> Tuple[torch.Tensor, torch.Tensor]:
-        from ._attention import _call
-
         # A 16-bit query's output is computed in float32 and saved as such:
         # the backward's Delta = rowsum(dO * O) then does not carry the
         # 16-bit rounding of O (with values far from 0, that rounding is
@@ -54,7 +53,7 @@ class _Attention(torch.autograd.Function):
         # query's dtype.
         wide = q.dtype in (torch.float16, torch.bfloat16)
         out32 = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=torch.float32) if wide else None
-        out, lse = _call(
+        out, lse = call(
             spec["fn"],
             "output",
             q.detach(),

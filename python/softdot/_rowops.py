@@ -7,7 +7,6 @@ grad, and softdot.torch imports only this module."""
 
 from __future__ import annotations
 
-import importlib
 import math
 import numbers
 import sys
@@ -139,31 +138,10 @@ def fast_call(x: Any, out: Any, log: bool, fast: bool) -> Any:
     return None
 
 
-def softmax_backward(y: Any, dy: Any, /, *, axis: int = -1, out: Any = None) -> Any:
-    """Gradient of the softmax: ``dx_i = y_i (dy_i - <dy, y>)`` along ``axis``.
-
-    ``y`` is the softmax's output and ``dy`` the gradient of a loss with
-    respect to it. The inner product is computed in twice the working
-    precision and each ``dx_i`` is formed in higher precision, so ``dx`` is
-    within about 1 ulp of the exact value for these ``y`` and ``dy``, up to
-    the conditioning of ``dy_i - <dy, y>``. NaN and inf follow IEEE rules.
-
-    Parameters
-    ----------
-    y, dy : array_like or torch.Tensor
-        Same shape and dtype (float32 or float64).
-    axis : int, default -1
-    out : array, optional
-        May be ``y`` or ``dy`` (in place).
-
-    Returns
-    -------
-    numpy.ndarray or torch.Tensor
-    """
+def softmax_backward(y: Any, dy: Any, axis: int = -1, out: Any = None) -> Any:
+    """softdot.softmax_backward on float32 and float64 (the public function,
+    _softmax.py, sends 16-bit inputs to _softmax16 first)."""
     fn = "softmax_backward"
-    s16 = importlib.import_module("._softmax16", __package__)
-    if s16.info(y) is not None:
-        return s16.softmax_backward(fn, y, dy, axis, out)
     kind = A.kind_of(y)
     ya = A.float_input(fn, "y", y, kind, sixteen=True)
     da = A.float_input(fn, "dy", A.secondary(fn, "dy", dy, kind), kind, sixteen=True)

@@ -13,7 +13,6 @@ from . import _arrays as A
 from . import _rowops as R
 from . import _softdot as _core
 from . import _softmax16 as S16
-from ._rowops import softmax_backward
 
 __all__ = [
     "softmax",
@@ -28,6 +27,34 @@ __all__ = [
 ]
 
 _ndarray = np.ndarray
+
+
+def softmax_backward(y: Any, dy: Any, /, *, axis: int = -1, out: Any = None) -> Any:
+    """Gradient of the softmax: ``dx_i = y_i (dy_i - <dy, y>)`` along ``axis``.
+
+    ``y`` is the softmax's output and ``dy`` the gradient of a loss with
+    respect to it. The inner product is computed in twice the working
+    precision and each ``dx_i`` is formed in higher precision, so ``dx`` is
+    within about 1 ulp of the exact value for these ``y`` and ``dy``, up to
+    the conditioning of ``dy_i - <dy, y>``. NaN and inf follow IEEE rules.
+
+    Parameters
+    ----------
+    y, dy : array_like or torch.Tensor
+        Same shape and dtype (float32, float64, float16 or bfloat16).
+    axis : int, default -1
+    out : array, optional
+        May be ``y`` or ``dy`` (in place).
+
+    Returns
+    -------
+    numpy.ndarray or torch.Tensor
+    """
+    if S16.info(y) is not None:
+        return S16.softmax_backward("softmax_backward", y, dy, axis, out)
+    return R.softmax_backward(y, dy, axis, out)
+
+
 _F32, _F64 = A.F32, A.F64
 _dot_fast = _core.dot_fast
 _fast_call = R.fast_call

@@ -208,7 +208,7 @@ class CrossEntropy(torch.autograd.Function):
         label_smoothing: float,
         reduction: str,
     ) -> Tuple[torch.Tensor, torch.Tensor]:
-        return CE.cross_entropy(
+        return CE.compute(
             logits.detach(),
             targets,
             ignore_index=ignore_index,
