@@ -35,6 +35,7 @@
 
 #include "attention_checks.h"
 #include "attention_rows.h"
+#include "attention_schedule.h"
 #include "kernels/attention_args.h"
 #include "kernels/dispatch.h"
 #include "kernels/state_merge.h"
@@ -157,6 +158,17 @@ void merge_sink(float& m, double& l, double* acc, float sink, std::size_t dv) {
   detail::merge_row_state(m, l, acc, sink, 1.0, nullptr, dv);
 }
 
+// Row states of a kernel call: max, sum and output sums of row r at m[r],
+// l[r] and o + r dv.
+struct State {
+  float* m;
+  double* l;
+  double* o;
+  State at(std::size_t r, std::size_t dv) const {
+    return {m + r, l + r, o + r * dv};
+  }
+};
+
 // Where the kernel reads KV head kh of batch b: the first row of K and V
 // (and of the int8 scales) and their strides; paged, the rows of this KV
 // head in page 0 and sequence b's row of the table.
@@ -194,391 +206,310 @@ void set_kv_args(detail::AttnArgs& a, const KVViews<KT>& kv,
   }
 }
 
-// The rows of a checked plan: finalised into the output and lse, or kept as
-// the partial result (AttentionPartial). With a paged source (k and v are
-// the pages) each sequence has its own n_kv; int8 K and V come with their
-// scales.
+// The rows of a checked plan, run by its schedule (attention_schedule.h):
+// finalised into the output and lse, or kept as the partial result
+// (AttentionPartial). With a paged source (k and v are the pages) each
+// sequence has its own n_kv; int8 K and V come with their scales. One
+// runner per call: the schedule, the state buffers and the task loop.
 template <class KT>
-void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
-  const AttentionRequest& req = plan.request();
-  const Plan& p = plan.data();
-  const AttentionOptions& o = req.options;
-  const QueryTensor& q = req.q;
-  const OutputTensor& out = req.target.out;
-  const bool q16 = q.format() != KVFormat::kFloat32;
-  // bfloat16 queries, keys and values run their prefill products on the
-  // units matrix_unit() names (simd.h); precise keeps float products.
-  unsigned units = 0;
-  if constexpr (std::is_same_v<KT, BFloat16>) {
-    if (q.format() == KVFormat::kBFloat16 && !o.precise) {
-      units = detail::attention_units();
+class RowRunner {
+ public:
+  RowRunner(const AttentionPlan& plan, const KVViews<KT>& kv)
+      : plan_(plan),
+        req_(plan.request()),
+        p_(plan.data()),
+        o_(req_.options),
+        q_(req_.q),
+        kv_(kv),
+        table_(req_.kv.paged ? &req_.kv.table : nullptr),
+        max_rows_(detail::attention_max_rows()) {
+    // bfloat16 queries, keys and values run their prefill products on the
+    // units matrix_unit() names (simd.h); precise keeps float products.
+    units_ = request_units(req_);
+    lse_ = req_.target.lse;
+    if (req_.target.kind == AttentionTarget::Kind::kPartial) {
+      partial_ = req_.target.partial;
     }
   }
-  const bool pv_split = o.unit_weights == AttentionOptions::UnitWeights::kSplit;
-  const bool invariant = o.batch_invariant;
-  float* lse = req.target.lse;
-  AttentionPartial* partial = req.target.kind == AttentionTarget::Kind::kPartial
-                                  ? req.target.partial
-                                  : nullptr;
-  const PagedKVTable* table = req.kv.paged ? &req.kv.table : nullptr;
-  // A ragged batch (query_start_loc, paged only): sequence b's rows are rows
-  // query_start_loc[b] .. query_start_loc[b + 1] - 1 of the packed query
-  // (batch 1), its output and lse rows the same.
-  const bool ragged = table != nullptr && !table->query_start_loc.empty();
-  if (partial) {
-    partial->batch = ragged ? 1 : p.B;
-    partial->heads = p.H;
-    partial->rows = p.n_q;
-    partial->dv = p.dv;
-    const std::size_t n = partial->batch * p.H * p.n_q;
-    partial->max.resize(n);
-    partial->sum.resize(n);
-    partial->out.resize(n * p.dv);
+
+  void run() {
+    thread_local Schedule buffer;  // reused: a decode step allocates nothing
+    build_schedule(plan_, units_, max_rows_, buffer);
+    sch_ = &buffer;
+    size_partial();
+    allocate_states();
+    const bool parallel =
+        sch_->tasks > 1 && sch_->work >= 4.0 * detail::kParallelElements;
+    // Small calls run on the calling thread (parallel.h; bench/'s
+    // BM_attention_one_key measures one: 0.19 us).
+    detail::for_each_index<detail::Schedule::kDynamic>(
+        sch_->tasks, parallel, [&](std::size_t t) { guarded_task(t); });
+    if (failed_) std::rethrow_exception(error_);
+    if (sch_->split_states == 0) return;
+    // Merge each chunked sequence's chunk states in chunk order, per KV
+    // head.
+    const std::size_t groups = p_.B * p_.Hkv;
+    detail::for_each_index(groups, parallel && groups > 1,
+                           [&](std::size_t gi) { merge_group(gi); });
   }
-  const std::size_t max_rows = detail::attention_max_rows();
-  const std::size_t rows_cap = std::min(max_rows, detail::kMaxKernelRows);
-  const std::size_t dv = p.dv;
 
-  // Per sequence: its plan (its own n_kv and n_q when paged or ragged),
-  // where its rows lie, its form, its tasks and its chunk states. Every
-  // choice depends on the sequence's own shape only (never on the other
-  // sequences, the thread count or the SIMD target), so a sequence's bits
-  // are those of the same call on that sequence alone.
-  struct Seq {
-    Plan plan;
-    std::size_t q_batch = 0,
-                q_row0 = 0;    // row i: q row (q_batch, h, q_row0 + i)
-    std::size_t rows = 0;      // g n_q: rows per KV head
-    bool split = false;        // the decode form's chunks
-    bool split_units = false;  // ... on the units
-    // batch_invariant with more than kDecodeRows rows per KV head: groups of
-    // kDecodeMaxRows rows, each task folding its group's chunks in order.
-    bool grouped = false;
-    std::size_t row_blocks = 0, chunks = 1;
-    // The first chunk's index: chunk c covers keys chunk_base + (chunk0 +
-    // c) kDecodeChunk onwards (chunk_base is kv_begin by default, 0 with
-    // batch_invariant: chunks at fixed key indices).
-    std::size_t chunk0 = 0, chunk_base = 0;
-    bool no_keys = false;    // batch_invariant: no row sees a key
-    std::size_t task0 = 0;   // its first task
-    std::size_t state0 = 0;  // a split sequence's first chunk-state row
-    // A draft tree (draft_parents): row i's mask at tree_masks[tree0 + i
-    // n_kv] (n_kv bytes, 1 = visible), kNoTree without one.
-    std::size_t tree0 = kNoTree;
-    // The decode form's chunks as tasks of their own (one row block, the
-    // states merged by merge_group); else one chunk per task.
-    bool chunked() const { return split && !grouped; }
-  };
-  // The draft trees' masks: per row, the prefix and its ancestors.
-  // (A reference: the tasks on other threads must see the calling
-  // thread's buffer, not their own.)
-  thread_local std::vector<std::uint8_t> tree_buffer;
-  std::vector<std::uint8_t>& tree_masks = tree_buffer;
-  tree_masks.clear();
-  const bool trees = table != nullptr && !table->draft_parents.empty();
-  thread_local std::vector<Seq> seq_buffer;
-  std::vector<Seq>& seqs = seq_buffer;
-  seqs.assign(p.B, Seq{});
-  std::size_t tasks = 0, split_states = 0;
-  double work = 0.0;
-  for (std::size_t b = 0; b < p.B; ++b) {
-    Seq& s = seqs[b];
-    std::size_t n_q = p.n_q;
-    if (ragged) {
-      s.q_row0 = static_cast<std::size_t>(table->query_start_loc[b]);
-      n_q = static_cast<std::size_t>(table->query_start_loc[b + 1]) - s.q_row0;
-    } else {
-      s.q_batch = b;
-    }
-    s.plan =
-        table ? positioned_plan(
-                    sequence_plan(
-                        p, static_cast<std::size_t>(table->seq_lens[b]), n_q),
-                    *table, b)
-              : p;
-    s.rows = p.g * n_q;
-    s.task0 = tasks;
-    if (s.rows == 0) continue;  // a ragged sequence without rows: no task
-    if (trees) {
-      // Checked: n_q <= n_kv and every parent before its row.
-      const std::size_t n_kv = s.plan.n_kv, pre = n_kv - n_q;
-      const std::size_t p0 = ragged ? s.q_row0 : b * p.n_q;
-      s.tree0 = tree_masks.size();
-      tree_masks.resize(s.tree0 + n_q * n_kv, 0);
-      for (std::size_t i = 0; i < n_q; ++i) {
-        std::uint8_t* row = tree_masks.data() + s.tree0 + i * n_kv;
-        std::fill(row, row + pre, std::uint8_t{1});
-        for (auto a = static_cast<std::int64_t>(i); a >= 0;
-             a = table->draft_parents[p0 + static_cast<std::size_t>(a)]) {
-          row[pre + static_cast<std::size_t>(a)] = 1;
-        }
-      }
-    }
-    // precise runs in the prefill form only (whatever the rows).
-    s.split = s.rows <= kDecodeRows && !o.precise && !o.prefill_form;
-    s.grouped = invariant && !s.split;
-    s.split = s.split || s.grouped;
-    // A split KV head with enough rows to fill the units' lanes runs its
-    // chunks in the prefill form on the units (rows in lanes: a few rows
-    // would leave most lanes idle, and the decode form reads K and V at the
-    // memory's speed there). Not with batch_invariant (the units round
-    // differently from the decode form).
-    s.split_units =
-        s.split && !invariant && units != 0 && s.rows >= kUnitsDecodeMinRows;
-    s.row_blocks = s.grouped ? (s.rows + detail::kDecodeMaxRows - 1) /
-                                   detail::kDecodeMaxRows
-                   : s.split ? 1
-                             : (s.rows + max_rows - 1) / max_rows;
-    const std::size_t range = s.plan.kv_end - s.plan.kv_begin;
-    s.chunk_base = invariant ? 0 : s.plan.kv_begin;
-    if (s.chunked()) {
-      if (invariant) {
-        // The chunks (at fixed key indices) that hold a key some row sees.
-        const KeyHull hull = visible_hull(s.plan, 0, n_q);
-        s.no_keys = hull.empty();
-        s.chunk0 = s.no_keys ? 0 : hull.lo / kDecodeChunk;
-        s.chunks = s.no_keys ? 1 : hull.hi / kDecodeChunk - s.chunk0 + 1;
-      } else {
-        s.chunks =
-            std::max<std::size_t>(1, (range + kDecodeChunk - 1) / kDecodeChunk);
-      }
-      s.state0 = split_states;
-      split_states += p.Hkv * s.chunks * s.rows;
-    }
-    tasks += p.Hkv * s.row_blocks * s.chunks;
-    work += static_cast<double>(p.H * n_q) * static_cast<double>(range) *
-            static_cast<double>(p.d + dv);
+ private:
+  void size_partial() {
+    if (partial_ == nullptr) return;
+    const bool ragged =
+        table_ != nullptr && !table_->query_start_loc.empty();
+    partial_->batch = ragged ? 1 : p_.B;
+    partial_->heads = p_.H;
+    partial_->rows = p_.n_q;
+    partial_->dv = p_.dv;
+    const std::size_t n = partial_->batch * p_.H * p_.n_q;
+    partial_->max.resize(n);
+    partial_->sum.resize(n);
+    partial_->out.resize(n * p_.dv);
   }
-  // A finished row i of sequence b, head h: finalised, or kept as a
-  // partial result.
-  auto emit = [&](const Seq& s, std::size_t h, std::size_t i, float m, double l,
-                  const double* acc) {
-    const std::size_t row = s.q_row0 + i;
-    const std::size_t r = (s.q_batch * p.H + h) * p.n_q + row;
-    if (partial) {
-      partial->max[r] = m;
-      partial->sum[r] = l;
-      std::copy(acc, acc + dv, partial->out.data() + r * dv);
-    } else {
-      std::visit(
-          [&](const auto& t) {
-            detail::finalize_row_state(m, l, acc, dv, t.row(s.q_batch, h, row),
-                                       lse ? lse + r : nullptr);
-          },
-          out.variant());
-    }
-  };
 
-  // Per-thread scratch and row tables; states: the split sequences' chunk
-  // states (by sequence, KV head, chunk and row), then one block of rows per
-  // thread for the others. They live in the calling thread's reusable
-  // buffer.
-  const int threads = omp_get_max_threads();
-  const std::size_t scratch_floats =
-      detail::attention_scratch_floats(p.d, dv, o.precise, units != 0);
-  const std::size_t q16_floats =
-      q16 ? std::max(max_rows, detail::kDecodeMaxRows) * p.d : 0;
-  // Per thread: one kernel call's rows, or a group's running state and
-  // its chunk's state (grouped).
-  const std::size_t thread_rows =
-      std::max(rows_cap, 2 * detail::kDecodeMaxRows);
-  const std::size_t n_states =
-      split_states + static_cast<std::size_t>(threads) * thread_rows;
-  double* states = thread_buffer<double>(0, n_states * (dv + 2));
-  double* st_l = states;
-  double* st_o = states + n_states;
-  float* st_m = reinterpret_cast<float*>(states + n_states * (dv + 1));
+  // The states: the chunked sequences' chunk states (by sequence, KV head,
+  // chunk and row), then one block of rows per thread for the others (one
+  // kernel call's rows, or a group's running state and its chunk's state).
+  // They live in the calling thread's reusable buffer.
+  void allocate_states() {
+    const int threads = omp_get_max_threads();
+    thread_rows_ = std::max(std::min(max_rows_, detail::kMaxKernelRows),
+                            2 * detail::kDecodeMaxRows);
+    const std::size_t n =
+        sch_->split_states + static_cast<std::size_t>(threads) * thread_rows_;
+    double* states = thread_buffer<double>(0, n * (p_.dv + 2));
+    st_l_ = states;
+    st_o_ = states + n;
+    st_m_ = reinterpret_cast<float*>(states + n * (p_.dv + 1));
+  }
 
-  const bool parallel = tasks > 1 && work >= 4.0 * detail::kParallelElements;
-  // Rows row0 .. row0 + cnt - 1 of sequence s (numbered as in
-  // fill_row_tables) read their draft tree's masks.
-  auto set_tree_masks = [&](const Seq& s, std::size_t row0, std::size_t cnt,
-                            RowTables& rows) {
-    if (s.tree0 == kNoTree) return;
-    for (std::size_t r = 0; r < cnt; ++r) {
-      const std::size_t i = (row0 + r) % s.plan.n_q;
-      rows.mask[r] = tree_masks.data() + s.tree0 + i * s.plan.n_kv;
-    }
-  };
-
-  std::exception_ptr error;
-  bool failed = false;
-  auto run_task = [&](std::size_t t) {
-    if (failed) return;
-    // Only the scratch allocation can throw (std::bad_alloc); an exception
-    // must not leave an OpenMP region, so it is carried out.
-    float* scratch_ptr = nullptr;
+  // A task on its thread; an exception must not leave an OpenMP region, so
+  // it is carried out (only the scratch allocation can throw).
+  void guarded_task(std::size_t t) {
+    if (failed_) return;
+    float* scratch = nullptr;
     float* widened = nullptr;
     try {
-      scratch_ptr = thread_buffer<float>(1, scratch_floats);
-      if (q16) widened = thread_buffer<float>(2, q16_floats);
+      scratch = thread_buffer<float>(
+          1, detail::attention_scratch_floats(p_.d, p_.dv, o_.precise,
+                                              units_ != 0));
+      if (q_.format() != KVFormat::kFloat32) {
+        widened = thread_buffer<float>(
+            2, std::max(max_rows_, detail::kDecodeMaxRows) * p_.d);
+      }
     } catch (...) {
 #pragma omp critical(softdot_attention_error)
       {
-        if (!failed) error = std::current_exception();
-        failed = true;
+        if (!failed_) error_ = std::current_exception();
+        failed_ = true;
       }
       return;
     }
-    const int tid = omp_get_thread_num();
-    // The sequence: the last whose first task is at or before t (one
-    // without tasks shares its first task with the next, which has them).
-    const auto it = std::upper_bound(
-        seqs.begin(), seqs.end(), t,
-        [](std::size_t x, const Seq& s) { return x < s.task0; });
-    const std::size_t b = static_cast<std::size_t>(it - seqs.begin()) - 1;
-    const Seq& s = seqs[b];
-    // The order of the tasks never changes the bits. Decode chunks: the KV
-    // heads vary fastest, so consecutive tasks read the same keys of every
-    // KV head and a page whose rows interleave the heads (vLLM's NHD layout)
-    // is read whole while it is in cache, rather than once per head. Row
-    // blocks: the blocks vary fastest, so consecutive tasks reuse one KV
-    // head's keys from cache.
-    const std::size_t rest = t - s.task0;
-    const bool chunked = s.chunked();  // row_blocks 1, else chunks 1
-    const std::size_t kh = chunked ? rest % p.Hkv : rest / s.row_blocks;
-    const std::size_t rb = chunked ? 0 : rest % s.row_blocks;
-    const std::size_t chunk = chunked ? rest / p.Hkv : 0;
-    const Plan& ps = s.plan;
-    const std::size_t block_rows =
-        s.grouped ? detail::kDecodeMaxRows : max_rows;
-    const std::size_t r0 = rb * block_rows;
-    const std::size_t nr = chunked ? s.rows : std::min(block_rows, s.rows - r0);
+    run_task(sch_->task(t), scratch, widened);
+  }
 
-    const std::size_t state_row =
-        chunked ? s.state0 + (kh * s.chunks + chunk) * s.rows
-                : split_states + static_cast<std::size_t>(tid) * thread_rows;
-    float* out_m = st_m + state_row;
-    double* out_l = st_l + state_row;
-    double* out_o = st_o + state_row * dv;
-    // Kernel calls of at most max_rows rows (a split KV head may have more
-    // rows than a scalar target's kernel takes).
-    const bool decode = s.split && !s.split_units;
-    const std::size_t step = decode ? detail::kDecodeMaxRows : max_rows;
-    // One kernel call: rows r0 + s0 .. + cnt - 1 over chunk c (split) or
-    // the whole key range, its states at m, l and acc.
-    auto call = [&](std::size_t cnt, const RowTables& rows, std::size_t c,
-                    bool empty, float* m, double* l, double* acc) {
-      detail::AttnArgs a;
-      set_kv_args(a, kv, table, b, kh);
-      a.d = p.d;
-      a.dv = dv;
-      a.j_begin = s.chunk_base + c * kDecodeChunk;
-      a.j_end =
-          s.split ? std::min(ps.kv_end, a.j_begin + kDecodeChunk) : ps.kv_end;
-      if (empty) a.j_end = a.j_begin;
-      a.prefetch_end = ps.kv_end;
-      a.scale = p.scale;
-      a.softcap = p.softcap;
-      a.rows = cnt;
-      a.decode = decode;
-      a.precise = o.precise;
-      a.units = decode ? 0 : units;
-      a.pv_split = pv_split;
-      a.q_rows = rows.q;
-      a.first_key = rows.first;
-      a.last_key = rows.last;
-      a.mask_rows = o.mask.empty() && !trees ? nullptr : rows.mask;
-      a.bias_rows = o.bias.empty() ? nullptr : rows.bias;
-      if (!o.alibi_slopes.empty()) {
-        a.alibi_slopes = rows.alibi;
-        a.alibi_base = rows.alibi_base;
-        a.alibi_stride = static_cast<double>(ps.kv_stride);
-      }
-      // With a split, the sinks go into the first chunk only; with
-      // batch_invariant they are merged after the last.
-      a.sinks = (!o.sinks.empty() && c == s.chunk0 && !invariant) ? rows.sinks
-                                                                  : nullptr;
-      a.scratch = scratch_ptr;
-      a.out_m = m;
-      a.out_l = l;
-      a.out_o = acc;
-      // An empty range (j_begin >= j_end) runs no block: the kernel returns
-      // the initial state, the identity or the sink alone.
-      detail::attention_kernel(a);
-    };
-    if (s.grouped) {
-      // A group of at most kDecodeMaxRows rows: the chunks that hold a key
-      // one of its rows sees, folded in chunk order as merge_group folds a
-      // split sequence's (chunk states at out_*, chunk temporaries after).
-      RowTables rows;
-      fill_row_tables(p, ps, o, q, widened, b, s.q_batch, s.q_row0, kh, r0, nr,
-                      rows);
-      set_tree_masks(s, r0, nr, rows);
-      const KeyHull hull = row_hull(rows.first, rows.last, nr);
-      const std::size_t c_lo = hull.empty() ? 0 : hull.lo / kDecodeChunk;
-      const std::size_t c_hi = hull.empty() ? 0 : hull.hi / kDecodeChunk;
-      float* tm = out_m + detail::kDecodeMaxRows;
-      double* tl = out_l + detail::kDecodeMaxRows;
-      double* to = out_o + detail::kDecodeMaxRows * dv;
-      for (std::size_t c = c_lo; c <= c_hi; ++c) {
-        const bool first = c == c_lo;
-        call(nr, rows, c, hull.empty(), first ? out_m : tm, first ? out_l : tl,
-             first ? out_o : to);
-        if (first) continue;
-        for (std::size_t r = 0; r < nr; ++r) {
-          detail::merge_row_state(out_m[r], out_l[r], out_o + r * dv, tm[r],
-                                  tl[r], to + r * dv, dv);
-        }
-      }
-      for (std::size_t r = 0; r < nr; ++r) {
-        if (!o.sinks.empty()) {
-          merge_sink(out_m[r], out_l[r], out_o + r * dv, rows.sinks[r], dv);
-        }
-        const std::size_t h = kh * p.g + (r0 + r) / ps.n_q;
-        const std::size_t i = (r0 + r) % ps.n_q;
-        emit(s, h, i, out_m[r], out_l[r], out_o + r * dv);
-      }
+  // A task's states: its chunk's rows (chunked), else its thread's block.
+  std::size_t state_row(const SequenceSchedule& s, const Task& k) const {
+    if (s.chunked()) return s.state0 + (k.kh * s.chunks + k.chunk) * s.rows;
+    return sch_->split_states +
+           static_cast<std::size_t>(omp_get_thread_num()) * thread_rows_;
+  }
+
+  void run_task(const Task& k, float* scratch, float* widened) {
+    const SequenceSchedule& s = sch_->seqs[k.b];
+    const std::size_t block_rows =
+        s.grouped() ? detail::kDecodeMaxRows : max_rows_;
+    const std::size_t r0 = k.row_block * block_rows;
+    const std::size_t nr =
+        s.chunked() ? s.rows : std::min(block_rows, s.rows - r0);
+    const std::size_t st = state_row(s, k);
+    State out{st_m_ + st, st_l_ + st, st_o_ + st * p_.dv};
+    if (s.grouped()) {
+      run_group(s, k, r0, nr, out, scratch, widened);
       return;
     }
+    // Kernel calls of at most max_rows rows (a chunked KV head may have
+    // more rows than a scalar target's kernel takes).
+    const std::size_t step =
+        decode_kernel(s.form) ? detail::kDecodeMaxRows : max_rows_;
     for (std::size_t s0 = 0; s0 < nr; s0 += step) {
       const std::size_t cnt = std::min(step, nr - s0);
       RowTables rows;
-      fill_row_tables(p, ps, o, q, widened, b, s.q_batch, s.q_row0, kh, r0 + s0,
-                      cnt, rows);
-      set_tree_masks(s, r0 + s0, cnt, rows);
-      call(cnt, rows, s.chunk0 + chunk, s.no_keys, out_m + s0, out_l + s0,
-           out_o + s0 * dv);
+      tables(s, k, r0 + s0, cnt, widened, rows);
+      call(s, k, cnt, rows, s.chunk0 + k.chunk, s.no_keys, out.at(s0, p_.dv),
+           scratch);
     }
-    if (!s.split) {
+    if (s.split()) return;  // chunk states: merged after every task
+    for (std::size_t r = 0; r < nr; ++r) emit_row(s, k.kh, r0 + r, out, r);
+  }
+
+  // A group of at most kDecodeMaxRows rows (batch_invariant): the chunks
+  // that hold a key one of its rows sees, folded in chunk order as
+  // merge_group folds a chunked sequence's (the running state at out, the
+  // chunk's after it).
+  void run_group(const SequenceSchedule& s, const Task& k, std::size_t r0,
+                 std::size_t nr, const State& out, float* scratch,
+                 float* widened) {
+    RowTables rows;
+    tables(s, k, r0, nr, widened, rows);
+    const KeyHull hull = row_hull(rows.first, rows.last, nr);
+    const std::size_t c_lo = hull.empty() ? 0 : hull.lo / kDecodeChunk;
+    const std::size_t c_hi = hull.empty() ? 0 : hull.hi / kDecodeChunk;
+    const State chunk = out.at(detail::kDecodeMaxRows, p_.dv);
+    for (std::size_t c = c_lo; c <= c_hi; ++c) {
+      const bool first = c == c_lo;
+      call(s, k, nr, rows, c, hull.empty(), first ? out : chunk, scratch);
+      if (first) continue;
       for (std::size_t r = 0; r < nr; ++r) {
-        const std::size_t h = kh * p.g + (r0 + r) / ps.n_q;
-        const std::size_t i = (r0 + r) % ps.n_q;
-        emit(s, h, i, out_m[r], out_l[r], out_o + r * dv);
+        detail::merge_row_state(out.m[r], out.l[r], out.o + r * p_.dv,
+                                chunk.m[r], chunk.l[r], chunk.o + r * p_.dv,
+                                p_.dv);
       }
     }
-  };
-  // Small calls run on the calling thread (parallel.h; bench/'s
-  // BM_attention_one_key measures one: 0.19 us).
-  detail::for_each_index<detail::Schedule::kDynamic>(tasks, parallel, run_task);
-  if (failed) std::rethrow_exception(error);
-  if (split_states == 0) return;
+    for (std::size_t r = 0; r < nr; ++r) {
+      if (!o_.sinks.empty()) {
+        merge_sink(out.m[r], out.l[r], out.o + r * p_.dv, rows.sinks[r],
+                   p_.dv);
+      }
+      emit_row(s, k.kh, r0 + r, out, r);
+    }
+  }
 
-  // Merge each split sequence's chunk states in chunk order, per KV head.
-  const std::size_t groups = p.B * p.Hkv;
-  auto merge_group = [&](std::size_t gi) {
-    const std::size_t b = gi / p.Hkv, kh = gi % p.Hkv;
-    const Seq& s = seqs[b];
+  // The row tables of rows row0 .. row0 + cnt - 1 of a task's KV head,
+  // with their draft tree's masks.
+  void tables(const SequenceSchedule& s, const Task& k, std::size_t row0,
+              std::size_t cnt, float* widened, RowTables& rows) const {
+    fill_row_tables(p_, s.plan, o_, q_, widened, k.b, s.q_batch, s.q_row0,
+                    k.kh, row0, cnt, rows);
+    if (s.tree0 == kNoTree) return;
+    for (std::size_t r = 0; r < cnt; ++r) {
+      const std::size_t i = (row0 + r) % s.plan.n_q;
+      rows.mask[r] = sch_->tree_masks.data() + s.tree0 + i * s.plan.n_kv;
+    }
+  }
+
+  // One kernel call: cnt rows over chunk c (split) or the whole key range,
+  // its states at out. An empty range (j_begin >= j_end) runs no block: the
+  // kernel returns the initial state, the identity or the sink alone.
+  void call(const SequenceSchedule& s, const Task& k, std::size_t cnt,
+            const RowTables& rows, std::size_t c, bool empty, const State& out,
+            float* scratch) const {
+    const Plan& ps = s.plan;
+    const bool decode = decode_kernel(s.form);
+    detail::AttnArgs a;
+    set_kv_args(a, kv_, table_, k.b, k.kh);
+    a.d = p_.d;
+    a.dv = p_.dv;
+    a.j_begin = s.chunk_base + c * kDecodeChunk;
+    a.j_end =
+        s.split() ? std::min(ps.kv_end, a.j_begin + kDecodeChunk) : ps.kv_end;
+    if (empty) a.j_end = a.j_begin;
+    a.prefetch_end = ps.kv_end;
+    a.scale = p_.scale;
+    a.softcap = p_.softcap;
+    a.rows = cnt;
+    a.decode = decode;
+    a.precise = o_.precise;
+    a.units = decode ? 0 : units_;
+    a.pv_split = o_.unit_weights == AttentionOptions::UnitWeights::kSplit;
+    a.q_rows = rows.q;
+    a.first_key = rows.first;
+    a.last_key = rows.last;
+    a.mask_rows =
+        o_.mask.empty() && sch_->tree_masks.empty() ? nullptr : rows.mask;
+    a.bias_rows = o_.bias.empty() ? nullptr : rows.bias;
+    if (!o_.alibi_slopes.empty()) {
+      a.alibi_slopes = rows.alibi;
+      a.alibi_base = rows.alibi_base;
+      a.alibi_stride = static_cast<double>(ps.kv_stride);
+    }
+    // Split, the sinks go into the first chunk only; batch_invariant merges
+    // them after the last.
+    a.sinks = (!o_.sinks.empty() && c == s.chunk0 && !o_.batch_invariant)
+                  ? rows.sinks
+                  : nullptr;
+    a.scratch = scratch;
+    a.out_m = out.m;
+    a.out_l = out.l;
+    a.out_o = out.o;
+    detail::attention_kernel(a);
+  }
+
+  void merge_group(std::size_t gi) {
+    const std::size_t b = gi / p_.Hkv, kh = gi % p_.Hkv;
+    const SequenceSchedule& s = sch_->seqs[b];
     if (!s.chunked()) return;
     const std::size_t base = s.state0 + kh * s.chunks * s.rows;
+    const std::size_t dv = p_.dv;
     for (std::size_t r = 0; r < s.rows; ++r) {
-      float m = st_m[base + r];
-      double l = st_l[base + r];
-      double* acc = st_o + (base + r) * dv;
+      float m = st_m_[base + r];
+      double l = st_l_[base + r];
+      double* acc = st_o_ + (base + r) * dv;
       for (std::size_t c = 1; c < s.chunks; ++c) {
         const std::size_t st = base + c * s.rows + r;
-        detail::merge_row_state(m, l, acc, st_m[st], st_l[st], st_o + st * dv,
-                                dv);
+        detail::merge_row_state(m, l, acc, st_m_[st], st_l_[st],
+                                st_o_ + st * dv, dv);
       }
-      if (invariant && !o.sinks.empty()) {
-        merge_sink(m, l, acc, o.sinks[kh * p.g + r / s.plan.n_q], dv);
+      const std::size_t h = kh * p_.g + r / s.plan.n_q;
+      if (o_.batch_invariant && !o_.sinks.empty()) {
+        merge_sink(m, l, acc, o_.sinks[h], dv);
       }
-      const std::size_t h = kh * p.g + r / s.plan.n_q;
-      const std::size_t i = r % s.plan.n_q;
-      emit(s, h, i, m, l, acc);
+      emit(s, h, r % s.plan.n_q, m, l, acc);
     }
-  };
-  detail::for_each_index(groups, parallel && groups > 1, merge_group);
+  }
+
+  // Row `row` (numbered within the KV head) of a task, from state slot r.
+  void emit_row(const SequenceSchedule& s, std::size_t kh, std::size_t row,
+                const State& st, std::size_t r) {
+    emit(s, kh * p_.g + row / s.plan.n_q, row % s.plan.n_q, st.m[r], st.l[r],
+         st.o + r * p_.dv);
+  }
+
+  // A finished row i of a sequence, head h: finalised, or kept as a
+  // partial result.
+  void emit(const SequenceSchedule& s, std::size_t h, std::size_t i, float m,
+            double l, const double* acc) {
+    const std::size_t dv = p_.dv;
+    const std::size_t row = s.q_row0 + i;
+    const std::size_t r = (s.q_batch * p_.H + h) * p_.n_q + row;
+    if (partial_ != nullptr) {
+      partial_->max[r] = m;
+      partial_->sum[r] = l;
+      std::copy(acc, acc + dv, partial_->out.data() + r * dv);
+      return;
+    }
+    std::visit(
+        [&](const auto& t) {
+          detail::finalize_row_state(m, l, acc, dv, t.row(s.q_batch, h, row),
+                                     lse_ ? lse_ + r : nullptr);
+        },
+        req_.target.out.variant());
+  }
+
+  const AttentionPlan& plan_;
+  const AttentionRequest& req_;
+  const Plan& p_;
+  const AttentionOptions& o_;
+  const QueryTensor& q_;
+  const KVViews<KT>& kv_;
+  const PagedKVTable* table_;
+  const std::size_t max_rows_;
+  unsigned units_ = 0;
+  float* lse_ = nullptr;
+  AttentionPartial* partial_ = nullptr;
+  const Schedule* sch_ = nullptr;
+  std::size_t thread_rows_ = 0;
+  float* st_m_ = nullptr;
+  double* st_l_ = nullptr;
+  double* st_o_ = nullptr;
+  std::exception_ptr error_;
+  bool failed_ = false;
+};
+
+template <class KT>
+void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
+  RowRunner<KT>(plan, kv).run();
 }
 
 #define SOFTDOT_RUNNERS(KT) \

@@ -5,6 +5,7 @@
 // option is checked here and nowhere else: the bindings and the command
 // pass the user's values through a request and show this file's messages.
 #include "attention_checks.h"
+#include "attention_schedule.h"
 
 #include <algorithm>
 #include <bit>
@@ -732,11 +733,9 @@ KeyRange AttentionPlan::visible_keys(std::size_t b,
   return {static_cast<std::size_t>(first), static_cast<std::size_t>(last) + 1};
 }
 
-bool AttentionPlan::decode_form(std::size_t b) const noexcept {
-  const AttentionOptions& o = r_.options;
-  return (p_.g * sequence_rows(b) <= detail::attn::kDecodeRows ||
-          o.batch_invariant) &&
-         !o.precise && !o.prefill_form;
+AttentionForm AttentionPlan::form(std::size_t b) const noexcept {
+  return detail::attn::form_of(p_.g * sequence_rows(b), r_.options,
+                               detail::attn::request_units(r_));
 }
 
 void AttentionPlan::run() const {

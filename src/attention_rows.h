@@ -62,6 +62,10 @@ struct KeyHull {
 KeyHull row_hull(const std::int32_t* first, const std::int32_t* last,
                  std::size_t n);
 
+// Query rows i0 .. i1 - 1 of a sequence (any head: the rows of all heads
+// see the same keys).
+KeyHull visible_hull(const Plan& ps, std::size_t i0, std::size_t i1);
+
 }  // namespace softdot::detail::attn
 
 #endif  // SOFTDOT_SRC_ATTENTION_ROWS_H_

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attention_checks.h"
+#include "attention_schedule.h"
 #include "kernels/dequantize.h"
 #include "kernels/dispatch.h"
 #include "kernels/weights_row.h"
@@ -44,7 +45,7 @@ void for_each_score_row(const Plan& p, const TensorView<const float>& q,
   std::vector<float> score_scratch(detail::attention_score_scratch(p.d));
   // The form attention() takes for these shapes decides how scores round.
   const bool decode =
-      (p.g * p.n_q <= kDecodeRows || o.batch_invariant) && !o.prefill_form;
+      decode_kernel(form_of(p.g * p.n_q, o, /*units=*/0, /*scores=*/true));
   for (std::size_t b = 0; b < p.B; ++b) {
     for (std::size_t h = 0; h < p.H; ++h) {
       const std::size_t kh = h / p.g;

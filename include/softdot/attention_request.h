@@ -218,6 +218,20 @@ struct AttentionPlanData {
 // written. run() then computes (threads, allocation and bits as the entry
 // point the request stands for, attention.h). The plan refers to the
 // caller's memory: the views must stay valid until run() returns.
+// The form a sequence of a request runs in (attention.h, "two forms"),
+// decided once by the plan from its rows per KV head (g n_q) and the
+// options:
+//   kPrefill: blocks of query rows, each over the whole key range (more
+//     than 16 rows per KV head, and always with precise or prefill_form);
+//   kDecode: at most 16 rows per KV head, the keys in chunks of 512 whose
+//     states merge in chunk order (also batch_invariant's shorter rows);
+//   kDecodeUnits: kDecode's chunks, each in the prefill form on the
+//     bfloat16 units (bfloat16 query, keys and values, 12 to 16 rows per KV
+//     head; not batch_invariant);
+//   kInvariantGroups: batch_invariant with more than 16 rows per KV head:
+//     groups of 16 rows, each folding its chunks in order.
+enum class AttentionForm { kPrefill, kDecode, kDecodeUnits, kInvariantGroups };
+
 class AttentionPlan {
  public:
   static AttentionPlan make(const AttentionRequest& request);
@@ -243,11 +257,9 @@ class AttentionPlan {
   // sequence): the key range, causal and the window applied (the mask and
   // the bias are not).
   KeyRange visible_keys(std::size_t b, std::size_t i) const noexcept;
-  // True when sequence b's shapes take the decode form (at most 16 query
-  // rows per KV head or batch_invariant, not precise, not prefill_form;
-  // attention.h, "two forms"); every sequence has the same form unless the
-  // batch is ragged.
-  bool decode_form(std::size_t b = 0) const noexcept;
+  // The form sequence b runs in (AttentionForm); every sequence has the
+  // same form unless the batch is ragged.
+  AttentionForm form(std::size_t b = 0) const noexcept;
   // The derived values (internal use: src/, the command's --explain).
   const detail::AttentionPlanData& data() const noexcept { return p_; }
 

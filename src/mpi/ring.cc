@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "attention_checks.h"
+#include "attention_schedule.h"
 #include "mpi/comm.h"
 #include "mpi/ring_core.h"
 #include "softdot/attention.h"
@@ -331,7 +332,8 @@ void run_ring(MPI_Comm user_comm, const TensorView<const float>& q,
       // Pieces only with transfers to overlap, and only where the whole
       // chunk runs the prefill form anyway (see kPollRows).
       const bool pieces =
-          P > 1 && real > kPollRows && g * real > softdot::detail::attn::kDecodeRows;
+          P > 1 && real > kPollRows &&
+          softdot::detail::attn::form_of(g * real, o, 0) == AttentionForm::kPrefill;
       const std::size_t piece =
           pieces ? kPollRows : std::max<std::size_t>(real, 1);
       for (std::size_t r0 = 0; r0 < real; r0 += piece) {

@@ -129,7 +129,7 @@ TEST(AttentionRequest, PlanDerivedValues) {
     EXPECT_EQ(p.kv_heads(), kHkv);
     EXPECT_EQ(p.query_rows(), kNq);
     EXPECT_EQ(p.keys(0), kNkv);
-    EXPECT_TRUE(p.decode_form());  // 2 x 3 rows per KV head
+    EXPECT_EQ(p.form(), AttentionForm::kDecode);  // 2 x 3 rows per KV head
     for (std::size_t i = 0; i < kNq; ++i) {
       EXPECT_EQ(p.visible_keys(0, i).begin, 0u);
       EXPECT_EQ(p.visible_keys(0, i).end, kNkv);
