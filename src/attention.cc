@@ -256,8 +256,7 @@ class RowRunner {
  private:
   void size_partial() {
     if (partial_ == nullptr) return;
-    const bool ragged =
-        table_ != nullptr && !table_->query_start_loc.empty();
+    const bool ragged = table_ != nullptr && !table_->query_start_loc.empty();
     partial_->batch = ragged ? 1 : p_.B;
     partial_->heads = p_.H;
     partial_->rows = p_.n_q;
@@ -291,9 +290,9 @@ class RowRunner {
     float* scratch = nullptr;
     float* widened = nullptr;
     try {
-      scratch = thread_buffer<float>(
-          1, detail::attention_scratch_floats(p_.d, p_.dv, o_.precise,
-                                              units_ != 0));
+      scratch =
+          thread_buffer<float>(1, detail::attention_scratch_floats(
+                                      p_.d, p_.dv, o_.precise, units_ != 0));
       if (q_.format() != KVFormat::kFloat32) {
         widened = thread_buffer<float>(
             2, std::max(max_rows_, detail::kDecodeMaxRows) * p_.d);
@@ -369,8 +368,7 @@ class RowRunner {
     }
     for (std::size_t r = 0; r < nr; ++r) {
       if (!o_.sinks.empty()) {
-        merge_sink(out.m[r], out.l[r], out.o + r * p_.dv, rows.sinks[r],
-                   p_.dv);
+        merge_sink(out.m[r], out.l[r], out.o + r * p_.dv, rows.sinks[r], p_.dv);
       }
       emit_row(s, k.kh, r0 + r, out, r);
     }
@@ -380,8 +378,8 @@ class RowRunner {
   // with their draft tree's masks.
   void tables(const SequenceSchedule& s, const Task& k, std::size_t row0,
               std::size_t cnt, float* widened, RowTables& rows) const {
-    fill_row_tables(p_, s.plan, o_, q_, widened, k.b, s.q_batch, s.q_row0,
-                    k.kh, row0, cnt, rows);
+    fill_row_tables(p_, s.plan, o_, q_, widened, k.b, s.q_batch, s.q_row0, k.kh,
+                    row0, cnt, rows);
     if (s.tree0 == kNoTree) return;
     for (std::size_t r = 0; r < cnt; ++r) {
       const std::size_t i = (row0 + r) % s.plan.n_q;

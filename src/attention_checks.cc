@@ -5,7 +5,6 @@
 // option is checked here and nowhere else: the bindings and the command
 // pass the user's values through a request and show this file's messages.
 #include "attention_checks.h"
-#include "attention_schedule.h"
 
 #include <algorithm>
 #include <bit>
@@ -17,6 +16,8 @@
 #include <type_traits>
 #include <variant>
 #include <vector>
+
+#include "attention_schedule.h"
 
 namespace softdot::detail::attn {
 
@@ -386,11 +387,11 @@ Plan check_paged_and_plan(const char* fn, const QueryTensor& qt,
           std::int64_t{t.query_start_loc[b + 1]} - t.query_start_loc[b];
       if (t.seq_lens[b] >= 0 && n_q > t.seq_lens[b]) {
         fail(fn, "sequence " + count(b) + " has " + std::to_string(n_q) +
-                     " query rows (query_start_loc[" + count(b) + "] = " +
-                     std::to_string(t.query_start_loc[b]) + " to " +
+                     " query rows (query_start_loc[" + count(b) +
+                     "] = " + std::to_string(t.query_start_loc[b]) + " to " +
                      std::to_string(t.query_start_loc[b + 1]) +
-                     ") but seq_lens[" + count(b) + "] = " +
-                     std::to_string(t.seq_lens[b]) +
+                     ") but seq_lens[" + count(b) +
+                     "] = " + std::to_string(t.seq_lens[b]) +
                      " keys: a ragged batch's rows are the newest tokens of "
                      "their sequence, their keys already in the cache");
       }
@@ -619,6 +620,8 @@ Plan check_typed(const char* fn, const AttentionRequest& r,
       out_name = "scores";
       out_cols = w.k.rows;
       break;
+    case Kind::kGradients:  // out is an input there: check_gradients
+      break;
   }
   Plan p;
   if (s.paged) {
@@ -701,8 +704,17 @@ AttentionPlan AttentionPlan::make(const AttentionRequest& r) {
                  "; the weights and scores take a float32 query and write "
                  "float32");
   }
+  if (kind == Kind::kGradients &&
+      (s.paged || !s.has_v || r.q.format() != KVFormat::kFloat32 ||
+       s.k.format() != KVFormat::kFloat32)) {
+    fail(fn, std::string("the gradients take a float32 q, k and v (q is ") +
+                 kv_format_name(r.q.format()) + ", k " +
+                 kv_format_name(s.k.format()) + (s.paged ? ", paged" : "") +
+                 ")");
+  }
   Plan p;
   detail::attn::visit_kv(s, [&](const auto& w) { p = check_typed(fn, r, w); });
+  if (kind == Kind::kGradients) detail::attn::check_gradients(fn, r, p);
   AttentionRequest copy = r;
   copy.name = fn;
   return AttentionPlan(copy, p);
@@ -744,6 +756,8 @@ void AttentionPlan::run() const {
   detail::attn::visit_kv(r_.kv, [&](const auto& w) {
     if (kind == Kind::kWeights || kind == Kind::kScores) {
       detail::attn::run_explicit(*this, w);
+    } else if (kind == Kind::kGradients) {
+      detail::attn::run_gradients(*this);
     } else {
       detail::attn::run_rows(*this, w);
     }
@@ -760,14 +774,14 @@ void run_attention(const AttentionRequest& request) {
   AttentionPlan::make(request).run();
 }
 
-
 namespace {
 // FNV-1a over the bits of the floats.
 std::int64_t bits_hash(std::span<const float> x) {
   std::uint64_t h = 1469598103934665603ULL;
   for (const float f : x) {
     std::uint32_t b = std::bit_cast<std::uint32_t>(f);
-    for (int i = 0; i < 4; ++i, b >>= 8) h = (h ^ (b & 0xffU)) * 1099511628211ULL;
+    for (int i = 0; i < 4; ++i, b >>= 8)
+      h = (h ^ (b & 0xffU)) * 1099511628211ULL;
   }
   return std::bit_cast<std::int64_t>(h);
 }
@@ -781,7 +795,8 @@ std::vector<OptionField> option_fingerprint(const AttentionOptions& o) {
                 "option_fingerprint");
   auto i64 = [](auto x) { return static_cast<std::int64_t>(x); };
   return {
-      {"scale", std::isnan(o.scale) ? -1 : std::bit_cast<std::int64_t>(o.scale)},
+      {"scale",
+       std::isnan(o.scale) ? -1 : std::bit_cast<std::int64_t>(o.scale)},
       {"causal", i64(o.causal)},
       {"window_left", i64(o.window_left)},
       {"window_right", i64(o.window_right)},

@@ -247,6 +247,11 @@ template <class KT>
 void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv);
 template <class KT>
 void run_explicit(const AttentionPlan& plan, const KVViews<KT>& kv);
+// The gradients target (attention_backward.cc): its checks, made by
+// AttentionPlan::make after the forward's (p: the plan's values), and its
+// runner.
+void check_gradients(const char* fn, const AttentionRequest& r, const Plan& p);
+void run_gradients(const AttentionPlan& plan);
 
 // The plan of one sequence of n_kv keys and n_q queries: positions from
 // its own n_kv and n_q, the key range clamped to it.
@@ -319,7 +324,6 @@ inline void visible_keys(const Plan& p, std::size_t i, std::int32_t& first,
   first = static_cast<std::int32_t>(a);
   last = static_cast<std::int32_t>(b);
 }
-
 
 }  // namespace softdot::detail::attn
 

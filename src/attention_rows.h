@@ -4,8 +4,10 @@
 #ifndef SOFTDOT_SRC_ATTENTION_ROWS_H_
 #define SOFTDOT_SRC_ATTENTION_ROWS_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "attention_checks.h"
@@ -65,6 +67,34 @@ KeyHull row_hull(const std::int32_t* first, const std::int32_t* last,
 // Query rows i0 .. i1 - 1 of a sequence (any head: the rows of all heads
 // see the same keys).
 KeyHull visible_hull(const Plan& ps, std::size_t i0, std::size_t i1);
+
+// t checked as a view and as [b, h, r, c], the shape of `like` (the
+// backward's messages).
+template <class T>
+void check_dims(const char* fn, const char* name, const TensorView<T>& t,
+                const char* like, std::size_t b, std::size_t h, std::size_t r,
+                std::size_t c) {
+  check_tensor(fn, name, t);
+  if (t.batch != b || t.heads != h || t.rows != r || t.cols != c) {
+    fail(fn, shape(name, t) + " must have " + like + "'s shape " +
+                 shape(like, b, h, r, c).substr(std::strlen(like) + 1));
+  }
+}
+
+// Every element of a view set to +0.
+inline void zero_view(const TensorView<float>& t) {
+  // A view with no elements spans nothing, so its strides are unchecked: no
+  // row address may be formed from them (found by fuzz_backward: a dbias of
+  // 0 columns, n_kv = 0, with huge strides overflowed the pointer).
+  if (t.batch == 0 || t.heads == 0 || t.rows == 0 || t.cols == 0) return;
+  for (std::size_t b = 0; b < t.batch; ++b) {
+    for (std::size_t h = 0; h < t.heads; ++h) {
+      for (std::size_t r = 0; r < t.rows; ++r) {
+        std::fill_n(t.row(b, h, r), t.cols, 0.0f);
+      }
+    }
+  }
+}
 
 }  // namespace softdot::detail::attn
 

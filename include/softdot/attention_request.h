@@ -14,7 +14,8 @@
 //                             src/kernels/attention_kv-inl.h;
 //   a new option              a field of AttentionOptions, checked in
 //                             plan_options (attention_checks.cc);
-//   a new entry point         a wrapper that builds a request (attention.cc).
+//   a new entry point         a wrapper that builds a request (attention.cc,
+//                             attention_backward.cc for the gradients).
 #ifndef SOFTDOT_ATTENTION_REQUEST_H_
 #define SOFTDOT_ATTENTION_REQUEST_H_
 
@@ -141,33 +142,71 @@ struct KVSource {
   }
 };
 
+// What a backward request reads beside q, k and v, and where its gradients
+// go (attention_backward(), attention.h): the forward's out and lse, the
+// gradient dout of the loss with respect to out (and dlse, with respect to
+// lse, or null), and either grads (dq, dk and dv rounded once; dbias and
+// dsinks optional) or, with partial set, the unrounded sums added into
+// *partial (grads then holds only the optional dbias, at the call's key
+// columns, and dsinks: attention_backward_partial()).
+struct AttentionBackwardIO {
+  TensorView<const float> out;
+  const float* lse = nullptr;
+  TensorView<const float> dout;
+  const float* dlse = nullptr;
+  AttentionGradients grads;
+  AttentionGradientPartial* partial = nullptr;
+};
+
 // What a request writes.
 struct AttentionTarget {
   enum class Kind {
-    kOutput,   // out [B, H, n_q, d_v] and, when lse is non-null, lse
-    kPartial,  // *partial (AttentionPartial), unnormalised
-    kWeights,  // out = the weights [B, H, n_q, n_kv]
-    kScores,   // out = the final scores [B, H, n_q, n_kv]
+    kOutput,     // out [B, H, n_q, d_v] and, when lse is non-null, lse
+    kPartial,    // *partial (AttentionPartial), unnormalised
+    kWeights,    // out = the weights [B, H, n_q, n_kv]
+    kScores,     // out = the final scores [B, H, n_q, n_kv]
+    kGradients,  // the backward: backward (AttentionBackwardIO)
   };
   Kind kind = Kind::kOutput;
   OutputTensor out;  // float32 for the weights and the scores
   float* lse = nullptr;
   AttentionPartial* partial = nullptr;
+  AttentionBackwardIO backward;
 
   static AttentionTarget output(TensorView<float> out, float* lse = nullptr) {
-    return {Kind::kOutput, out, lse, nullptr};
+    return output(OutputTensor(out), lse);
   }
   static AttentionTarget output(OutputTensor out, float* lse = nullptr) {
-    return {Kind::kOutput, out, lse, nullptr};
+    AttentionTarget t;
+    t.out = out;
+    t.lse = lse;
+    return t;
   }
   static AttentionTarget partial_result(AttentionPartial& p) {
-    return {Kind::kPartial, {}, nullptr, &p};
+    AttentionTarget t;
+    t.kind = Kind::kPartial;
+    t.partial = &p;
+    return t;
   }
   static AttentionTarget weights(TensorView<float> w) {
-    return {Kind::kWeights, w, nullptr, nullptr};
+    AttentionTarget t;
+    t.kind = Kind::kWeights;
+    t.out = w;
+    return t;
   }
   static AttentionTarget scores(TensorView<float> s) {
-    return {Kind::kScores, s, nullptr, nullptr};
+    AttentionTarget t;
+    t.kind = Kind::kScores;
+    t.out = s;
+    return t;
+  }
+  // The gradients of attention over the request's q, k and v (float32,
+  // contiguous K/V): attention_backward() and attention_backward_partial().
+  static AttentionTarget gradients(const AttentionBackwardIO& io) {
+    AttentionTarget t;
+    t.kind = Kind::kGradients;
+    t.backward = io;
+    return t;
   }
 };
 

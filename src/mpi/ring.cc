@@ -244,7 +244,8 @@ std::string check_same(MPI_Comm comm, const TensorView<const float>& q,
                        const TensorView<const KT>& k,
                        const TensorView<const KT>& v, const RingOptions& ro,
                        bool lse) {
-  std::vector<detail::SameField> f = detail::ring_fields(q, k.heads, v.cols, ro);
+  std::vector<detail::SameField> f =
+      detail::ring_fields(q, k.heads, v.cols, ro);
   f.push_back({"K/V type", kv_code<KT>()});
   f.push_back({"lse", lse ? 1 : 0});
   return detail::check_same(comm, kFn, f);
@@ -331,9 +332,9 @@ void run_ring(MPI_Comm user_comm, const TensorView<const float>& q,
       const std::size_t real = pos < n ? std::min(c, n - pos) : 0;
       // Pieces only with transfers to overlap, and only where the whole
       // chunk runs the prefill form anyway (see kPollRows).
-      const bool pieces =
-          P > 1 && real > kPollRows &&
-          softdot::detail::attn::form_of(g * real, o, 0) == AttentionForm::kPrefill;
+      const bool pieces = P > 1 && real > kPollRows &&
+                          softdot::detail::attn::form_of(g * real, o, 0) ==
+                              AttentionForm::kPrefill;
       const std::size_t piece =
           pieces ? kPollRows : std::max<std::size_t>(real, 1);
       for (std::size_t r0 = 0; r0 < real; r0 += piece) {

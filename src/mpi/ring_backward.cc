@@ -164,9 +164,9 @@ std::string check_local(const RingLayout& L, int rank, const Args& a,
                     std::size_t h, std::size_t r,
                     std::size_t c) -> std::string {
     if (t.batch != b || t.heads != h || t.rows != r || t.cols != c) {
-      return fn + ": " + shape(name, t) + " must be " + shape(name, b, h, r, c) +
-             " for " + shape("q", q) + ", " + shape("k", k) + " and " +
-             shape("v", v);
+      return fn + ": " + shape(name, t) + " must be " +
+             shape(name, b, h, r, c) + " for " + shape("q", q) + ", " +
+             shape("k", k) + " and " + shape("v", v);
     }
     if (t.data == nullptr) return fn + ": " + name + " has null data";
     return "";

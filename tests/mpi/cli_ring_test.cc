@@ -91,12 +91,11 @@ int main(int argc, char** argv) {
   spit(dir + "/mask.npy", softdot_test::make_npy("|b1", "(101, 101)", mask));
   // ALiBi slopes, one per query head, and a bias [101, 101].
   spit(dir + "/alibi.npy",
-       softdot_test::make_npy(
-           "<f4", "(4,)",
-           softdot_test::raw_bytes(std::vector<float>{0.5f, 0.125f, 0.25f,
-                                                      0.0625f})));
-  spit(dir + "/bias.npy", softdot_test::make_npy("<f4", "(101, 101)",
-                                                 f32(g, n * n, 2.0f)));
+       softdot_test::make_npy("<f4", "(4,)",
+                              softdot_test::raw_bytes(std::vector<float>{
+                                  0.5f, 0.125f, 0.25f, 0.0625f})));
+  spit(dir + "/bias.npy",
+       softdot_test::make_npy("<f4", "(101, 101)", f32(g, n * n, 2.0f)));
 
   const std::string in = softdot + " attention --q q.npy --k k.npy --v v.npy";
   const std::string ring = mpirun + " -np ";
