@@ -6,7 +6,11 @@
 //
 // A stated internal interface: src/mpi/ reaches the softmax through the
 // public API (softmax_state, merge, softmax_apply, logsumexp of a state:
-// include/softdot/softmax.h) and this header, and includes no kernel header.
+// include/softdot/softmax.h) and this header, and includes no kernel header
+// itself. This header includes three, none with SIMD code:
+// kernels/dispatch.h (the gradient row calls softmax_row_kernel's kApply),
+// kernels/row_op.h (RowOp, RowState) and kernels/two_sum.h
+// (add_compensated, for the float sum).
 // The states here are the public SoftmaxStateD (a float row's max is exact
 // in double).
 #ifndef SOFTDOT_SRC_CROSS_ENTROPY_ROW_H_

@@ -10,10 +10,15 @@
 //
 // Where things plug in (docs/design.md, "The attention request"):
 //   a new K/V storage format  a KVTensor alternative, its checks in
-//                             attention_checks.cc and its reader in
-//                             src/kernels/attention_kv-inl.h;
+//                             attention_checks.cc, its reader in
+//                             src/kernels/attention_kv-inl.h and its case
+//                             in RunDecode (attention_decode-inl.h);
 //   a new option              a field of AttentionOptions, checked in
-//                             plan_options (attention_checks.cc);
+//                             plan_options (attention_checks.cc), and its
+//                             entry in option_fingerprint (same file; a
+//                             static_assert on sizeof(AttentionOptions)
+//                             enforces it), so every ring compares it
+//                             across ranks;
 //   a new entry point         a wrapper that builds a request (attention.cc,
 //                             attention_backward.cc for the gradients).
 #ifndef SOFTDOT_ATTENTION_REQUEST_H_

@@ -1,11 +1,17 @@
-// softdot kernels: where K and V storage enters the attention kernels, the
-// one seam for storage formats. Both forms (prefill and decode) see keys and
-// values only as float rows of one key tile, through LoadBlock; they ask
-// only whether a format needs widening scratch (KvWidened) and prefetch the
-// next tile through PrefetchBlock. A new format (int8 with per-row scales,
-// a paged cache) adds a kv_type in attention_args.h and its cases here: the
-// row address (a page table lookup), the widening (a dequantisation into
-// the same scratch), the prefetch. Nothing else in the kernels changes.
+// softdot kernels: where K and V storage enters the attention kernels. Here
+// a key index becomes an address (KeyRow, ValueRow, KeyScale, ValueScale;
+// KvOffset maps it through the page table of a paged cache), stored rows
+// are widened to float and the next tile is prefetched (PrefetchBlock,
+// PrefetchLine). Three readers use it: the prefill form, the backward and
+// the untiled decode see keys and values as float rows of one key tile
+// through LoadBlock (KvWidened: whether a format needs widening scratch);
+// the tiled decode (AVX2, AVX-512) reads each row in place in its stored
+// type through FillDecodeRows and LoadRow, one instantiation per type that
+// RunDecode (attention_decode-inl.h) picks by switching on kv_type; the
+// units' prefill (attention_units-inl.h) reads bfloat16 rows through
+// KeyRow / ValueRow and packs them into pairs. So a new format adds a
+// kv_type in attention_args.h, its cases here (address, LoadBlock's
+// widening, LoadRow, RowElement, element size) and a case in RunDecode.
 // Today: float32 (read in place), float16 and bfloat16 (widened exactly),
 // int8 with one float scale per row (widened to scale * q, one rounding:
 // dequantize_int8 in dequantize.h is the scalar form, the same bits); each
