@@ -279,236 +279,295 @@ struct QueryChunk {
   std::optional<BlockTree> tree;  // deterministic
 };
 
+// One ring forward on this rank: the checks and the agreement, the shard
+// and the query pieces, the P steps and the finalisation.
 template <class KT>
-void run_ring(MPI_Comm user_comm, const TensorView<const float>& q,
+class RingForward {
+ public:
+  RingForward(MPI_Comm user_comm, const TensorView<const float>& q,
               const TensorView<const KT>& k, const TensorView<const KT>& v,
               const TensorView<const float>* ks,
               const TensorView<const float>* vs, const TensorView<float>& out,
-              const RingOptions& ro, float* lse) {
-  DupComm comm(user_comm, kFn);
-  const int P = comm.size(), rank = comm.rank();
+              const RingOptions& ro, float* lse)
+      : comm_(user_comm, kFn),
+        P_(comm_.size()),
+        rank_(comm_.rank()),
+        q_(q),
+        k_(k),
+        v_(v),
+        ks_(ks),
+        vs_(vs),
+        out_(out),
+        ro_(ro),
+        o_(ro.attention),
+        lse_(lse) {}
+
+  void run() {
+    check();
+    setup();
+    if (ro_.deterministic && !o_.sinks.empty()) sink_partials();
+    for (int step = 0; step < P_; ++step) run_step(step);
+    finish();
+  }
+
+ private:
   // Local checks, then agreement: nothing moves before every rank is good.
-  RingLayout L;
-  std::string err;
-  try {
-    L = ring_layout(ro.seq_len == 0 ? 1 : ro.seq_len, P, ro.layout,
-                    ro.deterministic);
-    if (ro.seq_len == 0) err = std::string(kFn) + ": seq_len must be >= 1";
-    if (err.empty()) err = check_local<KT>(L, rank, q, k, v, ks, vs, out, ro);
-  } catch (const std::exception& e) {
-    err = std::string(kFn) + ": " + e.what();
-  }
-  agree_or_throw(comm.get(), err.empty(), err);
-  err = check_same<KT>(comm.get(), q, k, v, ro, lse != nullptr);
-  if (!err.empty()) throw std::invalid_argument(err);
-
-  const AttentionOptions& o = ro.attention;
-  const std::size_t B = q.batch, H = q.heads, dv = v.cols;
-  const std::size_t n = ro.seq_len, c = L.chunk;
-  const std::size_t nq = L.chunks_per_rank();
-  const Packing<KT> pk(B, k.heads, L.rows(), k.cols, dv);
-  if (pk.bytes > static_cast<std::size_t>(INT_MAX)) {
-    throw std::invalid_argument(std::string(kFn) + ": a K/V shard of " +
-                                std::to_string(pk.bytes) +
-                                " bytes is over one message's 2^31 - 1");
-  }
-  const std::size_t real_blocks = (n + kRingBlock - 1) / kRingBlock;
-
-  std::vector<QueryChunk> qc;
-  std::vector<unsigned char> cur, nxt;
-  std::vector<float> lse_tmp;
-  try {
-    cur.resize(pk.bytes);
-    nxt.resize(pk.bytes);
-    pack_view(k, cur.data() + pk.k_off);
-    pack_view(v, cur.data() + pk.v_off);
-    if (ks) {
-      pack_view(*ks, cur.data() + pk.ks_off);
-      pack_view(*vs, cur.data() + pk.vs_off);
-    }
-    const std::size_t g = q.heads / k.heads;
-    for (std::size_t s = 0; s < nq; ++s) {
-      const std::size_t pos = L.chunk_start(rank, s);
-      const std::size_t real = pos < n ? std::min(c, n - pos) : 0;
-      // Pieces only with transfers to overlap, and only where the whole
-      // chunk runs the prefill form anyway (see kPollRows).
-      const bool pieces = P > 1 && real > kPollRows &&
-                          softdot::detail::attn::form_of(g * real, o, 0) ==
-                              AttentionForm::kPrefill;
-      const std::size_t piece =
-          pieces ? kPollRows : std::max<std::size_t>(real, 1);
-      for (std::size_t r0 = 0; r0 < real; r0 += piece) {
-        QueryChunk& x = qc.emplace_back();
-        x.row0 = s * c + r0;
-        x.pos = pos + r0;
-        x.real = std::min(piece, real - r0);
-        x.prefill = pieces;
-        x.acc = AttentionPartial::empty(B, H, x.real, dv);
-        if (ro.deterministic) x.tree.emplace(real_blocks, true);
+  void check() {
+    std::string err;
+    try {
+      L_ = ring_layout(ro_.seq_len == 0 ? 1 : ro_.seq_len, P_, ro_.layout,
+                       ro_.deterministic);
+      if (ro_.seq_len == 0) err = std::string(kFn) + ": seq_len must be >= 1";
+      if (err.empty()) {
+        err = check_local<KT>(L_, rank_, q_, k_, v_, ks_, vs_, out_, ro_);
       }
+    } catch (const std::exception& e) {
+      err = std::string(kFn) + ": " + e.what();
     }
-  } catch (const std::exception& e) {
-    err = e.what();
+    agree_or_throw(comm_.get(), err.empty(), err);
+    err = check_same<KT>(comm_.get(), q_, k_, v_, ro_, lse_ != nullptr);
+    if (!err.empty()) throw std::invalid_argument(err);
+    pk_.emplace(q_.batch, k_.heads, L_.rows(), k_.cols, v_.cols);
+    if (pk_->bytes > static_cast<std::size_t>(INT_MAX)) {
+      throw std::invalid_argument(std::string(kFn) + ": a K/V shard of " +
+                                  std::to_string(pk_->bytes) +
+                                  " bytes is over one message's 2^31 - 1");
+    }
   }
-  agree_or_throw_runtime(comm.get(), err.empty(),
-                         std::string(kFn) + ": " + err);
+
+  // The shard packed and this rank's query pieces; a failure (memory)
+  // agreed on.
+  void setup() {
+    const std::size_t n = ro_.seq_len, c = L_.chunk;
+    const std::size_t real_blocks = (n + kRingBlock - 1) / kRingBlock;
+    std::string err;
+    try {
+      cur_.resize(pk_->bytes);
+      nxt_.resize(pk_->bytes);
+      pack_view(k_, cur_.data() + pk_->k_off);
+      pack_view(v_, cur_.data() + pk_->v_off);
+      if (ks_) {
+        pack_view(*ks_, cur_.data() + pk_->ks_off);
+        pack_view(*vs_, cur_.data() + pk_->vs_off);
+      }
+      const std::size_t g = q_.heads / k_.heads;
+      for (std::size_t s = 0; s < L_.chunks_per_rank(); ++s) {
+        const std::size_t pos = L_.chunk_start(rank_, s);
+        const std::size_t real = pos < n ? std::min(c, n - pos) : 0;
+        // Pieces only with transfers to overlap, and only where the whole
+        // chunk runs the prefill form anyway (a piece of it computes each
+        // row alone, as the whole chunk would: the same bits).
+        const bool pieces =
+            P_ > 1 && real > kPollRows &&
+            softdot::detail::attn::form_of(g * real, o_, 0) ==
+                AttentionForm::kPrefill;
+        const std::size_t piece =
+            pieces ? kPollRows : std::max<std::size_t>(real, 1);
+        for (std::size_t r0 = 0; r0 < real; r0 += piece) {
+          QueryChunk& x = qc_.emplace_back();
+          x.row0 = s * c + r0;
+          x.pos = pos + r0;
+          x.real = std::min(piece, real - r0);
+          x.prefill = pieces;
+          x.acc = AttentionPartial::empty(q_.batch, q_.heads, x.real, v_.cols);
+          if (ro_.deterministic) x.tree.emplace(real_blocks, true);
+        }
+      }
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+    agree_or_throw_runtime(comm_.get(), err.empty(),
+                           std::string(kFn) + ": " + err);
+  }
 
   // The options of one call: query chunk x against keys at kpos.
-  auto call_options = [&](const QueryChunk& x, std::size_t kpos) {
-    AttentionOptions c2 = o;
+  AttentionOptions call_options(const QueryChunk& x, std::size_t kpos) const {
+    AttentionOptions c2 = o_;
     c2.q_position = x.pos;
     c2.kv_position = kpos;
     c2.sinks = {};
-    c2.prefill_form = ro.deterministic || x.prefill;
-    c2.mask = row_range(o.mask, x.row0, x.real);
-    c2.bias = row_range(o.bias, x.row0, x.real);
+    c2.prefill_form = ro_.deterministic || x.prefill;
+    c2.mask = row_range(o_.mask, x.row0, x.real);
+    c2.bias = row_range(o_.bias, x.row0, x.real);
     return c2;
-  };
-  AttentionPartial part;
+  }
+
   // Deterministic: the sinks as a partial of their own (no keys), first in
   // the global order.
-  if (ro.deterministic && !o.sinks.empty()) {
+  void sink_partials() {
+    std::string err;
     try {
-      for (QueryChunk& x : qc) {
+      for (QueryChunk& x : qc_) {
         if (x.real == 0) continue;
         AttentionOptions c2 = call_options(x, 0);
-        c2.sinks = o.sinks;
+        c2.sinks = o_.sinks;
         c2.mask = {};
         c2.bias = {};
-        partial_of<KT>(row_range(q, x.row0, x.real), row_range(k, 0, 0),
-                       row_range(v, 0, 0),
-                       ks ? row_range(*ks, 0, 0) : TensorView<const float>{},
-                       vs ? row_range(*vs, 0, 0) : TensorView<const float>{},
+        partial_of<KT>(row_range(q_, x.row0, x.real), row_range(k_, 0, 0),
+                       row_range(v_, 0, 0),
+                       ks_ ? row_range(*ks_, 0, 0) : TensorView<const float>{},
+                       vs_ ? row_range(*vs_, 0, 0) : TensorView<const float>{},
                        x.acc, c2);
       }
     } catch (const std::exception& e) {
       err = e.what();
     }
-    agree_or_throw_runtime(comm.get(), err.empty(),
+    agree_or_throw_runtime(comm_.get(), err.empty(),
                            std::string(kFn) + ": " + err);
   }
 
-  const int next = (rank + 1) % P, prev = (rank + P - 1) % P;
-  const int bytes = static_cast<int>(pk.bytes);
-  for (int step = 0; step < P; ++step) {
-    const int owner = (rank - step + P) % P;
+  // The rows [krow, krow + kr) of the shard in hand (K, V and the int8
+  // scales), one call's partial against query chunk x into p.
+  void partial_on(const QueryChunk& x, std::size_t krow, std::size_t kr,
+                  AttentionPartial& p, const AttentionOptions& c2) const {
+    const unsigned char* buf = cur_.data();
+    partial_of<KT>(
+        row_range(q_, x.row0, x.real), row_range(pk_->k(buf), krow, kr),
+        row_range(pk_->v(buf), krow, kr),
+        ks_ ? row_range(pk_->ks(buf), krow, kr) : TensorView<const float>{},
+        vs_ ? row_range(pk_->vs(buf), krow, kr) : TensorView<const float>{}, p,
+        c2);
+  }
+
+  // Query chunk x against key chunk kc (at kpos, kr real keys, local row
+  // krow) of the shard in hand; poke() after each computed call.
+  template <class Poke>
+  void chunk_pair(QueryChunk& x, int step, std::size_t kc, std::size_t kpos,
+                  std::size_t kr, Poke poke) {
+    const std::size_t krow = kc * L_.chunk;
+    if (ro_.deterministic) {
+      // Every real block of this key chunk enters the tree once: computed,
+      // or empty when hidden.
+      for (std::size_t j0 = 0; j0 < kr; j0 += kRingBlock) {
+        const std::size_t j1 = std::min(kr, j0 + kRingBlock);
+        const std::size_t blk = (kpos + j0) / kRingBlock;
+        if (hidden(o_, x.pos, x.pos + x.real - 1, kpos + j0, kpos + j1 - 1)) {
+          x.tree->add(blk, std::nullopt);
+          continue;
+        }
+        AttentionOptions c2 = call_options(x, kpos);
+        c2.kv_begin = j0;
+        c2.kv_end = j1;
+        AttentionPartial p;
+        partial_on(x, krow, kr, p, c2);
+        x.tree->add(blk, std::move(p));
+        poke();
+      }
+      return;
+    }
+    // The sinks (not deterministic) go with this rank's own first key
+    // chunk, once per query chunk, whatever that key chunk holds.
+    const bool sink_call = !o_.sinks.empty() && step == 0 && kc == 0;
+    if (!sink_call &&
+        (kr == 0 || hidden(o_, x.pos, x.pos + x.real - 1, kpos, kpos + kr - 1))) {
+      return;
+    }
+    AttentionOptions c2 = call_options(x, kpos);
+    if (sink_call) c2.sinks = o_.sinks;
+    partial_on(x, krow, kr, part_, c2);
+    attention_merge(x.acc, part_);
+    poke();
+  }
+
+  void run_step(int step) {
+    const int owner = (rank_ - step + P_) % P_;
+    const int next = (rank_ + 1) % P_, prev = (rank_ + P_ - 1) % P_;
+    const int bytes = static_cast<int>(pk_->bytes);
+    const std::size_t n = ro_.seq_len, c = L_.chunk;
     MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    if (step + 1 < P) {
-      check_mpi(MPI_Irecv(nxt.data(), bytes, MPI_BYTE, prev, step, comm.get(),
-                          &req[0]),
+    if (step + 1 < P_) {
+      check_mpi(MPI_Irecv(nxt_.data(), bytes, MPI_BYTE, prev, step,
+                          comm_.get(), &req[0]),
                 "MPI_Irecv");
-      check_mpi(MPI_Isend(cur.data(), bytes, MPI_BYTE, next, step, comm.get(),
-                          &req[1]),
+      check_mpi(MPI_Isend(cur_.data(), bytes, MPI_BYTE, next, step,
+                          comm_.get(), &req[1]),
                 "MPI_Isend");
     }
     // Lets the transfers progress between the compute calls (Open MPI moves
     // nonblocking transfers only inside MPI calls).
     auto poke = [&] {
       int done = 0;
-      if (step + 1 < P) MPI_Testall(2, req, &done, MPI_STATUSES_IGNORE);
+      if (step + 1 < P_) MPI_Testall(2, req, &done, MPI_STATUSES_IGNORE);
     };
-    err.clear();
+    std::string err;
     try {
-      const TensorView<const KT> kk = pk.k(cur.data()), vv = pk.v(cur.data());
-      const TensorView<const float> kss =
-          ks ? pk.ks(cur.data()) : TensorView<const float>{};
-      const TensorView<const float> vss =
-          vs ? pk.vs(cur.data()) : TensorView<const float>{};
-      for (std::size_t kc = 0; kc < nq; ++kc) {
-        const std::size_t kpos = L.chunk_start(owner, kc);
+      for (std::size_t kc = 0; kc < L_.chunks_per_rank(); ++kc) {
+        const std::size_t kpos = L_.chunk_start(owner, kc);
         const std::size_t kr = kpos < n ? std::min(c, n - kpos) : 0;
-        const std::size_t krow = kc * c;
-        for (QueryChunk& x : qc) {
-          if (x.real == 0) continue;
-          // The sinks (not deterministic) go with this rank's own first
-          // key chunk, once per query chunk, whatever that key chunk holds.
-          const bool sink_call =
-              !ro.deterministic && !o.sinks.empty() && step == 0 && kc == 0;
-          if (ro.deterministic) {
-            // Every real block of this key chunk enters the tree once:
-            // computed, or empty when hidden.
-            for (std::size_t j0 = 0; j0 < kr; j0 += kRingBlock) {
-              const std::size_t j1 = std::min(kr, j0 + kRingBlock);
-              const std::size_t blk = (kpos + j0) / kRingBlock;
-              if (hidden(o, x.pos, x.pos + x.real - 1, kpos + j0,
-                         kpos + j1 - 1)) {
-                x.tree->add(blk, std::nullopt);
-                continue;
-              }
-              AttentionOptions c2 = call_options(x, kpos);
-              c2.kv_begin = j0;
-              c2.kv_end = j1;
-              AttentionPartial p;
-              partial_of<KT>(row_range(q, x.row0, x.real),
-                             row_range(pk.k(cur.data()), krow, kr),
-                             row_range(pk.v(cur.data()), krow, kr),
-                             ks ? row_range(pk.ks(cur.data()), krow, kr)
-                                : TensorView<const float>{},
-                             vs ? row_range(pk.vs(cur.data()), krow, kr)
-                                : TensorView<const float>{},
-                             p, c2);
-              x.tree->add(blk, std::move(p));
-              poke();
-            }
-            continue;
-          }
-          if (!sink_call && (kr == 0 || hidden(o, x.pos, x.pos + x.real - 1,
-                                               kpos, kpos + kr - 1))) {
-            continue;
-          }
-          AttentionOptions c2 = call_options(x, kpos);
-          const auto qv = row_range(q, x.row0, x.real);
-          const auto kv = row_range(kk, krow, kr);
-          const auto vv2 = row_range(vv, krow, kr);
-          const auto ksv = ks ? row_range(kss, krow, kr) : kss;
-          const auto vsv = vs ? row_range(vss, krow, kr) : vss;
-          if (sink_call) c2.sinks = o.sinks;
-          partial_of<KT>(qv, kv, vv2, ksv, vsv, part, c2);
-          attention_merge(x.acc, part);
-          poke();
+        for (QueryChunk& x : qc_) {
+          if (x.real != 0) chunk_pair(x, step, kc, kpos, kr, poke);
         }
       }
     } catch (const std::exception& e) {
       err = std::string(kFn) + ": " + e.what();
     }
-    if (step + 1 < P) {
+    if (step + 1 < P_) {
       check_mpi(MPI_Waitall(2, req, MPI_STATUSES_IGNORE), "MPI_Waitall");
     }
-    agree_or_throw_runtime(comm.get(), err.empty(), err);
-    std::swap(cur, nxt);
+    agree_or_throw_runtime(comm_.get(), err.empty(), err);
+    std::swap(cur_, nxt_);
   }
 
   // Deterministic: the sinks' partial (or the empty one), then the root of
-  // the block tree.
-  if (ro.deterministic) {
-    for (QueryChunk& x : qc) {
-      if (x.real == 0) continue;
-      if (!x.tree->complete()) {
-        throw std::logic_error(std::string(kFn) +
-                               ": internal error: a key block never arrived");
-      }
-      if (x.tree->root()) attention_merge(x.acc, *x.tree->root());
-    }
-  }
-  // Padding rows get +0 and lse -inf; each piece's rows are finalised.
-  for (std::size_t b = 0; b < B; ++b) {
-    for (std::size_t h = 0; h < H; ++h) {
-      for (std::size_t row = 0; row < L.rows(); ++row) {
-        std::fill_n(out.row(b, h, row), dv, 0.0f);
-        if (lse) lse[(b * H + h) * L.rows() + row] = -kInf;
+  // the block tree. Padding rows get +0 and lse -inf; each piece's rows are
+  // finalised.
+  void finish() {
+    const std::size_t B = q_.batch, H = q_.heads, dv = v_.cols;
+    if (ro_.deterministic) {
+      for (QueryChunk& x : qc_) {
+        if (x.real == 0) continue;
+        if (!x.tree->complete()) {
+          throw std::logic_error(std::string(kFn) +
+                                 ": internal error: a key block never arrived");
+        }
+        if (x.tree->root()) attention_merge(x.acc, *x.tree->root());
       }
     }
-  }
-  lse_tmp.resize(B * H * c);
-  for (const QueryChunk& x : qc) {
-    attention_finalize(x.acc, row_range(out, x.row0, x.real),
-                       lse ? lse_tmp.data() : nullptr);
-    if (!lse) continue;
-    for (std::size_t bh = 0; bh < B * H; ++bh) {
-      std::copy_n(lse_tmp.data() + bh * x.real, x.real,
-                  lse + bh * L.rows() + x.row0);
+    for (std::size_t b = 0; b < B; ++b) {
+      for (std::size_t h = 0; h < H; ++h) {
+        for (std::size_t row = 0; row < L_.rows(); ++row) {
+          std::fill_n(out_.row(b, h, row), dv, 0.0f);
+          if (lse_) lse_[(b * H + h) * L_.rows() + row] = -kInf;
+        }
+      }
+    }
+    std::vector<float> lse_tmp(B * H * L_.chunk);
+    for (const QueryChunk& x : qc_) {
+      attention_finalize(x.acc, row_range(out_, x.row0, x.real),
+                         lse_ ? lse_tmp.data() : nullptr);
+      if (!lse_) continue;
+      for (std::size_t bh = 0; bh < B * H; ++bh) {
+        std::copy_n(lse_tmp.data() + bh * x.real, x.real,
+                    lse_ + bh * L_.rows() + x.row0);
+      }
     }
   }
+
+  DupComm comm_;
+  const int P_, rank_;
+  const TensorView<const float>& q_;
+  const TensorView<const KT>& k_;
+  const TensorView<const KT>& v_;
+  const TensorView<const float>* ks_;
+  const TensorView<const float>* vs_;
+  const TensorView<float>& out_;
+  const RingOptions& ro_;
+  const AttentionOptions& o_;
+  float* lse_;
+  RingLayout L_;
+  std::optional<Packing<KT>> pk_;
+  std::vector<QueryChunk> qc_;
+  std::vector<unsigned char> cur_, nxt_;
+  AttentionPartial part_;
+};
+
+template <class KT>
+void run_ring(MPI_Comm comm, const TensorView<const float>& q,
+              const TensorView<const KT>& k, const TensorView<const KT>& v,
+              const TensorView<const float>* ks,
+              const TensorView<const float>* vs, const TensorView<float>& out,
+              const RingOptions& ro, float* lse) {
+  RingForward<KT>(comm, q, k, v, ks, vs, out, ro, lse).run();
 }
 
 }  // namespace
