@@ -157,6 +157,15 @@ using Plan = detail::AttentionPlanData;
 // the scores, out_cols = n_kv) and returns the plan (out_name null: there is
 // no out to check, as in attention_partial()); std::invalid_argument naming
 // the function, the argument and the shapes otherwise.
+// The options part of the plan (p's shapes already filled in): every
+// option's value checked (check_attention_options is the same check) and
+// its derived values (scale, window, positions, the key range). k_shape
+// names the keys in the messages; paged: the mask and bias need at least
+// the longest sequence's columns.
+void plan_options(const char* fn, const TensorView<const float>& q,
+                  const std::string& k_shape, const AttentionOptions& o,
+                  bool paged, Plan& p);
+
 template <class KT>
 Plan check_and_plan(const char* fn, const QueryTensor& q,
                     const TensorView<const KT>& k,

@@ -93,9 +93,8 @@ void check_gradients(const char* kFn, const AttentionRequest& r,
   check_tensor(kFn, "out", io.out);
   if (io.out.batch != B || io.out.heads != H || io.out.rows != n_q ||
       io.out.cols != dv) {
-    fail(kFn, shape("out", io.out) + " must be " +
-                  shape("out", B, H, n_q, dv) + " for " + shape("q", q) +
-                  " and " + shape("v", v));
+    fail(kFn, shape("out", io.out) + " must be " + shape("out", B, H, n_q, dv) +
+                  " for " + shape("q", q) + " and " + shape("v", v));
   }
   if (io.lse == nullptr) {
     fail(kFn, "lse is null (the forward's lse is needed)");
@@ -172,8 +171,8 @@ class BackwardRunner {
         v_(std::get<TensorView<const float>>(plan.request().kv.v.variant())),
         req_q_(plan.request().q),
         rows_total_(p_.B * p_.H * p_.n_q),
-        max_rows_(std::min(detail::attention_max_rows(),
-                           detail::kMaxKernelRows)),
+        max_rows_(
+            std::min(detail::attention_max_rows(), detail::kMaxKernelRows)),
         group_rows_(p_.g * p_.n_q),
         row_blocks_((group_rows_ + max_rows_ - 1) / max_rows_),
         key_blocks_((p_.kv_end - p_.kv_begin + detail::kKeyTile - 1) /
@@ -396,8 +395,8 @@ class BackwardRunner {
     a.dk_acc = buf.dk.data();
     a.dk_stride = dpad_;
     // The last call of a group of kBackRowGroup rows (or of the rows).
-    a.flush = (row0 + cnt) % detail::kBackRowGroup == 0 ||
-              row0 + cnt == group_rows_;
+    a.flush =
+        (row0 + cnt) % detail::kBackRowGroup == 0 || row0 + cnt == group_rows_;
     a.dq = buf.dq.data();
     a.dq_stride = max_rows_;
     a.dbias_rows = want_dbias ? c.dbias : nullptr;

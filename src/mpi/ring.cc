@@ -357,10 +357,9 @@ class RingForward {
         // Pieces only with transfers to overlap, and only where the whole
         // chunk runs the prefill form anyway (a piece of it computes each
         // row alone, as the whole chunk would: the same bits).
-        const bool pieces =
-            P_ > 1 && real > kPollRows &&
-            softdot::detail::attn::form_of(g * real, o_, 0) ==
-                AttentionForm::kPrefill;
+        const bool pieces = P_ > 1 && real > kPollRows &&
+                            softdot::detail::attn::form_of(g * real, o_, 0) ==
+                                AttentionForm::kPrefill;
         const std::size_t piece =
             pieces ? kPollRows : std::max<std::size_t>(real, 1);
         for (std::size_t r0 = 0; r0 < real; r0 += piece) {
@@ -458,8 +457,8 @@ class RingForward {
     // The sinks (not deterministic) go with this rank's own first key
     // chunk, once per query chunk, whatever that key chunk holds.
     const bool sink_call = !o_.sinks.empty() && step == 0 && kc == 0;
-    if (!sink_call &&
-        (kr == 0 || hidden(o_, x.pos, x.pos + x.real - 1, kpos, kpos + kr - 1))) {
+    if (!sink_call && (kr == 0 || hidden(o_, x.pos, x.pos + x.real - 1, kpos,
+                                         kpos + kr - 1))) {
       return;
     }
     AttentionOptions c2 = call_options(x, kpos);
@@ -476,11 +475,11 @@ class RingForward {
     const std::size_t n = ro_.seq_len, c = L_.chunk;
     MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     if (step + 1 < P_) {
-      check_mpi(MPI_Irecv(nxt_.data(), bytes, MPI_BYTE, prev, step,
-                          comm_.get(), &req[0]),
+      check_mpi(MPI_Irecv(nxt_.data(), bytes, MPI_BYTE, prev, step, comm_.get(),
+                          &req[0]),
                 "MPI_Irecv");
-      check_mpi(MPI_Isend(cur_.data(), bytes, MPI_BYTE, next, step,
-                          comm_.get(), &req[1]),
+      check_mpi(MPI_Isend(cur_.data(), bytes, MPI_BYTE, next, step, comm_.get(),
+                          &req[1]),
                 "MPI_Isend");
     }
     // Lets the transfers progress between the compute calls (Open MPI moves
