@@ -128,43 +128,42 @@ void check_draft_parents(const char* fn, const PagedKVTable& t,
                          const TensorView<const float>& q, std::size_t B,
                          bool ragged, const AttentionOptions& o) {
   if (t.draft_parents.empty()) return;
-    const std::size_t rows = ragged ? q.rows : B * q.rows;
-    if (t.draft_parents.size() != rows) {
-      fail(fn, "draft_parents has " + count(t.draft_parents.size()) +
-                   " entries but there are " + count(rows) +
-                   " query rows (one parent per row)");
+  const std::size_t rows = ragged ? q.rows : B * q.rows;
+  if (t.draft_parents.size() != rows) {
+    fail(fn, "draft_parents has " + count(t.draft_parents.size()) +
+                 " entries but there are " + count(rows) +
+                 " query rows (one parent per row)");
+  }
+  if (!o.mask.empty() || !o.bias.empty() || !t.query_positions.empty()) {
+    fail(fn, std::string("draft_parents cannot be combined with ") +
+                 (!o.mask.empty()   ? "a mask"
+                  : !o.bias.empty() ? "a bias"
+                                    : "query_positions"));
+  }
+  for (std::size_t b = 0; b < B; ++b) {
+    const std::size_t r0 =
+        ragged ? static_cast<std::size_t>(t.query_start_loc[b]) : b * q.rows;
+    const std::size_t n_q =
+        ragged ? static_cast<std::size_t>(t.query_start_loc[b + 1]) - r0
+               : q.rows;
+    if (n_q != 0 && t.seq_lens[b] >= 0 &&
+        n_q > static_cast<std::size_t>(t.seq_lens[b])) {
+      fail(fn, "sequence " + count(b) + " has " + count(n_q) +
+                   " draft rows but seq_lens[" + count(b) +
+                   "] = " + std::to_string(t.seq_lens[b]) +
+                   " keys (a draft tree's rows need their keys, the last " +
+                   "n_q, in the cache)");
     }
-    if (!o.mask.empty() || !o.bias.empty() || !t.query_positions.empty()) {
-      fail(fn, std::string("draft_parents cannot be combined with ") +
-                   (!o.mask.empty()   ? "a mask"
-                    : !o.bias.empty() ? "a bias"
-                                      : "query_positions"));
-    }
-    for (std::size_t b = 0; b < B; ++b) {
-      const std::size_t r0 =
-          ragged ? static_cast<std::size_t>(t.query_start_loc[b]) : b * q.rows;
-      const std::size_t n_q =
-          ragged ? static_cast<std::size_t>(t.query_start_loc[b + 1]) - r0
-                 : q.rows;
-      if (n_q != 0 && t.seq_lens[b] >= 0 &&
-          n_q > static_cast<std::size_t>(t.seq_lens[b])) {
-        fail(fn, "sequence " + count(b) + " has " + count(n_q) +
-                     " draft rows but seq_lens[" + count(b) +
-                     "] = " + std::to_string(t.seq_lens[b]) +
-                     " keys (a draft tree's rows need their keys, the last " +
-                     "n_q, in the cache)");
-      }
-      for (std::size_t i = 0; i < n_q; ++i) {
-        const std::int32_t p = t.draft_parents[r0 + i];
-        if (p < -1 || p >= static_cast<std::int64_t>(i)) {
-          fail(fn, "draft_parents[" + count(r0 + i) +
-                       "] = " + std::to_string(p) +
-                       " must be -1 or a row before it (" + "0 .. " +
-                       std::to_string(static_cast<std::int64_t>(i) - 1) +
-                       " of sequence " + count(b) + "'s rows)");
-        }
+    for (std::size_t i = 0; i < n_q; ++i) {
+      const std::int32_t p = t.draft_parents[r0 + i];
+      if (p < -1 || p >= static_cast<std::int64_t>(i)) {
+        fail(fn, "draft_parents[" + count(r0 + i) + "] = " + std::to_string(p) +
+                     " must be -1 or a row before it (" + "0 .. " +
+                     std::to_string(static_cast<std::int64_t>(i) - 1) +
+                     " of sequence " + count(b) + "'s rows)");
       }
     }
+  }
 }
 
 // The positions of a cache sharded by position.
