@@ -38,27 +38,12 @@ std::string both(const Input& a, const Input& b) {
 
 namespace {
 
-Input read_input(const std::string& option, const std::string& path,
-                 std::span<const NpyDtype> allowed, const char* axes_2d,
-                 const char* axes_4d) {
-  Input input;
-  input.option = option;
-  const std::string name = path == "-" ? "<stdin>" : path;
-  input.file = name;
-  try {
-    input.array = read_npy_array(read_file(path), name, allowed);
-  } catch (const CliError& e) {
-    throw CliError(option + ": " + e.what());
-  }
-  if (input.rank() != 2 && input.rank() != 4) {
-    throw CliError(option + ": " + name + ": shape " + input.text() + " has " +
-                   std::to_string(input.rank()) +
-                   (input.rank() == 1 ? " dimension" : " dimensions") +
-                   "; need a 2-D array " + axes_2d + " or a 4-D array " +
-                   axes_4d);
-  }
-  return input;
-}
+// The dtypes each input may have.
+constexpr NpyDtype kF32[] = {NpyDtype::kFloat32};
+constexpr NpyDtype kKV[] = {NpyDtype::kFloat32, NpyDtype::kFloat16,
+                            NpyDtype::kInt8};
+constexpr NpyDtype kBool[] = {NpyDtype::kBool};
+constexpr NpyDtype kI32[] = {NpyDtype::kInt32};
 
 // An input of any rank (pages, the block table, the lengths; the caller
 // checks the shape).
@@ -76,9 +61,23 @@ Input read_any(const std::string& option, const std::string& path,
   return input;
 }
 
-// The q, k, v shapes: all 2-D or all 4-D, matching batch, heads (GQA), d,
-// n_kv, with every size >= 1 except n_kv.
-void check_qkv(const Input& q, const Input& k, const Input& v) {
+// An input that must be 2-D (`axes_2d` in the message) or 4-D (`axes_4d`).
+Input read_input(const std::string& option, const std::string& path,
+                 std::span<const NpyDtype> allowed, const char* axes_2d,
+                 const char* axes_4d) {
+  Input input = read_any(option, path, allowed);
+  if (input.rank() != 2 && input.rank() != 4) {
+    throw CliError(option + ": " + input.file + ": shape " + input.text() +
+                   " has " + std::to_string(input.rank()) +
+                   (input.rank() == 1 ? " dimension" : " dimensions") +
+                   "; need a 2-D array " + axes_2d + " or a 4-D array " +
+                   axes_4d);
+  }
+  return input;
+}
+
+// Every size of q (read as [batch, heads, n_q, d]) at least 1.
+void check_q_sizes(const Input& q) {
   const char* q_axes[] = {"batch", "heads", "n_q", "d"};
   for (int axis = 0; axis < 4; ++axis) {
     if (q.dim(axis) == 0) {
@@ -86,6 +85,12 @@ void check_qkv(const Input& q, const Input& k, const Input& v) {
                      " must be at least 1");
     }
   }
+}
+
+// The q, k, v shapes: all 2-D or all 4-D, matching batch, heads (GQA), d,
+// n_kv, with every size >= 1 except n_kv.
+void check_qkv(const Input& q, const Input& k, const Input& v) {
+  check_q_sizes(q);
   for (const Input* x : {&k, &v}) {
     if (x->rank() != q.rank()) {
       throw CliError(x->option + " is " + std::to_string(x->rank()) +
@@ -160,13 +165,7 @@ void check_paged(const Input& q, const Input& k, const Input& v,
                      layout_clause(layout));
     }
   }
-  const char* q_axes[] = {"batch", "heads", "n_q", "d"};
-  for (int axis = 0; axis < 4; ++axis) {
-    if (q.dim(axis) == 0) {
-      throw CliError("--q is " + q.text() + ": " + q_axes[axis] +
-                     " must be at least 1");
-    }
-  }
+  check_q_sizes(q);
   if (k.heads() == 0 || q.heads() % k.heads() != 0) {
     throw CliError(
         "--q has heads = " + std::to_string(q.heads()) +
@@ -334,7 +333,6 @@ void read_int8_scales(const AttentionArgs& args, AttentionInputs* in) {
         " is int8 already (give its scales with --k-scales and "
         "--v-scales instead)");
   }
-  static constexpr NpyDtype kF32[] = {NpyDtype::kFloat32};
   const struct {
     const Input* kv;
     const std::optional<std::string>* path;
@@ -423,6 +421,90 @@ TensorView<const T> scores_view(const T* data, const Input& m, const Input& q) {
                              batch_stride, head_stride, row_stride);
 }
 
+// The options' combinations, before any file is read: at most one input from
+// standard input, and the paged cache's options together.
+void check_input_options(const AttentionArgs& args) {
+  int from_stdin = 0;
+  for (const std::optional<std::string>& path :
+       {std::optional<std::string>(args.q), std::optional<std::string>(args.k),
+        std::optional<std::string>(args.v), args.mask, args.bias, args.k_scales,
+        args.v_scales, args.block_table, args.seq_lens})
+    from_stdin += path && *path == "-";
+  if (from_stdin > 1) {
+    throw CliError("only one input can be read from standard input ('-')");
+  }
+  if (args.block_table.has_value() != args.seq_lens.has_value()) {
+    throw CliError(
+        "--block-table and --seq-lens go together: a paged cache needs "
+        "both");
+  }
+  if ((args.query_start_loc || args.draft_parents) && !args.block_table) {
+    throw CliError(std::string(args.query_start_loc ? "--query-start-loc"
+                                                    : "--draft-parents") +
+                   " is an option of --block-table (a paged cache)");
+  }
+}
+
+// --query-start-loc: q's packed rows [T, heads, d], held as [1, heads, T, d],
+// and the row starts.
+void read_packed_q(const AttentionArgs& args, AttentionInputs* in) {
+  in->q = read_any("--q", args.q, kF32);
+  if (in->q.rank() != 3) {
+    throw CliError("--q is " + in->q.text() +
+                   ": with --query-start-loc it holds every sequence's "
+                   "rows one after another, [T x heads x d]");
+  }
+  const std::size_t T = in->q.array.shape[0], H = in->q.array.shape[1],
+                    d = in->q.array.shape[2];
+  std::string packed(in->q.array.data.size(), '\0');
+  for (std::size_t t = 0; t < T; ++t)
+    for (std::size_t h = 0; h < H; ++h)
+      std::memcpy(&packed[((h * T + t) * d) * 4],
+                  &in->q.array.data[((t * H + h) * d) * 4], d * 4);
+  in->q.array.data = std::move(packed);
+  in->q.array.shape = {1, H, T, d};
+  in->q_packed = true;
+  in->query_start_loc =
+      read_any("--query-start-loc", *args.query_start_loc, kI32);
+  if (in->query_start_loc.rank() != 1 ||
+      in->query_start_loc.array.shape[0] == 0) {
+    throw CliError("--query-start-loc is " + in->query_start_loc.text() +
+                   ": need [batch + 1] row starts");
+  }
+}
+
+// A paged cache: pages of float32, float16 or int8 (with scales in the same
+// layout, last axis 1, or quantised per page row by --kv int8), the block
+// table and the lengths. Returns n_kv, the longest sequence's keys.
+std::size_t read_paged_kv(const AttentionArgs& args, AttentionInputs* in) {
+  in->k = read_any("--k", args.k, kKV);
+  in->v = read_any("--v", args.v, kKV);
+  in->k.nhd = in->v.nhd = in->layout == KvLayout::kNHD;
+  in->block_table = read_any("--block-table", *args.block_table, kI32);
+  in->seq_lens = read_any("--seq-lens", *args.seq_lens, kI32);
+  const std::size_t batch =
+      in->q_packed ? in->query_start_loc.array.shape[0] - 1 : in->q.batch();
+  check_paged(in->q, in->k, in->v, in->block_table, in->seq_lens, in->layout,
+              batch);
+  check_table(in->block_table, in->seq_lens, in->k);
+  read_int8_scales(args, in);
+  std::size_t n_kv = 0;
+  for (std::int32_t n : int32s_of(in->seq_lens.array)) {
+    if (n > 0) n_kv = std::max(n_kv, static_cast<std::size_t>(n));
+  }
+  return n_kv;
+}
+
+// --mask or --bias, checked against the scores' shape (n_kv keys).
+Input read_scores_shaped(const char* option, const std::string& path,
+                         std::span<const NpyDtype> allowed,
+                         const AttentionInputs& in, std::size_t n_kv) {
+  Input m = read_input(option, path, allowed, "[n_q x n_kv]",
+                       "[batch x heads x n_q x n_kv]");
+  check_scores_shaped(m, in.q, in.k, n_kv, in.paged());
+  return m;
+}
+
 }  // namespace
 
 KvLayout kv_layout_option(const AttentionArgs& args) {
@@ -449,59 +531,12 @@ bool quantize_kv_option(const AttentionArgs& args) {
 }
 
 AttentionInputs read_attention_inputs(const AttentionArgs& args) {
-  int from_stdin = 0;
-  for (const std::optional<std::string>& path :
-       {std::optional<std::string>(args.q), std::optional<std::string>(args.k),
-        std::optional<std::string>(args.v), args.mask, args.bias, args.k_scales,
-        args.v_scales, args.block_table, args.seq_lens})
-    from_stdin += path && *path == "-";
-  if (from_stdin > 1) {
-    throw CliError("only one input can be read from standard input ('-')");
-  }
-  if (args.block_table.has_value() != args.seq_lens.has_value()) {
-    throw CliError(
-        "--block-table and --seq-lens go together: a paged cache needs "
-        "both");
-  }
-  if ((args.query_start_loc || args.draft_parents) && !args.block_table) {
-    throw CliError(std::string(args.query_start_loc ? "--query-start-loc"
-                                                    : "--draft-parents") +
-                   " is an option of --block-table (a paged cache)");
-  }
-
-  static constexpr NpyDtype kF32[] = {NpyDtype::kFloat32};
-  static constexpr NpyDtype kKV[] = {NpyDtype::kFloat32, NpyDtype::kFloat16,
-                                     NpyDtype::kInt8};
-  static constexpr NpyDtype kBool[] = {NpyDtype::kBool};
-  static constexpr NpyDtype kI32[] = {NpyDtype::kInt32};
+  check_input_options(args);
   AttentionInputs in;
   in.quantize = quantize_kv_option(args);
   in.layout = kv_layout_option(args);
   if (args.query_start_loc) {
-    // The packed rows [T, heads, d], held as [1, heads, T, d].
-    in.q = read_any("--q", args.q, kF32);
-    if (in.q.rank() != 3) {
-      throw CliError("--q is " + in.q.text() +
-                     ": with --query-start-loc it holds every sequence's "
-                     "rows one after another, [T x heads x d]");
-    }
-    const std::size_t T = in.q.array.shape[0], H = in.q.array.shape[1],
-                      d = in.q.array.shape[2];
-    std::string packed(in.q.array.data.size(), '\0');
-    for (std::size_t t = 0; t < T; ++t)
-      for (std::size_t h = 0; h < H; ++h)
-        std::memcpy(&packed[((h * T + t) * d) * 4],
-                    &in.q.array.data[((t * H + h) * d) * 4], d * 4);
-    in.q.array.data = std::move(packed);
-    in.q.array.shape = {1, H, T, d};
-    in.q_packed = true;
-    in.query_start_loc =
-        read_any("--query-start-loc", *args.query_start_loc, kI32);
-    if (in.query_start_loc.rank() != 1 ||
-        in.query_start_loc.array.shape[0] == 0) {
-      throw CliError("--query-start-loc is " + in.query_start_loc.text() +
-                     ": need [batch + 1] row starts");
-    }
+    read_packed_q(args, &in);
   } else {
     in.q = read_input("--q", args.q, kF32, "[n_q x d]",
                       "[batch x heads x n_q x d]");
@@ -518,22 +553,7 @@ AttentionInputs read_attention_inputs(const AttentionArgs& args) {
   }
   std::size_t n_kv = 0;
   if (args.block_table) {
-    // Pages of float32, float16 or int8 (with scales in the same layout,
-    // last axis 1, or quantised per page row by --kv int8).
-    in.k = read_any("--k", args.k, kKV);
-    in.v = read_any("--v", args.v, kKV);
-    in.k.nhd = in.v.nhd = in.layout == KvLayout::kNHD;
-    in.block_table = read_any("--block-table", *args.block_table, kI32);
-    in.seq_lens = read_any("--seq-lens", *args.seq_lens, kI32);
-    const std::size_t batch =
-        in.q_packed ? in.query_start_loc.array.shape[0] - 1 : in.q.batch();
-    check_paged(in.q, in.k, in.v, in.block_table, in.seq_lens, in.layout,
-                batch);
-    check_table(in.block_table, in.seq_lens, in.k);
-    read_int8_scales(args, &in);
-    for (std::int32_t n : int32s_of(in.seq_lens.array)) {
-      if (n > 0) n_kv = std::max(n_kv, static_cast<std::size_t>(n));
-    }
+    n_kv = read_paged_kv(args, &in);
   } else {
     in.k = read_input("--k", args.k, kKV, "[n_kv x d]",
                       "[batch x kv_heads x n_kv x d]");
@@ -544,16 +564,21 @@ AttentionInputs read_attention_inputs(const AttentionArgs& args) {
     n_kv = in.k.rows();
   }
   if (args.mask) {
-    in.mask = read_input("--mask", *args.mask, kBool, "[n_q x n_kv]",
-                         "[batch x heads x n_q x n_kv]");
-    check_scores_shaped(in.mask, in.q, in.k, n_kv, in.paged());
+    in.mask = read_scores_shaped("--mask", *args.mask, kBool, in, n_kv);
   }
   if (args.bias) {
-    in.bias = read_input("--bias", *args.bias, kF32, "[n_q x n_kv]",
-                         "[batch x heads x n_q x n_kv]");
-    check_scores_shaped(in.bias, in.q, in.k, n_kv, in.paged());
+    in.bias = read_scores_shaped("--bias", *args.bias, kF32, in, n_kv);
   }
   return in;
+}
+
+KvStorage kv_storage(const AttentionInputs& in) {
+  if (in.k.is_int8() || in.quantize) return KvStorage::kInt8;
+  if (in.k.array.dtype == NpyDtype::kFloat16 &&
+      in.v.array.dtype == NpyDtype::kFloat16) {
+    return KvStorage::kFloat16;
+  }
+  return KvStorage::kFloat;
 }
 
 template <class KV>

@@ -101,6 +101,15 @@ KvLayout kv_layout_option(const AttentionArgs& args);
 // input).
 AttentionInputs read_attention_inputs(const AttentionArgs& args);
 
+// How the library takes the keys and values of an attention call.
+enum class KvStorage { kFloat, kFloat16, kInt8 };
+
+// int8 for int8 keys and values (read with their scales) and for --kv int8
+// (quantised); float16 when both are float16, which go to the library as
+// they are; float32 otherwise (with one of k and v float16 and the other
+// float32, the float16 one is widened, exactly, to float32).
+KvStorage kv_storage(const AttentionInputs& in);
+
 // The library's views of the inputs, with the values they point into. KV is
 // float, Float16 or std::int8_t (the keys and values as the library takes
 // them; int8 with its scales). Not copyable: the views point into the

@@ -190,10 +190,9 @@ int compute(const AttentionArgs& args, const AttentionInputs& in,
   return 0;
 }
 
-}  // namespace
-
-int run_attention(const AttentionArgs& args) {
-  // Check every option before reading any input.
+// The attention options of the command line, checked as the library checks
+// them (one place, one message).
+AttentionOptions parse_options(const AttentionArgs& args) {
   AttentionOptions options;
   if (args.scale) {
     options.scale = parse_value(args.scale, "--scale");
@@ -213,14 +212,17 @@ int run_attention(const AttentionArgs& args) {
   options.batch_invariant = args.batch_invariant;
   options.window_left = parse_window(args.window_left, "--window-left");
   options.window_right = parse_window(args.window_right, "--window-right");
-  // The values, as the library checks them (one place, one message).
   try {
     check_attention_options(options, "attention");
   } catch (const std::invalid_argument& e) {
     throw CliError(library_message(e));
   }
-  quantize_kv_option(args);
-  kv_layout_option(args);
+  return options;
+}
+
+// -o (required unless --explain) and --lse: names we can write, and not the
+// same file.
+void check_outputs(const AttentionArgs& args) {
   if (!args.output && !args.explain) {
     throw CliError(
         "--output is required: -o FILE.npy for the result (only "
@@ -234,28 +236,69 @@ int run_attention(const AttentionArgs& args) {
                      quote(*args.lse));
     }
   }
-  if (args.explain && args.block_table) {
-    throw CliError(
-        "--explain is for contiguous k and v; leave out --block-table (or "
-        "--explain)");
-  }
+}
+
+// --deterministic and --layout only with --ring, and --ring only with
+// contiguous inputs and without --explain.
+void check_ring_options(const AttentionArgs& args) {
   if (args.deterministic && !args.ring) {
     throw CliError("--deterministic is an option of --ring");
   }
   if (args.layout && !args.ring) {
     throw CliError("--layout is an option of --ring");
   }
-  if (args.ring) {
-    if (args.layout && *args.layout != "zigzag" &&
-        *args.layout != "contiguous") {
-      throw CliError("--layout " + quote(*args.layout) +
-                     ": must be zigzag or contiguous");
-    }
-    if (args.explain || args.block_table || args.seq_lens) {
+  if (!args.ring) return;
+  if (args.layout && *args.layout != "zigzag" && *args.layout != "contiguous") {
+    throw CliError("--layout " + quote(*args.layout) +
+                   ": must be zigzag or contiguous");
+  }
+  if (args.explain || args.block_table || args.seq_lens) {
+    throw CliError(
+        "--ring takes contiguous q, k and v of one sequence; leave out "
+        "--explain, --block-table and --seq-lens");
+  }
+}
+
+// --explain prints every number: the inputs must be small.
+void check_explain_size(const AttentionInputs& in) {
+  const Input &q = in.q, &k = in.k, &v = in.v;
+  const std::size_t per_head[] = {q.rows(), k.rows(), v.cols()};
+  const char* names[] = {"n_q", "n_kv", "d_v"};
+  for (int i = 0; i < 3; ++i) {
+    if (per_head[i] > kExplainMaxN) {
       throw CliError(
-          "--ring takes contiguous q, k and v of one sequence; leave out "
-          "--explain, --block-table and --seq-lens");
+          "--explain prints every number, so it is for small "
+          "inputs: " +
+          std::string(names[i]) + " = " + std::to_string(per_head[i]) + " " +
+          both(q, k) + ", at most " + std::to_string(kExplainMaxN) +
+          " (leave out --explain and use -o)");
     }
+  }
+  if (q.batch() * q.heads() > kExplainMaxHeads) {
+    throw CliError(
+        "--explain prints every number, so it is for small "
+        "inputs: batch x heads = " +
+        std::to_string(q.batch() * q.heads()) + " (q is " + q.text() +
+        "), at most " + std::to_string(kExplainMaxHeads) +
+        " (leave out --explain and use -o)");
+  }
+}
+
+}  // namespace
+
+int run_attention(const AttentionArgs& args) {
+  // Check every option before reading any input.
+  const AttentionOptions options = parse_options(args);
+  quantize_kv_option(args);
+  kv_layout_option(args);
+  check_outputs(args);
+  if (args.explain && args.block_table) {
+    throw CliError(
+        "--explain is for contiguous k and v; leave out --block-table (or "
+        "--explain)");
+  }
+  check_ring_options(args);
+  if (args.ring) {
 #ifdef SOFTDOT_CLI_MPI
     return run_attention_ring(args, options,
                               [&args] { return read_attention_inputs(args); });
@@ -266,39 +309,17 @@ int run_attention(const AttentionArgs& args) {
 #endif
   }
   const AttentionInputs in = read_attention_inputs(args);
-  const Input &q = in.q, &k = in.k, &v = in.v;
-  if (args.explain) {
-    const std::size_t per_head[] = {q.rows(), k.rows(), v.cols()};
-    const char* names[] = {"n_q", "n_kv", "d_v"};
-    for (int i = 0; i < 3; ++i) {
-      if (per_head[i] > kExplainMaxN) {
-        throw CliError(
-            "--explain prints every number, so it is for small "
-            "inputs: " +
-            std::string(names[i]) + " = " + std::to_string(per_head[i]) + " " +
-            both(q, k) + ", at most " + std::to_string(kExplainMaxN) +
-            " (leave out --explain and use -o)");
-      }
-    }
-    if (q.batch() * q.heads() > kExplainMaxHeads) {
-      throw CliError(
-          "--explain prints every number, so it is for small "
-          "inputs: batch x heads = " +
-          std::to_string(q.batch() * q.heads()) + " (q is " + q.text() +
-          "), at most " + std::to_string(kExplainMaxHeads) +
-          " (leave out --explain and use -o)");
-    }
-  }
+  if (args.explain) check_explain_size(in);
 
-  // int8 keys and values (read with their scales, or quantised for --kv
-  // int8) and float16 ones go to the library as they are; with one of k and
-  // v float16 and the other float32, the float16 one is widened (exactly)
-  // to float32.
-  if (k.is_int8() || in.quantize)
-    return compute<std::int8_t>(args, in, options);
-  if (k.array.dtype == NpyDtype::kFloat16 &&
-      v.array.dtype == NpyDtype::kFloat16) {
-    return compute<Float16>(args, in, options);
+  // int8 keys and values and float16 ones go to the library as they are
+  // (kv_storage).
+  switch (kv_storage(in)) {
+    case KvStorage::kInt8:
+      return compute<std::int8_t>(args, in, options);
+    case KvStorage::kFloat16:
+      return compute<Float16>(args, in, options);
+    case KvStorage::kFloat:
+      break;
   }
   return compute<float>(args, in, options);
 }

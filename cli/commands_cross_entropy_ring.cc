@@ -10,7 +10,6 @@
 #include <mpi.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -22,38 +21,12 @@
 #include "error.h"
 #include "format.h"
 #include "io_npy.h"
+#include "mpi_session.h"
 #include "output_file.h"
 #include "softdot/mpi.h"
 
 namespace softdot::cli {
 namespace {
-
-// MPI_Init_thread / MPI_Finalize around the command.
-class MpiSession {
- public:
-  MpiSession() {
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (!initialized) {
-      int provided = 0;
-      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-      owned_ = true;
-    }
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
-  }
-  ~MpiSession() {
-    if (owned_) MPI_Finalize();
-  }
-  MpiSession(const MpiSession&) = delete;
-  MpiSession& operator=(const MpiSession&) = delete;
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-
- private:
-  bool owned_ = false;
-  int rank_ = 0, size_ = 1;
-};
 
 // Rank 0's verdict (empty: fine) sent to every rank; true when it failed.
 bool shared_failure(std::string& message) {
@@ -75,15 +48,7 @@ struct Header {
 // line (as main does) before the barrier, so that no rank's early exit can
 // make mpirun kill rank 0 before its message is out.
 int fail_all(const MpiSession& s, const std::string& message) {
-  if (s.rank() == 0) {
-    std::string line = "softdot: error: " + message;
-    for (char& c : line) {
-      if (c == '\n' || c == '\r') c = ' ';
-    }
-    std::fflush(stdout);
-    std::fprintf(stderr, "%s\n", line.c_str());
-    std::fflush(stderr);
-  }
+  if (s.rank() == 0) print_ring_error(message);
   MPI_Barrier(MPI_COMM_WORLD);
   return kExitError;
 }
@@ -189,7 +154,7 @@ int run_ranks(const MpiSession& s, const Header& h, const Matrix<T>* logits,
 }  // namespace
 
 int run_cross_entropy_ring(const CrossEntropyArgs& args) {
-  MpiSession s;
+  const MpiSession s;
   Header h;
   std::optional<AnyMatrix> logits;
   std::vector<std::int64_t> targets;

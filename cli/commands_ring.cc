@@ -8,11 +8,12 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -23,6 +24,7 @@
 #include "commands.h"
 #include "error.h"
 #include "io_npy.h"
+#include "mpi_session.h"
 #include "output_file.h"
 #include "softdot/mpi.h"
 
@@ -31,31 +33,6 @@ namespace {
 
 using softdot::mpi::Layout;
 using softdot::mpi::RingLayout;
-
-// MPI_Init on entry (unless the program already did), MPI_Finalize on exit.
-class MpiSession {
- public:
-  MpiSession() {
-    int done = 0;
-    MPI_Initialized(&done);
-    if (!done) {
-      int provided = 0;
-      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) !=
-          MPI_SUCCESS) {
-        throw CliError("--ring: MPI_Init_thread failed");
-      }
-      owner_ = true;
-    }
-  }
-  ~MpiSession() {
-    if (owner_) MPI_Finalize();
-  }
-  MpiSession(const MpiSession&) = delete;
-  MpiSession& operator=(const MpiSession&) = delete;
-
- private:
-  bool owner_ = false;
-};
 
 void check(int rc, const char* call) {
   if (rc != MPI_SUCCESS)
@@ -128,63 +105,283 @@ struct Header {
   std::int64_t alibi = 0;  // ALiBi slopes (one per query head), 0: none
 };
 
+// The header's sizes, as every rank indexes with them.
+struct Sizes {
+  std::size_t B, H, Hkv, n, d, dv;
+  explicit Sizes(const Header& h)
+      : B(static_cast<std::size_t>(h.B)),
+        H(static_cast<std::size_t>(h.H)),
+        Hkv(static_cast<std::size_t>(h.Hkv)),
+        n(static_cast<std::size_t>(h.n)),
+        d(static_cast<std::size_t>(h.d)),
+        dv(static_cast<std::size_t>(h.dv)) {}
+};
+
+// The options read from files, which reach rank 0 only: the whole mask and
+// bias, [mb, mh, n, n], and the ALiBi slopes. Each goes to every rank (the
+// ring compares every option across ranks and refuses a difference).
+struct SharedOptions {
+  std::vector<char> mask;
+  std::vector<float> bias;
+  std::vector<float> alibi;
+};
+
+// Rank 0: the tensors of the inputs, the header that describes them and the
+// options from files, the mask and bias each as a whole [b, h, n, n] (the
+// mask's broadcast rows written out). Throws for q and k of different
+// lengths, and whatever assemble_tensors throws.
+template <class KV>
+Header assemble_on_rank0(const AttentionInputs& in, AttentionTensors<KV>* t,
+                         AttentionOptions* options, SharedOptions* shared) {
+  assemble_tensors(in, t, options);
+  if (in.q.rows() != in.k.rows()) {
+    throw CliError(
+        "--ring computes attention over one sequence: q and k need the "
+        "same number of rows (n_q = n_kv) " +
+        both(in.q, in.k));
+  }
+  Header h;
+  h.B = static_cast<std::int64_t>(t->q.batch);
+  h.H = static_cast<std::int64_t>(t->q.heads);
+  h.Hkv = static_cast<std::int64_t>(t->k.heads);
+  h.n = static_cast<std::int64_t>(t->q.rows);
+  h.d = static_cast<std::int64_t>(t->q.cols);
+  h.dv = static_cast<std::int64_t>(t->v.cols);
+  h.four_d = in.q.rank() == 4;
+  shared->alibi.assign(options->alibi_slopes.begin(),
+                       options->alibi_slopes.end());
+  h.alibi = static_cast<std::int64_t>(shared->alibi.size());
+  const std::size_t n = t->q.rows;
+  if (!options->mask.empty()) {
+    const auto& m = options->mask;
+    h.mask_b = static_cast<std::int64_t>(m.batch);
+    h.mask_h = static_cast<std::int64_t>(m.heads);
+    TensorView<const bool> full = m;
+    full.rows = n;
+    for (std::size_t b = 0; b < m.batch; ++b)
+      for (std::size_t hh = 0; hh < m.heads; ++hh)
+        for (std::size_t i = 0; i < n; ++i) {
+          const bool* r = full.row(b, hh, i);
+          for (std::size_t j = 0; j < n; ++j)
+            shared->mask.push_back(r[j] ? 1 : 0);
+        }
+  }
+  if (!options->bias.empty()) {
+    const auto& bv = options->bias;
+    h.bias_b = static_cast<std::int64_t>(bv.batch);
+    h.bias_h = static_cast<std::int64_t>(bv.heads);
+    for (std::size_t b = 0; b < bv.batch; ++b)
+      for (std::size_t hh = 0; hh < bv.heads; ++hh)
+        for (std::size_t i = 0; i < n; ++i)
+          shared->bias.insert(shared->bias.end(), bv.row(b, hh, i),
+                              bv.row(b, hh, i) + n);
+  }
+  h.ok = 1;
+  return h;
+}
+
+// Every rank: the options from files, broadcast whole from rank 0 (each rank
+// takes its rows of the mask and bias afterwards).
+void share_options(const Header& h, std::size_t n, SharedOptions* shared,
+                   MPI_Comm comm) {
+  if (h.alibi) {
+    shared->alibi.resize(static_cast<std::size_t>(h.alibi));
+    bcast_vec(shared->alibi, comm);
+  }
+  if (h.mask_b) {
+    shared->mask.resize(static_cast<std::size_t>(h.mask_b * h.mask_h) * n * n);
+    bcast_vec(shared->mask, comm);
+  }
+  if (h.bias_b) {
+    shared->bias.resize(static_cast<std::size_t>(h.bias_b * h.bias_h) * n * n);
+    bcast_vec(shared->bias, comm);
+  }
+}
+
+// One rank's rows of q, k and v (and of the int8 scales), dense [B, heads,
+// rows, cols].
+template <class KV>
+struct LocalRows {
+  std::vector<float> q, ks, vs;
+  std::vector<KV> k, v;
+};
+
+template <class KV>
+inline constexpr bool kIsInt8 = std::is_same_v<KV, std::int8_t>;
+
+// Rank 0: the rows of positions `pos` of the whole tensors.
+template <class KV>
+LocalRows<KV> take_local_rows(const AttentionTensors<KV>& t,
+                              const std::vector<std::size_t>& pos) {
+  LocalRows<KV> x;
+  x.q = take_rows(t.q, pos, 0.0f);
+  x.k = take_rows(t.k, pos, KV{});
+  x.v = take_rows(t.v, pos, KV{});
+  if constexpr (kIsInt8<KV>) {
+    x.ks = take_rows(t.k_scales, pos, 0.0f);
+    x.vs = take_rows(t.v_scales, pos, 0.0f);
+  }
+  return x;
+}
+
+// Rank 0 sends each rank its rows (rank P - 1 first); its own it keeps. The
+// others receive theirs, `rows` per (batch, head).
+template <class KV>
+LocalRows<KV> distribute_rows(const AttentionTensors<KV>& t, const Sizes& s,
+                              const RingLayout& L, int rank, int P,
+                              MPI_Comm comm) {
+  LocalRows<KV> x;
+  if (rank != 0) {
+    const std::size_t rows = L.rows();
+    x.q.resize(s.B * s.H * rows * s.d);
+    x.k.resize(s.B * s.Hkv * rows * s.d);
+    x.v.resize(s.B * s.Hkv * rows * s.dv);
+    recv_vec(x.q, 0, comm);
+    recv_vec(x.k, 0, comm);
+    recv_vec(x.v, 0, comm);
+    if constexpr (kIsInt8<KV>) {
+      x.ks.resize(s.B * s.Hkv * rows);
+      x.vs.resize(s.B * s.Hkv * rows);
+      recv_vec(x.ks, 0, comm);
+      recv_vec(x.vs, 0, comm);
+    }
+    return x;
+  }
+  for (int r = P - 1; r > 0; --r) {
+    x = take_local_rows(t, L.positions(r));
+    send_vec(x.q, r, comm);
+    send_vec(x.k, r, comm);
+    send_vec(x.v, r, comm);
+    if constexpr (kIsInt8<KV>) {
+      send_vec(x.ks, r, comm);
+      send_vec(x.vs, r, comm);
+    }
+  }
+  return take_local_rows(t, L.positions(0));
+}
+
+// This rank's rows of the mask and bias (those of its queries, over every
+// key); the ring's options point into them.
+struct LocalScores {
+  std::unique_ptr<bool[]> mask;
+  std::vector<float> bias;
+};
+
+// The ring's options on every rank: the command's, with the ALiBi slopes
+// from rank 0 and this rank's rows of the mask and bias (kept in `local`).
+softdot::mpi::RingOptions ring_options(const AttentionArgs& args,
+                                       const AttentionOptions& options,
+                                       const Header& h,
+                                       const SharedOptions& shared,
+                                       const RingLayout& L, int rank,
+                                       Layout kind, LocalScores* local) {
+  const std::size_t n = static_cast<std::size_t>(h.n), rows = L.rows();
+  const auto pos = L.positions(rank);
+  softdot::mpi::RingOptions ro;
+  ro.attention = options;
+  ro.attention.mask = {};
+  ro.attention.bias = {};
+  ro.attention.alibi_slopes = shared.alibi;
+  ro.seq_len = n;
+  ro.layout = kind;
+  ro.deterministic = args.deterministic;
+  if (h.mask_b) {
+    const auto mb = static_cast<std::size_t>(h.mask_b),
+               mh = static_cast<std::size_t>(h.mask_h);
+    const std::vector<char> m = take_rows(
+        TensorView<const char>(shared.mask.data(), mb, mh, n, n), pos, char{1});
+    local->mask.reset(new bool[m.size()]);
+    for (std::size_t i = 0; i < m.size(); ++i) local->mask[i] = m[i] != 0;
+    ro.attention.mask =
+        TensorView<const bool>(local->mask.get(), mb, mh, rows, n);
+  }
+  if (h.bias_b) {
+    const auto bb = static_cast<std::size_t>(h.bias_b),
+               bh = static_cast<std::size_t>(h.bias_h);
+    local->bias = take_rows(
+        TensorView<const float>(shared.bias.data(), bb, bh, n, n), pos, 0.0f);
+    ro.attention.bias =
+        TensorView<const float>(local->bias.data(), bb, bh, rows, n);
+  }
+  return ro;
+}
+
+// Every rank's part of the ring: its output rows `out` [B, H, rows, dv] and
+// their log-sum-exps `lse`. The library's error is the same on every rank:
+// rank 0 reports it.
+template <class KV>
+void run_local_ring(const LocalRows<KV>& x, const Sizes& s, std::size_t rows,
+                    const softdot::mpi::RingOptions& ro, int rank,
+                    MPI_Comm comm, std::vector<float>* out,
+                    std::vector<float>* lse) {
+  const TensorView<const float> qv(x.q.data(), s.B, s.H, rows, s.d);
+  const TensorView<const KV> kv(x.k.data(), s.B, s.Hkv, rows, s.d),
+      vv(x.v.data(), s.B, s.Hkv, rows, s.dv);
+  const TensorView<float> ov(out->data(), s.B, s.H, rows, s.dv);
+  try {
+    if constexpr (kIsInt8<KV>) {
+      softdot::mpi::ring_attention(
+          comm, qv,
+          Int8KV{kv, TensorView<const float>(x.ks.data(), s.B, s.Hkv, rows, 1)},
+          Int8KV{vv, TensorView<const float>(x.vs.data(), s.B, s.Hkv, rows, 1)},
+          ov, ro, lse->data());
+    } else {
+      softdot::mpi::ring_attention(comm, qv, kv, vv, ov, ro, lse->data());
+    }
+  } catch (const std::exception& e) {
+    if (rank == 0) throw CliError(e.what());
+    throw CliQuietError();
+  }
+}
+
+// Rank 0: each rank's output rows and log-sum-exps (its own `out` and `lse`,
+// the others' received into them) put at their positions, then written to
+// -o and --lse, shaped as q was.
+void gather_and_write(const AttentionArgs& args, const Header& h,
+                      const RingLayout& L, int P, MPI_Comm comm,
+                      std::vector<float>* out, std::vector<float>* lse) {
+  const Sizes s(h);
+  const std::size_t n = s.n, dv = s.dv, rows = L.rows();
+  std::vector<float> all_out(s.B * s.H * n * dv), all_lse(s.B * s.H * n);
+  for (int r = 0; r < P; ++r) {
+    if (r != 0) {
+      recv_vec(*out, r, comm);
+      recv_vec(*lse, r, comm);
+    }
+    const auto rp = L.positions(r);
+    for (std::size_t bh = 0; bh < s.B * s.H; ++bh) {
+      for (std::size_t i = 0; i < rows; ++i) {
+        if (rp[i] >= n) continue;
+        std::copy_n(&(*out)[(bh * rows + i) * dv], dv,
+                    &all_out[(bh * n + rp[i]) * dv]);
+        all_lse[bh * n + rp[i]] = (*lse)[bh * rows + i];
+      }
+    }
+  }
+  std::vector<std::size_t> out_shape = {n, dv}, lse_shape = {n};
+  if (h.four_d) {
+    out_shape = {s.B, s.H, n, dv};
+    lse_shape = {s.B, s.H, n};
+  }
+  std::vector<std::pair<std::string, std::string>> files;
+  if (args.output)
+    files.emplace_back(*args.output, encode_npy(all_out, out_shape));
+  if (args.lse) files.emplace_back(*args.lse, encode_npy(all_lse, lse_shape));
+  write_files_all_or_none(files);
+}
+
+// Every rank: the ring attention of the inputs that rank 0 read (`in`, null
+// on the other ranks), with keys and values stored as KV.
 template <class KV>
 int ring_compute(const AttentionArgs& args, const AttentionInputs* in,
                  AttentionOptions options, MPI_Comm comm, int rank, int P) {
   AttentionTensors<KV> t;
   Header h;
+  SharedOptions shared;
   std::string error;
-  // The whole mask and bias, [mb, mh, n, n] (rank 0 fills them).
-  std::vector<char> mask_all;
-  std::vector<float> bias_all;
-  // Options read from files reach rank 0 only: each goes to every rank
-  // below (the ring compares every option across ranks and refuses a
-  // difference).
-  std::vector<float> alibi;
   if (rank == 0) {
     try {
-      assemble_tensors(*in, &t, &options);
-      if (in->q.rows() != in->k.rows()) {
-        throw CliError(
-            "--ring computes attention over one sequence: q and k need the "
-            "same number of rows (n_q = n_kv) " +
-            both(in->q, in->k));
-      }
-      h.B = static_cast<std::int64_t>(t.q.batch);
-      h.H = static_cast<std::int64_t>(t.q.heads);
-      h.Hkv = static_cast<std::int64_t>(t.k.heads);
-      h.n = static_cast<std::int64_t>(t.q.rows);
-      h.d = static_cast<std::int64_t>(t.q.cols);
-      h.dv = static_cast<std::int64_t>(t.v.cols);
-      h.four_d = in->q.rank() == 4;
-      alibi.assign(options.alibi_slopes.begin(), options.alibi_slopes.end());
-      h.alibi = static_cast<std::int64_t>(alibi.size());
-      const std::size_t n = t.q.rows;
-      if (!options.mask.empty()) {
-        const auto& m = options.mask;
-        h.mask_b = static_cast<std::int64_t>(m.batch);
-        h.mask_h = static_cast<std::int64_t>(m.heads);
-        TensorView<const bool> full = m;
-        full.rows = n;
-        for (std::size_t b = 0; b < m.batch; ++b)
-          for (std::size_t hh = 0; hh < m.heads; ++hh)
-            for (std::size_t i = 0; i < n; ++i) {
-              const bool* r = full.row(b, hh, i);
-              for (std::size_t j = 0; j < n; ++j)
-                mask_all.push_back(r[j] ? 1 : 0);
-            }
-      }
-      if (!options.bias.empty()) {
-        const auto& bv = options.bias;
-        h.bias_b = static_cast<std::int64_t>(bv.batch);
-        h.bias_h = static_cast<std::int64_t>(bv.heads);
-        for (std::size_t b = 0; b < bv.batch; ++b)
-          for (std::size_t hh = 0; hh < bv.heads; ++hh)
-            for (std::size_t i = 0; i < n; ++i)
-              bias_all.insert(bias_all.end(), bv.row(b, hh, i),
-                              bv.row(b, hh, i) + n);
-      }
-      h.ok = 1;
+      h = assemble_on_rank0(*in, &t, &options, &shared);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -194,161 +391,28 @@ int ring_compute(const AttentionArgs& args, const AttentionInputs* in,
     if (rank == 0) throw CliError(error);
     throw CliQuietError();
   }
-  const auto B = static_cast<std::size_t>(h.B),
-             H = static_cast<std::size_t>(h.H),
-             Hkv = static_cast<std::size_t>(h.Hkv),
-             n = static_cast<std::size_t>(h.n),
-             d = static_cast<std::size_t>(h.d),
-             dv = static_cast<std::size_t>(h.dv);
+  const Sizes s(h);
   const Layout kind = args.layout && *args.layout == "contiguous"
                           ? Layout::contiguous
                           : Layout::zigzag;
   const RingLayout L =
-      softdot::mpi::ring_layout(n, P, kind, args.deterministic);
+      softdot::mpi::ring_layout(s.n, P, kind, args.deterministic);
   const std::size_t rows = L.rows();
-  constexpr bool kInt8 = std::is_same_v<KV, std::int8_t>;
+  share_options(h, s.n, &shared, comm);
+  const LocalRows<KV> x = distribute_rows(t, s, L, rank, P, comm);
+  LocalScores local;
+  const softdot::mpi::RingOptions ro =
+      ring_options(args, options, h, shared, L, rank, kind, &local);
 
-  if (h.alibi) {
-    alibi.resize(static_cast<std::size_t>(h.alibi));
-    bcast_vec(alibi, comm);
-  }
-  // The mask and bias go to every rank whole; each takes its rows.
-  if (h.mask_b) {
-    mask_all.resize(static_cast<std::size_t>(h.mask_b * h.mask_h) * n * n);
-    bcast_vec(mask_all, comm);
-  }
-  if (h.bias_b) {
-    bias_all.resize(static_cast<std::size_t>(h.bias_b * h.bias_h) * n * n);
-    bcast_vec(bias_all, comm);
-  }
-
-  // Rank 0 sends each rank its rows; its own it keeps.
-  std::vector<float> q, ks, vs;
-  std::vector<KV> k, v;
-  for (int r = P - 1; r >= 0; --r) {
-    if (rank != 0 && r != rank) continue;
-    if (rank == 0) {
-      const auto pos = L.positions(r);
-      q = take_rows(t.q, pos, 0.0f);
-      k = take_rows(t.k, pos, KV{});
-      v = take_rows(t.v, pos, KV{});
-      if constexpr (kInt8) {
-        ks = take_rows(t.k_scales, pos, 0.0f);
-        vs = take_rows(t.v_scales, pos, 0.0f);
-      }
-      if (r == 0) break;
-      send_vec(q, r, comm);
-      send_vec(k, r, comm);
-      send_vec(v, r, comm);
-      if constexpr (kInt8) {
-        send_vec(ks, r, comm);
-        send_vec(vs, r, comm);
-      }
-    } else {
-      q.resize(B * H * rows * d);
-      k.resize(B * Hkv * rows * d);
-      v.resize(B * Hkv * rows * dv);
-      recv_vec(q, 0, comm);
-      recv_vec(k, 0, comm);
-      recv_vec(v, 0, comm);
-      if constexpr (kInt8) {
-        ks.resize(B * Hkv * rows);
-        vs.resize(B * Hkv * rows);
-        recv_vec(ks, 0, comm);
-        recv_vec(vs, 0, comm);
-      }
-    }
-  }
-
-  const auto pos = L.positions(rank);
-  softdot::mpi::RingOptions ro;
-  ro.attention = options;
-  ro.attention.mask = {};
-  ro.attention.bias = {};
-  ro.attention.alibi_slopes = alibi;
-  ro.seq_len = n;
-  ro.layout = kind;
-  ro.deterministic = args.deterministic;
-  std::unique_ptr<bool[]> local_mask;
-  std::vector<float> local_bias;
-  if (h.mask_b) {
-    const auto mb = static_cast<std::size_t>(h.mask_b),
-               mh = static_cast<std::size_t>(h.mask_h);
-    const std::vector<char> m = take_rows(
-        TensorView<const char>(mask_all.data(), mb, mh, n, n), pos, char{1});
-    local_mask.reset(new bool[m.size()]);
-    for (std::size_t i = 0; i < m.size(); ++i) local_mask[i] = m[i] != 0;
-    ro.attention.mask =
-        TensorView<const bool>(local_mask.get(), mb, mh, rows, n);
-  }
-  if (h.bias_b) {
-    const auto bb = static_cast<std::size_t>(h.bias_b),
-               bh = static_cast<std::size_t>(h.bias_h);
-    local_bias = take_rows(
-        TensorView<const float>(bias_all.data(), bb, bh, n, n), pos, 0.0f);
-    ro.attention.bias =
-        TensorView<const float>(local_bias.data(), bb, bh, rows, n);
-  }
-
-  std::vector<float> out(B * H * rows * dv), lse(B * H * rows);
-  const TensorView<const float> qv(q.data(), B, H, rows, d);
-  const TensorView<const KV> kv(k.data(), B, Hkv, rows, d),
-      vv(v.data(), B, Hkv, rows, dv);
-  try {
-    if constexpr (kInt8) {
-      softdot::mpi::ring_attention(
-          comm, qv,
-          Int8KV{kv, TensorView<const float>(ks.data(), B, Hkv, rows, 1)},
-          Int8KV{vv, TensorView<const float>(vs.data(), B, Hkv, rows, 1)},
-          TensorView<float>(out.data(), B, H, rows, dv), ro, lse.data());
-    } else {
-      softdot::mpi::ring_attention(
-          comm, qv, kv, vv, TensorView<float>(out.data(), B, H, rows, dv), ro,
-          lse.data());
-    }
-  } catch (const std::exception& e) {
-    // Every rank throws the same error: rank 0 reports it.
-    if (rank == 0) throw CliError(e.what());
-    throw CliQuietError();
-  }
-
+  std::vector<float> out(s.B * s.H * rows * s.dv), lse(s.B * s.H * rows);
+  run_local_ring(x, s, rows, ro, rank, comm, &out, &lse);
   // Gather: rank 0 puts each rank's rows at their positions.
   if (rank != 0) {
     send_vec(out, 0, comm);
     send_vec(lse, 0, comm);
     return 0;
   }
-  std::vector<float> all_out(B * H * n * dv), all_lse(B * H * n);
-  for (int r = 0; r < P; ++r) {
-    if (r != 0) {
-      recv_vec(out, r, comm);
-      recv_vec(lse, r, comm);
-    }
-    const auto rp = L.positions(r);
-    for (std::size_t bh = 0; bh < B * H; ++bh) {
-      for (std::size_t i = 0; i < rows; ++i) {
-        if (rp[i] >= n) continue;
-        std::copy_n(&out[(bh * rows + i) * dv], dv,
-                    &all_out[(bh * n + rp[i]) * dv]);
-        all_lse[bh * n + rp[i]] = lse[bh * rows + i];
-      }
-    }
-  }
-  std::vector<std::pair<std::string, std::string>> files;
-  if (h.four_d) {
-    const std::size_t out_shape[] = {B, H, n, dv};
-    const std::size_t lse_shape[] = {B, H, n};
-    if (args.output)
-      files.emplace_back(*args.output, encode_npy(all_out, out_shape));
-    if (args.lse) files.emplace_back(*args.lse, encode_npy(all_lse, lse_shape));
-  } else {
-    const std::size_t out_shape[] = {n, dv};
-    const std::size_t lse_shape[] = {n};
-    if (args.output)
-      files.emplace_back(*args.output, encode_npy(all_out, out_shape));
-    if (args.lse) files.emplace_back(*args.lse, encode_npy(all_lse, lse_shape));
-  }
-  write_files_all_or_none(files);
+  gather_and_write(args, h, L, P, comm, &out, &lse);
   return 0;
 }
 
@@ -360,19 +424,12 @@ int run_ring(const AttentionArgs& args, const AttentionOptions& options,
              const ReadInputs& read, int rank, int P) {
   // Rank 0 reads; the K/V storage it finds is told to every rank.
   AttentionInputs in;
-  int kind = -1;  // 0 float, 1 float16, 2 int8; -1 error
+  int kind = -1;  // a KvStorage; -1 error
   std::string error;
   if (rank == 0) {
     try {
       in = read();
-      if (in.k.is_int8() || in.quantize) {
-        kind = 2;
-      } else if (in.k.array.dtype == NpyDtype::kFloat16 &&
-                 in.v.array.dtype == NpyDtype::kFloat16) {
-        kind = 1;
-      } else {
-        kind = 0;
-      }
+      kind = static_cast<int>(kv_storage(in));
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -383,11 +440,15 @@ int run_ring(const AttentionArgs& args, const AttentionOptions& options,
     throw CliQuietError();
   }
   const AttentionInputs* ip = rank == 0 ? &in : nullptr;
-  if (kind == 2)
-    return ring_compute<std::int8_t>(args, ip, options, MPI_COMM_WORLD, rank,
-                                     P);
-  if (kind == 1)
-    return ring_compute<Float16>(args, ip, options, MPI_COMM_WORLD, rank, P);
+  switch (static_cast<KvStorage>(kind)) {
+    case KvStorage::kInt8:
+      return ring_compute<std::int8_t>(args, ip, options, MPI_COMM_WORLD, rank,
+                                       P);
+    case KvStorage::kFloat16:
+      return ring_compute<Float16>(args, ip, options, MPI_COMM_WORLD, rank, P);
+    case KvStorage::kFloat:
+      break;
+  }
   return ring_compute<float>(args, ip, options, MPI_COMM_WORLD, rank, P);
 }
 
@@ -396,25 +457,16 @@ int run_ring(const AttentionArgs& args, const AttentionOptions& options,
 int run_attention_ring(const AttentionArgs& args,
                        const AttentionOptions& options,
                        const ReadInputs& read) {
-  MpiSession session;
-  int rank = 0, P = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  const MpiSession session;
   int status = 0;
   try {
-    status = run_ring(args, options, read, rank, P);
+    status = run_ring(args, options, read, session.rank(), session.size());
   } catch (const CliQuietError&) {
     status = kExitError;
   } catch (const std::exception& e) {
-    // Rank 0 reports (every rank sees the same error); it prints before
-    // the barrier below, so that mpirun, which stops the job when the
-    // first rank exits with an error, cannot stop it before the message.
-    std::string line = std::string("softdot: error: ") + e.what();
-    for (char& c : line)
-      if (c == '\n' || c == '\r') c = ' ';
-    std::fflush(stdout);
-    std::fprintf(stderr, "%s\n", line.c_str());
-    std::fflush(stderr);
+    // Rank 0 reports (every rank sees the same error), before the barrier
+    // below.
+    print_ring_error(e.what());
     status = kExitError;
   }
   MPI_Barrier(MPI_COMM_WORLD);

@@ -130,6 +130,22 @@ std::string to_json(const Matrix<T>& y, bool log, bool single_row, int digits) {
   return out + "}\n";
 }
 
+// The weights as text: -o FILE.csv, --json, or columns on standard output
+// (with --digits, else the shortest round-trip form for CSV and JSON and
+// kDefaultTextDigits decimals for the columns).
+template <class T>
+void write_text(const Matrix<T>& y, const SoftmaxArgs& args, OutputKind output,
+                bool single_row, std::optional<int> digits) {
+  if (output == OutputKind::kCsv) {
+    write_file_atomically(*args.output,
+                          write_rows(y, digits.value_or(kShortest), ","));
+  } else if (args.json) {
+    print(to_json(y, args.log, single_row, digits.value_or(kShortest)));
+  } else {
+    print(write_rows(y, digits.value_or(kDefaultTextDigits), " "));
+  }
+}
+
 void check_mask_size(const Mask& mask, bool given, std::size_t rows,
                      std::size_t cols) {
   if (given && mask.size != cols && mask.size != rows * cols) {
@@ -188,14 +204,7 @@ int run_softmax16(const SoftmaxArgs& args, const Matrix16& x, const Mask& mask,
     f.values[i] =
         y.bf16 ? to_float(BFloat16{y.bits[i]}) : to_float(Float16{y.bits[i]});
   }
-  if (output == OutputKind::kCsv) {
-    write_file_atomically(*args.output,
-                          write_rows(f, digits.value_or(kShortest), ","));
-  } else if (args.json) {
-    print(to_json(f, args.log, false, digits.value_or(kShortest)));
-  } else {
-    print(write_rows(f, digits.value_or(kDefaultTextDigits), " "));
-  }
+  write_text(f, args, output, /*single_row=*/false, digits);
   return 0;
 }
 
@@ -278,13 +287,8 @@ int run_softmax(const SoftmaxArgs& args) {
         const auto y = compute(x, options, args.log);
         if (output == OutputKind::kNpy) {
           write_file_atomically(*args.output, encode_npy(y));
-        } else if (output == OutputKind::kCsv) {
-          write_file_atomically(*args.output,
-                                write_rows(y, digits.value_or(kShortest), ","));
-        } else if (args.json) {
-          print(to_json(y, args.log, single_row, digits.value_or(kShortest)));
         } else {
-          print(write_rows(y, digits.value_or(kDefaultTextDigits), " "));
+          write_text(y, args, output, single_row, digits);
         }
       },
       input);

@@ -117,114 +117,153 @@ std::string explain_dot(std::span<const double> x, std::span<const double> y,
   return out;
 }
 
-std::string explain_softmax(std::span<const double> scores,
-                            std::span<const bool> mask, double temperature,
-                            bool log, int digits) {
-  const std::size_t n = scores.size();
-  const bool scaled = temperature != 1.0;
-  const std::string x_name = scaled ? "score/T" : "score";
-  // The scores the softmax sees: masked -> -inf, else score * (1/T), scaled
-  // the way the library scales them.
-  const double inv_t = 1.0 / temperature;
-  std::vector<double> x(n);
-  double m = -std::numeric_limits<double>::infinity();
+namespace {
+
+// What explain_softmax shows, computed once: the scores as the softmax sees
+// them, their max and softdot's weights.
+struct SoftmaxWork {
+  std::span<const double> scores;
+  std::span<const bool> mask;
+  double temperature = 1.0;
+  bool scaled = false;  // temperature != 1
+  bool log = false;
+  int digits = 0;
+  std::string x_name;  // "score" or "score/T"
+  // masked -> -inf, else score * (1/T), scaled the way the library scales
+  // them.
+  std::vector<double> x;
+  double m = -std::numeric_limits<double>::infinity();  // max of x, no NaN
   bool any_nan = false;
-  std::vector<std::string> masked_numbers;
+  std::vector<std::string> masked_numbers;  // "3": 1-based
+  std::vector<double> weights, log_weights;
+  double weight_sum = 0;
+
+  bool masked(std::size_t i) const { return !mask.empty() && !mask[i]; }
+  // "score_i" or "score_i/T" in formulas.
+  std::string x_of(const char* index) const {
+    return "score_" + std::string(index) + (scaled ? "/T" : "");
+  }
+};
+
+SoftmaxWork softmax_work(std::span<const double> scores,
+                         std::span<const bool> mask, double temperature,
+                         bool log, int digits) {
+  const std::size_t n = scores.size();
+  SoftmaxWork w;
+  w.scores = scores;
+  w.mask = mask;
+  w.temperature = temperature;
+  w.scaled = temperature != 1.0;
+  w.log = log;
+  w.digits = digits;
+  w.x_name = w.scaled ? "score/T" : "score";
+  const double inv_t = 1.0 / temperature;
+  w.x.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
-    const bool masked = !mask.empty() && !mask[i];
-    if (masked) masked_numbers.push_back(std::to_string(i + 1));
-    x[i] = masked ? -std::numeric_limits<double>::infinity()
-                  : (scaled ? scores[i] * inv_t : scores[i]);
-    if (std::isnan(x[i]))
-      any_nan = true;
-    else if (x[i] > m)
-      m = x[i];
+    const bool masked = w.masked(i);
+    if (masked) w.masked_numbers.push_back(std::to_string(i + 1));
+    w.x[i] = masked ? -std::numeric_limits<double>::infinity()
+                    : (w.scaled ? scores[i] * inv_t : scores[i]);
+    if (std::isnan(w.x[i]))
+      w.any_nan = true;
+    else if (w.x[i] > w.m)
+      w.m = w.x[i];
   }
   SoftmaxOptions options;
   options.temperature = temperature;
   options.mask = mask;
-  std::vector<double> weights(n), log_weights;
-  softdot::softmax(scores, weights, options);
+  w.weights.resize(n);
+  softdot::softmax(scores, w.weights, options);
   if (log) {
-    log_weights.resize(n);
-    softdot::log_softmax(scores, log_weights, options);
+    w.log_weights.resize(n);
+    softdot::log_softmax(scores, w.log_weights, options);
   }
-  double weight_sum = 0;
-  for (double w : weights) weight_sum += w;
+  for (double v : w.weights) w.weight_sum += v;
+  return w;
+}
 
+// The scores, the temperature and the masked scores.
+std::string softmax_intro(const SoftmaxWork& w) {
+  const std::size_t n = w.scores.size();
   std::string out = "softmax of " + std::to_string(n) +
                     (n == 1 ? " score: " : " scores: ") +
-                    list(scores, kShortest) + "\n";
-  if (scaled) {
-    out += "temperature T = " + format_number(temperature, kShortest) +
-           (temperature > 1 ? " (T > 1 flattens the weights)"
-                            : " (T < 1 sharpens the weights)") +
+                    list(w.scores, kShortest) + "\n";
+  if (w.scaled) {
+    out += "temperature T = " + format_number(w.temperature, kShortest) +
+           (w.temperature > 1 ? " (T > 1 flattens the weights)"
+                              : " (T < 1 sharpens the weights)") +
            ": the scores are divided by T first\n";
   }
-  if (!masked_numbers.empty()) {
+  if (!w.masked_numbers.empty()) {
     out += "masked out (count as -inf, weight 0): score";
-    out += masked_numbers.size() == 1 ? " " : "s ";
-    for (std::size_t i = 0; i < masked_numbers.size(); ++i)
-      out += (i ? ", " : "") + masked_numbers[i];
+    out += w.masked_numbers.size() == 1 ? " " : "s ";
+    for (std::size_t i = 0; i < w.masked_numbers.size(); ++i)
+      out += (i ? ", " : "") + w.masked_numbers[i];
     out += "\n";
   }
   out += "\n";
+  return out;
+}
 
-  // Special rows: the special-value contract (README, "Special values";
-  // include/softdot/softmax.h), then the weights.
-  if (any_nan || !std::isfinite(m)) {
-    if (any_nan) {
-      out +=
-          "A score is NaN, so every weight is NaN: softdot never hides a "
-          "NaN.\n\n";
-    } else if (m < 0) {
-      out +=
-          "Every score is -inf (masked out), so there is nothing to "
-          "share: softdot\ngives every weight exactly 0, never NaN";
-      out += log ? ", and every log weight -inf.\n\n" : ".\n\n";
-    } else {
-      std::size_t k = 0;
-      for (double v : x) k += v == m;
-      out += std::to_string(k) + (k == 1 ? " score is" : " scores are") +
-             " +inf: each +inf score gets 1/" + std::to_string(k) +
-             " of the weight and the\nothers get 0, the limit as those "
-             "scores grow.\n\n";
-    }
-    std::vector<std::vector<std::string>> table;
-    std::vector<std::string> header = {"i", "score", "weight"};
-    if (log) header.push_back("log weight");
-    header.push_back("");
-    table.push_back(header);
-    for (std::size_t i = 0; i < n; ++i) {
-      std::vector<std::string> row = {std::to_string(i + 1),
-                                      format_number(scores[i], kShortest),
-                                      cell(weights[i], digits)};
-      if (log) row.push_back(cell(log_weights[i], digits));
-      row.push_back(weight_bar(weights[i]));
-      table.push_back(row);
-    }
-    return out + render(table);
+// Special rows (a NaN, every score -inf, or a +inf score): the
+// special-value contract (README, "Special values";
+// include/softdot/softmax.h), then the weights.
+std::string softmax_special(const SoftmaxWork& w) {
+  const std::size_t n = w.scores.size();
+  std::string out;
+  if (w.any_nan) {
+    out +=
+        "A score is NaN, so every weight is NaN: softdot never hides a "
+        "NaN.\n\n";
+  } else if (w.m < 0) {
+    out +=
+        "Every score is -inf (masked out), so there is nothing to "
+        "share: softdot\ngives every weight exactly 0, never NaN";
+    out += w.log ? ", and every log weight -inf.\n\n" : ".\n\n";
+  } else {
+    std::size_t k = 0;
+    for (double v : w.x) k += v == w.m;
+    out += std::to_string(k) + (k == 1 ? " score is" : " scores are") +
+           " +inf: each +inf score gets 1/" + std::to_string(k) +
+           " of the weight and the\nothers get 0, the limit as those "
+           "scores grow.\n\n";
   }
+  std::vector<std::vector<std::string>> table;
+  std::vector<std::string> header = {"i", "score", "weight"};
+  if (w.log) header.push_back("log weight");
+  header.push_back("");
+  table.push_back(header);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::vector<std::string> row = {std::to_string(i + 1),
+                                    format_number(w.scores[i], kShortest),
+                                    cell(w.weights[i], w.digits)};
+    if (w.log) row.push_back(cell(w.log_weights[i], w.digits));
+    row.push_back(weight_bar(w.weights[i]));
+    table.push_back(row);
+  }
+  return out + render(table);
+}
 
-  // The formula as written, with the naive exp(score).
+// The formula as written, with the naive exp(score), and where it goes
+// wrong.
+std::string softmax_naive(const SoftmaxWork& w) {
+  const std::size_t n = w.scores.size();
+  const int digits = w.digits;
   std::vector<double> naive(n), naive_weights(n);
   double naive_sum = 0, rounded_sum = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    naive[i] = std::exp(x[i]);
+    naive[i] = std::exp(w.x[i]);
     naive_sum += naive[i];
     // The sum of the values as printed, as one adds them by hand.
     rounded_sum += std::stod(format_number(naive[i], digits));
   }
   for (std::size_t i = 0; i < n; ++i) naive_weights[i] = naive[i] / naive_sum;
   const bool naive_works = std::isfinite(naive_sum) && naive_sum > 0;
-  // "score_i" or "score_i/T" in formulas.
-  const auto x_of = [&](const char* index) {
-    return "score_" + std::string(index) + (scaled ? "/T" : "");
-  };
-  out += "weight_i = exp(" + x_of("i") + ") / sum_j exp(" + x_of("j") + ")\n\n";
+  std::string out = "weight_i = exp(" + w.x_of("i") + ") / sum_j exp(" +
+                    w.x_of("j") + ")\n\n";
   std::string exp_line = "exp:    " + list(naive, digits);
   std::string weight_line =
-      "weight: " + list(naive_works ? weights : naive_weights, digits);
+      "weight: " + list(naive_works ? w.weights : naive_weights, digits);
   const std::size_t pad = std::max(exp_line.size(), weight_line.size()) + 4;
   exp_line.append(pad - exp_line.size(), ' ');
   weight_line.append(pad - weight_line.size(), ' ');
@@ -238,7 +277,8 @@ std::string explain_softmax(std::span<const double> scores,
     out += cell(naive_sum, digits) + "\n";
   }
   if (naive_works) {
-    out += weight_line + "sums to " + format_number(weight_sum, digits) + "\n";
+    out +=
+        weight_line + "sums to " + format_number(w.weight_sum, digits) + "\n";
   } else if (std::isinf(naive_sum)) {
     std::size_t overflowed = 0;
     for (double v : naive) overflowed += std::isinf(v);
@@ -246,19 +286,25 @@ std::string explain_softmax(std::span<const double> scores,
            std::to_string(overflowed) + " of " + std::to_string(n) +
            ", and inf / inf = nan\n";
   } else {
-    out += weight_line + "wrong: exp() underflowed to 0 for every " + x_name +
+    out += weight_line + "wrong: exp() underflowed to 0 for every " + w.x_name +
            ", and 0 / 0 = nan\n";
   }
+  return out;
+}
 
-  // The stable form that softdot computes.
-  const std::string m_text = format_number(m, kShortest);
+// The stable form that softdot computes: exp(x - m), as a table.
+std::string softmax_stable(const SoftmaxWork& w) {
+  const std::size_t n = w.scores.size();
+  const int digits = w.digits;
+  const std::string& x_name = w.x_name;
   std::vector<double> shifted(n);
   double shifted_sum = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    shifted[i] = std::exp(x[i] - m);
+    shifted[i] = std::exp(w.x[i] - w.m);
     shifted_sum += shifted[i];
   }
-  out += "\nSubtract the max before exponentiating: m = " + m_text + ".\n";
+  std::string out = "\nSubtract the max before exponentiating: m = " +
+                    format_number(w.m, kShortest) + ".\n";
   out +=
       "exp() of a large score overflows (exp(710) is already inf in "
       "float64), but\nexp(" +
@@ -268,40 +314,51 @@ std::string explain_softmax(std::span<const double> scores,
       "bottom. This is what softdot computes:\n\n";
   std::vector<std::vector<std::string>> table;
   std::vector<std::string> header = {"i", "score"};
-  if (scaled) header.push_back(x_name);
+  if (w.scaled) header.push_back(x_name);
   header.push_back(x_name + " - m");
   header.push_back("exp(" + x_name + " - m)");
   header.push_back("weight");
-  if (log) header.push_back("log weight");
+  if (w.log) header.push_back("log weight");
   header.push_back("");
   table.push_back(header);
   for (std::size_t i = 0; i < n; ++i) {
-    const bool masked = !mask.empty() && !mask[i];
+    const bool masked = w.masked(i);
     std::vector<std::string> row = {std::to_string(i + 1),
-                                    format_number(scores[i], kShortest)};
-    if (scaled) row.push_back(masked ? "masked" : cell(x[i], digits));
-    row.push_back(masked ? "masked" : cell(x[i] - m, digits));
+                                    format_number(w.scores[i], kShortest)};
+    if (w.scaled) row.push_back(masked ? "masked" : cell(w.x[i], digits));
+    row.push_back(masked ? "masked" : cell(w.x[i] - w.m, digits));
     row.push_back(cell(shifted[i], digits));
-    row.push_back(cell(weights[i], digits));
-    if (log) row.push_back(cell(log_weights[i], digits));
-    row.push_back(weight_bar(weights[i]));
+    row.push_back(cell(w.weights[i], digits));
+    if (w.log) row.push_back(cell(w.log_weights[i], digits));
+    row.push_back(weight_bar(w.weights[i]));
     table.push_back(row);
   }
   std::vector<std::string> sum_row = {"sum", ""};
-  if (scaled) sum_row.push_back("");
+  if (w.scaled) sum_row.push_back("");
   sum_row.push_back("");
   sum_row.push_back(cell(shifted_sum, digits));
-  sum_row.push_back(cell(weight_sum, digits));
+  sum_row.push_back(cell(w.weight_sum, digits));
   table.push_back(sum_row);
   out += render(table) + "\n";
-  out += "weight_i = exp(" + x_of("i") + " - m) / " +
+  out += "weight_i = exp(" + w.x_of("i") + " - m) / " +
          cell(shifted_sum, digits) + "\n";
-  if (log) {
-    out += "log weight_i = (" + x_of("i") + " - m) - log(" +
-           cell(shifted_sum, digits) + ") = (" + x_of("i") + " - m) - " +
+  if (w.log) {
+    out += "log weight_i = (" + w.x_of("i") + " - m) - log(" +
+           cell(shifted_sum, digits) + ") = (" + w.x_of("i") + " - m) - " +
            cell(std::log(shifted_sum), digits) + "\n";
   }
   return out;
+}
+
+}  // namespace
+
+std::string explain_softmax(std::span<const double> scores,
+                            std::span<const bool> mask, double temperature,
+                            bool log, int digits) {
+  const SoftmaxWork w = softmax_work(scores, mask, temperature, log, digits);
+  std::string out = softmax_intro(w);
+  if (w.any_nan || !std::isfinite(w.m)) return out + softmax_special(w);
+  return out + softmax_naive(w) + softmax_stable(w);
 }
 
 namespace {

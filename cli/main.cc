@@ -95,156 +95,160 @@ CLI::App* add_softmax(CLI::App& app, softdot::cli::SoftmaxArgs& sm) {
   return sm_cmd;
 }
 
+// `softdot attention`: the arrays (q, k, v, the int8 scales, --kv) and the
+// output file.
+void add_attention_arrays(CLI::App* cmd, softdot::cli::AttentionArgs& attn) {
+  cmd->add_option("--q", attn.q,
+                  "Queries, float32 .npy [n_q, d] or [batch, heads, n_q, d]")
+      ->type_name("FILE")
+      ->required();
+  cmd->add_option("--k", attn.k,
+                  "Keys, float32, float16 or int8 (with --k-scales) .npy "
+                  "[n_kv, d] or [batch, kv_heads, n_kv, d]; heads must "
+                  "divide q's heads (GQA)")
+      ->type_name("FILE")
+      ->required();
+  cmd->add_option("--v", attn.v,
+                  "Values, float32, float16 or int8 (with --v-scales) .npy "
+                  "[n_kv, d_v] or [batch, kv_heads, n_kv, d_v]")
+      ->type_name("FILE")
+      ->required();
+  cmd->add_option("--k-scales", attn.k_scales,
+                  "The scales of int8 keys, float32 .npy [n_kv, 1] or "
+                  "[batch, kv_heads, n_kv, 1], one per row: key row j is "
+                  "scale_j * k_j (softdot::Int8KV, as quantize_kv makes "
+                  "them); for pages, the pages' shape with a last axis of "
+                  "1 (--kv-layout)")
+      ->type_name("FILE");
+  cmd->add_option("--v-scales", attn.v_scales,
+                  "The scales of int8 values, as --k-scales")
+      ->type_name("FILE");
+  cmd->add_option("--kv", attn.kv,
+                  "int8: quantise float32/float16 keys and values to int8 "
+                  "with one scale per row (softdot::quantize_kv) before "
+                  "the attention")
+      ->type_name("FORMAT");
+  cmd->add_option("-o,--output", attn.output,
+                  "Write the output to FILE.npy: float32 [n_q, d_v] or "
+                  "[batch, heads, n_q, d_v]. Required unless --explain")
+      ->type_name("FILE");
+}
+
+// `softdot attention`: which keys each query sees (--causal, --mask, --bias)
+// and --ring with its options.
+void add_attention_masking(CLI::App* cmd, softdot::cli::AttentionArgs& attn) {
+  cmd->add_flag("--causal", attn.causal,
+                "Causal mask: query i sees key j only if "
+                "j <= i + n_kv - n_q (the last query sees the last key)");
+  cmd->add_flag(
+      "--ring", attn.ring,
+      "Run under mpirun -np P: one sequence (n_q = n_kv) split over the P "
+      "processes, ring attention (softdot::mpi); rank 0 reads the inputs "
+      "and writes the output");
+  cmd->add_flag("--deterministic", attn.deterministic,
+                "With --ring: the same bits for every number of "
+                "processes (fixed blocks of 64 keys, merged by a fixed tree)");
+  cmd->add_option("--layout", attn.layout,
+                  "With --ring: zigzag (default; causal load balance) or "
+                  "contiguous")
+      ->type_name("LAYOUT");
+  cmd->add_option("--mask", attn.mask,
+                  "Bool .npy, True = attend (as PyTorch's "
+                  "scaled_dot_product_attention): [n_q, n_kv] or "
+                  "[batch, heads, n_q, n_kv], 1 allowed for batch, heads "
+                  "and n_q (broadcast)")
+      ->type_name("FILE");
+  cmd->add_option("--bias", attn.bias,
+                  "Float32 .npy added to the scores, shapes as --mask; "
+                  "-inf masks a key")
+      ->type_name("FILE");
+}
+
+// `softdot attention`: the paged cache with its ragged and draft-tree forms,
+// and --alibi-slopes and --batch-invariant among them.
+void add_attention_paged(CLI::App* cmd, softdot::cli::AttentionArgs& attn) {
+  cmd->add_option("--block-table", attn.block_table,
+                  "A paged K/V cache: int32 .npy [batch, blocks_per_seq] of "
+                  "page indices; --k and --v are then pages [pages, "
+                  "page_size, kv_heads, d] (--kv-layout) and q is 4-D. "
+                  "Sequence b's key t lies in page block_table[b, t / "
+                  "page_size], row t % page_size. Needs --seq-lens")
+      ->type_name("FILE");
+  cmd->add_option("--seq-lens", attn.seq_lens,
+                  "With --block-table: int32 .npy [batch], the keys of each "
+                  "sequence (its n_kv)")
+      ->type_name("FILE");
+  cmd->add_option("--query-start-loc", attn.query_start_loc,
+                  "With --block-table: a ragged batch (vLLM's "
+                  "query_start_loc): int32 .npy [batch + 1]; q is then "
+                  "[T, heads, d], sequence b's query rows are rows "
+                  "query_start_loc[b] .. query_start_loc[b + 1] - 1, and -o "
+                  "is [T, heads, d_v], --lse [heads, T]")
+      ->type_name("FILE");
+  cmd->add_option("--draft-parents", attn.draft_parents,
+                  "With --block-table: a draft tree, int32 .npy with one "
+                  "entry per query row ([T] or [batch, n_q]): the row of "
+                  "its parent within its sequence, or -1 after the cached "
+                  "prefix; a sequence's n_q rows are its last n_q keys")
+      ->type_name("FILE");
+  cmd->add_option("--alibi-slopes", attn.alibi_slopes,
+                  "ALiBi: float32 .npy [heads], one slope per query head; "
+                  "the score gains slope (pos_j - pos_i)")
+      ->type_name("FILE");
+  cmd->add_flag(
+      "--batch-invariant", attn.batch_invariant,
+      "Every row in the decode form, keys in 512-key chunks at fixed key "
+      "indices: a token's bits do not depend on its batch, its chunk or "
+      "its form");
+  cmd->add_option("--kv-layout", attn.kv_layout,
+                  "With --block-table: the axes of the pages of --k and --v "
+                  "(and of their scales, last axis 1): NHD [pages, "
+                  "page_size, kv_heads, d] (default; vLLM's, and "
+                  "softdot.paged_attention's default) or HND [pages, "
+                  "kv_heads, page_size, d]")
+      ->type_name("LAYOUT");
+}
+
+// `softdot attention`: the scores' options (--scale, the window, --softcap),
+// --lse and --explain.
+void add_attention_scores(CLI::App* cmd, softdot::cli::AttentionArgs& attn) {
+  cmd->add_option("--scale", attn.scale,
+                  "Multiply q . k by S (finite, > 0); default 1/sqrt(d)")
+      ->type_name("S");
+  cmd->add_option("--window-left", attn.window_left,
+                  "Sliding window: query i sees key j only if "
+                  "j >= i + n_kv - n_q - N")
+      ->type_name("N");
+  cmd->add_option("--window-right", attn.window_right,
+                  "Sliding window: query i sees key j only if "
+                  "j <= i + n_kv - n_q + N")
+      ->type_name("N");
+  cmd->add_option("--softcap", attn.softcap,
+                  "Soft-cap the scaled scores: s -> C tanh(s / C) "
+                  "(finite, >= 0; 0 = off)")
+      ->type_name("C");
+  cmd->add_option("--lse", attn.lse,
+                  "Also write log(sum_j exp(s_ij)) per query to FILE.npy: "
+                  "float32 [n_q] or [batch, heads, n_q]; -inf for a fully "
+                  "masked row")
+      ->type_name("FILE");
+  cmd->add_flag("--explain", attn.explain,
+                "Print the scores, the weights (numbers and a heat map) "
+                "and the output rows; small inputs only (n_q, n_kv, d_v "
+                "<= 64, batch x heads <= 16)");
+}
+
+// `softdot attention` and its options, added in parts: --help lists the
+// options in the order they are added, and the parts keep it.
 CLI::App* add_attention(CLI::App& app, softdot::cli::AttentionArgs& attn) {
   CLI::App* attn_cmd = app.add_subcommand(
       "attention",
       "Scaled dot-product attention softmax(Q K^T * scale + bias) V of .npy "
       "files: 2-D [n x d] for one head, 4-D [batch, heads, n, d] for many");
-  attn_cmd
-      ->add_option("--q", attn.q,
-                   "Queries, float32 .npy [n_q, d] or [batch, heads, n_q, d]")
-      ->type_name("FILE")
-      ->required();
-  attn_cmd
-      ->add_option("--k", attn.k,
-                   "Keys, float32, float16 or int8 (with --k-scales) .npy "
-                   "[n_kv, d] or [batch, kv_heads, n_kv, d]; heads must "
-                   "divide q's heads (GQA)")
-      ->type_name("FILE")
-      ->required();
-  attn_cmd
-      ->add_option("--v", attn.v,
-                   "Values, float32, float16 or int8 (with --v-scales) .npy "
-                   "[n_kv, d_v] or [batch, kv_heads, n_kv, d_v]")
-      ->type_name("FILE")
-      ->required();
-  attn_cmd
-      ->add_option("--k-scales", attn.k_scales,
-                   "The scales of int8 keys, float32 .npy [n_kv, 1] or "
-                   "[batch, kv_heads, n_kv, 1], one per row: key row j is "
-                   "scale_j * k_j (softdot::Int8KV, as quantize_kv makes "
-                   "them); for pages, the pages' shape with a last axis of "
-                   "1 (--kv-layout)")
-      ->type_name("FILE");
-  attn_cmd
-      ->add_option("--v-scales", attn.v_scales,
-                   "The scales of int8 values, as --k-scales")
-      ->type_name("FILE");
-  attn_cmd
-      ->add_option("--kv", attn.kv,
-                   "int8: quantise float32/float16 keys and values to int8 "
-                   "with one scale per row (softdot::quantize_kv) before "
-                   "the attention")
-      ->type_name("FORMAT");
-  attn_cmd
-      ->add_option("-o,--output", attn.output,
-                   "Write the output to FILE.npy: float32 [n_q, d_v] or "
-                   "[batch, heads, n_q, d_v]. Required unless --explain")
-      ->type_name("FILE");
-  attn_cmd->add_flag("--causal", attn.causal,
-                     "Causal mask: query i sees key j only if "
-                     "j <= i + n_kv - n_q (the last query sees the last key)");
-  attn_cmd->add_flag(
-      "--ring", attn.ring,
-      "Run under mpirun -np P: one sequence (n_q = n_kv) split over the P "
-      "processes, ring attention (softdot::mpi); rank 0 reads the inputs "
-      "and writes the output");
-  attn_cmd->add_flag(
-      "--deterministic", attn.deterministic,
-      "With --ring: the same bits for every number of "
-      "processes (fixed blocks of 64 keys, merged by a fixed tree)");
-  attn_cmd
-      ->add_option("--layout", attn.layout,
-                   "With --ring: zigzag (default; causal load balance) or "
-                   "contiguous")
-      ->type_name("LAYOUT");
-  attn_cmd
-      ->add_option("--mask", attn.mask,
-                   "Bool .npy, True = attend (as PyTorch's "
-                   "scaled_dot_product_attention): [n_q, n_kv] or "
-                   "[batch, heads, n_q, n_kv], 1 allowed for batch, heads "
-                   "and n_q (broadcast)")
-      ->type_name("FILE");
-  attn_cmd
-      ->add_option("--bias", attn.bias,
-                   "Float32 .npy added to the scores, shapes as --mask; "
-                   "-inf masks a key")
-      ->type_name("FILE");
-  attn_cmd
-      ->add_option("--block-table", attn.block_table,
-                   "A paged K/V cache: int32 .npy [batch, blocks_per_seq] of "
-                   "page indices; --k and --v are then pages [pages, "
-                   "page_size, kv_heads, d] (--kv-layout) and q is 4-D. "
-                   "Sequence b's key t lies in page block_table[b, t / "
-                   "page_size], row t % page_size. Needs --seq-lens")
-      ->type_name("FILE");
-  attn_cmd
-      ->add_option("--seq-lens", attn.seq_lens,
-                   "With --block-table: int32 .npy [batch], the keys of each "
-                   "sequence (its n_kv)")
-      ->type_name("FILE");
-  attn_cmd
-      ->add_option("--query-start-loc", attn.query_start_loc,
-                   "With --block-table: a ragged batch (vLLM's "
-                   "query_start_loc): int32 .npy [batch + 1]; q is then "
-                   "[T, heads, d], sequence b's query rows are rows "
-                   "query_start_loc[b] .. query_start_loc[b + 1] - 1, and -o "
-                   "is [T, heads, d_v], --lse [heads, T]")
-      ->type_name("FILE");
-  attn_cmd
-      ->add_option("--draft-parents", attn.draft_parents,
-                   "With --block-table: a draft tree, int32 .npy with one "
-                   "entry per query row ([T] or [batch, n_q]): the row of "
-                   "its parent within its sequence, or -1 after the cached "
-                   "prefix; a sequence's n_q rows are its last n_q keys")
-      ->type_name("FILE");
-  attn_cmd
-      ->add_option("--alibi-slopes", attn.alibi_slopes,
-                   "ALiBi: float32 .npy [heads], one slope per query head; "
-                   "the score gains slope (pos_j - pos_i)")
-      ->type_name("FILE");
-  attn_cmd->add_flag(
-      "--batch-invariant", attn.batch_invariant,
-      "Every row in the decode form, keys in 512-key chunks at fixed key "
-      "indices: a token's bits do not depend on its batch, its chunk or "
-      "its form");
-  attn_cmd
-      ->add_option("--kv-layout", attn.kv_layout,
-                   "With --block-table: the axes of the pages of --k and --v "
-                   "(and of their scales, last axis 1): NHD [pages, "
-                   "page_size, kv_heads, d] (default; vLLM's, and "
-                   "softdot.paged_attention's default) or HND [pages, "
-                   "kv_heads, page_size, d]")
-      ->type_name("LAYOUT");
-  attn_cmd
-      ->add_option("--scale", attn.scale,
-                   "Multiply q . k by S (finite, > 0); default 1/sqrt(d)")
-      ->type_name("S");
-  attn_cmd
-      ->add_option("--window-left", attn.window_left,
-                   "Sliding window: query i sees key j only if "
-                   "j >= i + n_kv - n_q - N")
-      ->type_name("N");
-  attn_cmd
-      ->add_option("--window-right", attn.window_right,
-                   "Sliding window: query i sees key j only if "
-                   "j <= i + n_kv - n_q + N")
-      ->type_name("N");
-  attn_cmd
-      ->add_option("--softcap", attn.softcap,
-                   "Soft-cap the scaled scores: s -> C tanh(s / C) "
-                   "(finite, >= 0; 0 = off)")
-      ->type_name("C");
-  attn_cmd
-      ->add_option("--lse", attn.lse,
-                   "Also write log(sum_j exp(s_ij)) per query to FILE.npy: "
-                   "float32 [n_q] or [batch, heads, n_q]; -inf for a fully "
-                   "masked row")
-      ->type_name("FILE");
-  attn_cmd->add_flag("--explain", attn.explain,
-                     "Print the scores, the weights (numbers and a heat map) "
-                     "and the output rows; small inputs only (n_q, n_kv, d_v "
-                     "<= 64, batch x heads <= 16)");
+  add_attention_arrays(attn_cmd, attn);
+  add_attention_masking(attn_cmd, attn);
+  add_attention_paged(attn_cmd, attn);
+  add_attention_scores(attn_cmd, attn);
   return attn_cmd;
 }
 
