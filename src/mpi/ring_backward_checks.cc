@@ -132,8 +132,7 @@ std::string check_local(const RingLayout& L, int rank, const Args& a,
 }
 
 std::string check_same(MPI_Comm comm, const Args& a) {
-  std::vector<SameField> f =
-      ring_fields(a.q, a.k.heads, a.v.cols, a.ro);
+  std::vector<SameField> f = ring_fields(a.q, a.k.heads, a.v.cols, a.ro);
   f.push_back({"grads.dbias", a.g.dbias.empty() ? 0 : 1});
   f.push_back({"grads.dsinks", a.g.dsinks.empty() ? 0 : 1});
   f.push_back({"dlse", a.dlse == nullptr ? 0 : 1});
