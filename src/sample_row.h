@@ -96,7 +96,7 @@ double logprob_of(const float* x, const Kept& kept, std::int64_t token);
 // nothing to do.
 template <class T>
 inline const float* prepare(const T* x, std::size_t n, const std::int32_t* mask,
-                     Scratch& sc) {
+                            Scratch& sc) {
   const float* src;
   if constexpr (std::is_same_v<T, float>) {
     if (mask == nullptr) return x;
