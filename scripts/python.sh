@@ -45,9 +45,9 @@ python_typed_modules=(softdot softdot._arrays softdot._attention softdot._attent
                       softdot._autograd softdot._contiguous softdot._losses softdot._terms
                       softdot._cross_entropy softdot._gloo_ring softdot._int8
                       softdot._linear_cross_entropy softdot._linear_cross_entropy_grad
-                      softdot._paged softdot._quantize softdot._request softdot._rowops
-                      softdot._sample softdot._softmax softdot._softmax16 softdot.dask
-                      softdot.distributed softdot.torch)
+                      softdot._mpi_comm softdot._paged softdot._quantize softdot._request
+                      softdot._rowops softdot._sample softdot._softmax softdot._softmax16
+                      softdot._vocab_parallel softdot.dask softdot.distributed softdot.torch)
 
 # python_lint DIR: ruff format --check, ruff check and mypy with DIR/venv.
 python_lint() {

@@ -252,6 +252,38 @@ def normalize_axis(fn: str, axis: Any, ndim: int, name: str = "axis") -> int:
     return a % ndim
 
 
+def softmax_axis(fn: str, name: str, shape: Tuple[int, ...], axis: Any, what: str) -> int:
+    """The axis of a softmax (``what``: "a softmax", "a softmax gradient")
+    over `name` of `shape`, normalized; ValueError for a 0-d array or an
+    empty axis."""
+    if len(shape) == 0:
+        raise ValueError(f"{fn}: {name} is 0-d; {what} needs at least one axis")
+    ax = normalize_axis(fn, axis, len(shape))
+    if shape[ax] == 0:
+        raise ValueError(f"{fn}: {name} has shape {shape}: axis {ax} is empty")
+    return ax
+
+
+def reduced_axes(fn: str, axis: Any, ndim: int) -> Tuple[int, ...]:
+    """The axes a reduction over `axis` (None: all of them; an int; a tuple
+    or list) reduces, normalized. A 0-d array is reduced like a 1-d array of
+    one: axis None, 0 or -1 (as scipy's logsumexp); any other axis is out
+    of bounds."""
+    if ndim == 0:
+        if axis is not None:
+            for a in axis if isinstance(axis, (tuple, list)) else (axis,):
+                normalize_axis(fn, a, 1)
+        return (0,)
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (tuple, list)):
+        axes = tuple(normalize_axis(fn, a, ndim) for a in axis)
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"{fn}: axis {tuple(axis)} repeats an axis")
+        return axes
+    return (normalize_axis(fn, axis, ndim),)
+
+
 def where_array(fn: str, where: Any, shape: Tuple[int, ...]) -> np.ndarray:
     """`where` as booleans broadcast to `shape` (a stride-0 view, no copy)."""
     if is_torch(where):

@@ -4,7 +4,7 @@ its arguments into one attention request (_request.py)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -137,55 +137,15 @@ def scaled_dot_product_attention(
     """
     fn = "scaled_dot_product_attention"
     causal, top_left = R.torch_aliases(fn, causal, is_causal, enable_gqa, dropout_p)
+    opts: Dict[str, Any] = dict(scale=scale, causal=causal, window=window, softcap=softcap)
+    opts.update(kv_range=kv_range, precise=precise, top_left=top_left, unit_weights=unit_weights)
+    opts.update(batch_invariant=batch_invariant, alibi_slopes=alibi_slopes)
     if A.kind_of(query) == "torch":
         from . import _attention_grad as G
 
         if G.wants_grad(query, key, value, attn_mask, bias, sinks, alibi_slopes):
-            return G.attention(
-                fn,
-                query,
-                key,
-                value,
-                attn_mask,
-                bias,
-                sinks,
-                out,
-                return_lse,
-                dict(
-                    scale=scale,
-                    causal=causal,
-                    window=window,
-                    softcap=softcap,
-                    kv_range=kv_range,
-                    precise=precise,
-                    top_left=top_left,
-                    unit_weights=unit_weights,
-                    batch_invariant=batch_invariant,
-                    alibi_slopes=alibi_slopes,
-                ),
-            )
-    return call(
-        fn,
-        "output",
-        query,
-        key,
-        value,
-        attn_mask,
-        bias,
-        sinks,
-        out,
-        return_lse,
-        scale=scale,
-        causal=causal,
-        window=window,
-        softcap=softcap,
-        kv_range=kv_range,
-        precise=precise,
-        top_left=top_left,
-        unit_weights=unit_weights,
-        batch_invariant=batch_invariant,
-        alibi_slopes=alibi_slopes,
-    )
+            return G.attention(fn, query, key, value, attn_mask, bias, sinks, out, return_lse, opts)
+    return call(fn, "output", query, key, value, attn_mask, bias, sinks, out, return_lse, **opts)
 
 
 scaled_dot_product_attention.__doc__ = (scaled_dot_product_attention.__doc__ or "") + R.CAUSAL_DOC

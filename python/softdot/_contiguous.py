@@ -34,11 +34,9 @@ def call(
     R.no_grad(fn, A.kind_of(query), query, key, value, attn_mask, bias, sinks, slopes)
     p = R.prepare(fn, query, key, value)
     full = p.lead + (p.L, p.S)
-    mask, bias4 = R.masks(fn, attn_mask, bias, p.kind, full, "query's batch axes, L, S")
-    sinks1 = R.sinks_array(fn, sinks, p.kind)
-    if slopes is not None:
-        opts["alibi_slopes"] = R.sinks_array(fn, slopes, p.kind, "alibi_slopes", "slope")
-    o = R.options(fn, mask=mask, bias=bias4, sinks=sinks1, **opts)
+    mask, bias4, sinks1, o = R.mask_options(
+        fn, p.kind, attn_mask, bias, sinks, full, "query's batch axes, L, S", **opts
+    )
     shape = p.lead + (p.L, p.Ev if kind == "output" else p.S)
     if kind != "output" and p.q_format != R.KV_F32:
         raise TypeError(
@@ -105,12 +103,9 @@ def call_f64(
         )
     L, S = q.shape[-2], k.shape[-2]
     full = tuple(q.shape[:-2]) + (L, S)
-    mask, bias4 = R.masks(fn, attn_mask, bias, kind, full, "query's batch axes, L, S")
-    sinks1 = R.sinks_array(fn, sinks, kind)
-    slopes = opts.get("alibi_slopes")
-    if slopes is not None:
-        opts["alibi_slopes"] = R.sinks_array(fn, slopes, kind, "alibi_slopes", "slope")
-    o = R.options(fn, mask=mask, bias=bias4, sinks=sinks1, **opts)
+    _, _, _, o = R.mask_options(
+        fn, kind, attn_mask, bias, sinks, full, "query's batch axes, L, S", **opts
+    )
     q4, k4, v4 = R.to4(q), R.to4(k), R.to4(v)
     res = np.empty(q4.shape[:-1] + (v4.shape[-1],), np.float64)
     lse = np.empty(q4.shape[:-1], np.float64)

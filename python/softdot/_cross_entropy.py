@@ -4,7 +4,7 @@ numpy arrays and CPU torch tensors (softdot::cross_entropy). See docs/python.md.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -63,35 +63,65 @@ def compute(
         x = A.float_input(fn, "logits", logits, kind, sixteen=True)
     t = class_targets(fn, targets, kind)
     single = x.ndim == 1
-    if single:
-        if t.ndim != 0:
-            raise ValueError(
-                f"{fn}: logits have shape {x.shape} (one row) but targets {t.shape}; "
-                f"expected a 0-d target"
-            )
-        x, t = x.reshape(1, -1), t.reshape(1)
-    elif x.ndim != 2:
+    if x.ndim not in (1, 2):
         raise ValueError(f"{fn}: logits have shape {x.shape}; expected (N, C) or (C,)")
-    elif t.shape != (x.shape[0],):
-        raise ValueError(
-            f"{fn}: logits have shape {x.shape} but targets {t.shape}; expected ({x.shape[0]},)"
-        )
+    if single:
+        x = x.reshape(1, -1)
+    t = row_targets(fn, x, single, t)
     eps = check_options(fn, label_smoothing, reduction)
     if S16.info(logits) is not None:
         return S16.cross_entropy(fn, logits, t, ignore_index, eps, reduction, grad)
     x = A.contiguous_rows(x)
-    n = x.shape[0]
+
+    def rows(loss: Any, g: Any) -> float:
+        return _core.cross_entropy_rows(
+            x, t, loss, g, int(ignore_index), eps, REDUCTIONS[reduction]
+        )
+
+    return rows_result(rows, x, kind, single, reduction, grad)
+
+
+def row_targets(fn: str, x: np.ndarray, single: bool, t: np.ndarray) -> np.ndarray:
+    """t checked against the rows of logits x (2-d; single: the caller's one
+    row, whose target is 0-d), as (rows,). Shared with
+    softdot.distributed.cross_entropy."""
+    if single:
+        if t.ndim != 0:
+            raise ValueError(
+                f"{fn}: logits have shape {x.shape[1:]} (one row) but targets {t.shape}; "
+                f"expected a 0-d target"
+            )
+        return t.reshape(1)
+    if t.shape != (x.shape[0],):
+        raise ValueError(
+            f"{fn}: logits have shape {x.shape} but targets {t.shape}; expected ({x.shape[0]},)"
+        )
+    return t
+
+
+def rows_result(
+    call: Callable[[Optional[np.ndarray], Optional[np.ndarray]], float],
+    x: np.ndarray,
+    kind: str,
+    single: bool,
+    reduction: str,
+    grad: bool,
+) -> Any:
+    """Allocates the outputs for the rows x (the row losses for "none"; with
+    grad, the gradient, x's shape), x's dtype in the caller's library, runs
+    ``call(loss, grad)`` on their views (None where not asked for), which
+    returns the reduced loss, and returns the loss, or (loss, grad), in the
+    caller's shapes (single: one row). Shared with
+    softdot.distributed.cross_entropy."""
     loss_user: Any = None
     loss_view: Optional[np.ndarray] = None
     if reduction == "none":
-        loss_user, loss_view = A.new_output((n,), x.dtype, kind)
+        loss_user, loss_view = A.new_output((x.shape[0],), x.dtype, kind)
     grad_user: Any = None
     grad_view: Optional[np.ndarray] = None
     if grad:
         grad_user, grad_view = A.new_output(x.shape, x.dtype, kind)
-    value = _core.cross_entropy_rows(
-        x, t, loss_view, grad_view, int(ignore_index), eps, REDUCTIONS[reduction]
-    )
+    value = call(loss_view, grad_view)
     if reduction == "none":
         loss = loss_user.reshape(()) if single else loss_user
     else:

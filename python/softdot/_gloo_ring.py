@@ -41,7 +41,8 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 
 class _Ring:
-    """One call's fixed pieces: the group, the layout, the options."""
+    """One call's fixed pieces: the group, the layout, the options (spec:
+    R.options's scale, causal, window, softcap and alibi_slopes)."""
 
     def __init__(self, fn: str, group: Any, seq_len: int, layout: str, spec: Dict[str, Any]):
         self.fn, self.group, self.n, self.layout = fn, group, seq_len, layout
@@ -65,17 +66,12 @@ class _Ring:
     def options(
         self, mask4: Any, bias4: Any, q0: int, qn: int, qpos: int, kpos: int, sinks: Any
     ) -> Dict[str, Any]:
-        s = self.spec
         o = R.options(
             self.fn,
-            scale=s["scale"],
-            causal=s["causal"],
-            window=s["window"],
-            softcap=s["softcap"],
             mask=None if mask4 is None else mask4[:, :, q0 : q0 + qn],
             bias=None if bias4 is None else bias4[:, :, q0 : q0 + qn],
             sinks=sinks,
-            alibi_slopes=s["alibi"],
+            **self.spec,
         )
         o["q_position"], o["kv_position"] = qpos, kpos
         return o
@@ -103,17 +99,8 @@ def _check_same(ring: _Ring, q: Any, k: Any, v: Any, masks: Any, sinks: Any) -> 
     sinks' and ALiBi slopes' values included: softdot.option_fingerprint,
     which the MPI rings compare too); ValueError on every rank naming the
     first that differs."""
-    s = ring.spec
     sinks1 = None if sinks is None else np.ascontiguousarray(_np(sinks), dtype=np.float32)
-    o = R.options(
-        ring.fn,
-        scale=s["scale"],
-        causal=s["causal"],
-        window=s["window"],
-        softcap=s["softcap"],
-        sinks=sinks1,
-        alibi_slopes=s["alibi"],
-    )
+    o = R.options(ring.fn, sinks=sinks1, **ring.spec)
     fields = [
         ("query.shape", hash(tuple(q.shape))),
         ("key.shape", hash(tuple(k.shape))),
@@ -352,21 +339,18 @@ class RingFunction(torch.autograd.Function):
 def ring_attention(
     fn: str,
     group: Any,
-    query: Any,
-    key: Any,
-    value: Any,
-    attn_mask: Any,
-    bias: Any,
+    qkv: Tuple[Any, Any, Any],
+    extras: Tuple[Any, Any, Any, Any],
     seq_len: int,
     layout: str,
-    scale: Any,
-    causal: bool,
-    window: Any,
-    softcap: float,
-    sinks: Any,
-    alibi_slopes: Any,
+    flags: Dict[str, Any],
     return_lse: bool,
 ) -> Any:
+    """softdot.distributed.ring_attention(..., group=): qkv, (query, key,
+    value); extras, (attn_mask, bias, sinks, alibi_slopes); flags, the
+    scale, causal, window and softcap options."""
+    query, key, value = qkv
+    attn_mask, bias, sinks, alibi_slopes = extras
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.dim() != 4:
             raise TypeError(
@@ -379,13 +363,8 @@ def ring_attention(
             )
     if not dist.is_initialized():
         raise RuntimeError(f"{fn}: torch.distributed is not initialized (init_process_group first)")
-    spec = {
-        "scale": scale,
-        "causal": causal,
-        "window": window,
-        "softcap": softcap,
-        "alibi": R.sinks_array(fn, alibi_slopes, "torch", "alibi_slopes", "slope"),
-    }
+    slopes = R.sinks_array(fn, alibi_slopes, "torch", "alibi_slopes", "slope")
+    spec = dict(flags, alibi_slopes=slopes)
     ring = _Ring(fn, group, int(seq_len), layout, spec)
     if query.shape[2] != ring.rows or key.shape[2] != ring.rows or value.shape[2] != ring.rows:
         raise ValueError(

@@ -92,25 +92,24 @@ def compute(
     """loss, or (loss, grad_hidden, grad_weight) (float32, the inputs'
     library). No autograd."""
     h, w, t, eps, kind = operands(hidden, weight, targets, label_smoothing, reduction)
-    return with_outputs(
-        lambda loss, gh, gw: _core.linear_cross_entropy_rows(
-            h, w, t, loss, gh, gw, int(ignore_index), eps, REDUCTIONS[reduction]
-        ),
-        h.shape[0],
-        h.shape[1],
-        w.shape[0],
-        kind,
-        reduction,
-        grad,
-    )
+
+    def rows(loss: Any, gh: Any, gw: Any) -> float:
+        ii, red = int(ignore_index), REDUCTIONS[reduction]
+        return _core.linear_cross_entropy_rows(h, w, t, loss, gh, gw, ii, eps, red)
+
+    return with_outputs(rows, h, w, kind, reduction, grad)
 
 
-def with_outputs(call: Any, n: int, d: int, v: int, kind: str, reduction: str, grad: bool) -> Any:
+def with_outputs(
+    call: Any, h: np.ndarray, w: np.ndarray, kind: str, reduction: str, grad: bool
+) -> Any:
     """Allocates the float32 outputs (the row losses for "none"; with grad,
-    grad_hidden (n, d) and grad_weight (v, d)) in the inputs' library, runs
+    grad_hidden (n, d) and grad_weight (v, d), for hidden h (n, d) and
+    weight w (v, d)) in the inputs' library, runs
     ``call(loss, grad_hidden, grad_weight)`` on their views (None where not
     asked for), which returns the reduced loss, and returns the loss, or
     (loss, grad_hidden, grad_weight)."""
+    (n, d), v = h.shape, w.shape[0]
     f32 = np.dtype(np.float32)
     loss_user: Any = None
     loss_view: Optional[np.ndarray] = None

@@ -3,7 +3,8 @@ numpy arrays and CPU torch tensors. See docs/python.md."""
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+import contextlib
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -122,16 +123,29 @@ def _int32(fn: str, name: str, a: Any, kind: str, ndim: int) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
-def _write_then_restorable(
-    fn: str, kv_write: Any, key_cache: Any, value_cache: Any, layout: str, *views: Any
-) -> Any:
-    """paged_attention's kv_write: the old contents of the slots it names
-    (in range) kept, the rows written by write_kv (which checks everything
-    first), and a function that puts the old contents back."""
+@contextlib.contextmanager
+def _written(
+    fn: str,
+    kv_write: Any,
+    key_cache: Any,
+    value_cache: Any,
+    layout: str,
+    kc: Tuple[Any, ...],
+    vc: Tuple[Any, ...],
+) -> Iterator[None]:
+    """paged_attention's kv_write around the attention: the old contents of
+    the slots it names (in range) kept, the rows written by write_kv (which
+    checks everything first); if the attention raises, the old contents put
+    back, bit for bit. kc, vc: _cache's pages and scales, the caller's
+    memory."""
+    if kv_write is None:
+        yield
+        return
     try:
         key, value, slot_mapping = kv_write
     except (TypeError, ValueError):
         raise ValueError(f"{fn}: kv_write must be (key, value, slot_mapping)") from None
+    views = (kc[0], kc[1], vc[0], vc[1])
     pages = views[0]  # [P, Hkv, page_size, E], the caller's memory
     P, ps = pages.shape[0], pages.shape[2]
     sm = np.asarray(slot_mapping.numpy() if hasattr(slot_mapping, "numpy") else slot_mapping)
@@ -143,12 +157,209 @@ def _write_then_restorable(
     pg, row = s // ps, s % ps
     saved = [(a, a[pg, :, row].copy()) for a in views if a is not None]
     write_kv(key, value, key_cache, value_cache, slot_mapping, kv_layout=layout)
-
-    def restore() -> None:
-        for a, old in saved:
+    try:
+        yield
+    except BaseException:
+        for a, old in saved:  # the attention failed: the cache as it was, bit for bit
             a[pg, :, row] = old
+        raise
 
-    return restore
+
+def _layout(fn: str, kv_layout: Any) -> None:
+    if kv_layout not in ("NHD", "HND"):
+        raise ValueError(f"{fn}: kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
+
+
+def _caches(
+    fn: str, key_cache: Any, value_cache: Any, kind: str, layout: str, write: bool
+) -> Tuple[Tuple[Any, ...], Tuple[Any, ...]]:
+    """_cache of key_cache and of value_cache, which must share a format."""
+    kc = _cache(fn, "key_cache", key_cache, kind, layout, write=write)
+    vc = _cache(fn, "value_cache", value_cache, kind, layout, write=write)
+    if kc[2] != vc[2]:
+        raise TypeError(
+            f"{fn}: key_cache and value_cache must have the same dtype "
+            f"(int8 caches: both (values, scales) tuples)"
+        )
+    return kc, vc
+
+
+def _query(
+    fn: str, query: Any, kind: str, query_start_loc: Any, attn_mask: Any, bias: Any
+) -> Tuple[np.ndarray, int, Any, Tuple[int, ...], Optional[np.ndarray]]:
+    """(the query as the core reads it, [B, Hq, L, E]; its format and dtype;
+    the caller's shape; query_start_loc as int32, None for a batch of equal
+    lengths). A ragged batch's packed [T, Hq, E] is read as [1, Hq, T, E]."""
+    q, q_format, q_dtype = R.query(fn, query, kind)
+    query_shape = tuple(q.shape)
+    qsl = None
+    if query_start_loc is not None:
+        if q.ndim != 3:
+            raise ValueError(
+                f"{fn}: query has shape {q.shape}; with query_start_loc expected "
+                "[T, Hq, E] (every sequence's rows one after another)"
+            )
+        if attn_mask is not None or bias is not None:
+            raise ValueError(f"{fn}: a ragged batch (query_start_loc) takes no attn_mask or bias")
+        qsl = _int32(fn, "query_start_loc", query_start_loc, kind, 1)
+        q = q.transpose(1, 0, 2)[None]  # [1, Hq, T, E], a view
+    elif q.ndim != 4:
+        raise ValueError(f"{fn}: query has shape {q.shape}; expected [B, Hq, L, E]")
+    return q, q_format, q_dtype, query_shape, qsl
+
+
+def _tables(
+    fn: str,
+    block_table: Any,
+    seq_lens: Any,
+    kind: str,
+    qsl: Optional[np.ndarray],
+    q_shape: Tuple[int, ...],
+) -> Tuple[np.ndarray, np.ndarray, int]:
+    """(block_table and seq_lens as int32, the number of sequences B), their
+    rows checked against the query's (a ragged batch: query_start_loc's)."""
+    bt = _int32(fn, "block_table", block_table, kind, 2)
+    sl = _int32(fn, "seq_lens", seq_lens, kind, 1)
+    B = q_shape[0]
+    if qsl is not None:
+        B = sl.shape[0]
+        if qsl.shape[0] != B + 1 or bt.shape[0] != B:
+            raise ValueError(
+                f"{fn}: query_start_loc has shape {qsl.shape}, block_table {bt.shape} and "
+                f"seq_lens {sl.shape}; they need B + 1, B and B rows"
+            )
+    elif bt.shape[0] != B or sl.shape[0] != B:
+        raise ValueError(
+            f"{fn}: block_table has shape {bt.shape} and seq_lens {sl.shape}; "
+            f"both need B = {B} rows (query {q_shape})"
+        )
+    return bt, sl, B
+
+
+def _options(
+    fn: str,
+    kind: str,
+    rows: Tuple[int, int, int],
+    sl: np.ndarray,
+    arrays: Tuple[Any, Any, Any],
+    flags: Dict[str, Any],
+) -> Tuple[Any, Any, Any, Dict[str, Any]]:
+    """R.mask_options for rows (B, Hq, L) and arrays (attn_mask, bias,
+    sinks); flags: R.options's other keywords. Mask and bias columns are key
+    positions: as many as the caller gives (at least max(seq_lens), which
+    the library checks)."""
+    S = max(int(sl.max()), 0) if sl.size else 0
+    cols = [a.shape[-1] for a in arrays[:2] if a is not None and getattr(a, "ndim", False)]
+    full = rows + (max(cols) if cols else S,)
+    return R.mask_options(fn, kind, *arrays, full, "B, Hq, L, key positions", **flags)
+
+
+def _no_rows(
+    fn: str,
+    qsl: Optional[np.ndarray],
+    shape: Tuple[int, ...],
+    lse_shape: Tuple[int, ...],
+    kind: str,
+    out: Any,
+    q_format: int,
+    q_dtype: Any,
+    return_lse: bool,
+) -> Any:
+    """paged_attention's result for a query of no rows: an empty result, as
+    torch gives."""
+    if qsl is not None and qsl.any():
+        raise ValueError(
+            f"{fn}: query_start_loc {qsl.tolist()} claims rows the empty query [0, Hq, E] lacks"
+        )
+    user, lse_user = R.empty_rows(shape, kind, out, fn, q_format, q_dtype)
+    if qsl is not None and return_lse:
+        lse_user = A.new_output(lse_shape, A.F32, kind)[0]
+    return (user, lse_user) if return_lse else user
+
+
+def _outputs(
+    fn: str,
+    out: Any,
+    shape: Tuple[int, ...],
+    q_format: int,
+    q_dtype: Any,
+    kind: str,
+    ragged: bool,
+    inputs: List[Tuple[str, Any]],
+) -> Tuple[Any, np.ndarray, np.ndarray, bool, int]:
+    """(what the caller gets, the numpy array behind it, the [B, Hq, L, Ev]
+    array the core writes, whether that is the caller's memory, its format).
+    A ragged batch's output [T, Hq, Ev] is written as [1, Hq, T, Ev] through
+    strides; out must share no memory with the inputs."""
+    user, o, out_format = R.result(fn, out, shape, q_format, q_dtype, kind)
+    if out is not None:
+        R.check_out_overlap(fn, o, inputs)
+    if ragged:
+        o4 = o.transpose(1, 0, 2)[None]
+        direct = A.row_contiguous(o4) and all(s >= 0 for s in o4.strides)
+        out4 = o4 if direct else np.empty(o4.shape, o.dtype)
+    else:
+        out4, direct = R.target(o)
+    return user, o, out4, direct, out_format
+
+
+def _kv(
+    fn: str,
+    kind: str,
+    kc: Tuple[Any, ...],
+    vc: Tuple[Any, ...],
+    bt: np.ndarray,
+    sl: np.ndarray,
+    qsl: Optional[np.ndarray],
+    draft_parents: Any,
+    positions: Tuple[Any, Any, int],
+) -> Dict[str, Any]:
+    """The request's K/V: the pages, the tables and the positions
+    (query_positions, kv_position_offsets, kv_position_stride)."""
+    query_positions, kv_position_offsets, kv_position_stride = positions
+    kv = {
+        "format": kc[2],
+        "k": kc[0],
+        "v": vc[0],
+        "k_name": "key_cache",
+        "v_name": "value_cache",
+        "block_table": bt.reshape(-1),
+        "blocks_per_seq": bt.shape[1],
+        "seq_lens": sl,
+    }
+    if qsl is not None:
+        kv["query_start_loc"] = qsl
+    if draft_parents is not None:
+        dp = _int32(fn, "draft_parents", draft_parents, kind, 1 if qsl is not None else 2)
+        kv["draft_parents"] = dp.reshape(-1)
+    if query_positions is not None:
+        kv["query_positions"] = _int64(fn, "query_positions", query_positions, kind)
+        if kv_position_offsets is not None:
+            kv["kv_position_offsets"] = _int64(fn, "kv_position_offsets", kv_position_offsets, kind)
+        kv["kv_position_stride"] = int(kv_position_stride)
+    elif kv_position_offsets is not None or kv_position_stride != 1:
+        raise ValueError(f"{fn}: kv_position_offsets and kv_position_stride need query_positions")
+    if kc[1] is not None:
+        kv["k_scales"], kv["v_scales"] = kc[1], vc[1]
+    return kv
+
+
+def _terms(
+    fn: str,
+    query_shape: Tuple[int, ...],
+    q: np.ndarray,
+    ragged: bool,
+    kc: Tuple[Any, ...],
+    vc: Tuple[Any, ...],
+    layout: str,
+) -> T.Terms:
+    """The core's messages in the caller's terms (names, shapes, axis order)."""
+    terms = T.Terms()
+    terms.add("q", "query", query_shape, q.shape, T.tokens_heads if ragged else T.same)
+    _cache_terms(terms, "k_pages", kc[3], kc[0], layout)
+    _cache_terms(terms, "v_pages", vc[3], vc[0], layout)
+    terms.hint(_layout_hint(fn, kc[3], layout, q.shape[1], q.shape[3]))
+    return terms
 
 
 def paged_attention(
@@ -277,167 +488,43 @@ def paged_attention(
     written. The GIL is released.
     """
     fn = "paged_attention"
-    if kv_layout not in ("NHD", "HND"):
-        raise ValueError(f"{fn}: kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
+    _layout(fn, kv_layout)
     kind = A.kind_of(query)
-    R.no_grad(
-        fn,
-        kind,
-        query,
-        attn_mask,
-        bias,
-        sinks,
-        alibi_slopes,
-        *(key_cache if isinstance(key_cache, tuple) else (key_cache,)),
-        *(value_cache if isinstance(value_cache, tuple) else (value_cache,)),
+    caches = [x for c in (key_cache, value_cache) for x in (c if isinstance(c, tuple) else (c,))]
+    R.no_grad(fn, kind, query, attn_mask, bias, sinks, alibi_slopes, *caches)
+    q, q_format, q_dtype, query_shape, qsl = _query(
+        fn, query, kind, query_start_loc, attn_mask, bias
     )
-    q, q_format, q_dtype = R.query(fn, query, kind)
-    query_shape = tuple(q.shape)
-    ragged = query_start_loc is not None
-    if ragged:
-        if q.ndim != 3:
-            raise ValueError(
-                f"{fn}: query has shape {q.shape}; with query_start_loc expected "
-                "[T, Hq, E] (every sequence's rows one after another)"
-            )
-        if attn_mask is not None or bias is not None:
-            raise ValueError(f"{fn}: a ragged batch (query_start_loc) takes no attn_mask or bias")
-        qsl = _int32(fn, "query_start_loc", query_start_loc, kind, 1)
-        q = q.transpose(1, 0, 2)[None]  # [1, Hq, T, E], a view
-    elif q.ndim != 4:
-        raise ValueError(f"{fn}: query has shape {q.shape}; expected [B, Hq, L, E]")
+    ragged = qsl is not None
     # With kv_write the attention must read the caller's memory (the rows
     # just written), never a copy.
-    in_place = kv_write is not None
-    k, ks, fk, raw_k = _cache(fn, "key_cache", key_cache, kind, kv_layout, write=in_place)
-    v, vs, fv, raw_v = _cache(fn, "value_cache", value_cache, kind, kv_layout, write=in_place)
-    if fk != fv:
-        raise TypeError(
-            f"{fn}: key_cache and value_cache must have the same dtype "
-            f"(int8 caches: both (values, scales) tuples)"
-        )
-    B, Hq, L, E = q.shape
-    bt = _int32(fn, "block_table", block_table, kind, 2)
-    sl = _int32(fn, "seq_lens", seq_lens, kind, 1)
-    if ragged:
-        B = sl.shape[0]
-        if qsl.shape[0] != B + 1 or bt.shape[0] != B:
-            raise ValueError(
-                f"{fn}: query_start_loc has shape {qsl.shape}, block_table {bt.shape} and "
-                f"seq_lens {sl.shape}; they need B + 1, B and B rows"
-            )
-    elif bt.shape[0] != B or sl.shape[0] != B:
-        raise ValueError(
-            f"{fn}: block_table has shape {bt.shape} and seq_lens {sl.shape}; "
-            f"both need B = {B} rows (query {q.shape})"
-        )
-    S = max(int(sl.max()), 0) if sl.size else 0
-    Ev = v.shape[-1]
-    # Mask and bias columns are key positions: as many as the caller gives
-    # (at least max(seq_lens), which the library checks).
-    cols = [a.shape[-1] for a in (attn_mask, bias) if a is not None and getattr(a, "ndim", False)]
-    mask, bias4 = R.masks(
-        fn, attn_mask, bias, kind, (B, Hq, L, max(cols) if cols else S), "B, Hq, L, key positions"
-    )
-    sk = R.sinks_array(fn, sinks, kind)
-    opts = R.options(
-        fn,
-        scale=scale,
-        causal=causal,
-        window=window,
-        softcap=softcap,
-        kv_range=kv_range,
-        mask=mask,
-        bias=bias4,
-        sinks=sk,
-        unit_weights=unit_weights,
-        batch_invariant=batch_invariant,
-        alibi_slopes=R.sinks_array(fn, alibi_slopes, kind, "alibi_slopes", "slope"),
-    )
+    kc, vc = _caches(fn, key_cache, value_cache, kind, kv_layout, kv_write is not None)
+    bt, sl, B = _tables(fn, block_table, seq_lens, kind, qsl, q.shape)
+    _, Hq, L, _ = q.shape
+    flags: Dict[str, Any] = dict(scale=scale, causal=causal, window=window, softcap=softcap)
+    flags.update(kv_range=kv_range, unit_weights=unit_weights, batch_invariant=batch_invariant)
+    flags["alibi_slopes"] = alibi_slopes
+    mask, bias4, sk, opts = _options(fn, kind, (B, Hq, L), sl, (attn_mask, bias, sinks), flags)
     # The ragged form's output is [T, Hq, Ev] (the core writes it as
     # [1, Hq, T, Ev] through strides) and its lse [Hq, T].
+    Ev = vc[0].shape[-1]
     shape = (L, Hq, Ev) if ragged else (B, Hq, L, Ev)
     lse_shape = (Hq, L) if ragged else (B, Hq, L)
     if L == 0:  # no query rows: an empty result, as torch gives
-        if ragged and qsl.any():
-            raise ValueError(
-                f"{fn}: query_start_loc {qsl.tolist()} claims rows the empty query [0, Hq, E] lacks"
-            )
-        user, lse_user = R.empty_rows(shape, kind, out, fn, q_format, q_dtype)
-        if ragged and return_lse:
-            lse_user = A.new_output(lse_shape, A.F32, kind)[0]
-        return (user, lse_user) if return_lse else user
-    user, o, out_format = R.result(fn, out, shape, q_format, q_dtype, kind)
-    if out is not None:
-        R.check_out_overlap(
-            fn,
-            o,
-            [("query", q)]
-            + raw_k
-            + raw_v
-            + [
-                ("attn_mask", mask),
-                ("bias", bias4),
-                ("sinks", sk),
-                ("block_table", bt),
-                ("seq_lens", sl),
-            ],
-        )
-    if ragged:
-        o4 = o.transpose(1, 0, 2)[None]
-        direct = A.row_contiguous(o4) and all(s >= 0 for s in o4.strides)
-        out4 = o4 if direct else np.empty(o4.shape, o.dtype)
-    else:
-        out4, direct = R.target(o)
+        return _no_rows(fn, qsl, shape, lse_shape, kind, out, q_format, q_dtype, return_lse)
+    inputs = [("query", q)] + kc[3] + vc[3] + [("attn_mask", mask), ("bias", bias4)]
+    inputs += [("sinks", sk), ("block_table", bt), ("seq_lens", sl)]
+    user, o, out4, direct, out_format = _outputs(
+        fn, out, shape, q_format, q_dtype, kind, ragged, inputs
+    )
     lse_user, lse = A.new_output(lse_shape, A.F32, kind) if return_lse else (None, None)
-    kv = {
-        "format": fk,
-        "k": k,
-        "v": v,
-        "k_name": "key_cache",
-        "v_name": "value_cache",
-        "block_table": bt.reshape(-1),
-        "blocks_per_seq": bt.shape[1],
-        "seq_lens": sl,
-    }
-    if ragged:
-        kv["query_start_loc"] = qsl
-    if draft_parents is not None:
-        dp = _int32(fn, "draft_parents", draft_parents, kind, 1 if ragged else 2)
-        kv["draft_parents"] = dp.reshape(-1)
-    if query_positions is not None:
-        kv["query_positions"] = _int64(fn, "query_positions", query_positions, kind)
-        if kv_position_offsets is not None:
-            kv["kv_position_offsets"] = _int64(fn, "kv_position_offsets", kv_position_offsets, kind)
-        kv["kv_position_stride"] = int(kv_position_stride)
-    elif kv_position_offsets is not None or kv_position_stride != 1:
-        raise ValueError(f"{fn}: kv_position_offsets and kv_position_stride need query_positions")
-    if ks is not None:
-        kv["k_scales"], kv["v_scales"] = ks, vs
-    # The core's messages in the caller's terms (names, shapes, axis order).
-    terms = T.Terms()
-    if ragged:
-        terms.add("q", "query", query_shape, q.shape, T.tokens_heads)
-    else:
-        terms.add("q", "query", query_shape, q.shape, T.same)
-    _cache_terms(terms, "k_pages", raw_k, k, kv_layout)
-    _cache_terms(terms, "v_pages", raw_v, v, kv_layout)
-    terms.hint(_layout_hint(fn, raw_k, kv_layout, Hq, E))
+    positions = (query_positions, kv_position_offsets, kv_position_stride)
+    kv = _kv(fn, kind, kc, vc, bt, sl, qsl, draft_parents, positions)
+    terms = _terms(fn, query_shape, q, ragged, kc, vc, kv_layout)
     # The library names a bad scale by page, head, row, sequence and position
     # (only the scales a key reads are checked; unused pages may hold anything).
-    restore = None
-    if kv_write is not None:
-        restore = _write_then_restorable(
-            fn, kv_write, key_cache, value_cache, kv_layout, k, ks, v, vs
-        )
-    try:
-        terms.run(
-            lambda: R.run(fn, R.ready(q), kv, "output", out4, lse, opts, [], q_format, out_format)
-        )
-    except BaseException:
-        if restore is not None:
-            restore()  # the attention failed: the cache as it was, bit for bit
-        raise
+    with _written(fn, kv_write, key_cache, value_cache, kv_layout, kc, vc):
+        R.run(fn, R.ready(q), kv, "output", out4, lse, opts, [], q_format, out_format, terms)
     if not direct:
         np.copyto(o, out4[0].transpose(1, 0, 2) if ragged else out4.reshape(shape))
     return (user, lse_user) if return_lse else user
@@ -480,8 +567,7 @@ def write_kv(
     The GIL is released.
     """
     fn = "write_kv"
-    if kv_layout not in ("NHD", "HND"):
-        raise ValueError(f"{fn}: kv_layout must be 'NHD' or 'HND', got {kv_layout!r}")
+    _layout(fn, kv_layout)
     kind = A.kind_of(key)
     k, fk = R.kv_format(fn, "key", R.array(fn, "key", key, kind), kind)
     v, fv = R.kv_format(fn, "value", R.array(fn, "value", value, kind), kind)
@@ -490,13 +576,8 @@ def write_kv(
     for name, a in (("key", k), ("value", v)):
         if a.ndim != 3:
             raise ValueError(f"{fn}: {name} has shape {a.shape}; expected [T, Hkv, E]")
-    kp, ks, fp, raw_k = _cache(fn, "key_cache", key_cache, kind, kv_layout, write=True)
-    vp, vs, fpv, raw_v = _cache(fn, "value_cache", value_cache, kind, kv_layout, write=True)
-    if fp != fpv:
-        raise TypeError(
-            f"{fn}: key_cache and value_cache must have the same dtype "
-            f"(int8 caches: both (values, scales) tuples)"
-        )
+    kc, vc = _caches(fn, key_cache, value_cache, kind, kv_layout, True)
+    (kp, ks, fp, raw_k), (vp, vs, _, raw_v) = kc, vc
     sm = R.as_numpy(fn, "slot_mapping", R.array(fn, "slot_mapping", slot_mapping, kind), kind)
     if sm.dtype.kind not in "iu":
         raise A.accepted(fn, "slot_mapping", sm, "int64 (or another integer dtype, converted)")

@@ -228,6 +228,28 @@ def sinks_array(
     return np.ascontiguousarray(s, dtype=A.F32)
 
 
+def mask_options(
+    fn: str,
+    kind: str,
+    attn_mask: Any,
+    bias: Any,
+    sinks: Any,
+    full: Tuple[int, ...],
+    what: str,
+    **opts: Any,
+) -> Tuple[Optional[np.ndarray], Optional[np.ndarray], Optional[np.ndarray], Dict[str, Any]]:
+    """(mask, bias, sinks as the core reads them, the request's options):
+    masks() of attn_mask and bias to ``full`` (``what`` names its axes),
+    sinks_array() of the sinks, and options() of opts, options()'s other
+    keywords, their alibi_slopes the caller's (made float32 here)."""
+    mask, bias4 = masks(fn, attn_mask, bias, kind, full, what)
+    sinks1 = sinks_array(fn, sinks, kind)
+    slopes = opts.pop("alibi_slopes", None)
+    if slopes is not None:
+        opts["alibi_slopes"] = sinks_array(fn, slopes, kind, "alibi_slopes", "slope")
+    return mask, bias4, sinks1, options(fn, mask=mask, bias=bias4, sinks=sinks1, **opts)
+
+
 def _number(fn: str, name: str, x: Any) -> float:
     """A real number: a Python, numpy or 0-d torch number (a string, a bool,
     None or a sequence is a TypeError, never read as a number)."""

@@ -85,11 +85,7 @@ def row_op(
         )
     xa = A.float_input(fn, "x", x, kind, sixteen=True)
     nd = xa.ndim
-    if nd == 0:
-        raise ValueError(f"{fn}: x is 0-d; a softmax needs at least one axis")
-    ax = A.normalize_axis(fn, axis, nd)
-    if xa.shape[ax] == 0:
-        raise ValueError(f"{fn}: x has shape {xa.shape}: axis {ax} is empty")
+    ax = A.softmax_axis(fn, "x", xa.shape, axis, "a softmax")
     t = temperature_value(fn, temperature, xa.dtype)
     w = None if where is None else where_of(fn, where, xa.shape, kind)
     user, o = A.output(fn, out, xa.shape, xa.dtype, kind)
@@ -150,11 +146,7 @@ def softmax_backward(y: Any, dy: Any, axis: int = -1, out: Any = None) -> Any:
     if ya.shape != da.shape:
         raise ValueError(f"{fn}: y has shape {ya.shape} but dy has shape {da.shape}")
     nd = ya.ndim
-    if nd == 0:
-        raise ValueError(f"{fn}: y is 0-d; a softmax gradient needs at least one axis")
-    ax = A.normalize_axis(fn, axis, nd)
-    if ya.shape[ax] == 0:
-        raise ValueError(f"{fn}: y has shape {ya.shape}: axis {ax} is empty")
+    ax = A.softmax_axis(fn, "y", ya.shape, axis, "a softmax gradient")
     user, o = A.output(fn, out, ya.shape, ya.dtype, kind)
     if out is not None:
         A.check_overlap(fn, o, "y", ya, True)

@@ -233,26 +233,13 @@ def logsumexp(
     kind = A.kind_of(x)
     xa = A.float_input(fn, "x", x, kind, sixteen=True)
     nd = xa.ndim
-    if nd == 0:
-        # A 0-d x is one entry, reduced like a 1-d array of one: axis None,
-        # 0 or -1 (as scipy's logsumexp); any other axis is out of bounds.
-        if axis is not None:
-            for a in axis if isinstance(axis, (tuple, list)) else (axis,):
-                A.normalize_axis(fn, a, 1)
+    axes = A.reduced_axes(fn, axis, nd)
+    if nd == 0:  # one entry, reduced like a 1-d array of one
         xa = xa.reshape(1)
         nd = 1
-        axes: Tuple[int, ...] = (0,)
         res_shape: Tuple[int, ...] = ()
         keep_shape: Tuple[int, ...] = ()
     else:
-        if axis is None:
-            axes = tuple(range(nd))
-        elif isinstance(axis, (tuple, list)):
-            axes = tuple(A.normalize_axis(fn, a, nd) for a in axis)
-            if len(set(axes)) != len(axes):
-                raise ValueError(f"{fn}: axis {tuple(axis)} repeats an axis")
-        else:
-            axes = (A.normalize_axis(fn, axis, nd),)
         res_shape = tuple(s for i, s in enumerate(xa.shape) if i not in axes)
         keep_shape = tuple(1 if i in axes else s for i, s in enumerate(xa.shape))
     t = R.temperature_value(fn, temperature, xa.dtype)

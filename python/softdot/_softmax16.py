@@ -133,12 +133,7 @@ def row_op(
 ) -> Any:
     kind, bf16, dtype = info(x)  # type: ignore[misc]
     xb = bits(fn, "x", x, kind)
-    nd = xb.ndim
-    if nd == 0:
-        raise ValueError(f"{fn}: x is 0-d; a softmax needs at least one axis")
-    ax = A.normalize_axis(fn, axis, nd)
-    if xb.shape[ax] == 0:
-        raise ValueError(f"{fn}: x has shape {xb.shape}: axis {ax} is empty")
+    ax = A.softmax_axis(fn, "x", xb.shape, axis, "a softmax")
     t = scale_check(fn, temperature)
     w = None if where is None else R.where_of(fn, where, xb.shape, kind)
     user, ob = output(fn, out, xb.shape, dtype, kind)
@@ -194,21 +189,10 @@ def logsumexp(
     kind, bf16, dtype = info(x)  # type: ignore[misc]
     xb = bits(fn, "x", x, kind)
     nd = xb.ndim
+    axes = A.reduced_axes(fn, axis, nd)
     if nd == 0:
-        if axis is not None:
-            for a in axis if isinstance(axis, (tuple, list)) else (axis,):
-                A.normalize_axis(fn, a, 1)
         xb = xb.reshape(1)
         nd = 1
-        axes: Tuple[int, ...] = (0,)
-    elif axis is None:
-        axes = tuple(range(nd))
-    elif isinstance(axis, (tuple, list)):
-        axes = tuple(A.normalize_axis(fn, a, nd) for a in axis)
-        if len(set(axes)) != len(axes):
-            raise ValueError(f"{fn}: axis {tuple(axis)} repeats an axis")
-    else:
-        axes = (A.normalize_axis(fn, axis, nd),)
     zero_d = len(x.shape) == 0
     res_shape = tuple(s for i, s in enumerate(xb.shape) if i not in axes)
     keep_shape = tuple(1 if i in axes else s for i, s in enumerate(xb.shape))
@@ -256,12 +240,7 @@ def softmax_backward(fn: str, y: Any, dy: Any, axis: Any, out: Any) -> Any:
     db = _same(fn, "dy", dy if kind == "torch" else np.asarray(dy), kind, dtype)
     if yb.shape != db.shape:
         raise ValueError(f"{fn}: y has shape {yb.shape} but dy has shape {db.shape}")
-    nd = yb.ndim
-    if nd == 0:
-        raise ValueError(f"{fn}: y is 0-d; a softmax gradient needs at least one axis")
-    ax = A.normalize_axis(fn, axis, nd)
-    if yb.shape[ax] == 0:
-        raise ValueError(f"{fn}: y has shape {yb.shape}: axis {ax} is empty")
+    ax = A.softmax_axis(fn, "y", yb.shape, axis, "a softmax gradient")
     user, ob = output(fn, out, yb.shape, dtype, kind)
     if out is not None:  # out may be y or dy itself, and share nothing else
         A.check_overlap(fn, ob, "y", yb, True)

@@ -16,38 +16,19 @@ module ``softdot._softdot_mpi``) and mpi4py on the same MPI library.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from . import _arrays as A
-from . import _cross_entropy as _xent
 from . import _int8
 from . import _request as R
-
-_MPI_MISSING = (
-    "softdot.distributed needs softdot built with MPI for mpi4py communicators (the module "
-    "softdot._softdot_mpi is missing): install an MPI (Debian: apt-get install "
-    "libopenmpi-dev openmpi-bin), reinstall softdot (pip install .), and "
-    "pip install mpi4py; or pass a torch.distributed process group (group=)"
-)
-try:
-    from . import _softdot_mpi as _mpi_module
-except ImportError:  # pragma: no cover - depends on the build
-    _mpi_module = None
-
-
-class _NeedMPI:
-    """Stands for the MPI module where the build has none: any use raises
-    ImportError saying what to install (the torch.distributed path of
-    ring_attention needs no MPI)."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise ImportError(_MPI_MISSING)
-
-
-_mpi: Any = _mpi_module if _mpi_module is not None else _NeedMPI()
-
+from ._mpi_comm import agreed as _agreed
+from ._mpi_comm import at_least as _at_least
+from ._mpi_comm import handle as _handle
+from ._mpi_comm import mpi as _mpi
+from ._mpi_comm import mpi_module as _mpi_module
+from ._vocab_parallel import cross_entropy, linear_cross_entropy, log_softmax, logsumexp, softmax
 
 __all__ = [
     "RingLayout",
@@ -155,18 +136,6 @@ def ring_layout(
     return RingLayout(seq_len, ranks, layout, deterministic)
 
 
-def _handle(fn: str, comm: Any) -> int:
-    """comm's Fortran handle; ImportError first where softdot has no MPI."""
-    if _mpi_module is None:
-        raise ImportError(_MPI_MISSING)
-    f = getattr(comm, "py2f", None)
-    if f is None:
-        raise TypeError(
-            f"{fn}: comm must be an mpi4py communicator (with py2f()), not {type(comm).__name__}"
-        )
-    return int(f())
-
-
 def ring_attention(
     comm: Any,
     query: Any,
@@ -248,103 +217,34 @@ def ring_attention(
     +0 with lse -inf. Special values as in one process.
     """
     fn = "ring_attention"
+    extras = (attn_mask, bias, sinks, alibi_slopes)
+    flags: Dict[str, Any] = dict(scale=scale, causal=causal, window=window, softcap=softcap)
     if group is not None:
-        if comm is not None:
-            raise ValueError(f"{fn}: pass comm (mpi4py) or group (torch.distributed), not both")
-        _layout_name(fn, layout)
-        if deterministic or precise or out is not None:
-            raise NotImplementedError(
-                f"{fn}: with group=, deterministic, precise and out= are not offered "
-                f"(the mpi4py ring has them)"
-            )
+        _group_call(fn, comm, layout, deterministic, precise, out)
         from . import _gloo_ring
 
         return _gloo_ring.ring_attention(
-            fn,
-            group,
-            query,
-            key,
-            value,
-            attn_mask,
-            bias,
-            seq_len,
-            layout,
-            scale,
-            causal,
-            window,
-            softcap,
-            sinks,
-            alibi_slopes,
-            return_lse,
+            fn, group, (query, key, value), extras, seq_len, layout, flags, return_lse
         )
-    h = _handle(fn, comm)
-    zig = _layout_name(fn, layout)
-    try:
-        n = int(seq_len)
-    except (TypeError, ValueError):
-        raise TypeError(f"{fn}: seq_len must be an int, not {seq_len!r}") from None
-    if n < 1:
-        raise ValueError(f"{fn}: seq_len must be >= 1, got {n}")
+    h, zig, n = _ring_args(fn, comm, layout, seq_len)
+    flags["precise"] = precise
     if A.kind_of(query) == "torch" and _wants_grad(
         query, key, value, sinks, attn_mask, bias, alibi_slopes
     ):
-        for name, t in (("attn_mask", attn_mask), ("bias", bias), ("alibi_slopes", alibi_slopes)):
-            if getattr(t, "requires_grad", False):
-                raise NotImplementedError(
-                    f"{fn}: {name} requires grad; the ring's backward gives query, key, value "
-                    f"and sinks gradients (pass it detached)"
-                )
-        if out is not None:
-            raise ValueError(f"{fn}: out= cannot be used on inputs that require grad")
-        spec = dict(
-            comm=comm,
-            attn_mask=attn_mask,
-            bias=bias,
-            seq_len=n,
-            layout=layout,
-            deterministic=deterministic,
-            scale=scale,
-            causal=causal,
-            window=window,
-            softcap=softcap,
-            alibi_slopes=alibi_slopes,
-            precise=precise,
-        )
-        o, lse_t = _ring_function().apply(query, key, value, sinks, spec)
-        return (o, lse_t) if return_lse else o
+        spec = dict(flags, seq_len=n, layout=layout, deterministic=deterministic)
+        return _with_grad(fn, comm, (query, key, value), extras, out, return_lse, spec)
     R.no_grad(fn, A.kind_of(query), query, key, value, attn_mask, bias, sinks, alibi_slopes)
     p = R.prepare(fn, query, key, value)
     if p.q_format != R.KV_F32:
         raise TypeError(
             f"{fn}: query has dtype {R.KV_NAMES[p.q_format]}; ring_attention takes a float32 query"
         )
-    mask, bias4 = R.masks(
-        fn,
-        attn_mask,
-        bias,
-        p.kind,
-        p.lead + (p.L, n),
-        "query's batch axes, the rank's rows, seq_len",
-    )
-    sinks1 = R.sinks_array(fn, sinks, p.kind)
-    opts = R.options(
-        fn,
-        scale=scale,
-        causal=causal,
-        window=window,
-        softcap=softcap,
-        precise=precise,
-        mask=mask,
-        bias=bias4,
-        sinks=sinks1,
-        alibi_slopes=R.sinks_array(fn, alibi_slopes, p.kind, "alibi_slopes", "slope"),
-    )
+    mask, bias4, sinks1, opts = _ring_options(fn, p.kind, p.lead + (p.L,), n, extras, flags)
     shape = p.lead + (p.L, p.Ev)
     user, o = A.output(fn, out, shape, A.F32, p.kind)
     if out is not None:
-        R.check_out_overlap(
-            fn, o, p.raw + [("attn_mask", mask), ("bias", bias4), ("sinks", sinks1)]
-        )
+        inputs = [("attn_mask", mask), ("bias", bias4), ("sinks", sinks1)]
+        R.check_out_overlap(fn, o, p.raw + inputs)
     target, direct = R.target(o)
     lse_user, lse = A.new_output(p.lead + (p.L,), A.F32, p.kind) if return_lse else (None, None)
 
@@ -364,6 +264,71 @@ def ring_attention(
     if not direct:
         np.copyto(o, target.reshape(shape))
     return (user, lse_user) if return_lse else user
+
+
+def _group_call(
+    fn: str, comm: Any, layout: Any, deterministic: bool, precise: bool, out: Any
+) -> None:
+    """The checks of ring_attention over a torch.distributed group (group=)."""
+    if comm is not None:
+        raise ValueError(f"{fn}: pass comm (mpi4py) or group (torch.distributed), not both")
+    _layout_name(fn, layout)
+    if deterministic or precise or out is not None:
+        raise NotImplementedError(
+            f"{fn}: with group=, deterministic, precise and out= are not offered "
+            f"(the mpi4py ring has them)"
+        )
+
+
+def _ring_args(fn: str, comm: Any, layout: Any, seq_len: Any) -> Tuple[int, bool, int]:
+    """(comm's handle, whether the layout is zigzag, seq_len as an int >= 1)."""
+    h = _handle(fn, comm)
+    zig = _layout_name(fn, layout)
+    return h, zig, _at_least(fn, "seq_len", seq_len, 1)
+
+
+def _ring_options(
+    fn: str,
+    kind: str,
+    rows: Tuple[int, ...],
+    n: int,
+    extras: Tuple[Any, ...],
+    flags: Dict[str, Any],
+) -> Tuple[Any, Any, Any, Dict[str, Any]]:
+    """R.mask_options for rows, the query's batch axes and the rank's rows,
+    against the n global key positions; extras, (attn_mask, bias, sinks,
+    alibi_slopes); flags, R.options's other keywords."""
+    attn_mask, bias, sinks, alibi_slopes = extras
+    what = "query's batch axes, the rank's rows, seq_len"
+    full = rows + (n,)
+    return R.mask_options(
+        fn, kind, attn_mask, bias, sinks, full, what, alibi_slopes=alibi_slopes, **flags
+    )
+
+
+def _with_grad(
+    fn: str,
+    comm: Any,
+    qkv: Tuple[Any, Any, Any],
+    extras: Tuple[Any, ...],
+    out: Any,
+    return_lse: bool,
+    spec: Dict[str, Any],
+) -> Any:
+    """ring_attention through its autograd Function (_ring_function), on
+    torch tensors that require grad; spec: its options."""
+    attn_mask, bias, sinks, alibi_slopes = extras
+    for name, t in (("attn_mask", attn_mask), ("bias", bias), ("alibi_slopes", alibi_slopes)):
+        if getattr(t, "requires_grad", False):
+            raise NotImplementedError(
+                f"{fn}: {name} requires grad; the ring's backward gives query, key, value "
+                f"and sinks gradients (pass it detached)"
+            )
+    if out is not None:
+        raise ValueError(f"{fn}: out= cannot be used on inputs that require grad")
+    spec = dict(spec, comm=comm, attn_mask=attn_mask, bias=bias, alibi_slopes=alibi_slopes)
+    o, lse_t = _ring_function().apply(*qkv, sinks, spec)
+    return (o, lse_t) if return_lse else o
 
 
 def _wants_grad(*tensors: Any) -> bool:
@@ -435,24 +400,6 @@ def _ring_function() -> Any:
     return RingAttention
 
 
-def _agreed(comm: Any, fn: str, prepare: Any) -> Any:
-    """prepare() on every rank, then agreement: when it raised TypeError or
-    ValueError on some rank, every rank raises that of the lowest such rank,
-    prefixed "rank R: " (so that no rank waits in the library's collective
-    for a rank that failed before it)."""
-    err = None
-    res = None
-    try:
-        res = prepare()
-    except (TypeError, ValueError) as e:
-        err = (type(e) is TypeError, f"{e}")
-    verdicts = comm.allgather(err)
-    for r, v in enumerate(verdicts):
-        if v is not None:
-            raise (TypeError if v[0] else ValueError)(f"rank {r}: {v[1]}")
-    return res
-
-
 def ring_attention_backward(
     comm: Any,
     query: Any,
@@ -501,90 +448,25 @@ def ring_attention_backward(
     to run for a given number of ranks.
     """
     fn = "ring_attention_backward"
-    h = _handle(fn, comm)
-    zig = _layout_name(fn, layout)
-    try:
-        n = int(seq_len)
-    except (TypeError, ValueError):
-        raise TypeError(f"{fn}: seq_len must be an int, not {seq_len!r}") from None
-    if n < 1:
-        raise ValueError(f"{fn}: seq_len must be >= 1, got {n}")
-
-    def prepare() -> Tuple[Any, ...]:
-        def plain(x: Any) -> Any:
-            return x.detach() if A.is_torch(x) else x
-
-        q_, k_, v_, o_, l_, g_ = map(plain, (query, key, value, out, lse, grad_out))
-        p = R.prepare(fn, q_, k_, v_)
-        if p.q_format != R.KV_F32 or p.kv["format"] != R.KV_F32:
-            raise TypeError(f"{fn}: query, key and value must be float32")
-        kq = p.kind
-
-        def f32(name: str, x: Any, shape: Tuple[int, ...]) -> np.ndarray:
-            a = R.as_numpy(fn, name, R.array(fn, name, plain(x), kq), kq)
-            if a.dtype != A.F32:
-                raise TypeError(f"{fn}: {name} has dtype {a.dtype.name}; expected float32")
-            if a.shape != shape:
-                raise ValueError(f"{fn}: {name} has shape {a.shape}; expected {shape}")
-            return a
-
-        oshape = p.lead + (p.L, p.Ev)
-        o4 = R.ready(R.to4(f32("out", o_, oshape)))
-        do4 = R.ready(R.to4(f32("grad_out", g_, oshape)))
-        lse_a = np.ascontiguousarray(f32("lse", l_, p.lead + (p.L,)))
-        dlse_a = None
-        if grad_lse is not None:
-            dlse_a = np.ascontiguousarray(f32("grad_lse", grad_lse, p.lead + (p.L,)))
-        mask, bias4 = R.masks(
-            fn,
-            None if attn_mask is None else plain(attn_mask),
-            None if bias is None else plain(bias),
-            kq,
-            p.lead + (p.L, n),
-            "query's batch axes, the rank's rows, seq_len",
-        )
-        sinks1 = R.sinks_array(fn, None if sinks is None else plain(sinks), kq)
-        slopes = None if alibi_slopes is None else plain(alibi_slopes)
-        opts = R.options(
-            fn,
-            scale=scale,
-            causal=causal,
-            window=window,
-            softcap=softcap,
-            mask=mask,
-            bias=bias4,
-            sinks=sinks1,
-            alibi_slopes=R.sinks_array(fn, slopes, kq, "alibi_slopes", "slope"),
-        )
-        return p, kq, o4, do4, lse_a, dlse_a, sinks1, opts, tuple(k_.shape), tuple(v_.shape)
-
+    h, zig, n = _ring_args(fn, comm, layout, seq_len)
+    arrays = (query, key, value, out, lse, grad_out, grad_lse)
+    extras = (attn_mask, bias, sinks, alibi_slopes)
+    flags: Dict[str, Any] = dict(scale=scale, causal=causal, window=window, softcap=softcap)
     # The checks here are local: the ranks agree on them (the first failing
     # rank's error raised on every rank) before the library's collective.
-    p, kq, o4, do4, lse_a, dlse_a, sinks1, opts, k_shape, v_shape = _agreed(comm, fn, prepare)
-    dq_user, dq = A.new_output(p.lead + (p.L, p.q.shape[-1]), A.F32, kq)
-    dk_user, dk = A.new_output(k_shape, A.F32, kq)
-    dv_user, dv = A.new_output(v_shape, A.F32, kq)
+    b = _agreed(comm, fn, lambda: _backward_inputs(fn, n, arrays, extras, flags))
+    p, kind = b.p, b.p.kind
+    dq_user, dq = A.new_output(p.lead + (p.L, p.q.shape[-1]), A.F32, kind)
+    dk_user, dk = A.new_output(b.k_shape, A.F32, kind)
+    dv_user, dv = A.new_output(b.v_shape, A.F32, kind)
     ds_user = ds = None
-    if sinks1 is not None:
-        ds_user, ds = A.new_output((sinks1.shape[0],), A.F32, kq)
+    if b.sinks is not None:
+        ds_user, ds = A.new_output((b.sinks.shape[0],), A.F32, kind)
+    ins = (p.q, p.kv["k"], p.kv["v"], b.out, b.lse, b.grad_out)
+    grads = (R.to4(dq), R.to4(dk), R.to4(dv), ds)
     R.terms(p).run(
         lambda: _mpi.ring_attention_backward(
-            h,
-            p.q,
-            p.kv["k"],
-            p.kv["v"],
-            o4,
-            lse_a,
-            do4,
-            R.to4(dq),
-            R.to4(dk),
-            R.to4(dv),
-            ds,
-            dlse_a,
-            opts,
-            n,
-            zig,
-            bool(deterministic),
+            h, *ins, *grads, b.grad_lse, b.opts, n, zig, bool(deterministic)
         )
     )
     if ds_user is not None:
@@ -592,215 +474,52 @@ def ring_attention_backward(
     return dq_user, dk_user, dv_user
 
 
-# ---- vocabulary-parallel: rows whose columns are split across the ranks -------------
+def _plain(x: Any) -> Any:
+    return x.detach() if A.is_torch(x) else x
 
 
-def _vocab_begin(fn: str, vocab_begin: Any) -> int:
-    """vocab_begin as an int >= 0, else TypeError / ValueError naming fn."""
-    try:
-        vb = int(vocab_begin)
-    except (TypeError, ValueError):
-        raise TypeError(f"{fn}: vocab_begin must be an int, not {vocab_begin!r}") from None
-    if vb < 0:
-        raise ValueError(f"{fn}: vocab_begin must be >= 0, got {vb}")
-    return vb
+class _Backward(NamedTuple):
+    """ring_attention_backward's inputs as the library reads them."""
+
+    p: R.Prepared
+    out: np.ndarray
+    lse: np.ndarray
+    grad_out: np.ndarray
+    grad_lse: Optional[np.ndarray]
+    sinks: Optional[np.ndarray]
+    opts: Dict[str, Any]
+    k_shape: Tuple[int, ...]
+    v_shape: Tuple[int, ...]
 
 
-def _shard(fn: str, x: Any, vocab_begin: Any):
-    """(2-d float rows of x, kind, whether x was one row, vocab_begin)."""
-    kind = A.kind_of(x)
-    xa = A.float_input(fn, "x", x, kind)
-    single = xa.ndim == 1
-    if single:
-        xa = xa.reshape(1, -1)
-    elif xa.ndim != 2:
-        raise ValueError(f"{fn}: x has shape {xa.shape}; expected (rows, columns) or (columns,)")
-    vb = _vocab_begin(fn, vocab_begin)
-    return A.contiguous_rows(xa), kind, single, vb
+def _backward_inputs(
+    fn: str, n: int, arrays: Tuple[Any, ...], extras: Tuple[Any, ...], flags: Dict[str, Any]
+) -> _Backward:
+    """ring_attention_backward's arrays (query, key, value, out, lse,
+    grad_out, grad_lse) and extras (attn_mask, bias, sinks, alibi_slopes)
+    checked, torch tensors read without autograd."""
+    q_, k_, v_, o_, l_, g_ = map(_plain, arrays[:6])
+    grad_lse = arrays[6]
+    p = R.prepare(fn, q_, k_, v_)
+    if p.q_format != R.KV_F32 or p.kv["format"] != R.KV_F32:
+        raise TypeError(f"{fn}: query, key and value must be float32")
+    kq = p.kind
 
+    def f32(name: str, x: Any, shape: Tuple[int, ...]) -> np.ndarray:
+        a = R.as_numpy(fn, name, R.array(fn, name, _plain(x), kq), kq)
+        if a.dtype != A.F32:
+            raise TypeError(f"{fn}: {name} has dtype {a.dtype.name}; expected float32")
+        if a.shape != shape:
+            raise ValueError(f"{fn}: {name} has shape {a.shape}; expected {shape}")
+        return a
 
-def _rows_op(fn: str, comm: Any, x: Any, vocab_begin: Any, op: int, deterministic: bool):
-    h = _handle(fn, comm)
-    xa, kind, single, vb = _agreed(comm, fn, lambda: _shard(fn, x, vocab_begin))
-    user, o = A.new_output(xa.shape, xa.dtype, kind)
-    _mpi.vocab_rows(h, xa, o, vb, op, bool(deterministic))
-    return user.reshape(-1) if single else user
-
-
-_VOCAB_DOC = """
-    Collective over ``comm`` (an mpi4py communicator): every rank passes the
-    same rows, its own columns ``[vocab_begin, vocab_begin + columns)`` of
-    them; the ranks' ranges must tile ``[0, V)`` (any rank order; a rank may
-    hold no column). Each shard's rows are reduced to softmax states, which
-    are gathered and merged in vocabulary order (C++
-    ``softdot::mpi``, include/softdot/mpi_vocab.h). ``deterministic=True``:
-    the same bits for every number of ranks and every split (exact global
-    max, sums in 128-bit fixed point). Special values as on one process over
-    the whole row; a NaN on any rank makes the row NaN on every rank. x is
-    float32 or float64, (rows, columns) or one row (columns,), numpy or a
-    CPU torch tensor; never modified."""
-
-
-def softmax(comm: Any, x: Any, vocab_begin: int, /, *, deterministic: bool = False) -> Any:
-    """Softmax over whole rows split by columns across the ranks: this rank's
-    columns of the weights, within 1 ulp of the exact weight."""
-    return _rows_op("softmax", comm, x, vocab_begin, 0, deterministic)
-
-
-def log_softmax(comm: Any, x: Any, vocab_begin: int, /, *, deterministic: bool = False) -> Any:
-    """Log-softmax over whole rows split by columns: this rank's columns,
-    ``(x - M) - log S`` in long double, rounded once."""
-    return _rows_op("log_softmax", comm, x, vocab_begin, 1, deterministic)
-
-
-def logsumexp(comm: Any, x: Any, vocab_begin: int, /, *, deterministic: bool = False) -> Any:
-    """logsumexp of each whole row (split by columns across the ranks), the
-    same on every rank: shape (rows,), or a scalar for one row."""
-    fn = "logsumexp"
-    h = _handle(fn, comm)
-    xa, kind, single, vb = _agreed(comm, fn, lambda: _shard(fn, x, vocab_begin))
-    user, o = A.new_output((xa.shape[0],), xa.dtype, kind)
-    _mpi.vocab_logsumexp(h, xa, o, vb, bool(deterministic))
-    if single:
-        return A.wrap_scalar(float(o[0]), xa.dtype, kind)
-    return user
-
-
-softmax.__doc__ = (softmax.__doc__ or "") + _VOCAB_DOC
-log_softmax.__doc__ = (log_softmax.__doc__ or "") + _VOCAB_DOC
-logsumexp.__doc__ = (logsumexp.__doc__ or "") + _VOCAB_DOC
-
-
-def cross_entropy(
-    comm: Any,
-    logits: Any,
-    vocab_begin: int,
-    targets: Any,
-    /,
-    *,
-    ignore_index: int = -100,
-    label_smoothing: float = 0.0,
-    reduction: str = "mean",
-    grad: bool = False,
-    deterministic: bool = False,
-) -> Any:
-    """Vocabulary-parallel cross-entropy: :func:`softdot.cross_entropy` of
-    logits whose columns (the vocabulary) are split across the ranks.
-
-    ``targets`` (the same on every rank, checked) are global class indices;
-    the target's logit comes from the rank holding it; label smoothing
-    spreads ``eps / V`` over the global vocabulary V. The loss (scalar for
-    "mean" / "sum", (rows,) for "none") is the same on every rank; with
-    ``grad=True`` each rank also gets its columns of the gradient,
-    ``c (softmax - (1 - eps) one_hot - eps / V)``, computed locally from the
-    merged state. The caller's logits are never modified. Bounds and special
-    values as :func:`softdot.cross_entropy`.
-    """
-    fn = "cross_entropy"
-    h = _handle(fn, comm)
-
-    def prepare() -> Tuple[Any, ...]:
-        xa, kind, single, vb = _shard(fn, logits, vocab_begin)
-        t = _xent.class_targets(fn, targets, kind)
-        if single:
-            if t.ndim != 0:
-                raise ValueError(
-                    f"{fn}: logits have shape {xa.shape[1:]} (one row) but targets "
-                    f"{t.shape}; expected a 0-d target"
-                )
-            t = t.reshape(1)
-        elif t.shape != (xa.shape[0],):
-            raise ValueError(
-                f"{fn}: logits have shape {xa.shape} but targets {t.shape}; "
-                f"expected ({xa.shape[0]},)"
-            )
-        eps = _xent.check_options(fn, label_smoothing, reduction)
-        return xa, kind, single, vb, t, eps
-
-    xa, kind, single, vb, t, eps = _agreed(comm, fn, prepare)
-    n = xa.shape[0]
-    loss_user: Any = None
-    loss_view: Any = None
-    if reduction == "none":
-        loss_user, loss_view = A.new_output((n,), xa.dtype, kind)
-    grad_user: Any = None
-    grad_view: Any = None
-    if grad:
-        grad_user, grad_view = A.new_output(xa.shape, xa.dtype, kind)
-    value = _mpi.vocab_cross_entropy(
-        h,
-        xa,
-        vb,
-        t,
-        loss_view,
-        grad_view,
-        int(ignore_index),
-        eps,
-        _xent.REDUCTIONS[reduction],
-        bool(deterministic),
-    )
-    if reduction == "none":
-        loss = loss_user.reshape(()) if single else loss_user
-    else:
-        loss = A.wrap_scalar(value, xa.dtype, kind)
-    if not grad:
-        return loss
-    return loss, (grad_user.reshape(-1) if single else grad_user)
-
-
-def linear_cross_entropy(
-    comm: Any,
-    hidden: Any,
-    weight: Any,
-    vocab_begin: int,
-    targets: Any,
-    /,
-    *,
-    ignore_index: int = -100,
-    label_smoothing: float = 0.0,
-    reduction: str = "mean",
-    grad: bool = False,
-    deterministic: bool = False,
-) -> Any:
-    """Vocabulary-parallel :func:`softdot.linear_cross_entropy`: every rank
-    passes the same ``hidden`` (N, D) and ``targets`` (global class indices)
-    and its own rows ``[vocab_begin, vocab_begin + V_r)`` of the weight
-    (V_r, D), V_r >= 0; the ranks' rows must tile [0, V). No rank forms the
-    whole vocabulary's logits: each block of rows' logits is formed on every
-    rank over its rows of the weight, and their softmax states are exchanged
-    and merged (C++ ``softdot::mpi::linear_cross_entropy``,
-    include/softdot/mpi_vocab.h).
-
-    float32, or bfloat16 (torch.bfloat16, ml_dtypes.bfloat16) for both
-    operands; numpy arrays or CPU torch tensors (no autograd here: the
-    gradients come back as arrays). Returns the loss (float32 scalar, or (N,)
-    for "none"), the same on every rank, or with ``grad=True``
-    ``(loss, grad_hidden, grad_weight)``: grad_hidden (N, D) the same on every
-    rank (the ranks' partial products added in vocabulary order),
-    grad_weight (V_r, D) this rank's rows. On one rank the bits are those of
-    :func:`softdot.linear_cross_entropy`; ``deterministic=True`` makes the loss
-    and grad_weight the same bits for every rank count and split. A hidden,
-    targets or options different on some rank raise ValueError on every rank.
-    """
-    from . import _linear_cross_entropy as _lce
-
-    fn = "linear_cross_entropy"
-    h_ = _handle(fn, comm)
-
-    def prepare() -> Tuple[Any, ...]:
-        ops = _lce.operands(hidden, weight, targets, label_smoothing, reduction)
-        return (*ops, _vocab_begin(fn, vocab_begin))
-
-    h, w, t, eps, kind, vb = _agreed(comm, fn, prepare)
-    red = _xent.REDUCTIONS[reduction]
-    return _lce.with_outputs(
-        lambda loss, gh, gw: _mpi.vocab_linear_cross_entropy(
-            h_, h, w, vb, t, loss, gh, gw, int(ignore_index), eps, red, bool(deterministic)
-        ),
-        h.shape[0],
-        h.shape[1],
-        w.shape[0],
-        kind,
-        reduction,
-        grad,
-    )
+    oshape = p.lead + (p.L, p.Ev)
+    o4 = R.ready(R.to4(f32("out", o_, oshape)))
+    do4 = R.ready(R.to4(f32("grad_out", g_, oshape)))
+    lse_a = np.ascontiguousarray(f32("lse", l_, p.lead + (p.L,)))
+    dlse_a = None
+    if grad_lse is not None:
+        dlse_a = np.ascontiguousarray(f32("grad_lse", grad_lse, p.lead + (p.L,)))
+    plain_extras = tuple(map(_plain, extras))
+    _, _, sinks1, opts = _ring_options(fn, kq, p.lead + (p.L,), n, plain_extras, flags)
+    return _Backward(p, o4, lse_a, do4, dlse_a, sinks1, opts, tuple(k_.shape), tuple(v_.shape))

@@ -64,6 +64,15 @@ def _times(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return r
 
 
+def _save_with_dy(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
+    """setup_context of SoftmaxGrad and LogSoftmaxGrad, whose inputs are
+    (y or x, dy, dim, temperature): the two tensors saved."""
+    a, dy, dim, temperature = inputs
+    ctx.save_for_backward(a, dy)
+    ctx.dim = dim
+    ctx.temperature = float(temperature)
+
+
 class Softmax(torch.autograd.Function):
     """y = softdot.softmax(x, axis=dim); dx = softdot.softmax_backward(y, dy) / T."""
 
@@ -106,12 +115,7 @@ class SoftmaxGrad(torch.autograd.Function):
         dx = R.softmax_backward(yd, dy.detach().to(yd.dtype), axis=dim)
         return _scaled(dx, temperature)
 
-    @staticmethod
-    def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
-        y, dy, dim, temperature = inputs
-        ctx.save_for_backward(y, dy)
-        ctx.dim = dim
-        ctx.temperature = float(temperature)
+    setup_context = staticmethod(_save_with_dy)
 
     @staticmethod
     def backward(ctx: Any, u: torch.Tensor):
@@ -171,12 +175,7 @@ class LogSoftmaxGrad(torch.autograd.Function):
         # _times: an entry of weight 0 keeps dy_i when sum(dy) is infinite.
         return _scaled(dy - _times(p, dy.sum(dim=dim, keepdim=True)), temperature)
 
-    @staticmethod
-    def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
-        x, dy, dim, temperature = inputs
-        ctx.save_for_backward(x, dy)
-        ctx.dim = dim
-        ctx.temperature = float(temperature)
+    setup_context = staticmethod(_save_with_dy)
 
     @staticmethod
     def backward(ctx: Any, u: torch.Tensor):

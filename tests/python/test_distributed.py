@@ -154,3 +154,53 @@ def test_ring_attention_backward_over_ranks(tmp_path):
         assert not np.isnan(ref).any(), name  # every global row was written
         for P in (2, 3, 4):
             assert np.array_equal(results[P][name], ref), (name, P)
+
+
+def test_public_names():
+    """Every name of softdot.distributed.__all__ is there (the
+    vocabulary-parallel functions live in softdot._vocab_parallel), with its
+    documentation."""
+    import softdot.distributed as sdist
+
+    for name in sdist.__all__:
+        assert callable(getattr(sdist, name)), name
+        assert getattr(sdist, name).__doc__, name
+    for name in ("softmax", "log_softmax", "logsumexp"):
+        assert "deterministic=True" in getattr(sdist, name).__doc__, name
+
+
+class _OneRank:
+    """A communicator's stand-in for the checks that run before any data
+    moves: a handle and a one-rank allgather."""
+
+    def py2f(self):
+        return 0
+
+    def allgather(self, x):
+        return [x]
+
+
+@needs_mpi
+def test_integer_arguments_checked_first():
+    import softdot.distributed as sdist
+
+    x = np.zeros((1, 1, 2, 4), np.float32)
+    rows = np.zeros((2, 3), np.float32)
+    with pytest.raises(TypeError, match=r"^ring_attention: seq_len must be an int, not 'a'$"):
+        sdist.ring_attention(_OneRank(), x, x, x, seq_len="a")
+    with pytest.raises(ValueError, match=r"^ring_attention_backward: seq_len must be >= 1, got 0$"):
+        sdist.ring_attention_backward(_OneRank(), x, x, x, x, x[..., 0], x, seq_len=0)
+    with pytest.raises(ValueError, match=r"^rank 0: softmax: vocab_begin must be >= 0, got -1$"):
+        sdist.softmax(_OneRank(), rows, -1)
+    with pytest.raises(TypeError, match=r"^rank 0: cross_entropy: vocab_begin must be an int"):
+        sdist.cross_entropy(_OneRank(), rows, "z", np.array([0, 1]))
+    with pytest.raises(
+        ValueError,
+        match=r"^rank 0: cross_entropy: logits have shape \(3,\) \(one row\) but targets \(2,\); "
+        r"expected a 0-d target$",
+    ):
+        sdist.cross_entropy(_OneRank(), rows[0], 0, np.array([0, 1]))
+    with pytest.raises(
+        ValueError, match=r"^rank 0: linear_cross_entropy: vocab_begin must be >= 0, got -3$"
+    ):
+        sdist.linear_cross_entropy(_OneRank(), rows, rows, -3, np.array([0, 1]))
