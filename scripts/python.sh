@@ -40,7 +40,8 @@ python_lint_tools=(ruff==0.17.6 mypy==2.4.1)
 # The lint step checks every Python file of the package, the tests and the
 # benchmarks; mypy checks every module of the installed wheel (it holds the
 # core's stub, _softdot.pyi, which the build generates).
-python_lint_files=(python/softdot tests/python bench/python examples scripts/stress_threads.py)
+python_lint_files=(python/softdot tests/python bench/python examples scripts/stress_threads.py
+                   scripts/structure.py)
 python_typed_modules=(softdot softdot._arrays softdot._attention softdot._attention_grad
                       softdot._autograd softdot._contiguous softdot._losses softdot._terms
                       softdot._cross_entropy softdot._gloo_ring softdot._int8

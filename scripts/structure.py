@@ -86,19 +86,19 @@ def cxx_functions(path: str) -> List[Tuple[str, int, int]]:
             h = header.strip()
             if inside_function:
                 kind = "block"
-            elif NOT_FUNCTION.search(h) or not h.endswith(
-                (")", "const", "noexcept", "override", "final", "mutable")
-            ) and not re.search(r"\)\s*(const\s*)?(noexcept\s*)?(->\s*[\w:<>,\s*&]+)?$", h):
+            elif (
+                NOT_FUNCTION.search(h)
+                or not h.endswith((")", "const", "noexcept", "override", "final", "mutable"))
+                and not re.search(r"\)\s*(const\s*)?(noexcept\s*)?(->\s*[\w:<>,\s*&]+)?$", h)
+            ):
                 kind = "scope"
             else:
                 kind = "function"
-            first = line - header.count("\n") + (len(header) - len(header.lstrip("\n")) and 0)
+            first = line
             name = ""
             if kind == "function":
                 m = re.search(r"([~\w:<>]+)\s*\([^()]*(\([^()]*\)[^()]*)*\)[^()]*$", h)
                 name = m.group(1) if m else h[-40:]
-                first = line - header.rstrip().count("\n") + header[: len(header) - len(header.lstrip())].count("\n") - header.count("\n") + header.count("\n")
-                first = line
             stack.append((kind, first, name))
             seg_start = i + 1
         elif c == "}":

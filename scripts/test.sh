@@ -51,8 +51,12 @@ run_suite() {
 
 ensure_deps
 
-# 0. Every C++ file formatted with .clang-format.
+# 0. Every C++ file formatted with .clang-format; the structure's limits
+# (docs/design.md, "Size"): no function over 150 lines, no product file
+# over 700, no import circle among the Python modules.
 bash "$SOFTDOT_ROOT/scripts/format.sh" --check
+"${SOFTDOT_PYTHON:-python3}" "$SOFTDOT_ROOT/scripts/structure.py" --check ||
+  die "structure.py: a limit of docs/design.md, \"Size\", is exceeded (above)"
 
 # 1. Release, and clang-tidy with the tree's compile_commands.json.
 t0=$SECONDS
