@@ -23,6 +23,7 @@
 #include "arrays.h"
 #include "attention_views.h"
 #include "bindings.h"
+#include "python_errors.h"
 #include "request_views.h"
 #include "softdot/attention.h"
 #include "softdot/attention_request.h"
@@ -88,7 +89,7 @@ void request_py(const std::string& name, const In& q, int q_format,
     fail("kind must be 'output', 'weights' or 'scores', got '" + kind + "'");
   }
   // Checked with the GIL held (the messages are built then), run without.
-  with_python_messages([&] {
+  as_python(name.c_str(), [&] {
     const AttentionPlan plan = AttentionPlan::make(r);
     nb::gil_scoped_release release;
     plan.run();
@@ -160,7 +161,7 @@ void write_kv_py(const In& key, const In& value, int in_format,
   const std::span<const std::int64_t> sm(
       static_cast<const std::int64_t*>(slots.data()),
       contiguous_size("slot_mapping", slots));
-  with_python_messages([&] {
+  as_python("write_kv", [&] {
     nb::gil_scoped_release release;
     write_kv(k, v, kp, vp, sm);
   });
@@ -211,17 +212,9 @@ void backward_py(const std::string& name, const In& q, const In& k, const In& v,
                             contiguous_size("dsinks", *dsinks));
   }
   const AttentionOptions o = options_of(options);
-  with_python_messages([&] {
-    try {
-      nb::gil_scoped_release release;
-      attention_backward(qv, kv, vv, ov, l, gv, g, o, dl);
-    } catch (const std::invalid_argument& e) {
-      // Name the Python function (the library names attention_backward).
-      std::string m = e.what();
-      const std::string lib = "softdot::attention_backward";
-      if (m.rfind(lib, 0) == 0) m = "softdot::" + name + m.substr(lib.size());
-      throw std::invalid_argument(m);
-    }
+  as_python(name.c_str(), [&] {
+    nb::gil_scoped_release release;
+    attention_backward(qv, kv, vv, ov, l, gv, g, o, dl);
   });
 }
 
@@ -245,17 +238,9 @@ void attention_f64_py(const std::string& name, const In& q, const In& k,
     l = static_cast<double*>(lse->data());
   }
   const AttentionOptions o = options_of(options);
-  with_python_messages([&] {
-    try {
-      nb::gil_scoped_release release;
-      attention(qv, kv, vv, ov, o, l);
-    } catch (const std::invalid_argument& e) {
-      std::string m = e.what();
-      const std::string lib = "softdot::attention:";
-      if (m.rfind(lib, 0) == 0)
-        m = "softdot::" + name + ":" + m.substr(lib.size());
-      throw std::invalid_argument(m);
-    }
+  as_python(name.c_str(), [&] {
+    nb::gil_scoped_release release;
+    attention(qv, kv, vv, ov, o, l);
   });
 }
 

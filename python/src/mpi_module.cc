@@ -24,6 +24,7 @@
 
 #include "arrays.h"
 #include "attention_views.h"
+#include "python_errors.h"
 #include "request_views.h"
 #include "softdot/attention.h"
 #include "softdot/attention_request.h"
@@ -81,7 +82,7 @@ void ring_py(std::int64_t comm, const In& q, const nb::dict& kv, const Out& out,
       [&](const auto& k) {
         using K = std::decay_t<decltype(k)>;
         const K& v = std::get<K>(source.v.variant());
-        with_python_messages([&] {
+        as_python("ring_attention", [&] {
           nb::gil_scoped_release release;
           mpi::ring_attention(c, qv, k, v, ov, o, l);
         });
@@ -126,7 +127,7 @@ void ring_backward_py(std::int64_t comm, const In& q, const In& k, const In& v,
   const auto vv = view4<const float>("value", v);
   const auto ov = view4<const float>("out", out);
   const auto dov = view4<const float>("grad_out", dout);
-  with_python_messages([&] {
+  as_python("ring_attention_backward", [&] {
     nb::gil_scoped_release release;
     mpi::ring_attention_backward(c, qv, kv, vv, ov, l, dov, g, o, dl);
   });

@@ -3,7 +3,9 @@
 // temperature ... "); a Python user called softdot.softmax and should read
 // "softmax: temperature ...". as_python(fn, f) runs f and rewrites the
 // message of a std::invalid_argument (ValueError) or a nanobind builtin
-// exception (TypeError, ...) to start with the Python function's name.
+// exception (TypeError, ...) to start with the Python function's name: the
+// one rewriter of the bindings (the caller's argument names, shapes and
+// indices are the Python layer's: python/softdot/_terms.py).
 #ifndef SOFTDOT_PYTHON_PYTHON_ERRORS_H_
 #define SOFTDOT_PYTHON_PYTHON_ERRORS_H_
 
@@ -15,15 +17,25 @@
 
 namespace softdot::python {
 
-// `what` with a leading "softdot::<name>: " removed, after "<fn>: ".
+// `what` with a leading "softdot::<name>: " (or "softdot::mpi::<name>: ")
+// removed, after "<fn>: "; a collective check's leading "rank N: " (the
+// rank that failed, softdot::mpi) stays first.
 inline std::string python_message(const char* fn, const char* what) {
   std::string_view w(what);
+  std::string rank;
+  if (w.starts_with("rank ")) {
+    const std::size_t colon = w.find(": ");
+    if (colon != std::string_view::npos) {
+      rank = std::string(w.substr(0, colon + 2));
+      w.remove_prefix(colon + 2);
+    }
+  }
   constexpr std::string_view kLibrary = "softdot::";
   if (w.starts_with(kLibrary)) {
     const std::size_t colon = w.find(": ");
     if (colon != std::string_view::npos) w.remove_prefix(colon + 2);
   }
-  return std::string(fn) + ": " + std::string(w);
+  return rank + std::string(fn) + ": " + std::string(w);
 }
 
 template <class F>

@@ -29,34 +29,6 @@
 
 namespace softdot::python {
 
-// Runs f; a std::invalid_argument from the library comes out with its C++
-// namespace ("softdot::", "softdot::mpi::", after a collective check's
-// "rank N: ") removed, so a
-// Python caller reads the name of the function it called
-// ("scaled_dot_product_attention: softcap must be ...").
-template <class F>
-void with_python_messages(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    std::string m = e.what();
-    // A collective check puts "rank N: " first (softdot::mpi).
-    std::size_t at = 0;
-    if (m.rfind("rank ", 0) == 0) {
-      const std::size_t colon = m.find(": ");
-      if (colon != std::string::npos) at = colon + 2;
-    }
-    for (const char* ns : {"softdot::mpi::", "softdot::"}) {
-      const std::string p = ns;
-      if (m.compare(at, p.size(), p) == 0) {
-        m.erase(at, p.size());
-        break;
-      }
-    }
-    throw std::invalid_argument(m);
-  }
-}
-
 // Fails naming the first key of d that is not in `known` (a caller's typo
 // in the Python layer would otherwise drop an option silently).
 inline void check_keys(const char* what, const nb::dict& d,
