@@ -20,7 +20,11 @@ from . import _int8
 from . import _softdot as _core
 from . import _terms as T
 
-KV_F32, KV_F16, KV_BF16, KV_I8 = 0, 1, 2, 3
+# The core's storage format codes (KVFormat), by name.
+_FORMATS = _core.kv_formats
+KV_F32, KV_F16, KV_BF16, KV_I8 = (
+    int(_FORMATS[n]) for n in ("float32", "float16", "bfloat16", "int8")
+)
 KV_NAMES = {
     KV_F32: "float32",
     KV_F16: "float16",

@@ -248,6 +248,14 @@ void attention_f64_py(const std::string& name, const In& q, const In& k,
 
 void bind_attention(nb::module_& m) {
   using namespace nb::literals;
+  // The storage formats' codes (KVFormat, attention_request.h) by name: the
+  // Python layer reads them here rather than keeping a copy.
+  nb::dict formats;
+  for (const KVFormat f : {KVFormat::kFloat32, KVFormat::kFloat16,
+                           KVFormat::kBFloat16, KVFormat::kInt8}) {
+    formats[kv_format_name(f)] = static_cast<int>(f);
+  }
+  m.attr("kv_formats") = formats;
   m.def(
       "option_fingerprint",
       [](const nb::dict& options) {
