@@ -3,8 +3,7 @@ numpy arrays and CPU torch tensors. See docs/python.md."""
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -121,48 +120,6 @@ def _int32(fn: str, name: str, a: Any, kind: str, ndim: int) -> np.ndarray:
             raise ValueError(f"{fn}: {name} holds values outside int32")
         a = a.astype(_I32)
     return np.ascontiguousarray(a)
-
-
-@contextlib.contextmanager
-def _written(
-    fn: str,
-    kv_write: Any,
-    key_cache: Any,
-    value_cache: Any,
-    layout: str,
-    kc: Tuple[Any, ...],
-    vc: Tuple[Any, ...],
-) -> Iterator[None]:
-    """paged_attention's kv_write around the attention: the old contents of
-    the slots it names (in range) kept, the rows written by write_kv (which
-    checks everything first); if the attention raises, the old contents put
-    back, bit for bit. kc, vc: _cache's pages and scales, the caller's
-    memory."""
-    if kv_write is None:
-        yield
-        return
-    try:
-        key, value, slot_mapping = kv_write
-    except (TypeError, ValueError):
-        raise ValueError(f"{fn}: kv_write must be (key, value, slot_mapping)") from None
-    views = (kc[0], kc[1], vc[0], vc[1])
-    pages = views[0]  # [P, Hkv, page_size, E], the caller's memory
-    P, ps = pages.shape[0], pages.shape[2]
-    sm = np.asarray(slot_mapping.numpy() if hasattr(slot_mapping, "numpy") else slot_mapping)
-    if sm.dtype.kind in "iu" and sm.ndim == 1:
-        s = sm.astype(np.int64)
-        s = s[(s >= 0) & (s < P * ps)]
-    else:
-        s = np.zeros(0, np.int64)  # write_kv names the bad argument
-    pg, row = s // ps, s % ps
-    saved = [(a, a[pg, :, row].copy()) for a in views if a is not None]
-    write_kv(key, value, key_cache, value_cache, slot_mapping, kv_layout=layout)
-    try:
-        yield
-    except BaseException:
-        for a, old in saved:  # the attention failed: the cache as it was, bit for bit
-            a[pg, :, row] = old
-        raise
 
 
 def _layout(fn: str, kv_layout: Any) -> None:
@@ -362,6 +319,43 @@ def _terms(
     return terms
 
 
+def _write_and_attend(
+    fn: str, kv_write: Any, kind: str, kc: Any, vc: Any, terms: T.Terms, req: Tuple[Any, ...]
+) -> None:
+    """kv_write then the attention, in one core call (write_kv_and_attend:
+    everything the write checks is checked before anything is written, and
+    if the attention fails the rows written are put back, bit for bit)."""
+    try:
+        key, value, slot_mapping = kv_write
+    except (TypeError, ValueError):
+        raise ValueError(f"{fn}: kv_write must be (key, value, slot_mapping)") from None
+    args, write_terms = _write_args(fn, key, value, slot_mapping, kind, kc, vc)
+    terms.items += write_terms.items
+    q, q_format, kv, out4, out_format, lse, opts = req
+    k, v, fk, kp, vp, fp, ks, vs, sm = args
+    terms.run(
+        lambda: _core.write_kv_and_attend(
+            fn,
+            k,
+            v,
+            fk,
+            kp,
+            vp,
+            fp,
+            ks,
+            vs,
+            sm,
+            R.ready(q),
+            q_format,
+            kv,
+            out4,
+            out_format,
+            lse,
+            opts,
+        )
+    )
+
+
 def paged_attention(
     query: Any,
     key_cache: Any,
@@ -523,14 +517,57 @@ def paged_attention(
     terms = _terms(fn, query_shape, q, ragged, kc, vc, kv_layout)
     # The library names a bad scale by page, head, row, sequence and position
     # (only the scales a key reads are checked; unused pages may hold anything).
-    with _written(fn, kv_write, key_cache, value_cache, kv_layout, kc, vc):
+    if kv_write is None:
         R.run(fn, R.ready(q), kv, "output", out4, lse, opts, [], q_format, out_format, terms)
+    else:
+        _write_and_attend(
+            fn, kv_write, kind, kc, vc, terms, (q, q_format, kv, out4, out_format, lse, opts)
+        )
     if not direct:
         np.copyto(o, out4[0].transpose(1, 0, 2) if ragged else out4.reshape(shape))
     return (user, lse_user) if return_lse else user
 
 
 paged_attention.__doc__ = (paged_attention.__doc__ or "") + R.CAUSAL_DOC
+
+
+def _write_args(
+    fn: str, key: Any, value: Any, slot_mapping: Any, kind: str, kc: Any, vc: Any
+) -> Tuple[Tuple[Any, ...], T.Terms]:
+    """The core's write_kv arguments (key, value, in_format, k_pages,
+    v_pages, page_format, k_scales, v_scales, slot_mapping) from the new
+    rows [T, Hkv, E] and _caches' pages (the caller's memory), and the
+    terms that name key and value in the caller's shapes."""
+    k, fk = R.kv_format(fn, "key", R.array(fn, "key", key, kind), kind)
+    v, fv = R.kv_format(fn, "value", R.array(fn, "value", value, kind), kind)
+    if fk != fv:
+        raise TypeError(f"{fn}: key and value must have the same dtype")
+    for name, a in (("key", k), ("value", v)):
+        if a.ndim != 3:
+            raise ValueError(f"{fn}: {name} has shape {a.shape}; expected [T, Hkv, E]")
+    sm = R.as_numpy(fn, "slot_mapping", R.array(fn, "slot_mapping", slot_mapping, kind), kind)
+    if sm.dtype.kind not in "iu":
+        raise A.accepted(fn, "slot_mapping", sm, "int64 (or another integer dtype, converted)")
+    if sm.ndim != 1:
+        raise ValueError(f"{fn}: slot_mapping has shape {sm.shape}; expected [T]")
+    if sm.dtype.kind == "u" and sm.size and int(sm.max()) >= 2**63:
+        raise ValueError(f"{fn}: slot_mapping holds values outside int64")
+    sm = np.ascontiguousarray(sm, dtype=np.int64)
+    terms = T.Terms()
+    for name, a in (("key", k), ("value", v)):
+        terms.add(name, name, a.shape, (1, a.shape[1], a.shape[0], a.shape[2]), T.tokens_heads)
+    args = (
+        R.ready(k.transpose(1, 0, 2)[None]),
+        R.ready(v.transpose(1, 0, 2)[None]),
+        fk,
+        kc[0],
+        vc[0],
+        kc[2],
+        kc[1],
+        vc[1],
+        sm,
+    )
+    return args, terms
 
 
 def write_kv(
@@ -569,38 +606,9 @@ def write_kv(
     fn = "write_kv"
     _layout(fn, kv_layout)
     kind = A.kind_of(key)
-    k, fk = R.kv_format(fn, "key", R.array(fn, "key", key, kind), kind)
-    v, fv = R.kv_format(fn, "value", R.array(fn, "value", value, kind), kind)
-    if fk != fv:
-        raise TypeError(f"{fn}: key and value must have the same dtype")
-    for name, a in (("key", k), ("value", v)):
-        if a.ndim != 3:
-            raise ValueError(f"{fn}: {name} has shape {a.shape}; expected [T, Hkv, E]")
     kc, vc = _caches(fn, key_cache, value_cache, kind, kv_layout, True)
-    (kp, ks, fp, raw_k), (vp, vs, _, raw_v) = kc, vc
-    sm = R.as_numpy(fn, "slot_mapping", R.array(fn, "slot_mapping", slot_mapping, kind), kind)
-    if sm.dtype.kind not in "iu":
-        raise A.accepted(fn, "slot_mapping", sm, "int64 (or another integer dtype, converted)")
-    if sm.ndim != 1:
-        raise ValueError(f"{fn}: slot_mapping has shape {sm.shape}; expected [T]")
-    if sm.dtype.kind == "u" and sm.size and int(sm.max()) >= 2**63:
-        raise ValueError(f"{fn}: slot_mapping holds values outside int64")
-    sm = np.ascontiguousarray(sm, dtype=np.int64)
-    terms = T.Terms()
-    for name, a in (("key", k), ("value", v)):
-        terms.add(name, name, a.shape, (1, a.shape[1], a.shape[0], a.shape[2]), T.tokens_heads)
-    _cache_terms(terms, "k_pages", raw_k, kp, kv_layout)
-    _cache_terms(terms, "v_pages", raw_v, vp, kv_layout)
-    terms.run(
-        lambda: _core.write_kv(
-            R.ready(k.transpose(1, 0, 2)[None]),
-            R.ready(v.transpose(1, 0, 2)[None]),
-            fk,
-            kp,
-            vp,
-            fp,
-            ks,
-            vs,
-            sm,
-        )
-    )
+    args, terms = _write_args(fn, key, value, slot_mapping, kind, kc, vc)
+    _cache_terms(terms, "k_pages", kc[3], kc[0], kv_layout)
+    _cache_terms(terms, "v_pages", vc[3], vc[0], kv_layout)
+    k, v, fk, kp, vp, fp, ks, vs, sm = args
+    terms.run(lambda: _core.write_kv(k, v, fk, kp, vp, fp, ks, vs, sm))

@@ -36,10 +36,12 @@ namespace {
 // when given, lse), "weights" or "scores" (out [B, H, L, S]); kv and options
 // are the dicts of request_views.h; name is the Python function the
 // library's messages name.
-void request_py(const std::string& name, const In& q, int q_format,
-                const nb::dict& kv, const std::string& kind, const Out& out,
-                int out_format, const std::optional<Out>& lse,
-                const nb::dict& options) {
+// The request of the Python layer's arguments (the arrays must outlive it).
+AttentionRequest request_of(const std::string& name, const In& q, int q_format,
+                            const nb::dict& kv, const std::string& kind,
+                            const Out& out, int out_format,
+                            const std::optional<Out>& lse,
+                            const nb::dict& options) {
   AttentionRequest r;
   r.name = name.c_str();
   // The query and the output: float32, or 16-bit (their bits, as uint16).
@@ -88,6 +90,15 @@ void request_py(const std::string& name, const In& q, int q_format,
   } else {
     fail("kind must be 'output', 'weights' or 'scores', got '" + kind + "'");
   }
+  return r;
+}
+
+void request_py(const std::string& name, const In& q, int q_format,
+                const nb::dict& kv, const std::string& kind, const Out& out,
+                int out_format, const std::optional<Out>& lse,
+                const nb::dict& options) {
+  const AttentionRequest r =
+      request_of(name, q, q_format, kv, kind, out, out_format, lse, options);
   // Checked with the GIL held (the messages are built then), run without.
   as_python(name.c_str(), [&] {
     const AttentionPlan plan = AttentionPlan::make(r);
@@ -111,14 +122,20 @@ void merge_py(const In& oa, const In& la, const In& ob, const In& lb,
   attention_merge(av, pa, bv, pb, ov, l);
 }
 
-// write_kv (kv_cache.h): key and value [1, H_kv, T, E] in in_format (0
-// float32, 1 float16, 2 bfloat16: 16-bit as their bits), the pages
-// [P, H_kv, page_size, E] in page_format (3: int8 values with their float32
-// scales [P, H_kv, page_size, 1]), slots int64 [T].
-void write_kv_py(const In& key, const In& value, int in_format,
-                 const Out& k_pages, const Out& v_pages, int page_format,
-                 const std::optional<Out>& k_scales,
-                 const std::optional<Out>& v_scales, const In& slots) {
+// The arguments of write_kv (kv_cache.h): key and value [1, H_kv, T, E] in
+// in_format (0 float32, 1 float16, 2 bfloat16: 16-bit as their bits), the
+// pages [P, H_kv, page_size, E] in page_format (3: int8 values with their
+// float32 scales [P, H_kv, page_size, 1]), slots int64 [T].
+struct WriteArgs {
+  KVTensor k, v;
+  KVPages kp, vp;
+  std::span<const std::int64_t> slots;
+};
+
+WriteArgs write_args(const In& key, const In& value, int in_format,
+                     const Out& k_pages, const Out& v_pages, int page_format,
+                     const std::optional<Out>& k_scales,
+                     const std::optional<Out>& v_scales, const In& slots) {
   auto rows = [&](const char* name, const In& a) -> KVTensor {
     switch (static_cast<KVFormat>(in_format)) {
       case KVFormat::kFloat32:
@@ -158,12 +175,43 @@ void write_kv_py(const In& key, const In& value, int in_format,
   const KVPages kp = pages("key_cache", k_pages, k_scales);
   const KVPages vp = pages("value_cache", v_pages, v_scales);
   check_dtype("slot_mapping", slots, nb::dtype<std::int64_t>(), "int64");
-  const std::span<const std::int64_t> sm(
-      static_cast<const std::int64_t*>(slots.data()),
-      contiguous_size("slot_mapping", slots));
+  return WriteArgs{k, v, kp, vp,
+                   std::span<const std::int64_t>(
+                       static_cast<const std::int64_t*>(slots.data()),
+                       contiguous_size("slot_mapping", slots))};
+}
+
+void write_kv_py(const In& key, const In& value, int in_format,
+                 const Out& k_pages, const Out& v_pages, int page_format,
+                 const std::optional<Out>& k_scales,
+                 const std::optional<Out>& v_scales, const In& slots) {
+  const WriteArgs w = write_args(key, value, in_format, k_pages, v_pages,
+                                 page_format, k_scales, v_scales, slots);
   as_python("write_kv", [&] {
     nb::gil_scoped_release release;
-    write_kv(k, v, kp, vp, sm);
+    write_kv(w.k, w.v, w.kp, w.vp, w.slots);
+  });
+}
+
+// write_kv_and_attend (kv_cache.h): the write's arguments as write_kv_py's
+// (the pages the same arrays as the request's), then the attention request;
+// a failed attention puts the written rows back.
+void write_and_attend_py(const std::string& name, const In& key,
+                         const In& value, int in_format, const Out& k_pages,
+                         const Out& v_pages, int page_format,
+                         const std::optional<Out>& k_scales,
+                         const std::optional<Out>& v_scales, const In& slots,
+                         const In& q, int q_format, const nb::dict& kv,
+                         const Out& out, int out_format,
+                         const std::optional<Out>& lse,
+                         const nb::dict& options) {
+  const WriteArgs w = write_args(key, value, in_format, k_pages, v_pages,
+                                 page_format, k_scales, v_scales, slots);
+  const AttentionRequest r = request_of(name, q, q_format, kv, "output", out,
+                                        out_format, lse, options);
+  as_python(name.c_str(), [&] {
+    nb::gil_scoped_release release;
+    write_kv_and_attend(w.k, w.v, w.kp, w.vp, w.slots, r);
   });
 }
 
@@ -274,6 +322,13 @@ void bind_attention(nb::module_& m) {
         "k_pages"_a, "v_pages"_a, "page_format"_a, "k_scales"_a.none(),
         "v_scales"_a.none(), "slot_mapping"_a,
         "New keys and values into their slots of a paged cache.");
+  m.def("write_kv_and_attend", &write_and_attend_py, "name"_a, "key"_a,
+        "value"_a, "in_format"_a, "k_pages"_a, "v_pages"_a, "page_format"_a,
+        "k_scales"_a.none(), "v_scales"_a.none(), "slot_mapping"_a, "query"_a,
+        "q_format"_a, "kv"_a, "out"_a, "out_format"_a, "lse"_a.none(),
+        "options"_a,
+        "write_kv, then the attention request over the pages written (the "
+        "rows put back if it fails).");
   m.def("attention_backward", &backward_py<float>, "name"_a, "query"_a, "key"_a,
         "value"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a,
         "dbias"_a.none(), "dsinks"_a.none(), "dlse"_a.none(), "options"_a,
