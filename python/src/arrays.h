@@ -13,9 +13,11 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "softdot/cross_entropy.h"
+#include "softdot/matrix.h"
 
 namespace softdot::python {
 
@@ -42,6 +44,40 @@ std::string shape_of(const A& a) {
   }
   if (a.ndim() == 1) s += ",";
   return s + ")";
+}
+
+// Any extent, for view2's expected shape.
+inline constexpr std::size_t kAnyExtent = static_cast<std::size_t>(-1);
+
+// A 2-d array as a MatrixView of T (its dtype checked by the caller): a
+// contiguous last axis and rows that do not overlap (overlap: rows a
+// read-only input may share, a stride of 0 broadcasting one row; never a
+// negative stride), and, where rows or cols are given, that shape. A view
+// with no row or no column spans nothing (its strides are not read). The
+// one 2-d converter of the bindings.
+template <class T, class A>
+MatrixView<T> view2(const char* name, const A& a, std::size_t rows = kAnyExtent,
+                    std::size_t cols = kAnyExtent, bool overlap = false) {
+  if (a.ndim() != 2 || (rows != kAnyExtent && a.shape(0) != rows) ||
+      (cols != kAnyExtent && a.shape(1) != cols)) {
+    const auto dim = [](std::size_t n, const char* any) {
+      return n == kAnyExtent ? std::string(any) : std::to_string(n);
+    };
+    fail(std::string(name) + " has shape " + shape_of(a) + "; expected (" +
+         dim(rows, "rows") + ", " + dim(cols, "columns") + ")");
+  }
+  const std::size_t r = a.shape(0), c = a.shape(1);
+  if (r > 0 && c > 1 && a.stride(1) != 1)
+    fail(std::string(name) + "'s last axis is not contiguous");
+  if (r > 1 && c > 0 && overlap && a.stride(0) < 0)
+    fail(std::string(name) + " has a negative stride");
+  if (r > 1 && c > 0 && !overlap && a.stride(0) < static_cast<std::int64_t>(c))
+    fail(std::string(name) + "'s rows overlap (stride < columns)");
+  using U = std::remove_const_t<T>;
+  auto* p = reinterpret_cast<T*>(const_cast<U*>(
+      static_cast<const U*>(static_cast<const void*>(a.data()))));
+  return MatrixView<T>(
+      p, r, c, r > 1 && c > 0 ? static_cast<std::size_t>(a.stride(0)) : c);
 }
 
 // One operand of a row walk: its base pointer (bytes) and the strides of the

@@ -22,37 +22,19 @@
 namespace softdot::python {
 namespace {
 
-template <class A>
-void check_rows(const char* name, const A& a, std::size_t rows,
-                std::size_t cols) {
-  if (a.ndim() != 2 || a.shape(0) != rows || a.shape(1) != cols)
-    fail(std::string(name) + " has shape " + shape_of(a) + "; expected (" +
-         std::to_string(rows) + ", " + std::to_string(cols) + ")");
-  if (cols > 1 && a.stride(1) != 1)
-    fail(std::string(name) + "'s last axis is not contiguous");
-  if (rows > 1 && a.stride(0) < static_cast<std::int64_t>(cols))
-    fail(std::string(name) + "'s rows overlap (stride < cols)");
-}
-
 template <class T>
 double run(const In& logits, const In& targets, const std::optional<Out>& loss,
            const std::optional<Out>& grad, const CrossEntropyOptions& o) {
   const std::size_t rows = logits.shape(0), cols = logits.shape(1);
-  check_rows("logits", logits, rows, cols);
+  const MatrixView<const T> x = view2<const T>("logits", logits, rows, cols);
   const std::span<const std::int64_t> t = targets_of(targets, rows);
   const std::span<T> loss_span = loss_of<T>(loss, rows);
   MatrixView<T> grad_view;
   if (grad) {
     if (grad->dtype() != nb::dtype<T>())
       fail("grad has a different dtype from logits");
-    check_rows("grad", *grad, rows, cols);
-    grad_view = MatrixView<T>(
-        static_cast<T*>(grad->data()), rows, cols,
-        rows > 1 ? static_cast<std::size_t>(grad->stride(0)) : cols);
+    grad_view = view2<T>("grad", *grad, rows, cols);
   }
-  const MatrixView<const T> x(
-      static_cast<const T*>(logits.data()), rows, cols,
-      rows > 1 ? static_cast<std::size_t>(logits.stride(0)) : cols);
   nb::gil_scoped_release release;
   return cross_entropy(x, t, loss_span, grad_view, o);
 }

@@ -22,26 +22,12 @@
 namespace softdot::python {
 namespace {
 
-template <class A>
-std::size_t row_stride(const char* name, const A& a, std::size_t rows,
-                       std::size_t cols) {
-  if (a.ndim() != 2 || a.shape(0) != rows || a.shape(1) != cols)
-    fail(std::string(name) + " has shape " + shape_of(a) + "; expected (" +
-         std::to_string(rows) + ", " + std::to_string(cols) + ")");
-  if (cols > 1 && a.stride(1) != 1)
-    fail(std::string(name) + "'s last axis is not contiguous");
-  if (rows > 1 && a.stride(0) < static_cast<std::int64_t>(cols))
-    fail(std::string(name) + "'s rows overlap (stride < cols)");
-  return rows > 1 ? static_cast<std::size_t>(a.stride(0)) : cols;
-}
-
 MatrixView<float> grad_view(const char* name, const std::optional<Out>& g,
                             std::size_t rows, std::size_t cols) {
   if (!g) return {};
   if (g->dtype() != nb::dtype<float>())
     fail(std::string(name) + " must be float32");
-  return MatrixView<float>(static_cast<float*>(g->data()), rows, cols,
-                           row_stride(name, *g, rows, cols));
+  return view2<float>(name, *g, rows, cols);
 }
 
 template <class T>
@@ -50,10 +36,8 @@ double run(const In& hidden, const In& weight, const In& targets,
            const std::optional<Out>& dw, const CrossEntropyOptions& o) {
   const std::size_t n = hidden.shape(0), d = hidden.shape(1),
                     v = weight.shape(0);
-  const MatrixView<const T> h(static_cast<const T*>(hidden.data()), n, d,
-                              row_stride("hidden", hidden, n, d));
-  const MatrixView<const T> w(static_cast<const T*>(weight.data()), v, d,
-                              row_stride("weight", weight, v, d));
+  const MatrixView<const T> h = view2<const T>("hidden", hidden, n, d);
+  const MatrixView<const T> w = view2<const T>("weight", weight, v, d);
   const std::span<const std::int64_t> t = targets_of(targets, n);
   const std::span<float> loss_span = loss_of<float>(loss, n);
   const MatrixView<float> gh = grad_view("grad_hidden", dh, n, d);

@@ -146,27 +146,6 @@ std::tuple<std::size_t, std::size_t, std::vector<std::size_t>> layout_py(
 
 // ---- vocabulary-parallel softmax family and cross-entropy -----------------
 
-// A 2-d array as a MatrixView of T (dtype checked by the caller); a
-// contiguous last axis and rows that do not overlap. A shard may have no
-// column (or, for a weight, no row).
-template <class T, class A>
-MatrixView<T> matrix_of(const char* name, const A& a) {
-  if (a.ndim() != 2)
-    fail(std::string(name) + " has shape " + shape_of(a) +
-         "; expected (rows, columns)");
-  const std::size_t rows = a.shape(0), cols = a.shape(1);
-  if (rows > 0 && cols > 1 && a.stride(1) != 1)
-    fail(std::string(name) + "'s last axis is not contiguous");
-  if (rows > 1 && cols > 0 && a.stride(0) < static_cast<std::int64_t>(cols))
-    fail(std::string(name) + "'s rows overlap (stride < columns)");
-  using U = std::remove_const_t<T>;
-  auto* p = reinterpret_cast<T*>(const_cast<U*>(
-      static_cast<const U*>(static_cast<const void*>(a.data()))));
-  const std::size_t stride =
-      rows > 1 && cols > 0 ? static_cast<std::size_t>(a.stride(0)) : cols;
-  return MatrixView<T>(p, rows, cols, stride);
-}
-
 template <class F>
 void by_float(const In& x, F&& f) {
   if (x.dtype() == nb::dtype<float>()) return f(float{});
@@ -193,8 +172,8 @@ void vocab_rows_py(std::int64_t comm, const In& x, const Out& y,
   by_float(x, [&](auto t) {
     using T = decltype(t);
     check_same<T>("out", y, x);
-    const auto xv = matrix_of<const T>("x", x);
-    const auto yv = matrix_of<T>("out", y);
+    const auto xv = view2<const T>("x", x);
+    const auto yv = view2<T>("out", y);
     nb::gil_scoped_release release;
     if (op == 0)
       mpi::softmax(c, xv, vocab_begin, yv, o);
@@ -210,7 +189,7 @@ void vocab_lse_py(std::int64_t comm, const In& x, const Out& lse,
   o.deterministic = deterministic;
   by_float(x, [&](auto t) {
     using T = decltype(t);
-    const auto xv = matrix_of<const T>("x", x);
+    const auto xv = view2<const T>("x", x);
     if (lse.dtype() != nb::dtype<T>() || lse.ndim() != 1 ||
         lse.shape(0) != xv.rows || (xv.rows > 1 && lse.stride(0) != 1))
       fail("lse must be a contiguous array of x's dtype, shape (" +
@@ -235,7 +214,7 @@ double vocab_xent_py(std::int64_t comm, const In& logits,
   double value = 0.0;
   by_float(logits, [&](auto t) {
     using T = decltype(t);
-    const auto xv = matrix_of<const T>("logits", logits);
+    const auto xv = view2<const T>("logits", logits);
     const std::size_t rows = xv.rows;
     const std::span<const std::int64_t> ts = targets_of(targets, rows);
     const std::span<T> ls = loss_of<T>(loss, rows);
@@ -243,7 +222,7 @@ double vocab_xent_py(std::int64_t comm, const In& logits,
     if (grad) {
       if (grad->dtype() != nb::dtype<T>())
         throw nb::type_error("grad must have the logits' dtype");
-      gv = matrix_of<T>("grad", *grad);
+      gv = view2<T>("grad", *grad);
     }
     nb::gil_scoped_release release;
     value = mpi::cross_entropy(c, xv, vocab_begin, ts, ls, gv, o, vo);
@@ -270,12 +249,12 @@ double vocab_linear_xent_py(std::int64_t comm, const In& hidden,
     if (!g) return MatrixView<float>{};
     if (g->dtype() != nb::dtype<float>())
       throw nb::type_error((std::string(name) + " must be float32").c_str());
-    return matrix_of<float>(name, *g);
+    return view2<float>(name, *g);
   };
   const auto run = [&](auto t) {
     using T = decltype(t);
-    const auto hv = matrix_of<const T>("hidden", hidden);
-    const auto wv = matrix_of<const T>("weight", weight);
+    const auto hv = view2<const T>("hidden", hidden);
+    const auto wv = view2<const T>("weight", weight);
     const std::span<const std::int64_t> ts = targets_of(targets, hv.rows);
     const std::span<float> ls = loss_of<float>(loss, hv.rows);
     const MatrixView<float> ghv = grad_of("grad_hidden", grad_hidden);

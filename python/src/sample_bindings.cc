@@ -36,18 +36,6 @@ std::span<T> flat(const char* name, const A& a, std::size_t n) {
   return std::span<T>(static_cast<T*>(a.data()), n);
 }
 
-template <class T>
-MatrixView<const T> rows_of(const char* name, const In& a) {
-  if (a.ndim() != 2) fail(std::string(name) + " must be 2-d");
-  const std::size_t rows = a.shape(0), cols = a.shape(1);
-  if (cols > 1 && a.stride(1) != 1)
-    fail(std::string(name) + "'s last axis is not contiguous");
-  const std::int64_t s0 = a.stride(0);
-  if (rows > 1 && s0 < 0) fail(std::string(name) + " has a negative stride");
-  return MatrixView<const T>(static_cast<const T*>(a.data()), rows, cols,
-                             rows > 1 ? static_cast<std::size_t>(s0) : cols);
-}
-
 void sample_py(const In& logits, int format, const In& seeds, const Out& tokens,
                const std::optional<Out>& logprobs,
                const std::optional<In>& bitmask, double temperature,
@@ -70,15 +58,18 @@ void sample_py(const In& logits, int format, const In& seeds, const Out& tokens,
     }
     const SampleOptions o{temperature, top_k, top_p, min_p};
     if (format == 0) {
-      const auto x = rows_of<float>("logits", logits);
+      const auto x =
+          view2<const float>("logits", logits, kAnyExtent, kAnyExtent, true);
       nb::gil_scoped_release release;
       sample(x, s, t, lp, o, mask);
     } else if (format == 1) {
-      const auto x = rows_of<BFloat16>("logits", logits);
+      const auto x =
+          view2<const BFloat16>("logits", logits, kAnyExtent, kAnyExtent, true);
       nb::gil_scoped_release release;
       sample(x, s, t, lp, o, mask);
     } else {
-      const auto x = rows_of<Float16>("logits", logits);
+      const auto x =
+          view2<const Float16>("logits", logits, kAnyExtent, kAnyExtent, true);
       nb::gil_scoped_release release;
       sample(x, s, t, lp, o, mask);
     }
@@ -95,10 +86,14 @@ void speculative_py(const In& draft_tokens,
         draft_tokens.dtype() != nb::dtype<std::int64_t>())
       fail("draft_tokens must be 2-d int64");
     const std::size_t rows = draft_tokens.shape(0), k = draft_tokens.shape(1);
-    const auto dt = rows_of<std::int64_t>("draft_tokens", draft_tokens);
+    const auto dt = view2<const std::int64_t>("draft_tokens", draft_tokens,
+                                              kAnyExtent, kAnyExtent, true);
     MatrixView<const float> dp;
-    if (draft_probs) dp = rows_of<float>("draft_probs", *draft_probs);
-    const auto tl = rows_of<float>("target_logits", target_logits);
+    if (draft_probs)
+      dp = view2<const float>("draft_probs", *draft_probs, kAnyExtent,
+                              kAnyExtent, true);
+    const auto tl = view2<const float>("target_logits", target_logits,
+                                       kAnyExtent, kAnyExtent, true);
     const auto s = flat<const std::uint64_t>("seed", seeds, rows);
     const auto a = flat<std::int64_t>("accepted", accepted, rows);
     const auto out = flat<std::int64_t>("tokens", tokens, rows * (k + 1));

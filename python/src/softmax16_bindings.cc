@@ -31,17 +31,7 @@ MatrixView<H> rows_of(const char* name, const A& a, std::size_t rows,
                       std::size_t cols) {
   if (a.dtype() != nb::dtype<std::uint16_t>())
     fail(std::string(name) + " must hold 16-bit values (uint16 bits)");
-  if (a.ndim() != 2 || a.shape(0) != rows || a.shape(1) != cols)
-    fail(std::string(name) + " has shape " + shape_of(a) + "; expected (" +
-         std::to_string(rows) + ", " + std::to_string(cols) + ")");
-  if (cols > 1 && a.stride(1) != 1)
-    fail(std::string(name) + "'s last axis is not contiguous");
-  if (rows > 1 && a.stride(0) < static_cast<std::int64_t>(cols))
-    fail(std::string(name) + "'s rows overlap (stride < cols)");
-  using P = std::conditional_t<std::is_const_v<H>, const void*, void*>;
-  return MatrixView<H>(
-      static_cast<H*>(const_cast<P>(static_cast<const void*>(a.data()))), rows,
-      cols, rows > 1 ? static_cast<std::size_t>(a.stride(0)) : cols);
+  return view2<H>(name, a, rows, cols);
 }
 
 template <class H>

@@ -77,7 +77,6 @@ using detail::DupComm;
 using detail::hidden;
 using detail::kPollRows;
 using detail::row_range;
-using detail::shape;
 
 using detail::Args;
 using detail::check_local;

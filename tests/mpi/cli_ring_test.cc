@@ -102,12 +102,14 @@ int main(int argc, char** argv) {
   // Every option of the command that reaches the ring, each against the
   // one-process command for P = 1 to 4 (options that are read from files
   // reach rank 0 only and must travel to the others).
-  for (const std::string extra :
-       {" --causal", " --mask mask.npy", " --kv int8 --causal",
-        " --causal --alibi-slopes alibi.npy",
-        " --alibi-slopes alibi.npy --window-left 20 --window-right 5"
-        " --softcap 3 --scale 0.2 --mask mask.npy",
-        " --bias bias.npy --window-left 30"}) {
+  const std::string alibi_all =
+      std::string(" --alibi-slopes alibi.npy --window-left 20") +
+      " --window-right 5 --softcap 3 --scale 0.2 --mask mask.npy";
+  for (const std::string& extra :
+       {std::string(" --causal"), std::string(" --mask mask.npy"),
+        std::string(" --kv int8 --causal"),
+        std::string(" --causal --alibi-slopes alibi.npy"), alibi_all,
+        std::string(" --bias bias.npy --window-left 30")}) {
     CHECK(sh(in + extra + " -o ref.npy --lse ref_lse.npy") == 0,
           "one process" + extra);
     // P = 1, contiguous: attention()'s bits.
