@@ -56,7 +56,7 @@ def call(
         )
     out4, direct = R.target(out_arr)
     lse_user, lse = A.new_output(p.lead + (p.L,), A.F32, p.kind) if return_lse else (None, None)
-    R.run(fn, p.q, p.kv, kind, out4, lse, o, p.scales, p.q_format, out_format, R.terms(p))
+    R.run(fn, p.q, p.kv, kind, out4, lse, o, p.scales, p.q_format, out_format, lambda: R.terms(p))
     if not direct:
         np.copyto(out_arr, out4.reshape(shape))
     return (user, lse_user) if return_lse else user

@@ -3,7 +3,7 @@ numpy arrays and CPU torch tensors. See docs/python.md."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -320,7 +320,14 @@ def _terms(
 
 
 def _write_and_attend(
-    fn: str, kv_write: Any, kind: str, kc: Any, vc: Any, terms: T.Terms, req: Tuple[Any, ...]
+    fn: str,
+    kv_write: Any,
+    kind: str,
+    kc: Any,
+    vc: Any,
+    layout: str,
+    terms: Callable[[], T.Terms],
+    req: Tuple[Any, ...],
 ) -> None:
     """kv_write then the attention, in one core call (write_kv_and_attend:
     everything the write checks is checked before anything is written, and
@@ -329,11 +336,17 @@ def _write_and_attend(
         key, value, slot_mapping = kv_write
     except (TypeError, ValueError):
         raise ValueError(f"{fn}: kv_write must be (key, value, slot_mapping)") from None
-    args, write_terms = _write_args(fn, key, value, slot_mapping, kind, kc, vc)
-    terms.items += write_terms.items
+    args, write_terms = _write_args(fn, key, value, slot_mapping, kind, kc, vc, layout)
+
+    def all_terms() -> T.Terms:
+        t = terms()
+        t.items += [x for x in write_terms().items if x[0] in ("key", "value")]
+        return t
+
     q, q_format, kv, out4, out_format, lse, opts = req
     k, v, fk, kp, vp, fp, ks, vs, sm = args
-    terms.run(
+    T.run_in(
+        all_terms,
         lambda: _core.write_kv_and_attend(
             fn,
             k,
@@ -352,7 +365,7 @@ def _write_and_attend(
             out_format,
             lse,
             opts,
-        )
+        ),
     )
 
 
@@ -514,14 +527,24 @@ def paged_attention(
     lse_user, lse = A.new_output(lse_shape, A.F32, kind) if return_lse else (None, None)
     positions = (query_positions, kv_position_offsets, kv_position_stride)
     kv = _kv(fn, kind, kc, vc, bt, sl, qsl, draft_parents, positions)
-    terms = _terms(fn, query_shape, q, ragged, kc, vc, kv_layout)
+
+    def terms() -> T.Terms:
+        return _terms(fn, query_shape, q, ragged, kc, vc, kv_layout)
+
     # The library names a bad scale by page, head, row, sequence and position
     # (only the scales a key reads are checked; unused pages may hold anything).
     if kv_write is None:
         R.run(fn, R.ready(q), kv, "output", out4, lse, opts, [], q_format, out_format, terms)
     else:
         _write_and_attend(
-            fn, kv_write, kind, kc, vc, terms, (q, q_format, kv, out4, out_format, lse, opts)
+            fn,
+            kv_write,
+            kind,
+            kc,
+            vc,
+            kv_layout,
+            terms,
+            (q, q_format, kv, out4, out_format, lse, opts),
         )
     if not direct:
         np.copyto(o, out4[0].transpose(1, 0, 2) if ragged else out4.reshape(shape))
@@ -532,12 +555,13 @@ paged_attention.__doc__ = (paged_attention.__doc__ or "") + R.CAUSAL_DOC
 
 
 def _write_args(
-    fn: str, key: Any, value: Any, slot_mapping: Any, kind: str, kc: Any, vc: Any
-) -> Tuple[Tuple[Any, ...], T.Terms]:
+    fn: str, key: Any, value: Any, slot_mapping: Any, kind: str, kc: Any, vc: Any, layout: str
+) -> Tuple[Tuple[Any, ...], Callable[[], T.Terms]]:
     """The core's write_kv arguments (key, value, in_format, k_pages,
     v_pages, page_format, k_scales, v_scales, slot_mapping) from the new
-    rows [T, Hkv, E] and _caches' pages (the caller's memory), and the
-    terms that name key and value in the caller's shapes."""
+    rows [T, Hkv, E] and _caches' pages (the caller's memory), and what
+    builds the terms that name key, value and the pages in the caller's
+    shapes (on an error only)."""
     k, fk = R.kv_format(fn, "key", R.array(fn, "key", key, kind), kind)
     v, fv = R.kv_format(fn, "value", R.array(fn, "value", value, kind), kind)
     if fk != fv:
@@ -553,9 +577,15 @@ def _write_args(
     if sm.dtype.kind == "u" and sm.size and int(sm.max()) >= 2**63:
         raise ValueError(f"{fn}: slot_mapping holds values outside int64")
     sm = np.ascontiguousarray(sm, dtype=np.int64)
-    terms = T.Terms()
-    for name, a in (("key", k), ("value", v)):
-        terms.add(name, name, a.shape, (1, a.shape[1], a.shape[0], a.shape[2]), T.tokens_heads)
+
+    def terms() -> T.Terms:
+        t = T.Terms()
+        for name, a in (("key", k), ("value", v)):
+            t.add(name, name, a.shape, (1, a.shape[1], a.shape[0], a.shape[2]), T.tokens_heads)
+        _cache_terms(t, "k_pages", kc[3], kc[0], layout)
+        _cache_terms(t, "v_pages", vc[3], vc[0], layout)
+        return t
+
     args = (
         R.ready(k.transpose(1, 0, 2)[None]),
         R.ready(v.transpose(1, 0, 2)[None]),
@@ -607,8 +637,6 @@ def write_kv(
     _layout(fn, kv_layout)
     kind = A.kind_of(key)
     kc, vc = _caches(fn, key_cache, value_cache, kind, kv_layout, True)
-    args, terms = _write_args(fn, key, value, slot_mapping, kind, kc, vc)
-    _cache_terms(terms, "k_pages", kc[3], kc[0], kv_layout)
-    _cache_terms(terms, "v_pages", vc[3], vc[0], kv_layout)
+    args, terms = _write_args(fn, key, value, slot_mapping, kind, kc, vc, kv_layout)
     k, v, fk, kp, vp, fp, ks, vs, sm = args
-    terms.run(lambda: _core.write_kv(k, v, fk, kp, vp, fp, ks, vs, sm))
+    T.run_in(terms, lambda: _core.write_kv(k, v, fk, kp, vp, fp, ks, vs, sm))

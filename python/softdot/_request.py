@@ -11,7 +11,7 @@ dtype, axes, broadcasting, a pair's form). Nothing is computed here.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -503,12 +503,13 @@ def run(
     scales: List[Tuple[str, np.ndarray]],
     q_format: int = KV_F32,
     out_format: int = KV_F32,
-    caller: Optional[T.Terms] = None,
+    caller: Optional[Callable[[], T.Terms]] = None,
 ) -> None:
     """The core's request: kind "output" (out4 and lse), "weights" or
     "scores". A refused int8 scale is named by its index in the caller's
-    array (scales: the caller's (name, scales) pairs); with `caller`, every
-    other message names the caller's arrays (terms())."""
+    array (scales: the caller's (name, scales) pairs); with `caller` (what
+    builds the terms, called only on an error), every other message names the
+    caller's arrays (terms())."""
 
     def core() -> None:
         _core.attention_request(fn, q4, q_format, kv, kind, out4, out_format, lse, opts)
@@ -517,7 +518,7 @@ def run(
         if caller is None:
             core()
         else:
-            caller.run(core)
+            T.run_in(caller, core)
 
     if scales:
         _int8.check_scales_on_error(fn, scales, call)

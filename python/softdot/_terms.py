@@ -67,6 +67,16 @@ class Terms:
             raise ValueError(self.rewrite(str(e))) from None
 
 
+def run_in(make: Callable[[], Terms], call: Callable[[], Any]) -> Any:
+    """call(); a ValueError from the core comes out in the terms make()
+    builds. They are built only then: a few microseconds a call, which a
+    decode step should not pay when nothing fails."""
+    try:
+        return call()
+    except ValueError as e:
+        raise ValueError(make().rewrite(str(e))) from None
+
+
 def folded(lead: Sequence[int]) -> Callable[[Index], Index]:
     """The core's [b, h, r, c] of an array whose leading axes (lead, 0 or
     more) were folded into b: the caller's index."""

@@ -23,6 +23,7 @@ import numpy as np
 from . import _arrays as A
 from . import _int8
 from . import _request as R
+from . import _terms as T
 from ._mpi_comm import agreed as _agreed
 from ._mpi_comm import at_least as _at_least
 from ._mpi_comm import handle as _handle
@@ -248,13 +249,12 @@ def ring_attention(
     target, direct = R.target(o)
     lse_user, lse = A.new_output(p.lead + (p.L,), A.F32, p.kind) if return_lse else (None, None)
 
-    caller = R.terms(p)
-
     def call() -> None:
-        caller.run(
+        T.run_in(
+            lambda: R.terms(p),
             lambda: _mpi.ring_attention(
                 h, p.q, p.kv, target, lse, opts, n, zig, bool(deterministic)
-            )
+            ),
         )
 
     if p.scales:
@@ -464,10 +464,11 @@ def ring_attention_backward(
         ds_user, ds = A.new_output((b.sinks.shape[0],), A.F32, kind)
     ins = (p.q, p.kv["k"], p.kv["v"], b.out, b.lse, b.grad_out)
     grads = (R.to4(dq), R.to4(dk), R.to4(dv), ds)
-    R.terms(p).run(
+    T.run_in(
+        lambda: R.terms(p),
         lambda: _mpi.ring_attention_backward(
             h, *ins, *grads, b.grad_lse, b.opts, n, zig, bool(deterministic)
-        )
+        ),
     )
     if ds_user is not None:
         return dq_user, dk_user, dv_user, ds_user
