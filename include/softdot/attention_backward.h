@@ -69,8 +69,13 @@ struct AttentionGradients {
 // the shapes): q [B, H, n_q, d], k [B, H_kv, n_kv, d], v [B, H_kv, n_kv,
 // d_v], out and dout [B, H, n_q, d_v], lse B H n_q floats (attention()'s);
 // the gradients the shapes above; no gradient may overlap an input or
-// another gradient. Threads: OpenMP over batch x KV heads x 64-key blocks.
-// dlse: null, or the gradient of the loss with respect to lse (B H n_q
+// another gradient. out must be the float32 output of float32 weights: from
+// bfloat16 inputs on the units, a forward with UnitWeights::kSplit (Delta =
+// rowsum(dO O) meets the weights recomputed here, and dP - Delta cancels
+// when the values' mean is far from 0: kRounded's output made dQ off by
+// 3.3e-2 of its magnitude on uniform [0, 1) inputs; softdot's Python
+// autograd runs kSplit for this). Threads: OpenMP over batch x KV heads x
+// 64-key blocks. dlse: null, or the gradient of the loss with respect to lse (B H n_q
 // floats): d lse_i / d s_ij = P_ij, so it enters as Delta_i - dlse_i (and
 // the sink's P_sink dlse_i).
 void attention_backward(TensorView<const float> q, TensorView<const float> k,
