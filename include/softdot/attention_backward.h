@@ -75,8 +75,8 @@ struct AttentionGradients {
 // when the values' mean is far from 0: kRounded's output made dQ off by
 // 3.3e-2 of its magnitude on uniform [0, 1) inputs; softdot's Python
 // autograd runs kSplit for this). Threads: OpenMP over batch x KV heads x
-// 64-key blocks. dlse: null, or the gradient of the loss with respect to lse (B H n_q
-// floats): d lse_i / d s_ij = P_ij, so it enters as Delta_i - dlse_i (and
+// 64-key blocks. dlse: null, or the gradient of the loss with respect to lse (B
+// H n_q floats): d lse_i / d s_ij = P_ij, so it enters as Delta_i - dlse_i (and
 // the sink's P_sink dlse_i).
 void attention_backward(TensorView<const float> q, TensorView<const float> k,
                         TensorView<const float> v, TensorView<const float> out,
