@@ -510,13 +510,10 @@ void run_rows(const AttentionPlan& plan, const KVViews<KT>& kv) {
   RowRunner<KT>(plan, kv).run();
 }
 
-#define SOFTDOT_RUNNERS(KT) \
+#define SOFTDOT_RUNNER(KT) \
   template void run_rows<KT>(const AttentionPlan&, const KVViews<KT>&);
-SOFTDOT_RUNNERS(float)
-SOFTDOT_RUNNERS(Float16)
-SOFTDOT_RUNNERS(BFloat16)
-SOFTDOT_RUNNERS(std::int8_t)
-#undef SOFTDOT_RUNNERS
+SOFTDOT_FOR_EACH_KV_TYPE(SOFTDOT_RUNNER)
+#undef SOFTDOT_RUNNER
 
 }  // namespace detail::attn
 
@@ -535,26 +532,37 @@ void partial(const char* fn, TensorView<const float> q, KVSource kv,
 }  // namespace
 
 // The public entry points: each builds a request (attention_request.h).
-void attention(TensorView<const float> q, TensorView<const float> k,
-               TensorView<const float> v, TensorView<float> out,
-               const AttentionOptions& options, float* lse) {
-  output("attention", q, KVSource::contiguous(k, v), out, options, lse);
-}
-void attention(TensorView<const float> q, TensorView<const Float16> k,
-               TensorView<const Float16> v, TensorView<float> out,
-               const AttentionOptions& options, float* lse) {
-  output("attention", q, KVSource::contiguous(k, v), out, options, lse);
-}
-void attention(TensorView<const float> q, TensorView<const BFloat16> k,
-               TensorView<const BFloat16> v, TensorView<float> out,
-               const AttentionOptions& options, float* lse) {
-  output("attention", q, KVSource::contiguous(k, v), out, options, lse);
-}
-void attention(TensorView<const float> q, const Int8KV& k, const Int8KV& v,
-               TensorView<float> out, const AttentionOptions& options,
-               float* lse) {
-  output("attention", q, KVSource::contiguous(k, v), out, options, lse);
-}
+// The float-query overloads, one set per K/V argument type KV:
+#define SOFTDOT_FLOAT_QUERY_ENTRIES(KV)                                        \
+  void attention(TensorView<const float> q, KV k, KV v, TensorView<float> out, \
+                 const AttentionOptions& options, float* lse) {                \
+    output("attention", q, KVSource::contiguous(k, v), out, options, lse);     \
+  }                                                                            \
+  void attention_partial(TensorView<const float> q, KV k, KV v,                \
+                         AttentionPartial& p,                                  \
+                         const AttentionOptions& options) {                    \
+    partial("attention_partial", q, KVSource::contiguous(k, v), p, options);   \
+  }                                                                            \
+  void paged_attention(TensorView<const float> q, KV k_pages, KV v_pages,      \
+                       const PagedKVTable& table, TensorView<float> out,       \
+                       const AttentionOptions& options, float* lse) {          \
+    output("paged_attention", q, KVSource::pages(k_pages, v_pages, table),     \
+           out, options, lse);                                                 \
+  }                                                                            \
+  void paged_attention_partial(TensorView<const float> q, KV k_pages,          \
+                               KV v_pages, const PagedKVTable& table,          \
+                               AttentionPartial& p,                            \
+                               const AttentionOptions& options) {              \
+    partial("paged_attention_partial", q,                                      \
+            KVSource::pages(k_pages, v_pages, table), p, options);             \
+  }
+SOFTDOT_FLOAT_QUERY_ENTRIES(TensorView<const float>)
+SOFTDOT_FLOAT_QUERY_ENTRIES(TensorView<const Float16>)
+SOFTDOT_FLOAT_QUERY_ENTRIES(TensorView<const BFloat16>)
+SOFTDOT_FLOAT_QUERY_ENTRIES(const Int8KV&)
+#undef SOFTDOT_FLOAT_QUERY_ENTRIES
+
+// The 16-bit-query overloads: q, k, v and out all of one format.
 void attention(TensorView<const BFloat16> q, TensorView<const BFloat16> k,
                TensorView<const BFloat16> v, TensorView<BFloat16> out,
                const AttentionOptions& options, float* lse) {
@@ -564,90 +572,6 @@ void attention(TensorView<const Float16> q, TensorView<const Float16> k,
                TensorView<const Float16> v, TensorView<Float16> out,
                const AttentionOptions& options, float* lse) {
   output("attention", q, KVSource::contiguous(k, v), out, options, lse);
-}
-
-void attention_partial(TensorView<const float> q, TensorView<const float> k,
-                       TensorView<const float> v, AttentionPartial& p,
-                       const AttentionOptions& options) {
-  partial("attention_partial", q, KVSource::contiguous(k, v), p, options);
-}
-void attention_partial(TensorView<const float> q, TensorView<const Float16> k,
-                       TensorView<const Float16> v, AttentionPartial& p,
-                       const AttentionOptions& options) {
-  partial("attention_partial", q, KVSource::contiguous(k, v), p, options);
-}
-void attention_partial(TensorView<const float> q, TensorView<const BFloat16> k,
-                       TensorView<const BFloat16> v, AttentionPartial& p,
-                       const AttentionOptions& options) {
-  partial("attention_partial", q, KVSource::contiguous(k, v), p, options);
-}
-void attention_partial(TensorView<const float> q, const Int8KV& k,
-                       const Int8KV& v, AttentionPartial& p,
-                       const AttentionOptions& options) {
-  partial("attention_partial", q, KVSource::contiguous(k, v), p, options);
-}
-
-void paged_attention(TensorView<const float> q, TensorView<const float> k_pages,
-                     TensorView<const float> v_pages, const PagedKVTable& table,
-                     TensorView<float> out, const AttentionOptions& options,
-                     float* lse) {
-  output("paged_attention", q, KVSource::pages(k_pages, v_pages, table), out,
-         options, lse);
-}
-void paged_attention(TensorView<const float> q,
-                     TensorView<const Float16> k_pages,
-                     TensorView<const Float16> v_pages,
-                     const PagedKVTable& table, TensorView<float> out,
-                     const AttentionOptions& options, float* lse) {
-  output("paged_attention", q, KVSource::pages(k_pages, v_pages, table), out,
-         options, lse);
-}
-void paged_attention(TensorView<const float> q,
-                     TensorView<const BFloat16> k_pages,
-                     TensorView<const BFloat16> v_pages,
-                     const PagedKVTable& table, TensorView<float> out,
-                     const AttentionOptions& options, float* lse) {
-  output("paged_attention", q, KVSource::pages(k_pages, v_pages, table), out,
-         options, lse);
-}
-void paged_attention(TensorView<const float> q, const Int8KV& k_pages,
-                     const Int8KV& v_pages, const PagedKVTable& table,
-                     TensorView<float> out, const AttentionOptions& options,
-                     float* lse) {
-  output("paged_attention", q, KVSource::pages(k_pages, v_pages, table), out,
-         options, lse);
-}
-
-void paged_attention_partial(TensorView<const float> q,
-                             TensorView<const float> k_pages,
-                             TensorView<const float> v_pages,
-                             const PagedKVTable& table, AttentionPartial& p,
-                             const AttentionOptions& options) {
-  partial("paged_attention_partial", q,
-          KVSource::pages(k_pages, v_pages, table), p, options);
-}
-void paged_attention_partial(TensorView<const float> q,
-                             TensorView<const Float16> k_pages,
-                             TensorView<const Float16> v_pages,
-                             const PagedKVTable& table, AttentionPartial& p,
-                             const AttentionOptions& options) {
-  partial("paged_attention_partial", q,
-          KVSource::pages(k_pages, v_pages, table), p, options);
-}
-void paged_attention_partial(TensorView<const float> q,
-                             TensorView<const BFloat16> k_pages,
-                             TensorView<const BFloat16> v_pages,
-                             const PagedKVTable& table, AttentionPartial& p,
-                             const AttentionOptions& options) {
-  partial("paged_attention_partial", q,
-          KVSource::pages(k_pages, v_pages, table), p, options);
-}
-void paged_attention_partial(TensorView<const float> q, const Int8KV& k_pages,
-                             const Int8KV& v_pages, const PagedKVTable& table,
-                             AttentionPartial& p,
-                             const AttentionOptions& options) {
-  partial("paged_attention_partial", q,
-          KVSource::pages(k_pages, v_pages, table), p, options);
 }
 
 }  // namespace softdot

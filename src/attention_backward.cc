@@ -209,24 +209,17 @@ void backward16(TensorView<const T> q, TensorView<const T> k,
 
 }  // namespace
 
-void attention_backward(TensorView<const BFloat16> q,
-                        TensorView<const BFloat16> k,
-                        TensorView<const BFloat16> v,
-                        TensorView<const float> out, const float* lse,
-                        TensorView<const BFloat16> dout,
-                        const AttentionGradients16<BFloat16>& grads,
-                        const AttentionOptions& options, const float* dlse) {
-  backward16(q, k, v, out, lse, dout, grads, options, dlse);
-}
-
-void attention_backward(TensorView<const Float16> q,
-                        TensorView<const Float16> k,
-                        TensorView<const Float16> v,
-                        TensorView<const float> out, const float* lse,
-                        TensorView<const Float16> dout,
-                        const AttentionGradients16<Float16>& grads,
-                        const AttentionOptions& options, const float* dlse) {
-  backward16(q, k, v, out, lse, dout, grads, options, dlse);
-}
+// The 16-bit overloads: q, k, v, dout and the gradients of one format.
+#define SOFTDOT_BACKWARD16(T)                                                  \
+  void attention_backward(                                                     \
+      TensorView<const T> q, TensorView<const T> k, TensorView<const T> v,     \
+      TensorView<const float> out, const float* lse, TensorView<const T> dout, \
+      const AttentionGradients16<T>& grads, const AttentionOptions& options,   \
+      const float* dlse) {                                                     \
+    backward16(q, k, v, out, lse, dout, grads, options, dlse);                 \
+  }
+SOFTDOT_BACKWARD16(BFloat16)
+SOFTDOT_BACKWARD16(Float16)
+#undef SOFTDOT_BACKWARD16
 
 }  // namespace softdot

@@ -60,7 +60,7 @@ void check_option_values(const char* fn, const AttentionOptions& o) {
 
 }  // namespace
 
-void plan_options(const char* fn, const TensorView<const float>& q,
+void plan_options(const char* fn, const std::string& q_shape,
                   const std::string& k_shape, const AttentionOptions& o,
                   bool paged, Plan& p) {
   check_option_values(fn, o);
@@ -132,36 +132,34 @@ void plan_options(const char* fn, const TensorView<const float>& q,
         fail(fn, shape(name, t) + " must have n_q = " + count(p.n_q) +
                      " rows and at least kv_position + n_kv = " +
                      count(o.kv_position) + " + " + count(p.n_kv) + " cols (" +
-                     shape("q", q) + ", " + k_shape + ")");
+                     q_shape + ", " + k_shape + ")");
       }
     }
     if (paged && (t.rows != p.n_q || t.cols < p.n_kv)) {
       fail(fn, shape(name, t) + " must have n_q = " + count(p.n_q) +
                    " rows and at least max(seq_lens) = " + count(p.n_kv) +
-                   " cols (" + shape("q", q) + ")");
+                   " cols (" + q_shape + ")");
     }
     if (!paged && !positioned && (t.rows != p.n_q || t.cols != p.n_kv)) {
       fail(fn, shape(name, t) + " must have n_q x n_kv = " + count(p.n_q) +
-                   " x " + count(p.n_kv) + " rows and cols (" + shape("q", q) +
-                   ", " + k_shape + ")");
+                   " x " + count(p.n_kv) + " rows and cols (" + q_shape + ", " +
+                   k_shape + ")");
     }
     if ((t.batch != 1 && t.batch != p.B) || (t.heads != 1 && t.heads != p.H)) {
       fail(fn, shape(name, t) + " must have batch 1 or " + count(p.B) +
-                   " and heads 1 or " + count(p.H) + " (" + shape("q", q) +
-                   ")");
+                   " and heads 1 or " + count(p.H) + " (" + q_shape + ")");
     }
   };
   check_extra("mask", o.mask);
   check_extra("bias", o.bias);
   if (!o.sinks.empty() && o.sinks.size() != p.H) {
-    fail(fn, "sinks has " + count(o.sinks.size()) + " values but " +
-                 shape("q", q) + " has " + count(p.H) + " heads");
+    fail(fn, "sinks has " + count(o.sinks.size()) + " values but " + q_shape +
+                 " has " + count(p.H) + " heads");
   }
   if (!o.alibi_slopes.empty()) {
     if (o.alibi_slopes.size() != p.H) {
       fail(fn, "alibi_slopes has " + count(o.alibi_slopes.size()) +
-                   " values but " + shape("q", q) + " has " + count(p.H) +
-                   " heads");
+                   " values but " + q_shape + " has " + count(p.H) + " heads");
     }
     for (std::size_t h = 0; h < p.H; ++h) {
       if (!std::isfinite(o.alibi_slopes[h])) {
@@ -187,22 +185,22 @@ Plan check_and_plan(const char* fn, const QueryTensor& qt,
     check_tensor(fn, "k", k);
     if (v != nullptr) check_tensor(fn, "v", *v);
   });
-  const TensorView<const float> q = qt.shape_view();
-  const TensorView<float> out = outt.shape_view();
+  return plan_contiguous(fn, qt.shape_view(), k, v, outt.shape_view(), out_name,
+                         out_cols, o);
+}
+
+template <class QT, class KT, class OT>
+Plan plan_contiguous(const char* fn, const TensorView<QT>& q,
+                     const TensorView<const KT>& k,
+                     const TensorView<const KT>* v, const TensorView<OT>& out,
+                     const char* out_name, std::size_t out_cols,
+                     const AttentionOptions& o) {
   if (q.rows == 0 || q.cols == 0) fail(fn, shape("q", q) + " is empty");
   if (k.batch != q.batch) {
     fail(fn, shape("k", k) + " has batch " + count(k.batch) + " but " +
                  shape("q", q) + " has batch " + count(q.batch));
   }
-  if (k.cols != q.cols) {
-    fail(fn, shape("k", k) + " has d = " + count(k.cols) + " but " +
-                 shape("q", q) + " has d = " + count(q.cols));
-  }
-  if (k.heads == 0 || q.heads == 0 || q.heads % k.heads != 0) {
-    fail(fn, shape("q", q) + " has " + count(q.heads) +
-                 " heads, not a multiple of the " + count(k.heads) +
-                 " heads of " + shape("k", k));
-  }
+  check_query_keys(fn, q, k, "k");
   std::size_t dv = out_cols;
   if (v != nullptr) {
     if (v->batch != k.batch || v->heads != k.heads || v->rows != k.rows) {
@@ -212,12 +210,7 @@ Plan check_and_plan(const char* fn, const QueryTensor& qt,
     if (v->cols == 0) fail(fn, shape("v", *v) + " has d_v = 0");
     dv = v->cols;
   }
-  if (out_name != nullptr && (out.batch != q.batch || out.heads != q.heads ||
-                              out.rows != q.rows || out.cols != dv)) {
-    fail(fn, shape(out_name, out) + " must be " +
-                 shape(out_name, q.batch, q.heads, q.rows, dv) + " for " +
-                 shape("q", q) + " and " + shape(v ? "v" : "k", v ? *v : k));
-  }
+  check_output_shape(fn, out_name, out, q, dv, v ? "v" : "k", v ? *v : k);
   constexpr std::size_t kMaxIndex = std::size_t{1} << 30;
   if (k.rows >= kMaxIndex || q.rows >= kMaxIndex) {
     fail(fn, "n_q = " + count(q.rows) + " and n_kv = " + count(k.rows) +
@@ -246,9 +239,15 @@ Plan check_and_plan(const char* fn, const QueryTensor& qt,
   p.n_kv = k.rows;
   p.d = q.cols;
   p.dv = dv;
-  plan_options(fn, q, shape("k", k), o, /*paged=*/false, p);
+  plan_options(fn, shape("q", q), shape("k", k), o, /*paged=*/false, p);
   return p;
 }
+
+template Plan plan_contiguous<const double, double, double>(
+    const char*, const TensorView<const double>&,
+    const TensorView<const double>&, const TensorView<const double>*,
+    const TensorView<double>&, const char*, std::size_t,
+    const AttentionOptions&);
 
 template Plan check_and_plan<float>(const char*, const QueryTensor&,
                                     const TensorView<const float>&,
@@ -272,9 +271,9 @@ template Plan check_and_plan<std::int8_t>(const char*, const QueryTensor&,
                                           const OutputTensor&, const char*,
                                           std::size_t, const AttentionOptions&);
 
-void check_scales(const char* fn, const char* name,
-                  const TensorView<const std::int8_t>& values,
-                  const TensorView<const float>& scales) {
+std::string check_scales_shape(const char* fn, const char* name,
+                               const TensorView<const std::int8_t>& values,
+                               const TensorView<const float>& scales) {
   const std::string sname = std::string(name) + " scales";
   check_tensor(fn, sname.c_str(), scales);
   if (scales.batch != values.batch || scales.heads != values.heads ||
@@ -284,6 +283,13 @@ void check_scales(const char* fn, const char* name,
              shape(sname.c_str(), values.batch, values.heads, values.rows, 1) +
              " for " + shape(name, values));
   }
+  return sname;
+}
+
+void check_scales(const char* fn, const char* name,
+                  const TensorView<const std::int8_t>& values,
+                  const TensorView<const float>& scales) {
+  const std::string sname = check_scales_shape(fn, name, values, scales);
   for (std::size_t b = 0; b < scales.batch; ++b) {
     for (std::size_t h = 0; h < scales.heads; ++h) {
       for (std::size_t j = 0; j < scales.rows; ++j) {
@@ -306,7 +312,10 @@ using detail::attn::check_paged_and_plan;
 using detail::attn::check_paged_scales;
 using detail::attn::check_scales;
 using detail::attn::fail;
+using detail::attn::first_overlap;
 using detail::attn::KVViews;
+using detail::attn::named_span;
+using detail::attn::NamedSpan;
 using detail::attn::Plan;
 
 const char* kv_format_name(KVFormat f) noexcept {
@@ -324,6 +333,60 @@ const char* kv_format_name(KVFormat f) noexcept {
 }
 
 namespace {
+
+template <class T>
+NamedSpan span_of(const char* name, std::span<const T> x) {
+  return named_span(name, x.data(), x.size() * sizeof(T));
+}
+
+// What the forward writes (out or the weights or scores, named out_name
+// when the target has one, and lse) against everything the call reads and
+// against each other: the kernels read q, K and V while out is written, so
+// a shared byte would give a wrong answer with no error. Spans in bytes, each
+// tensor in its own element type. (The partial target writes its own
+// buffers; the gradients check theirs in check_gradients.)
+template <class KT>
+void check_forward_overlap(const char* fn, const AttentionRequest& r,
+                           const KVViews<KT>& w, const char* out_name) {
+  const AttentionTarget& t = r.target;
+  const KVSource& s = r.kv;
+  const TensorView<const float> q = r.q.shape_view();
+  std::vector<NamedSpan> outs;
+  if (out_name != nullptr) {
+    std::visit([&](const auto& o) { outs.push_back(named_span(out_name, o)); },
+               t.out.variant());
+  }
+  if (t.kind == AttentionTarget::Kind::kOutput && t.lse != nullptr) {
+    outs.push_back(
+        named_span("lse", t.lse, q.batch * q.heads * q.rows * sizeof(float)));
+  }
+  if (outs.empty()) return;
+  std::vector<NamedSpan> ins;
+  std::visit([&](const auto& v) { ins.push_back(named_span("q", v)); },
+             r.q.variant());
+  ins.push_back(named_span(s.paged ? "k_pages" : "k", w.k));
+  if (s.has_v) ins.push_back(named_span(s.paged ? "v_pages" : "v", w.v));
+  if constexpr (std::is_same_v<KT, std::int8_t>) {
+    ins.push_back(
+        named_span(s.paged ? "k_pages scales" : "k scales", w.k_scales));
+    if (s.has_v) {
+      ins.push_back(
+          named_span(s.paged ? "v_pages scales" : "v scales", w.v_scales));
+    }
+  }
+  const AttentionOptions& o = r.options;
+  ins.push_back(named_span("mask", o.mask));
+  ins.push_back(named_span("bias", o.bias));
+  ins.push_back(span_of("sinks", o.sinks));
+  ins.push_back(span_of("alibi_slopes", o.alibi_slopes));
+  if (s.paged) {
+    ins.push_back(span_of("block_table", s.table.block_table));
+    ins.push_back(span_of("seq_lens", s.table.seq_lens));
+    ins.push_back(span_of("query_start_loc", s.table.query_start_loc));
+  }
+  const std::string clash = first_overlap(outs, ins);
+  if (!clash.empty()) fail(fn, clash + " (no aliasing)");
+}
 
 // The checks of a request whose keys (and values) have element type KT.
 template <class KT>
@@ -359,6 +422,7 @@ Plan check_typed(const char* fn, const AttentionRequest& r,
     p = check_and_plan(fn, r.q, w.k, s.has_v ? &w.v : nullptr, t.out, out_name,
                        out_cols, r.options);
   }
+  check_forward_overlap(fn, r, w, out_name);
   if constexpr (std::is_same_v<KT, std::int8_t>) {
     if (s.paged) {
       check_paged_scales(fn, "k_pages", w.k, w.k_scales, s.table);

@@ -89,6 +89,38 @@ void check_query_and_output(const char* fn, const QueryTensor& q,
   }
 }
 
+// The keys (named k_name: "k" or "k_pages") against the query: a
+// non-empty q, the same d, and q's heads a multiple of k's (GQA).
+template <class QT, class KT>
+void check_query_keys(const char* fn, const TensorView<QT>& q,
+                      const TensorView<const KT>& k, const char* k_name) {
+  if (q.rows == 0 || q.cols == 0) fail(fn, shape("q", q) + " is empty");
+  if (k.cols != q.cols) {
+    fail(fn, shape(k_name, k) + " has d = " + count(k.cols) + " but " +
+                 shape("q", q) + " has d = " + count(q.cols));
+  }
+  if (k.heads == 0 || q.heads == 0 || q.heads % k.heads != 0) {
+    fail(fn, shape("q", q) + " has " + count(q.heads) +
+                 " heads, not a multiple of the " + count(k.heads) +
+                 " heads of " + shape(k_name, k));
+  }
+}
+
+// The output (when out_name is non-null) must be [batch, heads, n_q, dv] of
+// the query; `from` names what gives dv ("v", "k" or "v_pages": from_view).
+template <class OT, class QT, class VT>
+void check_output_shape(const char* fn, const char* out_name,
+                        const TensorView<OT>& out, const TensorView<QT>& q,
+                        std::size_t dv, const char* from,
+                        const TensorView<VT>& from_view) {
+  if (out_name != nullptr && (out.batch != q.batch || out.heads != q.heads ||
+                              out.rows != q.rows || out.cols != dv)) {
+    fail(fn, shape(out_name, out) + " must be " +
+                 shape(out_name, q.batch, q.heads, q.rows, dv) + " for " +
+                 shape("q", q) + " and " + shape(from, from_view));
+  }
+}
+
 // The bytes a view (or a raw array) spans, named for the messages: the
 // overlap check of the gradients of attention_backward() and
 // softdot::mpi::ring_attention_backward(). A view without elements (or a
@@ -162,9 +194,21 @@ using Plan = detail::AttentionPlanData;
 // its derived values (scale, window, positions, the key range). k_shape
 // names the keys in the messages; paged: the mask and bias need at least
 // the longest sequence's columns.
-void plan_options(const char* fn, const TensorView<const float>& q,
+void plan_options(const char* fn, const std::string& q_shape,
                   const std::string& k_shape, const AttentionOptions& o,
                   bool paged, Plan& p);
+
+// The shape part of check_and_plan, on views already checked with
+// check_tensor: q, k, v and out against each other, and the options
+// (plan_options). Q and O are const float and float (a 16-bit query or
+// output enters as QOTensor::shape_view) or const double and double
+// (attention_double.cc, with K double).
+template <class QT, class KT, class OT>
+Plan plan_contiguous(const char* fn, const TensorView<QT>& q,
+                     const TensorView<const KT>& k,
+                     const TensorView<const KT>* v, const TensorView<OT>& out,
+                     const char* out_name, std::size_t out_cols,
+                     const AttentionOptions& o);
 
 template <class KT>
 Plan check_and_plan(const char* fn, const QueryTensor& q,
@@ -192,6 +236,12 @@ Plan check_paged_and_plan(const char* fn, const QueryTensor& q,
                           const PagedKVTable& table, const OutputTensor& out,
                           const char* out_name, const AttentionOptions& o);
 
+// The scales of int8 values (named name + " scales"): a valid view of shape
+// [batch, heads, rows, 1] of the values'. Returns that name.
+std::string check_scales_shape(const char* fn, const char* name,
+                               const TensorView<const std::int8_t>& values,
+                               const TensorView<const float>& scales);
+
 // check_scales for int8 pages: [pages, heads, page_size, 1] as the values,
 // and every scale a key of the (checked) table reads finite and >= 0.
 void check_paged_scales(const char* fn, const char* name,
@@ -205,6 +255,14 @@ struct KVViews {
   TensorView<const KT> k, v;
   TensorView<const float> k_scales, v_scales;  // int8 only
 };
+
+// M(KT) for each K/V element type a request may carry (explicit
+// instantiations of the runners over KVViews<KT>).
+#define SOFTDOT_FOR_EACH_KV_TYPE(M) \
+  M(float)                          \
+  M(Float16)                        \
+  M(BFloat16)                       \
+  M(std::int8_t)
 
 // Calls f(KVViews<KT>) with the request's keys and values in their format
 // (v empty when the source has none). The formats of k and v must agree

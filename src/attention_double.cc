@@ -1,13 +1,15 @@
 // softdot: attention() and attention_backward() on float64 tensors: the
 // same functions in double arithmetic, as plain loops (gradient checks,
-// float64 pipelines; not tuned for speed). The arguments are checked by the
-// float32 request's checks, on views of the same shapes and strides.
+// float64 pipelines; not tuned for speed). The arguments are checked in
+// double by the rules every request follows (plan_contiguous), and no
+// output may share a byte with an input.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,32 +26,37 @@ using namespace detail::attn;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 template <class T>
-TensorView<const float> alias(const TensorView<T>& t) {
-  return TensorView<const float>(reinterpret_cast<const float*>(t.data),
-                                 t.batch, t.heads, t.rows, t.cols,
-                                 t.batch_stride, t.head_stride, t.row_stride);
+NamedSpan span_of(const char* name, std::span<const T> x) {
+  return named_span(name, x.data(), x.size() * sizeof(T));
 }
 
-// The plan of attention() for these shapes and options: the views are
-// checked in double first (their spans), then as the float32 request.
+// What every double call reads beside q, k and v: the options' arrays.
+void add_option_spans(const AttentionOptions& o, std::vector<NamedSpan>& ins) {
+  ins.push_back(named_span("mask", o.mask));
+  ins.push_back(named_span("bias", o.bias));
+  ins.push_back(span_of("sinks", o.sinks));
+  ins.push_back(span_of("alibi_slopes", o.alibi_slopes));
+}
+
+// The plan of attention() for these shapes and options: each view checked
+// in double (check_tensor), then the shapes and options by the same rules
+// as every other request (plan_contiguous), and no output sharing a byte
+// with an input (spans in bytes of double).
 Plan plan_of(const char* fn, const TensorView<const double>& q,
              const TensorView<const double>& k,
-             const TensorView<const double>& v,
-             const TensorView<const double>& out, const AttentionOptions& o) {
+             const TensorView<const double>& v, const TensorView<double>& out,
+             const AttentionOptions& o, const char* out_name = "out") {
   check_tensor(fn, "q", q);
   check_tensor(fn, "k", k);
   check_tensor(fn, "v", v);
-  check_tensor(fn, "out", out);
-  AttentionRequest req;
-  req.name = fn;
-  req.q = alias(q);
-  req.kv = KVSource::contiguous(alias(k), alias(v));
-  const TensorView<const float> of = alias(out);
-  req.target = AttentionTarget::output(TensorView<float>(
-      const_cast<float*>(of.data), of.batch, of.heads, of.rows, of.cols,
-      of.batch_stride, of.head_stride, of.row_stride));
-  req.options = o;
-  return AttentionPlan::make(req).data();
+  if (out_name != nullptr) check_tensor(fn, out_name, out);
+  return plan_contiguous(fn, q, k, &v, out, out_name, 0, o);
+}
+
+void fail_on_overlap(const char* fn, const std::vector<NamedSpan>& outs,
+                     const std::vector<NamedSpan>& ins) {
+  const std::string clash = first_overlap(outs, ins);
+  if (!clash.empty()) fail(fn, clash + " (no aliasing)");
 }
 
 // One row's scores in double: s[j] for the visible keys (-inf elsewhere),
@@ -136,9 +143,17 @@ double scale_of(const AttentionOptions& o, std::size_t d) {
 void attention(TensorView<const double> q, TensorView<const double> k,
                TensorView<const double> v, TensorView<double> out,
                const AttentionOptions& options, double* lse) {
-  const Plan p = plan_of("attention", q, k, v, out, options);
-  const double scale = scale_of(options, p.d);
+  const char* fn = "attention";
+  const Plan p = plan_of(fn, q, k, v, out, options);
   const std::size_t rows = p.B * p.H * p.n_q;
+  std::vector<NamedSpan> ins = {named_span("q", q), named_span("k", k),
+                                named_span("v", v)};
+  add_option_spans(options, ins);
+  fail_on_overlap(
+      fn,
+      {named_span("out", out), named_span("lse", lse, rows * sizeof(double))},
+      ins);
+  const double scale = scale_of(options, p.d);
   detail::for_each_index(
       rows, rows >= 16 && omp_get_max_threads() > 1, [&](std::size_t r) {
         const std::size_t i = r % p.n_q, h = (r / p.n_q) % p.H,
@@ -176,7 +191,14 @@ void attention_backward(TensorView<const double> q, TensorView<const double> k,
                         const AttentionGradients64& grads,
                         const AttentionOptions& options, const double* dlse) {
   const char* fn = "attention_backward";
-  const Plan p = plan_of(fn, q, k, v, out, options);
+  // out is the forward's, read here: checked as an input of its shape.
+  const Plan p = plan_of(fn, q, k, v, TensorView<double>(), options, nullptr);
+  check_tensor(fn, "out", out);
+  if (out.batch != p.B || out.heads != p.H || out.rows != p.n_q ||
+      out.cols != p.dv) {
+    fail(fn,
+         shape("out", out) + " must be " + shape("out", p.B, p.H, p.n_q, p.dv));
+  }
   if (lse == nullptr) fail(fn, "lse is null (the forward's lse is needed)");
   auto dims = [&](const char* name, const auto& t, std::size_t B, std::size_t H,
                   std::size_t R, std::size_t C) {
@@ -199,8 +221,23 @@ void attention_backward(TensorView<const double> q, TensorView<const double> k,
                  " values; expected one per query head (" + count(p.H) +
                  ") and options.sinks");
   }
-  const double scale = scale_of(options, p.d);
   const std::size_t rows = p.B * p.H * p.n_q;
+  std::vector<NamedSpan> ins = {
+      named_span("q", q),
+      named_span("k", k),
+      named_span("v", v),
+      named_span("out", out),
+      named_span("dout", dout),
+      named_span("lse", lse, rows * sizeof(double)),
+      named_span("dlse", dlse, rows * sizeof(double))};
+  add_option_spans(options, ins);
+  fail_on_overlap(fn,
+                  {named_span("dq", grads.dq), named_span("dk", grads.dk),
+                   named_span("dv", grads.dv), named_span("dbias", grads.dbias),
+                   named_span("dsinks", grads.dsinks.data(),
+                              grads.dsinks.size() * sizeof(double))},
+                  ins);
+  const double scale = scale_of(options, p.d);
   std::vector<double> delta(rows);
   for (std::size_t r = 0; r < rows; ++r) {
     const std::size_t i = r % p.n_q, h = (r / p.n_q) % p.H,

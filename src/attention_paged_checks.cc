@@ -29,16 +29,7 @@ std::size_t check_pages(const char* fn, const QueryTensor& qt,
   });
   const TensorView<const float> q = qt.shape_view();
   const TensorView<float> out = outt.shape_view();
-  if (q.rows == 0 || q.cols == 0) fail(fn, shape("q", q) + " is empty");
-  if (k.cols != q.cols) {
-    fail(fn, shape("k_pages", k) + " has d = " + count(k.cols) + " but " +
-                 shape("q", q) + " has d = " + count(q.cols));
-  }
-  if (k.heads == 0 || q.heads == 0 || q.heads % k.heads != 0) {
-    fail(fn, shape("q", q) + " has " + count(q.heads) +
-                 " heads, not a multiple of the " + count(k.heads) +
-                 " heads of " + shape("k_pages", k));
-  }
+  check_query_keys(fn, q, k, "k_pages");
   if (k.rows == 0) fail(fn, shape("k_pages", k) + " has page_size 0");
   if (v.batch != k.batch || v.heads != k.heads || v.rows != k.rows) {
     fail(fn, shape("v_pages", v) + " does not match " + shape("k_pages", k) +
@@ -46,12 +37,7 @@ std::size_t check_pages(const char* fn, const QueryTensor& qt,
   }
   if (v.cols == 0) fail(fn, shape("v_pages", v) + " has d_v = 0");
   const std::size_t dv = v.cols;
-  if (out_name != nullptr && (out.batch != q.batch || out.heads != q.heads ||
-                              out.rows != q.rows || out.cols != dv)) {
-    fail(fn, shape(out_name, out) + " must be " +
-                 shape(out_name, q.batch, q.heads, q.rows, dv) + " for " +
-                 shape("q", q) + " and " + shape("v_pages", v));
-  }
+  check_output_shape(fn, out_name, out, q, dv, "v_pages", v);
   if (q.rows >= kMaxIndex) {
     fail(fn, "n_q = " + count(q.rows) + " must be below 2^30");
   }
@@ -277,7 +263,7 @@ Plan check_paged_and_plan(const char* fn, const QueryTensor& qt,
   p.n_kv = max_len;
   p.d = q.cols;
   p.dv = dv;
-  plan_options(fn, q, shape("k_pages", k), o, /*paged=*/true, p);
+  plan_options(fn, shape("q", q), shape("k_pages", k), o, /*paged=*/true, p);
   return p;
 }
 
@@ -296,15 +282,7 @@ void check_paged_scales(const char* fn, const char* name,
                         const TensorView<const std::int8_t>& values,
                         const TensorView<const float>& scales,
                         const PagedKVTable& t) {
-  const std::string sname = std::string(name) + " scales";
-  check_tensor(fn, sname.c_str(), scales);
-  if (scales.batch != values.batch || scales.heads != values.heads ||
-      scales.rows != values.rows || scales.cols != 1) {
-    fail(fn,
-         shape(sname.c_str(), scales) + " must be " +
-             shape(sname.c_str(), values.batch, values.heads, values.rows, 1) +
-             " for " + shape(name, values));
-  }
+  const std::string sname = check_scales_shape(fn, name, values, scales);
   // Only the rows a key reads (the table is checked): unused rows of a page
   // pool may hold anything.
   const std::size_t ps = values.rows;

@@ -145,13 +145,10 @@ void run_explicit(const AttentionPlan& plan, const KVViews<KT>& kv) {
       k_scales);
 }
 
-#define SOFTDOT_RUNNERS(KT) \
+#define SOFTDOT_RUNNER(KT) \
   template void run_explicit<KT>(const AttentionPlan&, const KVViews<KT>&);
-SOFTDOT_RUNNERS(float)
-SOFTDOT_RUNNERS(Float16)
-SOFTDOT_RUNNERS(BFloat16)
-SOFTDOT_RUNNERS(std::int8_t)
-#undef SOFTDOT_RUNNERS
+SOFTDOT_FOR_EACH_KV_TYPE(SOFTDOT_RUNNER)
+#undef SOFTDOT_RUNNER
 
 }  // namespace detail::attn
 
@@ -164,54 +161,24 @@ void explicit_target(const char* fn, TensorView<const float> q, KVTensor k,
 
 }  // namespace
 
-void attention_weights(TensorView<const float> q, TensorView<const float> k,
-                       TensorView<float> weights,
-                       const AttentionOptions& options) {
-  explicit_target("attention_weights", q, k, AttentionTarget::weights(weights),
-                  options);
-}
-void attention_weights(TensorView<const float> q, TensorView<const Float16> k,
-                       TensorView<float> weights,
-                       const AttentionOptions& options) {
-  explicit_target("attention_weights", q, k, AttentionTarget::weights(weights),
-                  options);
-}
-void attention_weights(TensorView<const float> q, TensorView<const BFloat16> k,
-                       TensorView<float> weights,
-                       const AttentionOptions& options) {
-  explicit_target("attention_weights", q, k, AttentionTarget::weights(weights),
-                  options);
-}
-void attention_weights(TensorView<const float> q, const Int8KV& k,
-                       TensorView<float> weights,
-                       const AttentionOptions& options) {
-  explicit_target("attention_weights", q, k, AttentionTarget::weights(weights),
-                  options);
-}
-
-void attention_scores(TensorView<const float> q, TensorView<const float> k,
-                      TensorView<float> scores,
-                      const AttentionOptions& options) {
-  explicit_target("attention_scores", q, k, AttentionTarget::scores(scores),
-                  options);
-}
-void attention_scores(TensorView<const float> q, TensorView<const Float16> k,
-                      TensorView<float> scores,
-                      const AttentionOptions& options) {
-  explicit_target("attention_scores", q, k, AttentionTarget::scores(scores),
-                  options);
-}
-void attention_scores(TensorView<const float> q, TensorView<const BFloat16> k,
-                      TensorView<float> scores,
-                      const AttentionOptions& options) {
-  explicit_target("attention_scores", q, k, AttentionTarget::scores(scores),
-                  options);
-}
-void attention_scores(TensorView<const float> q, const Int8KV& k,
-                      TensorView<float> scores,
-                      const AttentionOptions& options) {
-  explicit_target("attention_scores", q, k, AttentionTarget::scores(scores),
-                  options);
-}
+// The public overloads, one pair per key format.
+#define SOFTDOT_EXPLICIT_TARGETS(KArg)                                         \
+  void attention_weights(TensorView<const float> q, KArg k,                    \
+                         TensorView<float> weights,                            \
+                         const AttentionOptions& options) {                    \
+    explicit_target("attention_weights", q, k,                                 \
+                    AttentionTarget::weights(weights), options);               \
+  }                                                                            \
+  void attention_scores(TensorView<const float> q, KArg k,                     \
+                        TensorView<float> scores,                              \
+                        const AttentionOptions& options) {                     \
+    explicit_target("attention_scores", q, k, AttentionTarget::scores(scores), \
+                    options);                                                  \
+  }
+SOFTDOT_EXPLICIT_TARGETS(TensorView<const float>)
+SOFTDOT_EXPLICIT_TARGETS(TensorView<const Float16>)
+SOFTDOT_EXPLICIT_TARGETS(TensorView<const BFloat16>)
+SOFTDOT_EXPLICIT_TARGETS(const Int8KV&)
+#undef SOFTDOT_EXPLICIT_TARGETS
 
 }  // namespace softdot

@@ -10,6 +10,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "check.h"
 #include "softdot/cross_entropy.h"
@@ -33,6 +34,36 @@ std::size_t matrix_bytes(const MatrixView<T>& m) {
   return ((m.rows - 1) * m.stride + m.cols) * sizeof(T);
 }
 
+// label_smoothing in [0, 1] and a known reduction, else
+// std::invalid_argument naming `function`.
+inline void check_loss_options(const char* function,
+                               const CrossEntropyOptions& options) {
+  const double eps = options.label_smoothing;
+  if (!(eps >= 0.0 && eps <= 1.0)) {
+    fail(function, "label_smoothing must be in [0, 1], got " + number(eps));
+  }
+  if (options.reduction != Reduction::kNone &&
+      options.reduction != Reduction::kSum &&
+      options.reduction != Reduction::kMean) {
+    fail(function, "reduction is not kNone, kSum or kMean");
+  }
+}
+
+// Every target a class in [0, vocab) or ignore_index, else
+// std::invalid_argument naming `function` and the first bad index.
+inline void check_target_classes(const char* function,
+                                 std::span<const std::int64_t> targets,
+                                 std::size_t vocab, std::int64_t ignore_index) {
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    const std::int64_t t = targets[i];
+    if (t != ignore_index && static_cast<std::uint64_t>(t) >= vocab) {
+      fail(function, "targets[" + count(i) + "] = " + std::to_string(t) +
+                         " is not a class in [0, " + count(vocab) +
+                         ") nor ignore_index " + std::to_string(ignore_index));
+    }
+  }
+}
+
 // Checks the arguments of a cross-entropy over `logits`, which hold some
 // (on one process: all) columns of rows over a vocabulary of `vocab`
 // classes. Throws std::invalid_argument naming `function`.
@@ -52,15 +83,7 @@ void check_cross_entropy(const char* function, MatrixView<const T> logits,
     fail(function, "logits have " + count(logits.rows) + " rows but targets " +
                        count(targets.size()) + " elements");
   }
-  const double eps = options.label_smoothing;
-  if (!(eps >= 0.0 && eps <= 1.0)) {
-    fail(function, "label_smoothing must be in [0, 1], got " + number(eps));
-  }
-  if (options.reduction != Reduction::kNone &&
-      options.reduction != Reduction::kSum &&
-      options.reduction != Reduction::kMean) {
-    fail(function, "reduction is not kNone, kSum or kMean");
-  }
+  check_loss_options(function, options);
   if (!loss.empty() && loss.size() != logits.rows) {
     fail(function, "loss has " + count(loss.size()) +
                        " elements; expected 0 or rows = " + count(logits.rows));
@@ -73,15 +96,8 @@ void check_cross_entropy(const char* function, MatrixView<const T> logits,
                          count(grad.rows) + " x " + count(grad.cols));
     }
   }
-  for (std::size_t i = 0; check_target_values && i < targets.size(); ++i) {
-    const std::int64_t t = targets[i];
-    if (t == options.ignore_index) continue;
-    if (t < 0 || static_cast<std::uint64_t>(t) >= vocab) {
-      fail(function, "targets[" + count(i) + "] = " + std::to_string(t) +
-                         " is not a class in [0, " + count(vocab) +
-                         ") nor ignore_index " +
-                         std::to_string(options.ignore_index));
-    }
+  if (check_target_values) {
+    check_target_classes(function, targets, vocab, options.ignore_index);
   }
   const std::size_t logits_bytes = matrix_bytes(logits);
   const std::size_t grad_bytes =
@@ -97,6 +113,14 @@ void check_cross_entropy(const char* function, MatrixView<const T> logits,
       bytes_overlap(loss.data(), loss_bytes, targets.data(), targets_bytes)) {
     fail(function, "loss overlaps logits or targets (no aliasing)");
   }
+}
+
+// The rows whose target is not ignore_index (the mean's divisor).
+inline std::size_t counted_targets(std::span<const std::int64_t> targets,
+                                   std::int64_t ignore_index) {
+  std::size_t counted = 0;
+  for (const std::int64_t t : targets) counted += t != ignore_index;
+  return counted;
 }
 
 // The factor c of the gradient: 1, or 1 / count for the mean.
@@ -115,6 +139,22 @@ inline double reduce_row_losses(const long double* row_loss, std::size_t rows,
   if (reduction != Reduction::kMean) return static_cast<double>(sum);
   if (counted == 0) return std::numeric_limits<double>::quiet_NaN();
   return static_cast<double>(sum / static_cast<long double>(counted));
+}
+
+// The end of every cross-entropy: each unrounded row loss rounded once into
+// `loss` (when the caller asked for it, loss not empty), and the reduction
+// returned (reduce_row_losses).
+template <class L>
+double finish_losses(const std::vector<long double>& row_loss,
+                     std::span<L> loss, Reduction reduction,
+                     std::size_t counted) {
+  if (!loss.empty()) {
+    for (std::size_t i = 0; i < row_loss.size(); ++i) {
+      loss[i] = static_cast<L>(row_loss[i]);
+    }
+  }
+  return reduce_row_losses(row_loss.data(), row_loss.size(), reduction,
+                           counted);
 }
 
 }  // namespace softdot::detail

@@ -16,8 +16,10 @@
 #ifndef SOFTDOT_SRC_CROSS_ENTROPY_ROW_H_
 #define SOFTDOT_SRC_CROSS_ENTROPY_ROW_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <type_traits>
 
@@ -141,6 +143,33 @@ void cross_entropy_row_grad(const T* x, std::size_t n, std::ptrdiff_t t_local,
   if (has_target) {
     g[t_local] = static_cast<T>(cw * ((p_t - (1 - static_cast<W>(eps))) - off));
   }
+}
+
+// One whole row of the one-process cross-entropy (src/cross_entropy.cc,
+// src/linear_cross_entropy.cc): returns its unrounded loss and, when g is
+// not null, writes its gradient row to g (g may be x: the loss reads x
+// first, and the kApply kernel may write over its input). A row whose
+// target is ignore_index has loss 0 and a zero gradient.
+template <class T>
+long double cross_entropy_whole_row(const T* x, std::size_t vocab,
+                                    std::int64_t t, std::int64_t ignore_index,
+                                    double c, double eps, T* g) {
+  if (t == ignore_index) {
+    if (g != nullptr) std::fill(g, g + vocab, T{0});
+    return 0.0L;
+  }
+  RowState state{};
+  softmax_row_kernel(x, nullptr, T{1}, vocab, RowOp::kState, true, nullptr,
+                     &state);
+  const long double sum_x = eps > 0.0 ? sum_in_long_double(x, vocab) : 0.0L;
+  const SoftmaxStateD total{state.max, state.sum, state.sum_lo};
+  const long double loss = cross_entropy_row_loss(
+      total, static_cast<long double>(x[t]), sum_x, vocab, eps);
+  if (g != nullptr) {
+    cross_entropy_row_grad(x, vocab, static_cast<std::ptrdiff_t>(t), total, c,
+                           eps, vocab, g);
+  }
+  return loss;
 }
 
 }  // namespace softdot::detail

@@ -330,16 +330,7 @@ void check_operands(const char* function, MatrixView<const T> hidden,
     fail(function, "hidden has " + count(hidden.rows) + " rows but targets " +
                        count(targets.size()) + " elements");
   }
-  const double eps = options.label_smoothing;
-  if (!(eps >= 0.0 && eps <= 1.0)) {
-    fail(function,
-         "label_smoothing must be in [0, 1], got " + detail::number(eps));
-  }
-  if (options.reduction != Reduction::kNone &&
-      options.reduction != Reduction::kSum &&
-      options.reduction != Reduction::kMean) {
-    fail(function, "reduction is not kNone, kSum or kMean");
-  }
+  detail::check_loss_options(function, options);
   if (!loss.empty() && loss.size() != hidden.rows) {
     fail(function, "loss has " + count(loss.size()) +
                        " elements; expected 0 or N = " + count(hidden.rows));
@@ -360,16 +351,9 @@ void check_operands(const char* function, MatrixView<const T> hidden,
                          count(weight.rows) + " x " + count(weight.cols));
     }
   }
-  const std::size_t vocab = weight.rows;
-  for (std::size_t i = 0; i < targets.size() && !shard; ++i) {
-    const std::int64_t t = targets[i];
-    if (t == options.ignore_index) continue;
-    if (t < 0 || static_cast<std::uint64_t>(t) >= vocab) {
-      fail(function, "targets[" + count(i) + "] = " + std::to_string(t) +
-                         " is not a class in [0, " + count(vocab) +
-                         ") nor ignore_index " +
-                         std::to_string(options.ignore_index));
-    }
+  if (!shard) {
+    detail::check_target_classes(function, targets, weight.rows,
+                                 options.ignore_index);
   }
   const auto bytes_of = [](MatrixView<float> g) {
     return g.data == nullptr ? 0 : matrix_bytes(MatrixView<const float>(g));
@@ -450,9 +434,8 @@ double linear_cross_entropy_checked(MatrixView<const T> hidden,
                                  targets, loss, grad_hidden, grad_weight,
                                  options, false);
   const std::size_t rows = hidden.rows, vocab = weight.rows;
-  const double eps = options.label_smoothing;
-  std::size_t counted = 0;
-  for (const std::int64_t t : targets) counted += t != options.ignore_index;
+  const std::size_t counted =
+      detail::counted_targets(targets, options.ignore_index);
   const double c = detail::gradient_scale(options.reduction, counted);
   const bool want_grad =
       grad_hidden.data != nullptr || grad_weight.data != nullptr;
@@ -465,26 +448,11 @@ double linear_cross_entropy_checked(MatrixView<const T> hidden,
     detail::lce::logits(hidden, i0, m, weight, logits.data());
     const bool parallel = m > 1 && m * vocab >= detail::kParallelElements;
     detail::for_each_index(m, parallel, [&](std::size_t r) {
+      // G in place of the logits.
       float* x = logits.data() + r * vocab;
-      const std::int64_t t = targets[i0 + r];
-      if (t == options.ignore_index) {
-        row_loss[i0 + r] = 0.0L;
-        if (want_grad) std::fill(x, x + vocab, 0.0f);
-        return;
-      }
-      detail::RowState state{};
-      detail::softmax_row_kernel(x, nullptr, 1.0f, vocab, detail::RowOp::kState,
-                                 true, nullptr, &state);
-      const long double sum_x =
-          eps > 0.0 ? detail::sum_in_long_double(x, vocab) : 0.0L;
-      const SoftmaxStateD total{state.max, state.sum, state.sum_lo};
-      row_loss[i0 + r] = detail::cross_entropy_row_loss(
-          total, static_cast<long double>(x[t]), sum_x, vocab, eps);
-      // G in place (the kApply kernel may write over its input).
-      if (want_grad) {
-        detail::cross_entropy_row_grad(x, vocab, static_cast<std::ptrdiff_t>(t),
-                                       total, c, eps, vocab, x);
-      }
+      row_loss[i0 + r] = detail::cross_entropy_whole_row(
+          x, vocab, targets[i0 + r], options.ignore_index, c,
+          options.label_smoothing, want_grad ? x : nullptr);
     });
     if (grad_hidden.data != nullptr) {
       // grad_hidden rows of the block: G W (m x D, k over V).
@@ -498,36 +466,23 @@ double linear_cross_entropy_checked(MatrixView<const T> hidden,
                                i0 != 0);
     }
   }
-  if (!loss.empty()) {
-    for (std::size_t i = 0; i < rows; ++i) {
-      loss[i] = static_cast<float>(row_loss[i]);
-    }
-  }
-  return detail::reduce_row_losses(row_loss.data(), rows, options.reduction,
-                                   counted);
+  return detail::finish_losses(row_loss, loss, options.reduction, counted);
 }
 
 }  // namespace
 
-double linear_cross_entropy(MatrixView<const float> hidden,
-                            MatrixView<const float> weight,
-                            std::span<const std::int64_t> targets,
-                            std::span<float> loss,
-                            MatrixView<float> grad_hidden,
-                            MatrixView<float> grad_weight,
-                            const CrossEntropyOptions& options) {
-  return linear_cross_entropy_checked<float>(hidden, weight, targets, loss,
-                                             grad_hidden, grad_weight, options);
-}
-double linear_cross_entropy(MatrixView<const BFloat16> hidden,
-                            MatrixView<const BFloat16> weight,
-                            std::span<const std::int64_t> targets,
-                            std::span<float> loss,
-                            MatrixView<float> grad_hidden,
-                            MatrixView<float> grad_weight,
-                            const CrossEntropyOptions& options) {
-  return linear_cross_entropy_checked<BFloat16>(
-      hidden, weight, targets, loss, grad_hidden, grad_weight, options);
-}
+// The public overloads, one per operand format.
+#define SOFTDOT_LCE_OVERLOAD(T)                                                \
+  double linear_cross_entropy(                                                 \
+      MatrixView<const T> hidden, MatrixView<const T> weight,                  \
+      std::span<const std::int64_t> targets, std::span<float> loss,            \
+      MatrixView<float> grad_hidden, MatrixView<float> grad_weight,            \
+      const CrossEntropyOptions& options) {                                    \
+    return linear_cross_entropy_checked<T>(hidden, weight, targets, loss,      \
+                                           grad_hidden, grad_weight, options); \
+  }
+SOFTDOT_LCE_OVERLOAD(float)
+SOFTDOT_LCE_OVERLOAD(BFloat16)
+#undef SOFTDOT_LCE_OVERLOAD
 
 }  // namespace softdot

@@ -618,26 +618,17 @@ void sample_impl(MatrixView<const T> logits,
 
 using detail::sampling::sample_impl;
 
-void sample(MatrixView<const float> logits,
-            std::span<const std::uint64_t> seeds,
-            std::span<std::int64_t> tokens, std::span<float> logprobs,
-            const SampleOptions& options,
-            std::span<const std::int32_t> bitmask) {
-  sample_impl(logits, seeds, tokens, logprobs, options, bitmask);
-}
-void sample(MatrixView<const BFloat16> logits,
-            std::span<const std::uint64_t> seeds,
-            std::span<std::int64_t> tokens, std::span<float> logprobs,
-            const SampleOptions& options,
-            std::span<const std::int32_t> bitmask) {
-  sample_impl(logits, seeds, tokens, logprobs, options, bitmask);
-}
-void sample(MatrixView<const Float16> logits,
-            std::span<const std::uint64_t> seeds,
-            std::span<std::int64_t> tokens, std::span<float> logprobs,
-            const SampleOptions& options,
-            std::span<const std::int32_t> bitmask) {
-  sample_impl(logits, seeds, tokens, logprobs, options, bitmask);
-}
+// The public overloads, one per logits format.
+#define SOFTDOT_SAMPLE_OVERLOAD(T)                                           \
+  void sample(                                                               \
+      MatrixView<const T> logits, std::span<const std::uint64_t> seeds,      \
+      std::span<std::int64_t> tokens, std::span<float> logprobs,             \
+      const SampleOptions& options, std::span<const std::int32_t> bitmask) { \
+    sample_impl(logits, seeds, tokens, logprobs, options, bitmask);          \
+  }
+SOFTDOT_SAMPLE_OVERLOAD(float)
+SOFTDOT_SAMPLE_OVERLOAD(BFloat16)
+SOFTDOT_SAMPLE_OVERLOAD(Float16)
+#undef SOFTDOT_SAMPLE_OVERLOAD
 
 }  // namespace softdot

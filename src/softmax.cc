@@ -14,6 +14,7 @@
 #include "kernels/state_merge.h"
 #include "kernels/two_sum.h"
 #include "parallel.h"
+#include "softmax_common.h"
 
 namespace softdot {
 namespace {
@@ -24,26 +25,6 @@ using detail::RowOp;
 using detail::RowState;
 
 static_assert(sizeof(bool) == 1, "masks are read as bytes");
-
-const char* type_name(float) { return "float"; }
-const char* type_name(double) { return "double"; }
-
-// The factor the scores are multiplied by: 1 / temperature in T.
-template <class T>
-T scale_of(const char* function, const SoftmaxOptions& options) {
-  const double t = options.temperature;
-  if (!(std::isfinite(t) && t > 0.0)) {
-    fail(function,
-         "temperature must be finite and > 0, got " + detail::number(t));
-  }
-  const T s = static_cast<T>(1.0 / t);
-  if (!(std::isfinite(s) && s > T{0})) {
-    fail(function, "temperature " + detail::number(t) +
-                       " has no finite, non-zero reciprocal in " +
-                       type_name(T{}));
-  }
-  return s;
-}
 
 bool faithful(const SoftmaxOptions& options) {
   return options.precision == Precision::kFaithful;
@@ -80,7 +61,7 @@ void row_checked(const char* function, RowOp op, std::span<const T> x,
                  std::span<T> y, const SoftmaxOptions& options) {
   check_row(function, x, y);
   check_mask(function, options, x.size());
-  const T scale = scale_of<T>(function, options);
+  const T scale = detail::softmax_scale<T>(function, options);
   detail::softmax_row_kernel(x.data(), mask_bytes(options), scale, x.size(), op,
                              faithful(options), y.data(), nullptr);
 }
@@ -89,7 +70,7 @@ template <class T>
 RowState state_of(const char* function, std::span<const T> x,
                   const SoftmaxOptions& options) {
   check_mask(function, options, x.size());
-  const T scale = scale_of<T>(function, options);
+  const T scale = detail::softmax_scale<T>(function, options);
   RowState state{};
   detail::softmax_row_kernel(x.data(), mask_bytes(options), scale, x.size(),
                              RowOp::kState, faithful(options), nullptr, &state);
@@ -125,7 +106,7 @@ T lse_checked(std::span<const T> x, const SoftmaxOptions& options) {
   // against the result. Redo the sum in the wider type.
   if (std::isfinite(lse) && state.max < 0 && std::fabs(lse) < -state.max) {
     return lse_wide<T>(x, mask_bytes(options),
-                       scale_of<T>("logsumexp", options),
+                       detail::softmax_scale<T>("logsumexp", options),
                        static_cast<T>(state.max));
   }
   return lse;
@@ -134,32 +115,9 @@ T lse_checked(std::span<const T> x, const SoftmaxOptions& options) {
 template <class T>
 void rows_checked(const char* function, RowOp op, MatrixView<const T> x,
                   MatrixView<T> y, const SoftmaxOptions& options) {
-  detail::check_matrix(function, "x", x);
-  detail::check_matrix(function, "y", y);
-  if (x.rows != y.rows || x.cols != y.cols) {
-    fail(function, "x is " + count(x.rows) + " x " + count(x.cols) +
-                       " but y is " + count(y.rows) + " x " + count(y.cols));
-  }
-  if (x.rows == 0 || x.cols == 0) {
-    fail(function, "x is " + count(x.rows) + " x " + count(x.cols) +
-                       " (rows and cols must be >= 1)");
-  }
+  detail::check_softmax_rows(function, x, y, options);
   const std::size_t per_row = x.cols;
-  if (!options.mask.empty() && options.mask.size() != per_row &&
-      options.mask.size() != x.rows * x.cols) {
-    fail(function, "mask has " + count(options.mask.size()) +
-                       " flags; expected cols = " + count(per_row) +
-                       " or rows * cols = " + count(x.rows * x.cols));
-  }
-  const std::size_t x_extent = (x.rows - 1) * x.stride + x.cols;
-  const std::size_t y_extent = (y.rows - 1) * y.stride + y.cols;
-  const bool in_place = x.data == y.data && x.stride == y.stride;
-  if (!in_place &&
-      (x.data == y.data ||
-       detail::partial_overlap(x.data, x_extent, y.data, y_extent))) {
-    fail(function, "y overlaps x (only the same matrix, in place, is allowed)");
-  }
-  const T scale = scale_of<T>(function, options);
+  const T scale = detail::softmax_scale<T>(function, options);
   const std::uint8_t* mask = mask_bytes(options);
   const bool mask_per_row = mask != nullptr && options.mask.size() != per_row;
 
@@ -184,7 +142,7 @@ void apply_checked(std::span<const T> chunk, const BasicSoftmaxState<T>& total,
     fail(function, "y partially overlaps the chunk");
   }
   check_mask(function, options, chunk.size());
-  const T scale = scale_of<T>(function, options);
+  const T scale = detail::softmax_scale<T>(function, options);
   if (chunk.empty()) return;
   RowState state{static_cast<double>(total.max), total.sum, total.sum_lo};
   detail::softmax_row_kernel(chunk.data(), mask_bytes(options), scale,
@@ -194,46 +152,8 @@ void apply_checked(std::span<const T> chunk, const BasicSoftmaxState<T>& total,
 
 }  // namespace
 
-void softmax(std::span<const float> x, std::span<float> y,
-             const SoftmaxOptions& options) {
-  row_checked<float>("softmax", RowOp::kSoftmax, x, y, options);
-}
-void softmax(std::span<const double> x, std::span<double> y,
-             const SoftmaxOptions& options) {
-  row_checked<double>("softmax", RowOp::kSoftmax, x, y, options);
-}
-void log_softmax(std::span<const float> x, std::span<float> y,
-                 const SoftmaxOptions& options) {
-  row_checked<float>("log_softmax", RowOp::kLogSoftmax, x, y, options);
-}
-void log_softmax(std::span<const double> x, std::span<double> y,
-                 const SoftmaxOptions& options) {
-  row_checked<double>("log_softmax", RowOp::kLogSoftmax, x, y, options);
-}
-
-float logsumexp(std::span<const float> x, const SoftmaxOptions& options) {
-  return lse_checked<float>(x, options);
-}
-double logsumexp(std::span<const double> x, const SoftmaxOptions& options) {
-  return lse_checked<double>(x, options);
-}
-
-void softmax_rows(MatrixView<const float> x, MatrixView<float> y,
-                  const SoftmaxOptions& options) {
-  rows_checked<float>("softmax_rows", RowOp::kSoftmax, x, y, options);
-}
-void softmax_rows(MatrixView<const double> x, MatrixView<double> y,
-                  const SoftmaxOptions& options) {
-  rows_checked<double>("softmax_rows", RowOp::kSoftmax, x, y, options);
-}
-void log_softmax_rows(MatrixView<const float> x, MatrixView<float> y,
-                      const SoftmaxOptions& options) {
-  rows_checked<float>("log_softmax_rows", RowOp::kLogSoftmax, x, y, options);
-}
-void log_softmax_rows(MatrixView<const double> x, MatrixView<double> y,
-                      const SoftmaxOptions& options) {
-  rows_checked<double>("log_softmax_rows", RowOp::kLogSoftmax, x, y, options);
-}
+SOFTDOT_SOFTMAX_OVERLOADS(float)
+SOFTDOT_SOFTMAX_OVERLOADS(double)
 
 SoftmaxState softmax_state(std::span<const float> chunk,
                            const SoftmaxOptions& options) {

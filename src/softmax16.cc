@@ -34,6 +34,7 @@
 #include "softdot/cross_entropy.h"
 #include "softdot/float16.h"
 #include "softdot/softmax.h"
+#include "softmax_common.h"
 
 namespace softdot {
 namespace {
@@ -78,21 +79,6 @@ void widen_to_double(const H* x, std::size_t n, double* w) {
 template <class H>
 void narrow_row(const double* w, std::size_t n, H* y) {
   for (std::size_t i = 0; i < n; ++i) y[i] = narrow<H>(w[i]);
-}
-
-// 1 / temperature rounded to float: the scale of the 16-bit functions.
-float scale_of(const char* function, const SoftmaxOptions& options) {
-  const double t = options.temperature;
-  if (!(std::isfinite(t) && t > 0.0)) {
-    fail(function,
-         "temperature must be finite and > 0, got " + detail::number(t));
-  }
-  const float s = static_cast<float>(1.0 / t);
-  if (!(std::isfinite(s) && s > 0.0f)) {
-    fail(function, "temperature " + detail::number(t) +
-                       " has no finite, non-zero reciprocal in float");
-  }
-  return s;
 }
 
 const std::uint8_t* mask_bytes(const bool* mask) {
@@ -193,7 +179,7 @@ void row_checked(const char* function, RowOp op, std::span<const H> x,
     fail(function, "mask has " + count(options.mask.size()) +
                        " flags but x has " + count(x.size()) + " elements");
   }
-  const float scale = scale_of(function, options);
+  const float scale = detail::softmax_scale<float>(function, options);
   row16(x.data(),
         options.mask.empty() ? nullptr : mask_bytes(options.mask.data()), scale,
         x.size(), op, y.data(), options.precision == Precision::kFast);
@@ -202,32 +188,9 @@ void row_checked(const char* function, RowOp op, std::span<const H> x,
 template <class H>
 void rows_checked(const char* function, RowOp op, MatrixView<const H> x,
                   MatrixView<H> y, const SoftmaxOptions& options) {
-  detail::check_matrix(function, "x", x);
-  detail::check_matrix(function, "y", y);
-  if (x.rows != y.rows || x.cols != y.cols) {
-    fail(function, "x is " + count(x.rows) + " x " + count(x.cols) +
-                       " but y is " + count(y.rows) + " x " + count(y.cols));
-  }
-  if (x.rows == 0 || x.cols == 0) {
-    fail(function, "x is " + count(x.rows) + " x " + count(x.cols) +
-                       " (rows and cols must be >= 1)");
-  }
+  detail::check_softmax_rows(function, x, y, options);
   const std::size_t n = x.cols;
-  if (!options.mask.empty() && options.mask.size() != n &&
-      options.mask.size() != x.rows * n) {
-    fail(function, "mask has " + count(options.mask.size()) +
-                       " flags; expected cols = " + count(n) +
-                       " or rows * cols = " + count(x.rows * n));
-  }
-  const std::size_t x_extent = (x.rows - 1) * x.stride + x.cols;
-  const std::size_t y_extent = (y.rows - 1) * y.stride + y.cols;
-  const bool in_place = x.data == y.data && x.stride == y.stride;
-  if (!in_place &&
-      (x.data == y.data ||
-       detail::partial_overlap(x.data, x_extent, y.data, y_extent))) {
-    fail(function, "y overlaps x (only the same matrix, in place, is allowed)");
-  }
-  const float scale = scale_of(function, options);
+  const float scale = detail::softmax_scale<float>(function, options);
   const std::uint8_t* mask =
       options.mask.empty() ? nullptr : mask_bytes(options.mask.data());
   const bool per_row = mask != nullptr && options.mask.size() != n;
@@ -251,7 +214,7 @@ H lse_checked(std::span<const H> x, const SoftmaxOptions& options) {
     fail(function, "mask has " + count(options.mask.size()) +
                        " flags but x has " + count(x.size()) + " elements");
   }
-  const float scale = scale_of(function, options);
+  const float scale = detail::softmax_scale<float>(function, options);
   std::vector<double> w(x.size());
   widen_to_double(x.data(), x.size(), w.data());
   // The double logsumexp takes s = 1 / T rounded to double; the 16-bit
@@ -321,44 +284,8 @@ double cross_entropy_checked(MatrixView<const H> logits,
 
 }  // namespace
 
-void softmax(std::span<const BFloat16> x, std::span<BFloat16> y,
-             const SoftmaxOptions& options) {
-  row_checked<BFloat16>("softmax", RowOp::kSoftmax, x, y, options);
-}
-void softmax(std::span<const Float16> x, std::span<Float16> y,
-             const SoftmaxOptions& options) {
-  row_checked<Float16>("softmax", RowOp::kSoftmax, x, y, options);
-}
-void log_softmax(std::span<const BFloat16> x, std::span<BFloat16> y,
-                 const SoftmaxOptions& options) {
-  row_checked<BFloat16>("log_softmax", RowOp::kLogSoftmax, x, y, options);
-}
-void log_softmax(std::span<const Float16> x, std::span<Float16> y,
-                 const SoftmaxOptions& options) {
-  row_checked<Float16>("log_softmax", RowOp::kLogSoftmax, x, y, options);
-}
-BFloat16 logsumexp(std::span<const BFloat16> x, const SoftmaxOptions& options) {
-  return lse_checked<BFloat16>(x, options);
-}
-Float16 logsumexp(std::span<const Float16> x, const SoftmaxOptions& options) {
-  return lse_checked<Float16>(x, options);
-}
-void softmax_rows(MatrixView<const BFloat16> x, MatrixView<BFloat16> y,
-                  const SoftmaxOptions& options) {
-  rows_checked<BFloat16>("softmax_rows", RowOp::kSoftmax, x, y, options);
-}
-void softmax_rows(MatrixView<const Float16> x, MatrixView<Float16> y,
-                  const SoftmaxOptions& options) {
-  rows_checked<Float16>("softmax_rows", RowOp::kSoftmax, x, y, options);
-}
-void log_softmax_rows(MatrixView<const BFloat16> x, MatrixView<BFloat16> y,
-                      const SoftmaxOptions& options) {
-  rows_checked<BFloat16>("log_softmax_rows", RowOp::kLogSoftmax, x, y, options);
-}
-void log_softmax_rows(MatrixView<const Float16> x, MatrixView<Float16> y,
-                      const SoftmaxOptions& options) {
-  rows_checked<Float16>("log_softmax_rows", RowOp::kLogSoftmax, x, y, options);
-}
+SOFTDOT_SOFTMAX_OVERLOADS(BFloat16)
+SOFTDOT_SOFTMAX_OVERLOADS(Float16)
 void softmax_backward(std::span<const BFloat16> y, std::span<const BFloat16> dy,
                       std::span<BFloat16> dx) {
   backward_checked<BFloat16>(y, dy, dx);
@@ -367,17 +294,7 @@ void softmax_backward(std::span<const Float16> y, std::span<const Float16> dy,
                       std::span<Float16> dx) {
   backward_checked<Float16>(y, dy, dx);
 }
-double cross_entropy(MatrixView<const BFloat16> logits,
-                     std::span<const std::int64_t> targets,
-                     std::span<BFloat16> loss, MatrixView<BFloat16> grad,
-                     const CrossEntropyOptions& options) {
-  return cross_entropy_checked<BFloat16>(logits, targets, loss, grad, options);
-}
-double cross_entropy(MatrixView<const Float16> logits,
-                     std::span<const std::int64_t> targets,
-                     std::span<Float16> loss, MatrixView<Float16> grad,
-                     const CrossEntropyOptions& options) {
-  return cross_entropy_checked<Float16>(logits, targets, loss, grad, options);
-}
+SOFTDOT_CROSS_ENTROPY_OVERLOAD(BFloat16)
+SOFTDOT_CROSS_ENTROPY_OVERLOAD(Float16)
 
 }  // namespace softdot

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstddef>
 #include <span>
+#include <type_traits>
 
 #include "check.h"
 #include "kernels/backward_row.h"
@@ -30,13 +31,22 @@ void check_backward(std::span<const T> y, std::span<const T> dy,
 
 }  // namespace
 
-void softmax_backward(std::span<const float> y, std::span<const float> dy,
-                      std::span<float> dx) {
+namespace {
+
+// <dy, y>: for float, exact float products summed in double; for double,
+// dot_accurate (twice the working precision). A result that is not finite
+// means an infinite or NaN y_i or dy_i: the rules of
+// include/softdot/softmax.h, in scalar code.
+template <class T>
+void backward_checked(std::span<const T> y, std::span<const T> dy,
+                      std::span<T> dx) {
   check_backward(y, dy, dx);
-  // <dy, y> from exact float products summed in double. A g that is not
-  // finite means an infinite or NaN y_i or dy_i: the rules of
-  // include/softdot/softmax.h, in scalar code.
-  const double g = detail::dot_in_double_kernel(dy.data(), y.data(), y.size());
+  double g;
+  if constexpr (std::is_same_v<T, float>) {
+    g = detail::dot_in_double_kernel(dy.data(), y.data(), y.size());
+  } else {
+    g = detail::dot_accurate_kernel(dy.data(), y.data(), y.size());
+  }
   if (std::isfinite(g)) [[likely]] {
     detail::softmax_backward_row(y.data(), dy.data(), g, y.size(), dx.data());
   } else {
@@ -45,16 +55,15 @@ void softmax_backward(std::span<const float> y, std::span<const float> dy,
   }
 }
 
+}  // namespace
+
+void softmax_backward(std::span<const float> y, std::span<const float> dy,
+                      std::span<float> dx) {
+  backward_checked(y, dy, dx);
+}
 void softmax_backward(std::span<const double> y, std::span<const double> dy,
                       std::span<double> dx) {
-  check_backward(y, dy, dx);
-  const double g = detail::dot_accurate_kernel(dy.data(), y.data(), y.size());
-  if (std::isfinite(g)) [[likely]] {
-    detail::softmax_backward_row(y.data(), dy.data(), g, y.size(), dx.data());
-  } else {
-    detail::softmax_backward_special_row(y.data(), dy.data(), y.size(),
-                                         dx.data());
-  }
+  backward_checked(y, dy, dx);
 }
 
 }  // namespace softdot

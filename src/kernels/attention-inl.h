@@ -54,22 +54,13 @@
 HWY_BEFORE_NAMESPACE();
 namespace softdot {
 namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-
-using detail::AttnArgs;
-using detail::kKeyTile;
 
 // The float prefill form (a.decode false, a.units 0) over the vectors of
 // rows a.rows needs.
 void AttentionPrefillRows(const AttnArgs& a) {
-  const std::size_t N = attn::Lanes();
-  if (a.rows <= N) {
-    attn::RunPrefill<1>(a);
-  } else if (a.rows <= 2 * N) {
-    attn::RunPrefill<2>(a);
-  } else {
-    attn::RunPrefill<4>(a);
-  }
+  attn::ByRowVectors(a.rows, [&](auto nv) HWY_ATTR {
+    attn::RunPrefill<decltype(nv)::value>(a);
+  });
 }
 
 std::size_t AttentionMaxRows() { return attn::MaxRows(); }

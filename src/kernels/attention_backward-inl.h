@@ -45,11 +45,8 @@
 HWY_BEFORE_NAMESPACE();
 namespace softdot {
 namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
 
-using detail::AttnArgs;
 using detail::AttnBackArgs;
-using detail::kKeyTile;
 
 namespace attn {
 

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
@@ -56,6 +57,21 @@ HWY_INLINE std::size_t Lanes() { return hn::Lanes(DF()); }
 
 // Rows per kernel call on this target: four vectors of lanes.
 HWY_INLINE std::size_t MaxRows() { return 4 * Lanes(); }
+
+// Calls run(std::integral_constant<std::size_t, NV>()) with NV = 1, 2 or 4:
+// the fewest vectors of Lanes() rows that hold `rows` (a prefill form's
+// entry point picks its RunPrefill* instantiation with it).
+template <class F>
+HWY_INLINE void ByRowVectors(std::size_t rows, F&& run) {
+  const std::size_t N = Lanes();
+  if (rows <= N) {
+    run(std::integral_constant<std::size_t, 1>());
+  } else if (rows <= 2 * N) {
+    run(std::integral_constant<std::size_t, 2>());
+  } else {
+    run(std::integral_constant<std::size_t, 4>());
+  }
+}
 
 // Logit soft-capping, cap * tanh(s / cap): the one expression the prefill
 // and decode forms and attention_weights (AttentionSoftcap) all use.

@@ -16,10 +16,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace softdot {
 namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-
-using detail::AttnArgs;
-using detail::kKeyTile;
 
 namespace attn {
 

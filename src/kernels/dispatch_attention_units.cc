@@ -16,19 +16,12 @@ HWY_BEFORE_NAMESPACE();
 namespace softdot {
 namespace HWY_NAMESPACE {
 
-using detail::AttnArgs;
-
 // The prefill form on the units a.units names (a.units != 0) over the
 // vectors of rows a.rows needs.
 void AttentionUnitsRows(const AttnArgs& a) {
-  const std::size_t N = attn::Lanes();
-  if (a.rows <= N) {
-    attn::RunPrefillUnits<1>(a);
-  } else if (a.rows <= 2 * N) {
-    attn::RunPrefillUnits<2>(a);
-  } else {
-    attn::RunPrefillUnits<4>(a);
-  }
+  attn::ByRowVectors(a.rows, [&](auto nv) HWY_ATTR {
+    attn::RunPrefillUnits<decltype(nv)::value>(a);
+  });
 }
 
 unsigned AttentionUnitsCompiled() { return attn::UnitsCompiled(); }

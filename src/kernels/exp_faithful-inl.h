@@ -179,28 +179,29 @@ inline constexpr float kPairLog2e8 = 11.541560173034668f;  // fl(8 / ln2)
 inline constexpr float kPairShifter = 12584440.0f;
 inline constexpr float kPairC8Hi = 0x1.62e43p-4f;    // fl(ln2 / 8)
 inline constexpr float kPairC8Lo = -0x1.05c61p-32f;  // ln2 / 8 - kPairC8Hi
-// 2^(j/8) = kExp2j8Hi[j] + kExp2j8Lo[j], twice (16 lanes index j + 8 too).
-alignas(64) inline constexpr float kExp2j8Hi[16] = {
-    1.0f,           0x1.172b84p+0f, 0x1.306fep+0f,  0x1.4bfdaep+0f,
-    0x1.6a09e6p+0f, 0x1.8ace54p+0f, 0x1.ae89fap+0f, 0x1.d5818ep+0f,
+// 2^(j/8) = kExp2j8Hi[j] + kExp2j8Lo[j] for j in [0, 8), stored twice
+// (16 lanes index j + 8 too).
+struct Exp2j8Table {
+  alignas(64) float v[16];
+};
+inline constexpr Exp2j8Table Exp2j8Twice(const float (&t)[8]) {
+  Exp2j8Table r{};
+  for (int j = 0; j < 16; ++j) r.v[j] = t[j % 8];
+  return r;
+}
+inline constexpr float kExp2j8HiOnce[8] = {
     1.0f,           0x1.172b84p+0f, 0x1.306fep+0f,  0x1.4bfdaep+0f,
     0x1.6a09e6p+0f, 0x1.8ace54p+0f, 0x1.ae89fap+0f, 0x1.d5818ep+0f};
-alignas(64) inline constexpr float kExp2j8Lo[16] = {0.0f,
-                                                    -0x1.c15742p-27f,
-                                                    0x1.4636e2p-25f,
-                                                    -0x1.593abcp-25f,
-                                                    0x1.9fcef4p-26f,
-                                                    0x1.15506ep-27f,
-                                                    -0x1.a94b14p-26f,
-                                                    -0x1.822dbcp-27f,
-                                                    0.0f,
-                                                    -0x1.c15742p-27f,
-                                                    0x1.4636e2p-25f,
-                                                    -0x1.593abcp-25f,
-                                                    0x1.9fcef4p-26f,
-                                                    0x1.15506ep-27f,
-                                                    -0x1.a94b14p-26f,
-                                                    -0x1.822dbcp-27f};
+inline constexpr float kExp2j8LoOnce[8] = {0.0f,
+                                           -0x1.c15742p-27f,
+                                           0x1.4636e2p-25f,
+                                           -0x1.593abcp-25f,
+                                           0x1.9fcef4p-26f,
+                                           0x1.15506ep-27f,
+                                           -0x1.a94b14p-26f,
+                                           -0x1.822dbcp-27f};
+inline constexpr Exp2j8Table kExp2j8Hi = Exp2j8Twice(kExp2j8HiOnce);
+inline constexpr Exp2j8Table kExp2j8Lo = Exp2j8Twice(kExp2j8LoOnce);
 
 // table[j] for j in [0, 7] in every lane: one permute of the 8 entries
 // where a vector holds 8 floats or more; with 4 lanes (NEON) entries 0-3
@@ -232,8 +233,8 @@ HWY_INLINE void ExpPairF32(D d, V t, V c, V& hi, V& lo, V& n, V& kf) {
   const V r_hi = hn::NegMulAdd(kf, hn::Set(d, kPairC8Hi), t);  // exact
   const V r_lo = hn::NegMulAdd(kf, hn::Set(d, kPairC8Lo), c);
   const auto j = hn::And(hn::BitCast(di, n), hn::Set(di, std::int32_t{7}));
-  const V t_hi = LookupExp2j8(d, j, kExp2j8Hi);
-  const V t_lo = LookupExp2j8(d, j, kExp2j8Lo);
+  const V t_hi = LookupExp2j8(d, j, kExp2j8Hi.v);
+  const V t_lo = LookupExp2j8(d, j, kExp2j8Lo.v);
   const V r = hn::Add(r_hi, r_lo);
   V q = hn::MulAdd(hn::Set(d, kPairQ2), r, hn::Set(d, kPairQ1));
   q = hn::MulAdd(q, r, hn::Set(d, 0.5f));

@@ -43,7 +43,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace softdot {
 namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
 
 template <class T, bool kMasked, bool kScaled>
 HWY_INLINE void RowImpl(const T* x, const std::uint8_t* mask, T scale,

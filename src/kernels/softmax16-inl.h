@@ -26,7 +26,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace softdot {
 namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
 
 // One block of kLanes widened scores (xb, mb padded) -> kLanes 16-bit
 // weights at yb.

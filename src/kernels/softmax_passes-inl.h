@@ -15,7 +15,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace softdot {
 namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
 
 // Pass B: sum of exp(p_i - m) as hi + lo; stores the exponentials to y when
 // kStore.

@@ -79,12 +79,13 @@ double linear_cross_entropy_op(MPI_Comm comm, MatrixView<const T> hidden,
   const detail::Global g = detail::agree_shards(
       dc.get(), dc.size(), function, mine, vopt.deterministic, "hidden",
       "hidden, targets, options or the presence of grad_hidden");
-  detail::check_targets(function, targets, options.ignore_index, g.vocab);
+  softdot::detail::check_target_classes(function, targets, g.vocab,
+                                        options.ignore_index);
 
   const std::size_t rows = hidden.rows, dim = hidden.cols, cols = weight.rows;
   const double eps = options.label_smoothing;
-  std::size_t counted = 0;
-  for (const std::int64_t t : targets) counted += t != options.ignore_index;
+  const std::size_t counted =
+      softdot::detail::counted_targets(targets, options.ignore_index);
   const double c = softdot::detail::gradient_scale(options.reduction, counted);
   const bool want_grad = want_gh || grad_weight.data != nullptr;
 
@@ -140,36 +141,26 @@ double linear_cross_entropy_op(MPI_Comm comm, MatrixView<const T> hidden,
                                         grad_weight, i0 != 0);
     }
   }
-  if (!loss.empty()) {
-    for (std::size_t i = 0; i < rows; ++i) {
-      loss[i] = static_cast<float>(row_loss[i]);
-    }
-  }
-  return softdot::detail::reduce_row_losses(row_loss.data(), rows,
-                                            options.reduction, counted);
+  return softdot::detail::finish_losses(row_loss, loss, options.reduction,
+                                        counted);
 }
 
 }  // namespace
 
-double linear_cross_entropy(
-    MPI_Comm comm, MatrixView<const float> hidden,
-    MatrixView<const float> weight, std::size_t vocab_begin,
-    std::span<const std::int64_t> targets, std::span<float> loss,
-    MatrixView<float> grad_hidden, MatrixView<float> grad_weight,
-    const CrossEntropyOptions& options, const VocabOptions& vocab_options) {
-  return linear_cross_entropy_op<float>(comm, hidden, weight, vocab_begin,
-                                        targets, loss, grad_hidden, grad_weight,
-                                        options, vocab_options);
-}
-double linear_cross_entropy(
-    MPI_Comm comm, MatrixView<const BFloat16> hidden,
-    MatrixView<const BFloat16> weight, std::size_t vocab_begin,
-    std::span<const std::int64_t> targets, std::span<float> loss,
-    MatrixView<float> grad_hidden, MatrixView<float> grad_weight,
-    const CrossEntropyOptions& options, const VocabOptions& vocab_options) {
-  return linear_cross_entropy_op<BFloat16>(comm, hidden, weight, vocab_begin,
-                                           targets, loss, grad_hidden,
-                                           grad_weight, options, vocab_options);
-}
+// The public overloads, one per operand format.
+#define SOFTDOT_MPI_LCE_OVERLOAD(T)                                            \
+  double linear_cross_entropy(                                                 \
+      MPI_Comm comm, MatrixView<const T> hidden, MatrixView<const T> weight,   \
+      std::size_t vocab_begin, std::span<const std::int64_t> targets,          \
+      std::span<float> loss, MatrixView<float> grad_hidden,                    \
+      MatrixView<float> grad_weight, const CrossEntropyOptions& options,       \
+      const VocabOptions& vocab_options) {                                     \
+    return linear_cross_entropy_op<T>(comm, hidden, weight, vocab_begin,       \
+                                      targets, loss, grad_hidden, grad_weight, \
+                                      options, vocab_options);                 \
+  }
+SOFTDOT_MPI_LCE_OVERLOAD(float)
+SOFTDOT_MPI_LCE_OVERLOAD(BFloat16)
+#undef SOFTDOT_MPI_LCE_OVERLOAD
 
 }  // namespace softdot::mpi

@@ -152,10 +152,13 @@ double cross_entropy_op(MPI_Comm comm, MatrixView<const T> logits,
   const ShardInfo mine{logits.rows, logits.cols, begin, h};
   const Global g =
       agree_shards(dc.get(), dc.size(), function, mine, vopt.deterministic);
-  detail::check_targets(function, targets, options.ignore_index, g.vocab);
+  // The targets are the same on every rank (agree_shards checked their
+  // fingerprint), so every rank reaches the same verdict without an exchange.
+  softdot::detail::check_target_classes(function, targets, g.vocab,
+                                        options.ignore_index);
   const double eps = options.label_smoothing;
-  std::size_t counted = 0;
-  for (const std::int64_t t : targets) counted += t != options.ignore_index;
+  const std::size_t counted =
+      softdot::detail::counted_targets(targets, options.ignore_index);
   const double c = softdot::detail::gradient_scale(options.reduction, counted);
   Job job{vopt.deterministic, eps > 0.0, targets.data(), options.ignore_index};
   const std::vector<RowTotal> tot =
@@ -163,69 +166,41 @@ double cross_entropy_op(MPI_Comm comm, MatrixView<const T> logits,
   std::vector<L> row_loss(logits.rows, 0.0L);
   detail::shard_rows<T>(g, job, tot, logits, begin, c, eps, grad,
                         row_loss.data());
-  if (!loss.empty()) {
-    for (std::size_t i = 0; i < logits.rows; ++i) {
-      loss[i] = static_cast<T>(row_loss[i]);
-    }
-  }
-  return softdot::detail::reduce_row_losses(row_loss.data(), logits.rows,
-                                            options.reduction, counted);
+  return softdot::detail::finish_losses(row_loss, loss, options.reduction,
+                                        counted);
 }
 
 }  // namespace
 
-void softmax(MPI_Comm comm, MatrixView<const float> x, std::size_t vocab_begin,
-             MatrixView<float> y, const VocabOptions& options) {
-  rows_op<float>("mpi::softmax", Op::kSoftmax, comm, x, vocab_begin, y, {},
-                 options);
-}
-void softmax(MPI_Comm comm, MatrixView<const double> x, std::size_t vocab_begin,
-             MatrixView<double> y, const VocabOptions& options) {
-  rows_op<double>("mpi::softmax", Op::kSoftmax, comm, x, vocab_begin, y, {},
-                  options);
-}
-void log_softmax(MPI_Comm comm, MatrixView<const float> x,
-                 std::size_t vocab_begin, MatrixView<float> y,
-                 const VocabOptions& options) {
-  rows_op<float>("mpi::log_softmax", Op::kLogSoftmax, comm, x, vocab_begin, y,
-                 {}, options);
-}
-void log_softmax(MPI_Comm comm, MatrixView<const double> x,
-                 std::size_t vocab_begin, MatrixView<double> y,
-                 const VocabOptions& options) {
-  rows_op<double>("mpi::log_softmax", Op::kLogSoftmax, comm, x, vocab_begin, y,
-                  {}, options);
-}
-void logsumexp(MPI_Comm comm, MatrixView<const float> x,
-               std::size_t vocab_begin, std::span<float> lse,
-               const VocabOptions& options) {
-  rows_op<float>("mpi::logsumexp", Op::kLse, comm, x, vocab_begin, {}, lse,
-                 options);
-}
-void logsumexp(MPI_Comm comm, MatrixView<const double> x,
-               std::size_t vocab_begin, std::span<double> lse,
-               const VocabOptions& options) {
-  rows_op<double>("mpi::logsumexp", Op::kLse, comm, x, vocab_begin, {}, lse,
-                  options);
-}
-
-double cross_entropy(MPI_Comm comm, MatrixView<const float> logits,
-                     std::size_t vocab_begin,
-                     std::span<const std::int64_t> targets,
-                     std::span<float> loss, MatrixView<float> grad,
-                     const CrossEntropyOptions& options,
-                     const VocabOptions& vocab_options) {
-  return cross_entropy_op<float>(comm, logits, vocab_begin, targets, loss, grad,
-                                 options, vocab_options);
-}
-double cross_entropy(MPI_Comm comm, MatrixView<const double> logits,
-                     std::size_t vocab_begin,
-                     std::span<const std::int64_t> targets,
-                     std::span<double> loss, MatrixView<double> grad,
-                     const CrossEntropyOptions& options,
-                     const VocabOptions& vocab_options) {
-  return cross_entropy_op<double>(comm, logits, vocab_begin, targets, loss,
-                                  grad, options, vocab_options);
-}
+// The public overloads, one set per element type.
+#define SOFTDOT_VOCAB_OVERLOADS(T)                                             \
+  void softmax(MPI_Comm comm, MatrixView<const T> x, std::size_t vocab_begin,  \
+               MatrixView<T> y, const VocabOptions& options) {                 \
+    rows_op<T>("mpi::softmax", Op::kSoftmax, comm, x, vocab_begin, y, {},      \
+               options);                                                       \
+  }                                                                            \
+  void log_softmax(MPI_Comm comm, MatrixView<const T> x,                       \
+                   std::size_t vocab_begin, MatrixView<T> y,                   \
+                   const VocabOptions& options) {                              \
+    rows_op<T>("mpi::log_softmax", Op::kLogSoftmax, comm, x, vocab_begin, y,   \
+               {}, options);                                                   \
+  }                                                                            \
+  void logsumexp(MPI_Comm comm, MatrixView<const T> x,                         \
+                 std::size_t vocab_begin, std::span<T> lse,                    \
+                 const VocabOptions& options) {                                \
+    rows_op<T>("mpi::logsumexp", Op::kLse, comm, x, vocab_begin, {}, lse,      \
+               options);                                                       \
+  }                                                                            \
+  double cross_entropy(                                                        \
+      MPI_Comm comm, MatrixView<const T> logits, std::size_t vocab_begin,      \
+      std::span<const std::int64_t> targets, std::span<T> loss,                \
+      MatrixView<T> grad, const CrossEntropyOptions& options,                  \
+      const VocabOptions& vocab_options) {                                     \
+    return cross_entropy_op<T>(comm, logits, vocab_begin, targets, loss, grad, \
+                               options, vocab_options);                        \
+  }
+SOFTDOT_VOCAB_OVERLOADS(float)
+SOFTDOT_VOCAB_OVERLOADS(double)
+#undef SOFTDOT_VOCAB_OVERLOADS
 
 }  // namespace softdot::mpi

@@ -339,18 +339,6 @@ Global agree_shards(MPI_Comm comm, int size, const char* function,
   return g;
 }
 
-void check_targets(const char* function, std::span<const std::int64_t> targets,
-                   std::int64_t ignore_index, std::size_t vocab) {
-  for (std::size_t i = 0; i < targets.size(); ++i) {
-    const std::int64_t t = targets[i];
-    if (t != ignore_index && static_cast<std::uint64_t>(t) >= vocab) {
-      fail(function, "targets[" + count(i) + "] = " + std::to_string(t) +
-                         " is not a class in [0, " + count(vocab) +
-                         ") nor ignore_index " + std::to_string(ignore_index));
-    }
-  }
-}
-
 template <class T>
 void shard_rows(const Global& g, const Job& job,
                 const std::vector<RowTotal>& tot, MatrixView<const T> x,

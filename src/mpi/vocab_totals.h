@@ -80,13 +80,6 @@ Global agree_shards(MPI_Comm comm, int size, const char* function,
                     const char* rows_of = "x",
                     const char* same = "targets or options");
 
-// Throws (naming `function` and the row) unless every target is a class
-// in [0, vocab) or ignore_index. The targets are the same on every rank
-// (agree_shards checked their fingerprint), so every rank reaches the same
-// verdict without an exchange.
-void check_targets(const char* function, std::span<const std::int64_t> targets,
-                   std::int64_t ignore_index, std::size_t vocab);
-
 // The per-row results every rank ends with.
 struct RowTotal {
   SoftmaxStateD state;
