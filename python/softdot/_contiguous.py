@@ -11,7 +11,6 @@ import numpy as np
 
 from . import _arrays as A
 from . import _request as R
-from . import _softdot as _core
 
 
 def call(
@@ -109,7 +108,8 @@ def call_f64(
     q4, k4, v4 = R.to4(q), R.to4(k), R.to4(v)
     res = np.empty(q4.shape[:-1] + (v4.shape[-1],), np.float64)
     lse = np.empty(q4.shape[:-1], np.float64)
-    _core.attention_f64(fn, q4, k4, v4, res, lse.reshape(-1), o)
+    kv = {"format": R.KV_F64, "k": k4, "v": v4}
+    R.run(fn, q4, kv, "output", res, lse.reshape(-1), o, [], R.KV_F64, R.KV_F64)
     res = res.reshape(q.shape[:-1] + (v.shape[-1],))
     lse = lse.reshape(q.shape[:-1])
     if kind == "torch":
