@@ -14,7 +14,7 @@ import torch
 
 from . import _request as R
 from ._autograd import first_order
-from ._contiguous import call
+from ._contiguous import Arrays, call
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -52,19 +52,15 @@ class _Attention(torch.autograd.Function):
         # query's dtype.
         wide = q.dtype in (torch.float16, torch.bfloat16)
         out32 = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=torch.float32) if wide else None
-        out, lse = call(
-            spec["fn"],
-            "output",
+        arrays = Arrays(
             q.detach(),
             k.detach(),
             v.detach(),
             spec["mask"],
             None if bias is None else bias.detach(),
             None if sinks is None else sinks.detach(),
-            out32,
-            True,
-            **spec["opts"],
         )
+        out, lse = call(spec["fn"], "output", arrays, out32, True, **spec["opts"])
         ctx.save_for_backward(q, k, v, out, lse, bias, sinks)
         ctx.spec = spec
         if wide:
@@ -140,22 +136,12 @@ def wants_grad(*tensors: Any) -> bool:
     return any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
 
-def attention(
-    fn: str,
-    query: Any,
-    key: Any,
-    value: Any,
-    attn_mask: Any,
-    bias: Any,
-    sinks: Any,
-    out: Any,
-    return_lse: bool,
-    opts: Dict[str, Any],
-) -> Any:
+def attention(fn: str, arrays: Arrays, out: Any, return_lse: bool, opts: Dict[str, Any]) -> Any:
     """scaled_dot_product_attention through _Attention: a float attn_mask
     and the bias become one bias broadcast to [..., Hq, L, S] (their
     gradients reduce through torch's own broadcasting), a bool attn_mask
     stays a mask."""
+    query, key, value, attn_mask, bias, sinks = arrays
     if out is not None:
         raise ValueError(
             f"{fn}: out= cannot be used on inputs that require grad "
