@@ -11,6 +11,7 @@
 #include "softdot/kv_cache.h"
 #include "softdot/linear_cross_entropy.h"
 #include "softdot/matrix.h"
+#include "softdot/ring_layout.h"
 #include "softdot/sample.h"
 #include "softdot/simd.h"
 #include "softdot/softmax.h"

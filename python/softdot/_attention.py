@@ -11,7 +11,7 @@ import numpy as np
 from . import _arrays as A
 from . import _request as R
 from . import _softdot as _core
-from ._contiguous import call
+from ._contiguous import Arrays, call
 
 
 def scaled_dot_product_attention(
@@ -140,12 +140,13 @@ def scaled_dot_product_attention(
     opts: Dict[str, Any] = dict(scale=scale, causal=causal, window=window, softcap=softcap)
     opts.update(kv_range=kv_range, precise=precise, top_left=top_left, unit_weights=unit_weights)
     opts.update(batch_invariant=batch_invariant, alibi_slopes=alibi_slopes)
+    arrays = Arrays(query, key, value, attn_mask, bias, sinks)
     if A.kind_of(query) == "torch":
         from . import _attention_grad as G
 
         if G.wants_grad(query, key, value, attn_mask, bias, sinks, alibi_slopes):
-            return G.attention(fn, query, key, value, attn_mask, bias, sinks, out, return_lse, opts)
-    return call(fn, "output", query, key, value, attn_mask, bias, sinks, out, return_lse, **opts)
+            return G.attention(fn, arrays, out, return_lse, opts)
+    return call(fn, "output", arrays, out, return_lse, **opts)
 
 
 scaled_dot_product_attention.__doc__ = (scaled_dot_product_attention.__doc__ or "") + R.CAUSAL_DOC
@@ -179,12 +180,7 @@ def attention_weights(
     return call(
         fn,
         "weights",
-        query,
-        key,
-        None,
-        attn_mask,
-        bias,
-        sinks,
+        Arrays(query, key, None, attn_mask, bias, sinks),
         out,
         False,
         scale=scale,

@@ -13,9 +13,8 @@ import numpy as np
 import torch
 
 from . import _request as R
-from . import _softdot as _core
 from ._autograd import first_order
-from ._contiguous import call
+from ._contiguous import Arrays, call
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -53,19 +52,15 @@ class _Attention(torch.autograd.Function):
         # query's dtype.
         wide = q.dtype in (torch.float16, torch.bfloat16)
         out32 = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=torch.float32) if wide else None
-        out, lse = call(
-            spec["fn"],
-            "output",
+        arrays = Arrays(
             q.detach(),
             k.detach(),
             v.detach(),
             spec["mask"],
             None if bias is None else bias.detach(),
             None if sinks is None else sinks.detach(),
-            out32,
-            True,
-            **spec["opts"],
         )
+        out, lse = call(spec["fn"], "output", arrays, out32, True, **spec["opts"])
         ctx.save_for_backward(q, k, v, out, lse, bias, sinks)
         ctx.spec = spec
         if wide:
@@ -87,9 +82,9 @@ class _Attention(torch.autograd.Function):
         need_q, need_k, need_v, need_b, need_s = ctx.needs_input_grad[:5]
         # float64 runs softdot's double backward; float32 and the 16-bit
         # formats (widened exactly) the float32 one, whose gradients are
-        # rounded to the inputs' dtype.
+        # rounded to the inputs' dtype. One request of kind "gradients".
         wide = torch.float64 if q.dtype == torch.float64 else torch.float32
-        call = _core.attention_backward_f64 if wide == torch.float64 else _core.attention_backward
+        fmt = R.KV_F64 if wide == torch.float64 else R.KV_F32
         if dout is None:
             dout = torch.zeros_like(out)
 
@@ -111,22 +106,19 @@ class _Attention(torch.autograd.Function):
         o = R.options(fn, mask=mask4, bias=bias4, sinks=R.sinks_array(fn, sinks_d, "torch"), **opts)
         dbias = torch.empty((B, H, L, S), dtype=wide) if need_b else None
         dsinks = torch.empty(H, dtype=wide) if need_s and sinks is not None else None
-        call(
-            fn,
-            _np(q4),
-            _np(k4),
-            _np(v4),
-            _np(o4),
-            _np(work(lse)).reshape(-1),
-            _np(g4),
-            _np(dq),
-            _np(dk),
-            _np(dv),
-            None if dbias is None else _np(dbias),
-            None if dsinks is None else _np(dsinks),
-            None if dlse is None else _np(work(dlse)).reshape(-1),
-            o,
-        )
+        io = {
+            "out": _np(o4),
+            "lse": _np(work(lse)).reshape(-1),
+            "dout": _np(g4),
+            "dlse": None if dlse is None else _np(work(dlse)).reshape(-1),
+            "dq": _np(dq),
+            "dk": _np(dk),
+            "dv": _np(dv),
+            "dbias": None if dbias is None else _np(dbias),
+            "dsinks": None if dsinks is None else _np(dsinks),
+        }
+        kv = {"format": fmt, "k": _np(k4), "v": _np(v4)}
+        R.run(fn, _np(q4), kv, "gradients", None, None, o, [], fmt, fmt, backward=io)
         return (
             dq.reshape(q.shape).to(q.dtype) if need_q else None,
             dk.reshape(k.shape).to(k.dtype) if need_k else None,
@@ -144,22 +136,12 @@ def wants_grad(*tensors: Any) -> bool:
     return any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
 
-def attention(
-    fn: str,
-    query: Any,
-    key: Any,
-    value: Any,
-    attn_mask: Any,
-    bias: Any,
-    sinks: Any,
-    out: Any,
-    return_lse: bool,
-    opts: Dict[str, Any],
-) -> Any:
+def attention(fn: str, arrays: Arrays, out: Any, return_lse: bool, opts: Dict[str, Any]) -> Any:
     """scaled_dot_product_attention through _Attention: a float attn_mask
     and the bias become one bias broadcast to [..., Hq, L, S] (their
     gradients reduce through torch's own broadcasting), a bool attn_mask
     stays a mask."""
+    query, key, value, attn_mask, bias, sinks = arrays
     if out is not None:
         raise ValueError(
             f"{fn}: out= cannot be used on inputs that require grad "

@@ -5,31 +5,31 @@ the options, the output, the call (float64 inputs: the double path)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import _arrays as A
 from . import _request as R
-from . import _softdot as _core
 
 
-def call(
-    fn: str,
-    kind: str,
-    query: Any,
-    key: Any,
-    value: Any,
-    attn_mask: Any,
-    bias: Any,
-    sinks: Any,
-    out: Any,
-    return_lse: bool,
-    **opts: Any,
-) -> Any:
+class Arrays(NamedTuple):
+    """The arrays of one call with contiguous K/V as the caller passed them
+    (value None: keys only, for the weights)."""
+
+    query: Any
+    key: Any
+    value: Any
+    attn_mask: Any = None
+    bias: Any = None
+    sinks: Any = None
+
+
+def call(fn: str, kind: str, arrays: Arrays, out: Any, return_lse: bool, **opts: Any) -> Any:
     """One request with contiguous K/V: kind "output" or "weights"."""
+    query, key, value, attn_mask, bias, sinks = arrays
     if kind == "output" and is_f64(query):
-        return call_f64(fn, query, key, value, attn_mask, bias, sinks, out, return_lse, **opts)
+        return call_f64(fn, arrays, out, return_lse, **opts)
     slopes = opts.get("alibi_slopes")
     R.no_grad(fn, A.kind_of(query), query, key, value, attn_mask, bias, sinks, slopes)
     p = R.prepare(fn, query, key, value)
@@ -67,20 +67,10 @@ def is_f64(a: Any) -> bool:
     return dt is not None and str(dt) in ("float64", "torch.float64")
 
 
-def call_f64(
-    fn: str,
-    query: Any,
-    key: Any,
-    value: Any,
-    attn_mask: Any,
-    bias: Any,
-    sinks: Any,
-    out: Any,
-    return_lse: bool,
-    **opts: Any,
-) -> Any:
+def call_f64(fn: str, arrays: Arrays, out: Any, return_lse: bool, **opts: Any) -> Any:
     """float64 query, key and value: softdot::attention in double (plain
     loops: for gradient checks and float64 pipelines)."""
+    query, key, value, attn_mask, bias, sinks = arrays
     kind = A.kind_of(query)
     if out is not None:
         raise ValueError(f"{fn}: out= is not taken with float64 inputs")
@@ -109,7 +99,8 @@ def call_f64(
     q4, k4, v4 = R.to4(q), R.to4(k), R.to4(v)
     res = np.empty(q4.shape[:-1] + (v4.shape[-1],), np.float64)
     lse = np.empty(q4.shape[:-1], np.float64)
-    _core.attention_f64(fn, q4, k4, v4, res, lse.reshape(-1), o)
+    kv = {"format": R.KV_F64, "k": k4, "v": v4}
+    R.run(fn, q4, kv, "output", res, lse.reshape(-1), o, [], R.KV_F64, R.KV_F64)
     res = res.reshape(q.shape[:-1] + (v.shape[-1],))
     lse = lse.reshape(q.shape[:-1])
     if kind == "torch":

@@ -47,14 +47,14 @@ def class_targets(fn: str, targets: Any, kind: str) -> np.ndarray:
 def compute(
     logits: Any,
     targets: Any,
-    ignore_index: int = -100,
-    label_smoothing: float = 0.0,
-    reduction: str = "mean",
-    grad: bool = False,
+    ignore_index: int,
+    label_smoothing: float,
+    reduction: str,
+    grad: bool,
 ) -> Any:
     """softdot.cross_entropy without autograd (the public function,
     _losses.py, and the autograd Function, softdot.torch.CrossEntropy, call
-    this)."""
+    this with every argument; the defaults are the public function's)."""
     fn = "cross_entropy"
     kind = A.kind_of(logits)
     if S16.info(logits) is not None:  # the shape checks below read x.ndim / shape

@@ -1,14 +1,16 @@
 """Ring attention over a torch.distributed process group (gloo, or any
 backend with point-to-point send and receive of CPU tensors), forward and
 backward, for PyTorch users without mpi4py: softdot.distributed.ring_attention
-(..., group=pg). The layout is the MPI ring's (zigzag or contiguous chunks);
-each step runs softdot's attention (forward: its output and lse; backward:
-attention_backward with the whole sequence's out and lse) on the query chunks
-against the visiting key chunk, with global positions, and the K/V shard
-moves to the next rank (isend / irecv posted before the compute). The parts
-merge in float64 (forward: the lse-weighted rule of attention_merge; backward:
-the float32 gradients of each step summed in float64), and each result is
-rounded once to float32 at the end: within attention()'s bound plus one float
+(..., group=pg). The layout is the MPI ring's, read from the core library
+(softdot/ring_layout.h, zigzag or contiguous chunks); each step is one
+attention request (forward: kind "partial", the unrounded partial result;
+backward: kind "gradients", with the whole sequence's out and lse) on the
+query chunks against the visiting key chunk, with global positions, and the
+K/V shard moves to the next rank (isend / irecv posted before the compute).
+The forward merges the steps' partial results with the core's rule
+(AttentionPartial.merge, in double, as the MPI ring does) and rounds once
+(finalize); the backward sums each step's float32 gradients in float64 and
+rounds once to float32 at the end: within attention()'s bound plus one float
 rounding per step. Not deterministic across group sizes (the MPI ring's
 deterministic mode is not offered here)."""
 
@@ -25,15 +27,20 @@ from . import _softdot as _core
 from ._autograd import first_order
 
 
-def chunks(seq_len: int, ranks: int, layout: str, rank: int) -> Tuple[int, List[Tuple[int, int]]]:
-    """(rows per rank, [(first local row, first global position)] of the
-    rank's chunks): the MPI ring's layout (mpi.h, ring_layout) without its
+def pieces(
+    seq_len: int, ranks: int, layout: str, rank: int
+) -> Tuple[int, List[Tuple[int, int, int]]]:
+    """(rows per rank, [(first local row, first global position, real rows)]
+    of the rank's chunks that hold real positions, < seq_len): the core's
+    ring_layout (softdot/ring_layout.h), the MPI ring's, without its
     deterministic rounding."""
-    per = 2 if layout == "zigzag" else 1
-    chunk = max(1, -(-seq_len // (ranks * per)))
-    if layout == "zigzag":
-        return 2 * chunk, [(0, rank * chunk), (chunk, (2 * ranks - 1 - rank) * chunk)]
-    return chunk, [(0, rank * chunk)]
+    rows, chunk, pos = _core.ring_layout(seq_len, ranks, layout == "zigzag", False, rank)
+    out = []
+    for row0 in range(0, rows, chunk):
+        n = min(chunk, seq_len - pos[row0])
+        if n > 0:
+            out.append((row0, pos[row0], n))
+    return rows, out
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -48,20 +55,13 @@ class _Ring:
         self.fn, self.group, self.n, self.layout = fn, group, seq_len, layout
         self.P = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
-        self.rows, self.mine = chunks(seq_len, self.P, layout, self.rank)
-        self.chunk = self.rows // len(self.mine)
+        self.rows = pieces(seq_len, self.P, layout, self.rank)[0]
         self.spec = spec
 
     def pieces(self, owner: int) -> List[Tuple[int, int, int]]:
-        """(first local row, first position, keys) of owner's chunks that hold
+        """(first local row, first position, rows) of owner's chunks that hold
         real positions (< seq_len)."""
-        _, cs = chunks(self.n, self.P, self.layout, owner)
-        out = []
-        for row0, pos0 in cs:
-            keys = min(self.chunk, self.n - pos0)
-            if keys > 0:
-                out.append((row0, pos0, keys))
-        return out
+        return pieces(self.n, self.P, self.layout, owner)[1]
 
     def options(
         self, mask4: Any, bias4: Any, q0: int, qn: int, qpos: int, kpos: int, sinks: Any
@@ -140,23 +140,25 @@ def forward(
     bias: Any,
     sinks: Any,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """out [B, H, rows, Ev] and lse [B, H, rows] (float32)."""
+    """out [B, H, rows, Ev] and lse [B, H, rows] (float32; padding rows 0
+    and -inf)."""
     B, H, L, _ = q4.shape
     Ev = v4.shape[-1]
     mask4, bias4 = _masks(ring, q4, attn_mask, bias)
     sinks1 = None if sinks is None else np.ascontiguousarray(_np(sinks), dtype=np.float32)
-    m = np.full((B, H, L), -np.inf)
-    lsum = np.zeros((B, H, L))
-    acc = np.zeros((B, H, L, Ev))
     kv = [k4.contiguous(), v4.contiguous()]
     qp = ring.pieces(ring.rank)
+    # One running partial per query chunk; `part` is each step's (the
+    # request resizes it).
+    acc = [_core.AttentionPartial.empty(B, H, qn, Ev) for _, _, qn in qp]
+    part = _core.AttentionPartial.empty(B, H, 0, Ev)
     for step in range(ring.P):
         owner = (ring.rank - step) % ring.P
         reqs: List[Any] = []
         nxt = None
         if step + 1 < ring.P:
             nxt, reqs = ring.exchange(kv)
-        for q0, qpos, qn in qp:
+        for (q0, qpos, qn), a in zip(qp, acc):
             for ki, (k0, kpos, kn) in enumerate(ring.pieces(owner)):
                 first = step == 0 and ki == 0
                 o = ring.options(mask4, bias4, q0, qn, qpos, kpos, sinks1 if first else None)
@@ -165,59 +167,20 @@ def forward(
                     "k": _np(kv[0][:, :, k0 : k0 + kn]),
                     "v": _np(kv[1][:, :, k0 : k0 + kn]),
                 }
-                out = np.empty((B, H, qn, Ev), np.float32)
-                lse = np.empty((B, H, qn), np.float32)
-                _core.attention_request(
-                    ring.fn,
-                    _np(q4[:, :, q0 : q0 + qn]),
-                    R.KV_F32,
-                    kvd,
-                    "output",
-                    out,
-                    R.KV_F32,
-                    lse.reshape(-1),
-                    o,
-                )
-                _merge(
-                    m[:, :, q0 : q0 + qn],
-                    lsum[:, :, q0 : q0 + qn],
-                    acc[:, :, q0 : q0 + qn],
-                    out,
-                    lse,
-                )
+                q = _np(q4[:, :, q0 : q0 + qn])
+                R.run(ring.fn, q, kvd, "partial", None, None, o, [], partial=part)
+                a.merge(part)
         for r in reqs:
             r.wait()
         if nxt is not None:
             kv = nxt
-    with np.errstate(invalid="ignore", divide="ignore"):
-        empty = lsum == 0
-        res = np.where(empty[..., None], 0.0, acc / np.where(empty, 1.0, lsum)[..., None])
-        lse_all = np.where(empty, m, m + np.log(np.where(empty, 1.0, lsum)))
-    return torch.from_numpy(res.astype(np.float32)), torch.from_numpy(lse_all.astype(np.float32))
-
-
-def _merge(
-    m: np.ndarray, lsum: np.ndarray, acc: np.ndarray, out: np.ndarray, lse: np.ndarray
-) -> None:
-    """The part (out, lse) merged into the running (m, sum, acc) in float64,
-    in place: attention_merge's rule, unrounded."""
-    x = lse.astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        m_new = np.maximum(m, x)
-        safe = np.where(np.isfinite(m_new), m_new, 0.0)
-        a_old = np.where(
-            m == -np.inf, 0.0, np.where(m_new == np.inf, (m == np.inf) * 1.0, np.exp(m - safe))
-        )
-        a_new = np.where(
-            x == -np.inf, 0.0, np.where(m_new == np.inf, (x == np.inf) * 1.0, np.exp(x - safe))
-        )
-        nan = np.isnan(x) | np.isnan(m)
-        a_old = np.where(nan, np.nan, a_old)
-    acc *= a_old[..., None]
-    acc += a_new[..., None] * out
-    lsum *= a_old
-    lsum += a_new
-    m[...] = np.where(nan, np.nan, m_new)
+    out = np.zeros((B, H, L, Ev), np.float32)
+    lse = np.full((B, H, L), -np.inf, np.float32)
+    for (q0, _, qn), a in zip(qp, acc):
+        lse_c = np.empty((B, H, qn), np.float32)
+        a.finalize(out[:, :, q0 : q0 + qn], lse_c.reshape(-1))
+        lse[:, :, q0 : q0 + qn] = lse_c
+    return torch.from_numpy(out), torch.from_numpy(lse)
 
 
 def backward(
@@ -261,22 +224,24 @@ def backward(
                 gv = np.empty((B, Hk, kn, Ev), np.float32)
                 gs = np.empty(H, np.float32) if first and sinks1 is not None else None
                 sl = np.s_[:, :, q0 : q0 + qn]
-                _core.attention_backward(
-                    ring.fn,
-                    _np(q4[sl]),
-                    _np(travel[0][:, :, k0 : k0 + kn]),
-                    _np(travel[1][:, :, k0 : k0 + kn]),
-                    np.ascontiguousarray(out_n[sl]),
-                    np.ascontiguousarray(lse_n[sl]).reshape(-1),
-                    np.ascontiguousarray(dout_n[sl]),
-                    gq,
-                    gk,
-                    gv,
-                    None,
-                    gs,
-                    None if dlse_n is None else np.ascontiguousarray(dlse_n[sl]).reshape(-1),
-                    o,
-                )
+                io = {
+                    "out": np.ascontiguousarray(out_n[sl]),
+                    "lse": np.ascontiguousarray(lse_n[sl]).reshape(-1),
+                    "dout": np.ascontiguousarray(dout_n[sl]),
+                    "dlse": None
+                    if dlse_n is None
+                    else np.ascontiguousarray(dlse_n[sl]).reshape(-1),
+                    "dq": gq,
+                    "dk": gk,
+                    "dv": gv,
+                    "dsinks": gs,
+                }
+                kvd = {
+                    "format": R.KV_F32,
+                    "k": _np(travel[0][:, :, k0 : k0 + kn]),
+                    "v": _np(travel[1][:, :, k0 : k0 + kn]),
+                }
+                R.run(ring.fn, _np(q4[sl]), kvd, "gradients", None, None, o, [], backward=io)
                 dq[sl] += gq
                 dk_acc[:, :, k0 : k0 + kn] += gk
                 dv_acc[:, :, k0 : k0 + kn] += gv
@@ -365,6 +330,8 @@ def ring_attention(
         raise RuntimeError(f"{fn}: torch.distributed is not initialized (init_process_group first)")
     slopes = R.sinks_array(fn, alibi_slopes, "torch", "alibi_slopes", "slope")
     spec = dict(flags, alibi_slopes=slopes)
+    if int(seq_len) < 1:
+        raise ValueError(f"{fn}: seq_len must be >= 1, got {seq_len}")
     ring = _Ring(fn, group, int(seq_len), layout, spec)
     if query.shape[2] != ring.rows or key.shape[2] != ring.rows or value.shape[2] != ring.rows:
         raise ValueError(
@@ -393,4 +360,4 @@ def ring_attention(
     return (out, lse) if return_lse else out
 
 
-__all__ = ["ring_attention", "chunks"]
+__all__ = ["ring_attention", "pieces"]

@@ -20,10 +20,11 @@ from . import _int8
 from . import _softdot as _core
 from . import _terms as T
 
-# The core's storage format codes (KVFormat), by name.
+# The core's storage format codes (KVFormat), by name, and the bindings' own
+# code for float64 arrays (the double functions, which a float64 request runs).
 _FORMATS = _core.kv_formats
-KV_F32, KV_F16, KV_BF16, KV_I8 = (
-    int(_FORMATS[n]) for n in ("float32", "float16", "bfloat16", "int8")
+KV_F32, KV_F16, KV_BF16, KV_I8, KV_F64 = (
+    int(_FORMATS[n]) for n in ("float32", "float16", "bfloat16", "int8", "float64")
 )
 KV_NAMES = {
     KV_F32: "float32",
@@ -497,22 +498,30 @@ def run(
     q4: np.ndarray,
     kv: Dict[str, Any],
     kind: str,
-    out4: np.ndarray,
+    out4: Optional[np.ndarray],
     lse: Optional[np.ndarray],
     opts: Dict[str, Any],
     scales: List[Tuple[str, np.ndarray]],
     q_format: int = KV_F32,
     out_format: int = KV_F32,
     caller: Optional[Callable[[], T.Terms]] = None,
+    backward: Optional[Dict[str, Any]] = None,
+    partial: Any = None,
 ) -> None:
     """The core's request: kind "output" (out4 and lse), "weights" or
-    "scores". A refused int8 scale is named by its index in the caller's
-    array (scales: the caller's (name, scales) pairs); with `caller` (what
-    builds the terms, called only on an error), every other message names the
+    "scores" (out4), "partial" (into `partial`, an _core.AttentionPartial)
+    or "gradients" (`backward`: the forward's out and lse, dout, dlse and
+    the gradients' arrays dq, dk, dv, dbias, dsinks; out4 and lse None).
+    q_format KV_F64: the double functions (kinds "output" and "gradients").
+    A refused int8 scale is named by its index in the caller's array
+    (scales: the caller's (name, scales) pairs); with `caller` (what builds
+    the terms, called only on an error), every other message names the
     caller's arrays (terms())."""
 
     def core() -> None:
-        _core.attention_request(fn, q4, q_format, kv, kind, out4, out_format, lse, opts)
+        _core.attention_request(
+            fn, q4, q_format, kv, kind, out4, out_format, lse, opts, backward, partial
+        )
 
     def call() -> None:
         if caller is None:

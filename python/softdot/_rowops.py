@@ -108,9 +108,21 @@ def row_op(
     return user
 
 
-def fast_call(x: Any, out: Any, log: bool, fast: bool) -> Any:
-    """The no-option call on a row-major float32/float64 array, straight to
-    the core's NumPy fast path; None where the general path must run."""
+def fast_call(
+    x: Any, out: Any, where: Any, axis: Any, temperature: Any, log: bool, fast: bool
+) -> Any:
+    """The no-option call (no where, axis -1, temperature 1.0) on a
+    row-major float32/float64 array, straight to the core's NumPy fast path;
+    None where the general path must run. (type checks: a bool is == 1 but
+    is refused, a float axis -1.0 too.)"""
+    if (
+        where is not None
+        or type(axis) is not int
+        or axis != -1
+        or type(temperature) is not float
+        or temperature != 1.0
+    ):
+        return None
     tx = type(x)
     if tx is _ndarray:
         if out is None or type(out) is _ndarray:

@@ -122,16 +122,8 @@ def softmax(
     """
     # The common call (a row-major array, last axis, no options) goes straight
     # to the core's NumPy fast path: most of the binding's cost per call.
-    # (type checks: a bool is == 1 but is refused, a float axis -1.0 too)
-    if (
-        where is None
-        and type(axis) is int
-        and axis == -1
-        and type(temperature) is float
-        and temperature == 1.0
-        and (precision == "faithful" or precision == "fast")
-    ):
-        r = _fast_call(x, out, False, precision == "fast")
+    if precision == "faithful" or precision == "fast":
+        r = _fast_call(x, out, where, axis, temperature, False, precision == "fast")
         if r is not None:
             return r
     fn = "softmax"
@@ -171,16 +163,9 @@ def log_softmax(
     -------
     numpy.ndarray or torch.Tensor
     """
-    if (
-        where is None
-        and type(axis) is int
-        and axis == -1
-        and type(temperature) is float
-        and temperature == 1.0
-    ):
-        r = _fast_call(x, out, True, False)
-        if r is not None:
-            return r
+    r = _fast_call(x, out, where, axis, temperature, True, False)
+    if r is not None:
+        return r
     fn = "log_softmax"
     if S16.info(x) is not None:
         return S16.row_op(fn, x, axis, where, temperature, out, True)
@@ -400,6 +385,26 @@ def softmax_apply(
 # ---- dot products -----------------------------------------------------------------
 
 
+def _operands(
+    fn: str, first: Tuple[str, Any], second: Tuple[str, Any], ndims: Tuple[int, int], form: str
+) -> Tuple[str, np.ndarray, np.ndarray]:
+    """(kind, a, b): the (name, array) pairs of dot and dots as float inputs
+    of the first one's library, with ndims axes (else ValueError ending in
+    `form`) and one dtype (else TypeError)."""
+    kind = A.kind_of(first[1])
+    a = A.float_input(fn, first[0], first[1], kind)
+    b = A.float_input(fn, second[0], A.secondary(fn, second[0], second[1], kind), kind)
+    if (a.ndim, b.ndim) != ndims:
+        raise ValueError(
+            f"{fn}: {first[0]} has shape {a.shape} and {second[0]} has shape {b.shape}; {form}"
+        )
+    if a.dtype != b.dtype:
+        raise TypeError(
+            f"{fn}: {first[0]} has dtype {a.dtype.name} but {second[0]} has dtype {b.dtype.name}"
+        )
+    return kind, a, b
+
+
 def dot(x: Any, y: Any, /, *, accurate: bool = False) -> Any:
     """Dot product of two 1-d arrays of the same dtype.
 
@@ -417,15 +422,7 @@ def dot(x: Any, y: Any, /, *, accurate: bool = False) -> Any:
         if r is not None:
             return r
     fn = "dot"
-    kind = A.kind_of(x)
-    xa = A.float_input(fn, "x", x, kind)
-    ya = A.float_input(fn, "y", A.secondary(fn, "y", y, kind), kind)
-    if xa.ndim != 1 or ya.ndim != 1:
-        raise ValueError(
-            f"{fn}: x has shape {xa.shape} and y has shape {ya.shape}; both must be 1-d"
-        )
-    if xa.dtype != ya.dtype:
-        raise TypeError(f"{fn}: x has dtype {xa.dtype.name} but y has dtype {ya.dtype.name}")
+    kind, xa, ya = _operands(fn, ("x", x), ("y", y), (1, 1), "both must be 1-d")
     if xa.shape != ya.shape:
         raise ValueError(f"{fn}: x has shape {xa.shape} but y has shape {ya.shape}")
     r = _core.dot(A.contiguous_rows(xa), A.contiguous_rows(ya), bool(accurate))
@@ -448,15 +445,7 @@ def dots(query: Any, keys: Any, /, *, out: Any = None) -> Any:
     numpy.ndarray or torch.Tensor of shape [n]
     """
     fn = "dots"
-    kind = A.kind_of(query)
-    q = A.float_input(fn, "query", query, kind)
-    k = A.float_input(fn, "keys", A.secondary(fn, "keys", keys, kind), kind)
-    if q.ndim != 1 or k.ndim != 2:
-        raise ValueError(
-            f"{fn}: query has shape {q.shape} and keys {k.shape}; expected [d] and [n, d]"
-        )
-    if q.dtype != k.dtype:
-        raise TypeError(f"{fn}: query has dtype {q.dtype.name} but keys has dtype {k.dtype.name}")
+    kind, q, k = _operands(fn, ("query", query), ("keys", keys), (1, 2), "expected [d] and [n, d]")
     if k.shape[1] != q.shape[0]:
         raise ValueError(
             f"{fn}: keys has shape {k.shape} but query has shape {q.shape} "

@@ -23,12 +23,12 @@ import numpy as np
 from . import _arrays as A
 from . import _int8
 from . import _request as R
+from . import _softdot as _core
 from . import _terms as T
 from ._mpi_comm import agreed as _agreed
 from ._mpi_comm import at_least as _at_least
 from ._mpi_comm import handle as _handle
 from ._mpi_comm import mpi as _mpi
-from ._mpi_comm import mpi_module as _mpi_module
 from ._vocab_parallel import cross_entropy, linear_cross_entropy, log_softmax, logsumexp, softmax
 
 __all__ = [
@@ -52,22 +52,6 @@ def _layout_name(fn: str, layout: Any) -> bool:
     return layout == "zigzag"
 
 
-def _python_layout(
-    seq_len: int, ranks: int, zig: bool, deterministic: bool, rank: int
-) -> Tuple[int, int, np.ndarray]:
-    """(rows, chunk, rank's positions): softdot::mpi::ring_layout's formula
-    (mpi.h), for builds without MPI (tests compare the two)."""
-    per = 2 if zig else 1
-    chunk = max(1, -(-seq_len // (ranks * per)))
-    if deterministic:
-        chunk = -(-chunk // 64) * 64
-    first = np.arange(chunk, dtype=np.int64) + rank * chunk
-    if zig:
-        second = np.arange(chunk, dtype=np.int64) + (2 * ranks - 1 - rank) * chunk
-        first = np.concatenate([first, second])
-    return per * chunk, chunk, first
-
-
 class RingLayout:
     """How ``seq_len`` positions are split over ``ranks`` ranks for
     :func:`ring_attention`: every rank holds ``rows`` rows; ``zigzag`` gives
@@ -81,20 +65,16 @@ class RingLayout:
         zig = _layout_name("ring_layout", layout)
         if int(ranks) < 1 or int(seq_len) < 1:
             raise ValueError(f"ring_layout: seq_len {seq_len} and ranks {ranks} must be >= 1")
-        if _mpi_module is not None:
-            rows, chunk, _ = _mpi.ring_layout(int(seq_len), int(ranks), zig, bool(deterministic), 0)
-        else:  # the same formula, for torch.distributed users
-            rows, chunk, _ = _python_layout(int(seq_len), int(ranks), zig, bool(deterministic), 0)
+        # The core library's layout (softdot/ring_layout.h): the MPI ring's
+        # and the torch.distributed ring's, with or without MPI.
+        rows, chunk, _ = _core.ring_layout(int(seq_len), int(ranks), zig, bool(deterministic), 0)
         self.seq_len, self.ranks, self.layout = int(seq_len), int(ranks), layout
         self.deterministic, self.rows, self.chunk = bool(deterministic), rows, chunk
 
     def positions(self, rank: int) -> np.ndarray:
         """The global position of each of rank's rows (int64, ``rows`` of them;
         those >= seq_len are padding)."""
-        if _mpi_module is None:
-            zig = self.layout == "zigzag"
-            return _python_layout(self.seq_len, self.ranks, zig, self.deterministic, rank)[2]
-        _, _, pos = _mpi.ring_layout(
+        _, _, pos = _core.ring_layout(
             self.seq_len, self.ranks, self.layout == "zigzag", self.deterministic, int(rank)
         )
         return np.asarray(pos, dtype=np.int64)

@@ -64,13 +64,18 @@ def _times(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return r
 
 
+def _save(ctx: Any, tensors: Tuple[Any, ...], dim: int, temperature: float) -> None:
+    """What every Function of the softmax family keeps: its tensors, the
+    axis and the temperature."""
+    ctx.save_for_backward(*tensors)
+    ctx.dim = dim
+    ctx.temperature = float(temperature)
+
+
 def _save_with_dy(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
     """setup_context of SoftmaxGrad and LogSoftmaxGrad, whose inputs are
     (y or x, dy, dim, temperature): the two tensors saved."""
-    a, dy, dim, temperature = inputs
-    ctx.save_for_backward(a, dy)
-    ctx.dim = dim
-    ctx.temperature = float(temperature)
+    _save(ctx, inputs[:2], inputs[2], inputs[3])
 
 
 class Softmax(torch.autograd.Function):
@@ -88,10 +93,7 @@ class Softmax(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
-        _, dim, temperature, _ = inputs
-        ctx.save_for_backward(output)
-        ctx.dim = dim
-        ctx.temperature = float(temperature)
+        _save(ctx, (output,), inputs[1], inputs[2])
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor):
@@ -146,10 +148,7 @@ class LogSoftmax(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
-        x, dim, temperature = inputs
-        ctx.save_for_backward(x)
-        ctx.dim = dim
-        ctx.temperature = float(temperature)
+        _save(ctx, inputs[:1], inputs[1], inputs[2])
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor):

@@ -1,8 +1,8 @@
 // softdot Python bindings: the attention bindings' shared pieces (float,
 // 16-bit and int8 K/V): a 4-d array as a TensorView with its own strides
-// (nothing copied), dtype checks, the AttentionOptions of the keyword
-// arguments, the lse output, and an int8 K or V with its scales as an
-// Int8KV.
+// (nothing copied), dtype checks, the lse output, and an int8 K or V with
+// its scales as an Int8KV. (The options dict's conversion is
+// request_views.h's.)
 #ifndef SOFTDOT_PYTHON_ATTENTION_VIEWS_H_
 #define SOFTDOT_PYTHON_ATTENTION_VIEWS_H_
 
@@ -57,37 +57,6 @@ void check_dtype(const char* name, const A& a, nb::dlpack::dtype want,
                  const char* want_name) {
   if (a.dtype() != want)
     throw nb::type_error((std::string(name) + " must be " + want_name).c_str());
-}
-
-inline AttentionOptions make_options(
-    const std::optional<In>& mask, const std::optional<In>& bias,
-    const std::optional<In>& sinks, double scale, bool causal,
-    std::ptrdiff_t window_left, std::ptrdiff_t window_right, double softcap,
-    std::size_t kv_begin, std::size_t kv_end) {
-  AttentionOptions o;
-  o.scale = scale;
-  o.causal = causal;
-  o.window_left = window_left;
-  o.window_right = window_right;
-  o.softcap = static_cast<float>(softcap);
-  o.kv_begin = kv_begin;
-  o.kv_end = kv_end;
-  if (mask) {
-    check_dtype("attn_mask", *mask, nb::dtype<bool>(), "bool");
-    o.mask = view4<const bool>("attn_mask", *mask);
-  }
-  if (bias) {
-    check_dtype("bias", *bias, nb::dtype<float>(), "float32");
-    o.bias = view4<const float>("bias", *bias);
-  }
-  if (sinks) {
-    check_dtype("sinks", *sinks, nb::dtype<float>(), "float32");
-    if (sinks->ndim() != 1 || (sinks->shape(0) > 1 && sinks->stride(0) != 1))
-      fail("sinks must be a contiguous 1-d array, one logit per query head");
-    o.sinks = std::span<const float>(static_cast<const float*>(sinks->data()),
-                                     sinks->shape(0));
-  }
-  return o;
 }
 
 // The number of elements of a C-contiguous array (fail() naming it

@@ -8,8 +8,6 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
-#include <nanobind/stl/tuple.h>
-#include <nanobind/stl/vector.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -17,10 +15,8 @@
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 #include <type_traits>
 #include <variant>
-#include <vector>
 
 #include "arrays.h"
 #include "attention_views.h"
@@ -131,17 +127,6 @@ void ring_backward_py(std::int64_t comm, const In& q, const In& k, const In& v,
     nb::gil_scoped_release release;
     mpi::ring_attention_backward(c, qv, kv, vv, ov, l, dov, g, o, dl);
   });
-}
-
-// (rows per rank, chunk, the global positions of `rank`'s rows).
-std::tuple<std::size_t, std::size_t, std::vector<std::size_t>> layout_py(
-    std::size_t seq_len, int ranks, bool zigzag, bool deterministic, int rank) {
-  const mpi::RingLayout L =
-      mpi::ring_layout(seq_len, ranks, layout_of(zigzag), deterministic);
-  if (rank < 0 || rank >= ranks)
-    fail("rank " + std::to_string(rank) + " is not in [0, " +
-         std::to_string(ranks) + ")");
-  return {L.rows(), L.chunk, L.positions(rank)};
 }
 
 // ---- vocabulary-parallel softmax family and cross-entropy -----------------
@@ -302,7 +287,4 @@ NB_MODULE(_softdot_mpi, m) {
         "label_smoothing"_a, "reduction"_a, "deterministic"_a,
         "Linear + cross-entropy with the weight's rows split across ranks; "
         "returns the reduced loss.");
-  m.def("ring_layout", &layout_py, "seq_len"_a, "ranks"_a, "zigzag"_a,
-        "deterministic"_a, "rank"_a,
-        "(rows per rank, chunk, global positions of rank's rows).");
 }

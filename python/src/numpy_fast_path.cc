@@ -121,30 +121,27 @@ PyObject* scalar(void* value, int type) {
   return s;
 }
 
+// dot of the n values of T at px and py as a new numpy scalar of type
+// `npy` (null on failure).
+template <class T>
+PyObject* dot_scalar_t(const void* px, const void* py, std::size_t n,
+                       bool accurate, int npy) {
+  const std::span<const T> u(static_cast<const T*>(px), n),
+      v(static_cast<const T*>(py), n);
+  T d;
+  {
+    nb::gil_scoped_release release;
+    d = accurate ? dot_accurate(u, v) : dot(u, v);
+  }
+  return scalar(&d, npy);
+}
+
 // dot of the rows a of px and py as a new numpy scalar (null on failure).
 PyObject* dot_scalar(const void* px, const void* py, const Rows& a,
                      bool accurate) {
-  PyObject* s;
-  if (a.type == NPY_FLOAT) {
-    std::span<const float> u(static_cast<const float*>(px), a.n),
-        v(static_cast<const float*>(py), a.n);
-    float d;
-    {
-      nb::gil_scoped_release release;
-      d = accurate ? dot_accurate(u, v) : dot(u, v);
-    }
-    s = scalar(&d, NPY_FLOAT);
-  } else {
-    std::span<const double> u(static_cast<const double*>(px), a.n),
-        v(static_cast<const double*>(py), a.n);
-    double d;
-    {
-      nb::gil_scoped_release release;
-      d = accurate ? dot_accurate(u, v) : dot(u, v);
-    }
-    s = scalar(&d, NPY_DOUBLE);
-  }
-  return s;
+  if (a.type == NPY_FLOAT)
+    return dot_scalar_t<float>(px, py, a.n, accurate, NPY_FLOAT);
+  return dot_scalar_t<double>(px, py, a.n, accurate, NPY_DOUBLE);
 }
 
 // dot(x, y) as a numpy scalar of their dtype, or None unless both are 1-d

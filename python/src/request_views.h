@@ -56,6 +56,18 @@ inline std::optional<In> array_or_none(const nb::dict& d, const char* key) {
   return nb::cast<In>(h);
 }
 
+// The float32 1-d array under `name` (empty when absent): the sinks or the
+// ALiBi slopes, `what` saying how many the library expects.
+inline std::span<const float> per_head(const nb::dict& d, const char* name,
+                                       const char* what) {
+  const std::optional<In> a = array_or_none(d, name);
+  if (!a) return {};
+  check_dtype(name, *a, nb::dtype<float>(), "float32");
+  if (a->ndim() != 1 || (a->shape(0) > 1 && a->stride(0) != 1))
+    fail(std::string(name) + " must be a contiguous 1-d array, " + what);
+  return {static_cast<const float*>(a->data()), a->shape(0)};
+}
+
 // The options dict: scale (None: 1/sqrt(d)), causal, window_left,
 // window_right, softcap, kv_begin, kv_end (None: every key), precise,
 // prefill_form, batch_invariant, q_position (None: automatic),
@@ -68,26 +80,29 @@ inline AttentionOptions options_of(const nb::dict& d) {
       {"scale", "causal", "window_left", "window_right", "softcap", "kv_begin",
        "kv_end", "precise", "prefill_form", "batch_invariant", "q_position",
        "kv_position", "mask", "bias", "sinks", "unit_weights", "alibi_slopes"});
-  AttentionOptions o = make_options(
-      array_or_none(d, "mask"), array_or_none(d, "bias"),
-      array_or_none(d, "sinks"),
-      get_or<double>(d, "scale", std::numeric_limits<double>::quiet_NaN()),
-      get_or<bool>(d, "causal", false),
-      get_or<std::ptrdiff_t>(d, "window_left", -1),
-      get_or<std::ptrdiff_t>(d, "window_right", -1),
-      get_or<double>(d, "softcap", 0.0), get_or<std::size_t>(d, "kv_begin", 0),
-      get_or<std::size_t>(d, "kv_end",
-                          std::numeric_limits<std::size_t>::max()));
+  AttentionOptions o;
+  o.scale =
+      get_or<double>(d, "scale", std::numeric_limits<double>::quiet_NaN());
+  o.causal = get_or<bool>(d, "causal", false);
+  o.window_left = get_or<std::ptrdiff_t>(d, "window_left", -1);
+  o.window_right = get_or<std::ptrdiff_t>(d, "window_right", -1);
+  o.softcap = static_cast<float>(get_or<double>(d, "softcap", 0.0));
+  o.kv_begin = get_or<std::size_t>(d, "kv_begin", 0);
+  o.kv_end =
+      get_or<std::size_t>(d, "kv_end", std::numeric_limits<std::size_t>::max());
   o.precise = get_or<bool>(d, "precise", false);
   o.prefill_form = get_or<bool>(d, "prefill_form", false);
   o.batch_invariant = get_or<bool>(d, "batch_invariant", false);
-  if (const std::optional<In> al = array_or_none(d, "alibi_slopes")) {
-    check_dtype("alibi_slopes", *al, nb::dtype<float>(), "float32");
-    if (al->ndim() != 1 || (al->shape(0) > 1 && al->stride(0) != 1))
-      fail("alibi_slopes must be a contiguous 1-d array, one slope per head");
-    o.alibi_slopes = std::span<const float>(
-        static_cast<const float*>(al->data()), al->shape(0));
+  if (const std::optional<In> m = array_or_none(d, "mask")) {
+    check_dtype("attn_mask", *m, nb::dtype<bool>(), "bool");
+    o.mask = view4<const bool>("attn_mask", *m);
   }
+  if (const std::optional<In> b = array_or_none(d, "bias")) {
+    check_dtype("bias", *b, nb::dtype<float>(), "float32");
+    o.bias = view4<const float>("bias", *b);
+  }
+  o.sinks = per_head(d, "sinks", "one logit per query head");
+  o.alibi_slopes = per_head(d, "alibi_slopes", "one slope per head");
   o.q_position =
       get_or<std::size_t>(d, "q_position", AttentionOptions::kAutoPosition);
   o.kv_position = get_or<std::size_t>(d, "kv_position", 0);

@@ -3,7 +3,8 @@
 // bits, uint16 arrays of 2 axes (rows, n) with a contiguous last axis (no
 // copy of a row-major input), and says which format (bf16); this checks
 // shapes and strides, releases the GIL and calls the 16-bit overloads of
-// include/softdot/softmax.h and cross_entropy.h.
+// include/softdot/softmax.h (cross_entropy's 16-bit rows are
+// cross_entropy_bindings.cc's, with the float ones).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -17,7 +18,6 @@
 #include "arrays.h"
 #include "bindings.h"
 #include "python_errors.h"
-#include "softdot/cross_entropy.h"
 #include "softdot/float16.h"
 #include "softdot/softmax.h"
 
@@ -133,36 +133,6 @@ void backward16_py(const In& y, const In& dy, const Out& dx, bool bf16) {
   });
 }
 
-template <class H>
-double cross_entropy_t(const In& logits, const In& targets,
-                       const std::optional<Out>& loss,
-                       const std::optional<Out>& grad,
-                       const CrossEntropyOptions& o) {
-  if (logits.ndim() != 2) fail("logits must be 2-d (rows, classes)");
-  const std::size_t rows = logits.shape(0), cols = logits.shape(1);
-  const MatrixView<const H> x = rows_of<const H>("logits", logits, rows, cols);
-  const std::span<const std::int64_t> t = targets_of(targets, rows);
-  const std::span<std::uint16_t> lb = loss_of<std::uint16_t>(loss, rows);
-  const std::span<H> ls(reinterpret_cast<H*>(lb.data()), lb.size());
-  MatrixView<H> g;
-  if (grad) g = rows_of<H>("grad", *grad, rows, cols);
-  nb::gil_scoped_release release;
-  return cross_entropy(x, t, ls, g, o);
-}
-
-double cross_entropy16_py(const In& logits, const In& targets,
-                          const std::optional<Out>& loss,
-                          const std::optional<Out>& grad,
-                          std::int64_t ignore_index, double label_smoothing,
-                          int reduction, bool bf16) {
-  return as_python("cross_entropy", [&] {
-    const CrossEntropyOptions o =
-        xent_options(ignore_index, label_smoothing, reduction);
-    return bf16 ? cross_entropy_t<BFloat16>(logits, targets, loss, grad, o)
-                : cross_entropy_t<Float16>(logits, targets, loss, grad, o);
-  });
-}
-
 }  // namespace
 
 void bind_softmax16(nb::module_& m) {
@@ -175,10 +145,6 @@ void bind_softmax16(nb::module_& m) {
         "temperature"_a, "bf16"_a, "logsumexp of 16-bit rows (uint16 bits).");
   m.def("softmax16_backward_rows", &backward16_py, "y"_a, "dy"_a, "out"_a,
         "bf16"_a, "softmax_backward of 16-bit rows (uint16 bits).");
-  m.def("cross_entropy16_rows", &cross_entropy16_py, "logits"_a, "targets"_a,
-        "loss"_a.none(), "grad"_a.none(), "ignore_index"_a, "label_smoothing"_a,
-        "reduction"_a, "bf16"_a,
-        "softdot::cross_entropy on 16-bit rows; returns the reduced loss.");
 }
 
 }  // namespace softdot::python

@@ -92,6 +92,16 @@ decltype(auto) by_dtype(const char* name, const In& a, F&& f) {
       (std::string(name) + " must be float32 or float64").c_str());
 }
 
+// log_softmax_rows (log) or softmax_rows of x into y.
+template <class T>
+void matrix_softmax(bool log, MatrixView<const T> x, MatrixView<T> y,
+                    const SoftmaxOptions& o) {
+  if (log)
+    log_softmax_rows(x, y, o);
+  else
+    softmax_rows(x, y, o);
+}
+
 SoftmaxOptions options_of(double temperature, bool fast) {
   SoftmaxOptions o;
   o.temperature = temperature;
@@ -160,12 +170,8 @@ void softmax_rows_t(const In& x, const Out& y, const std::optional<In>& where,
       if (ms)
         o.mask =
             std::span<const bool>(ms, (run == 1 || step[2] == 0) ? n : r * n);
-      MatrixView<const T> xv(xs, r, n, sx);
-      MatrixView<T> yv(ys, r, n, sy);
-      if (log)
-        log_softmax_rows(xv, yv, o);
-      else
-        softmax_rows(xv, yv, o);
+      matrix_softmax(log, MatrixView<const T>(xs, r, n, sx),
+                     MatrixView<T>(ys, r, n, sy), o);
       return;
     }
     for (std::int64_t i = 0; i < run; ++i) {
@@ -178,17 +184,6 @@ void softmax_rows_t(const In& x, const Out& y, const std::optional<In>& where,
       else
         softmax(xr, yr, o);
     }
-  });
-}
-
-void softmax_rows_py(const In& x, const Out& out,
-                     const std::optional<In>& where, bool log,
-                     double temperature, bool fast) {
-  const SoftmaxOptions opt = options_of(temperature, fast);
-  as_python(log ? "log_softmax" : "softmax", [&] {
-    by_dtype("x", x, [&](auto t) {
-      softmax_rows_t<decltype(t)>(x, out, where, log, opt);
-    });
   });
 }
 
@@ -402,12 +397,8 @@ void softmax_strided_t(const In& x, const Out& y,
           gather_rows(ms + i0 * step[2], step[2], km, r, n, flags, n);
           o.mask = std::span<const bool>(flags, r * n);
         }
-        MatrixView<const T> in(scratch, r, n, ld);
-        MatrixView<T> res(scratch, r, n, ld);
-        if (log)
-          log_softmax_rows(in, res, o);
-        else
-          softmax_rows(in, res, o);
+        matrix_softmax(log, MatrixView<const T>(scratch, r, n, ld),
+                       MatrixView<T>(scratch, r, n, ld), o);
         scatter_rows(static_cast<const T*>(scratch), ld, r, n,
                      ys + i0 * step[1], step[1], ky);
       } catch (...) {
@@ -419,13 +410,21 @@ void softmax_strided_t(const In& x, const Out& y,
   if (error) std::rethrow_exception(error);
 }
 
-void softmax_strided_py(const In& x, const Out& out,
-                        const std::optional<In>& where, bool log,
-                        double temperature, bool fast) {
+// softmax or log_softmax (log) of rows with a contiguous last axis
+// (softmax_rows_t) or along a strided axis (Strided: softmax_strided_t), by
+// x's dtype; messages name the Python function.
+template <bool Strided>
+void softmax_py(const In& x, const Out& out, const std::optional<In>& where,
+                bool log, double temperature, bool fast) {
   const SoftmaxOptions opt = options_of(temperature, fast);
   as_python(log ? "log_softmax" : "softmax", [&] {
     by_dtype("x", x, [&](auto t) {
-      softmax_strided_t<decltype(t)>(x, out, where, log, opt);
+      using T = decltype(t);
+      if constexpr (Strided) {
+        softmax_strided_t<T>(x, out, where, log, opt);
+      } else {
+        softmax_rows_t<T>(x, out, where, log, opt);
+      }
     });
   });
 }
@@ -646,12 +645,12 @@ void dots_py(const In& q, const In& keys, const Out& out) {
 
 void bind_softmax(nb::module_& m) {
   using namespace nb::literals;
-  m.def("softmax_rows", &softmax_rows_py, "x"_a, "out"_a, "where"_a.none(),
+  m.def("softmax_rows", &softmax_py<false>, "x"_a, "out"_a, "where"_a.none(),
         "log"_a, "temperature"_a, "fast"_a,
         "Softmax (log=False) or log-softmax of every row (last axis) of x into "
         "out.");
-  m.def("softmax_strided", &softmax_strided_py, "x"_a, "out"_a,
-        "where"_a.none(), "log"_a, "temperature"_a, "fast"_a,
+  m.def("softmax_strided", &softmax_py<true>, "x"_a, "out"_a, "where"_a.none(),
+        "log"_a, "temperature"_a, "fast"_a,
         "As softmax_rows, for rows (last axis) with any stride: blocks of rows "
         "transposed into a contiguous scratch matrix and back.");
   m.def("logsumexp_rows", &logsumexp_py, "x"_a, "out"_a, "where"_a.none(),

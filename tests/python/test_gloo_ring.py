@@ -173,11 +173,24 @@ def test_gloo_ring_refusals():
         sd.ring_attention(None, q, q, q, seq_len=4, group=object(), deterministic=True)
 
 
-def test_the_python_layout_is_the_mpi_layout():
+def _mpi_h_layout(n, P, zig, det, r):
+    """(rows, chunk, rank r's positions) by mpi.h's formula for ring_layout,
+    written out: chunk = ceil(n / (P * chunks per rank)), a multiple of 64
+    when deterministic, at least 1; zigzag: chunks r and 2P - 1 - r."""
+    per = 2 if zig else 1
+    chunk = max(1, -(-n // (P * per)))
+    if det:
+        chunk = -(-chunk // 64) * 64
+    starts = [r * chunk] + ([(2 * P - 1 - r) * chunk] if zig else [])
+    return per * chunk, chunk, [s + i for s in starts for i in range(chunk)]
+
+
+def test_the_core_layout_is_the_mpi_layout():
+    """softdot.distributed.ring_layout (what the MPI ring's callers shard
+    with) reads the core's ring_layout, with or without MPI: mpi.h's
+    formula for every (seq_len, P, layout, deterministic)."""
     import softdot.distributed as sd
 
-    if sd._mpi_module is None:
-        pytest.skip("no MPI module to compare with")
     for n in (1, 7, 64, 100, 1000):
         for P in (1, 2, 3, 8):
             for zig in (False, True):
@@ -186,6 +199,32 @@ def test_the_python_layout_is_the_mpi_layout():
                         n, P, layout="zigzag" if zig else "contiguous", deterministic=det
                     )
                     for r in range(P):
-                        rows, chunk, pos = sd._python_layout(n, P, zig, det, r)
+                        rows, chunk, pos = _mpi_h_layout(n, P, zig, det, r)
                         assert (rows, chunk) == (L.rows, L.chunk)
-                        assert np.array_equal(pos, L.positions(r)), (n, P, zig, det, r)
+                        assert L.positions(r).tolist() == pos, (n, P, zig, det, r)
+
+
+def test_the_gloo_ring_layout_is_the_mpi_ring_layout():
+    """The gloo ring's rows and the pieces it computes are the MPI ring's
+    layout (ring_layout, not deterministic) for several (seq_len, P,
+    layout): each piece is a run of real positions of one chunk, and the
+    pieces cover exactly the rank's real positions (the MPI ring's rows).
+    The causal mask does not enter the layout (only which pairs a ring
+    skips), so it is not a case here."""
+    import softdot._gloo_ring as G
+    import softdot.distributed as sd
+
+    for n in (1, 5, 7, 64, 100, 257):
+        for P in (1, 2, 3, 4, 8):
+            for layout in ("zigzag", "contiguous"):
+                L = sd.ring_layout(n, P, layout=layout)
+                for r in range(P):
+                    rows, pieces = G.pieces(n, P, layout, r)
+                    assert rows == L.rows, (n, P, layout, r)
+                    pos = L.positions(r)
+                    got = []
+                    for row0, pos0, k in pieces:
+                        assert k >= 1 and row0 % L.chunk == 0
+                        assert pos[row0 : row0 + k].tolist() == list(range(pos0, pos0 + k))
+                        got += list(range(row0, row0 + k))
+                    assert got == np.nonzero(pos < n)[0].tolist(), (n, P, layout, r)

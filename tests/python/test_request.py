@@ -201,3 +201,53 @@ def test_torch_keywords():
         softdot.scaled_dot_product_attention(q, K, V, dropout_p=0.1)
     with pytest.raises(ValueError, match=r"causal= .* or is_causal="):
         softdot.scaled_dot_product_attention(q, K, V, causal=True, is_causal=True)
+
+
+def test_partial_and_gradient_targets_of_the_one_request():
+    """The bound request's other targets: kind "partial" finalized is kind
+    "output" bit for bit, two key halves merged (AttentionPartial.merge) are
+    within a float rounding of it; kind "gradients" is the autograd
+    backward's bits; a float64 request runs the double functions."""
+    core = softdot._request._core
+    R = softdot._request
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((1, 2, 7, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 1, 11, 8)).astype(np.float32)
+    v = rng.standard_normal((1, 1, 11, 4)).astype(np.float32)
+    kv = {"format": R.KV_F32, "k": k, "v": v}
+    o = R.options("t", causal=True)
+    out = np.empty((1, 2, 7, 4), np.float32)
+    lse = np.empty((1, 2, 7), np.float32)
+    core.attention_request("t", q, R.KV_F32, kv, "output", out, R.KV_F32, lse.reshape(-1), o)
+    part = core.AttentionPartial.empty(1, 2, 0, 4)
+    core.attention_request("t", q, R.KV_F32, kv, "partial", None, R.KV_F32, None, o, None, part)
+    assert (part.batch, part.heads, part.rows, part.dv) == (1, 2, 7, 4)
+    got, got_lse = np.empty_like(out), np.empty_like(lse)
+    part.finalize(got, got_lse.reshape(-1))
+    assert got.tobytes() == out.tobytes() and got_lse.tobytes() == lse.tobytes()
+    halves = []
+    for b, e in ((0, 5), (5, 11)):
+        p = core.AttentionPartial.empty(1, 2, 7, 4)
+        ob = R.options("t", causal=True, kv_range=(b, e))
+        core.attention_request("t", q, R.KV_F32, kv, "partial", None, R.KV_F32, None, ob, None, p)
+        halves.append(p)
+    halves[0].merge(halves[1])
+    halves[0].finalize(got, None)
+    np.testing.assert_allclose(got, out, rtol=2e-6, atol=1e-7)
+    # The gradients: the autograd backward's bits (float32 and float64).
+    for dt, fmt in ((np.float32, R.KV_F32), (np.float64, R.KV_F64)):
+        tq, tk, tv = (torch.from_numpy(a.astype(dt)).requires_grad_() for a in (q, k, v))
+        to, tl = softdot.scaled_dot_product_attention(tq, tk, tv, causal=True, return_lse=True)
+        do = torch.from_numpy(rng.standard_normal((1, 2, 7, 4)).astype(dt))
+        to.backward(do)
+        grads = {n: np.empty(a.shape, dt) for n, a in (("dq", q), ("dk", k), ("dv", v))}
+        io = {"out": to.detach().numpy(), "lse": tl.detach().numpy().reshape(-1)}
+        io.update(dout=do.numpy(), **grads)
+        kv_t = {"format": fmt, "k": k.astype(dt), "v": v.astype(dt)}
+        core.attention_request(
+            "t", q.astype(dt), fmt, kv_t, "gradients", None, fmt, None, o, backward=io
+        )
+        for n, t in (("dq", tq), ("dk", tk), ("dv", tv)):
+            assert grads[n].tobytes() == t.grad.numpy().tobytes(), (dt, n)
+    with pytest.raises(ValueError, match="kind 'gradients' needs the backward dict"):
+        core.attention_request("t", q, R.KV_F32, kv, "gradients", None, R.KV_F32, None, o)
