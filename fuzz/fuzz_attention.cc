@@ -153,9 +153,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
         "bias %d sinks %zu kv [%zu, %zu) positions %zu %zu prefill %d "
         "precise %d lse %zu\n",
         format, o.causal, o.window_left, o.window_right,
-        static_cast<double>(o.softcap), o.scale, !o.mask.data ? 0 : 1,
-        !o.bias.data ? 0 : 1, o.sinks.size(), o.kv_begin, o.kv_end,
-        o.q_position, o.kv_position, o.prefill_form, o.precise, lse.size());
+        static_cast<double>(o.softcap), o.scale.value_or(std::nan("")),
+        !o.mask.data ? 0 : 1, !o.bias.data ? 0 : 1, o.sinks.size(), o.kv_begin,
+        o.kv_end, o.q_position, o.kv_position, o.prefill_form, o.precise,
+        lse.size());
   }
 
   switch (format) {

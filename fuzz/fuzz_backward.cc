@@ -188,7 +188,7 @@ void run_case(FuzzedDataProvider& f) {
                  "mask %d (all hidden %d) bias %d sinks %zu dsinks %zu "
                  "kv [%zu, %zu) lse %zu dlse %zu forward %d\n",
                  sizeof(T), o.causal, o.window_left, o.window_right,
-                 static_cast<double>(o.softcap), o.scale,
+                 static_cast<double>(o.softcap), o.scale.value_or(std::nan("")),
                  o.mask.data != nullptr, all_hidden, o.bias.data != nullptr,
                  o.sinks.size(), dsinks.size(), o.kv_begin, o.kv_end,
                  lse.size(), dlse.size(), forward);

@@ -263,9 +263,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
                  "kv [%zu, %zu) lse %zu\n",
                  kind, q_format, out_format, kv_format, has_v, o.causal,
                  o.window_left, o.window_right, static_cast<double>(o.softcap),
-                 o.scale, o.mask.data != nullptr, o.bias.data != nullptr,
-                 o.sinks.size(), o.alibi_slopes.size(), o.kv_begin, o.kv_end,
-                 lse.size());
+                 o.scale.value_or(std::nan("")), o.mask.data != nullptr,
+                 o.bias.data != nullptr, o.sinks.size(), o.alibi_slopes.size(),
+                 o.kv_begin, o.kv_end, lse.size());
   }
 
   auto target_bytes = [&] {

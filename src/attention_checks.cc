@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -31,12 +32,12 @@ namespace {
 // The options whose validity does not depend on the inputs: the one place
 // their values are checked (check_attention_options is this, public).
 void check_option_values(const char* fn, const AttentionOptions& o) {
-  if (!std::isnan(o.scale)) {  // NaN: the default 1/sqrt(d)
-    const auto sf = static_cast<float>(o.scale);
-    if (!(o.scale > 0.0) || !std::isfinite(o.scale) || !(sf > 0.0f) ||
-        !std::isfinite(sf)) {
-      fail(fn, "scale must be finite and > 0 (also as a float), got " +
-                   number(o.scale));
+  if (o.scale) {  // not set: the default 1/sqrt(d)
+    const double s = *o.scale;
+    const auto sf = static_cast<float>(s);
+    if (!(s > 0.0) || !std::isfinite(s) || !(sf > 0.0f) || !std::isfinite(sf)) {
+      fail(fn,
+           "scale must be finite and > 0 (also as a float), got " + number(s));
     }
   }
   if (!(o.softcap >= 0.0f) || !std::isfinite(o.softcap)) {
@@ -66,7 +67,7 @@ void plan_options(const char* fn, const std::string& q_shape,
   check_option_values(fn, o);
   // Scale (1/sqrt(d) when not given: finite and > 0 for every d >= 1).
   const double scale =
-      std::isnan(o.scale) ? 1.0 / std::sqrt(static_cast<double>(p.d)) : o.scale;
+      o.scale.value_or(1.0 / std::sqrt(static_cast<double>(p.d)));
   p.scale = static_cast<float>(scale);
   p.softcap = o.softcap;
   p.wl = o.window_left;
@@ -301,6 +302,51 @@ void check_scales(const char* fn, const char* name,
       }
     }
   }
+}
+
+namespace {
+
+// The rows of a span as sorted [lo, hi) byte intervals (one for an array).
+std::vector<std::pair<std::uintptr_t, std::uintptr_t>> row_segments(
+    const NamedSpan& s) {
+  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> r;
+  if (s.row_bytes == 0) {
+    r.emplace_back(s.lo, s.hi);
+    return r;
+  }
+  r.reserve(s.batch * s.heads * s.rows);
+  for (std::size_t b = 0; b < s.batch; ++b) {
+    for (std::size_t h = 0; h < s.heads; ++h) {
+      for (std::size_t i = 0; i < s.rows; ++i) {
+        const std::uintptr_t lo =
+            s.lo + b * s.batch_bytes + h * s.head_bytes + i * s.row_step;
+        r.emplace_back(lo, lo + s.row_bytes);
+      }
+    }
+  }
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
+}  // namespace
+
+bool spans_share_bytes(const NamedSpan& x, const NamedSpan& y) {
+  if (!(x.lo < x.hi && y.lo < y.hi && x.lo < y.hi && y.lo < x.hi)) {
+    return false;
+  }
+  if (x.row_bytes == 0 && y.row_bytes == 0) return true;
+  const auto a = row_segments(x), b = row_segments(y);
+  // Two sorted lists of intervals: advance the one that ends first.
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (a[i].first < b[j].second && b[j].first < a[i].second) return true;
+    if (a[i].second <= b[j].second) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return false;
 }
 
 }  // namespace softdot::detail::attn
@@ -582,13 +628,12 @@ std::int64_t bits_hash(std::span<const float> x) {
 std::vector<OptionField> option_fingerprint(const AttentionOptions& o) {
   // AttentionOptions' size on LP64: a new option changes it, and must be
   // added below (then this number).
-  static_assert(sizeof(void*) != 8 || sizeof(AttentionOptions) == 248,
+  static_assert(sizeof(void*) != 8 || sizeof(AttentionOptions) == 256,
                 "AttentionOptions changed: add the new option to "
                 "option_fingerprint");
   auto i64 = [](auto x) { return static_cast<std::int64_t>(x); };
   return {
-      {"scale",
-       std::isnan(o.scale) ? -1 : std::bit_cast<std::int64_t>(o.scale)},
+      {"scale", o.scale ? std::bit_cast<std::int64_t>(*o.scale) : -1},
       {"causal", i64(o.causal)},
       {"window_left", i64(o.window_left)},
       {"window_right", i64(o.window_right)},

@@ -122,12 +122,18 @@ void check_output_shape(const char* fn, const char* out_name,
 }
 
 // The bytes a view (or a raw array) spans, named for the messages: the
-// overlap check of the gradients of attention_backward() and
-// softdot::mpi::ring_attention_backward(). A view without elements (or a
-// null array) spans nothing.
+// overlap checks of the forward (check_forward_overlap), of the gradients
+// of attention_backward() and of softdot::mpi::ring_attention_backward().
+// A view without elements (or a null array) spans nothing. A 4-d view also
+// keeps its rows' layout (row bytes and the three strides in bytes), so that
+// two views whose spans meet but whose rows interleave (rows of one buffer
+// taken alternately) are told apart: they share no element.
 struct NamedSpan {
   const char* name = "";
   std::uintptr_t lo = 0, hi = 0;
+  std::size_t batch = 1, heads = 1, rows = 1;  // 1 x 1 x 1 for an array
+  std::size_t row_bytes = 0;                   // 0: one segment [lo, hi)
+  std::size_t batch_bytes = 0, head_bytes = 0, row_step = 0;
 };
 
 template <class T>
@@ -142,6 +148,13 @@ NamedSpan named_span(const char* name, const TensorView<T>& t) {
                            (t.rows - 1) * t.row_stride + t.cols;
   s.lo = reinterpret_cast<std::uintptr_t>(t.data);
   s.hi = s.lo + last * sizeof(T);
+  s.batch = t.batch;
+  s.heads = t.heads;
+  s.rows = t.rows;
+  s.row_bytes = t.cols * sizeof(T);
+  s.batch_bytes = t.batch_stride * sizeof(T);
+  s.head_bytes = t.head_stride * sizeof(T);
+  s.row_step = t.row_stride * sizeof(T);
   return s;
 }
 
@@ -151,21 +164,23 @@ inline NamedSpan named_span(const char* name, const void* p,
   return NamedSpan{name, lo, p == nullptr ? lo : lo + bytes};
 }
 
-// "" when no output overlaps an input or an output before it; else
-// "<output> overlaps <other>" for the first such pair.
+// True when x and y share a byte: their spans meet and, for views, some row
+// of one meets some row of the other (the rows sorted and swept; only when
+// the spans meet, which separate buffers never do).
+bool spans_share_bytes(const NamedSpan& x, const NamedSpan& y);
+
+// "" when no output shares a byte with an input or an output before it;
+// else "<output> overlaps <other>" for the first such pair.
 inline std::string first_overlap(const std::vector<NamedSpan>& outs,
                                  const std::vector<NamedSpan>& ins) {
-  auto meet = [](const NamedSpan& x, const NamedSpan& y) {
-    return x.lo < x.hi && y.lo < y.hi && x.lo < y.hi && y.lo < x.hi;
-  };
   for (std::size_t i = 0; i < outs.size(); ++i) {
     for (const NamedSpan& in : ins) {
-      if (meet(outs[i], in)) {
+      if (spans_share_bytes(outs[i], in)) {
         return std::string(outs[i].name) + " overlaps " + in.name;
       }
     }
     for (std::size_t j = 0; j < i; ++j) {
-      if (meet(outs[i], outs[j])) {
+      if (spans_share_bytes(outs[i], outs[j])) {
         return std::string(outs[i].name) + " overlaps " + outs[j].name;
       }
     }

@@ -134,8 +134,7 @@ double weight(const RowScores& r, std::size_t j, double lse) {
 }
 
 double scale_of(const AttentionOptions& o, std::size_t d) {
-  return std::isnan(o.scale) ? 1.0 / std::sqrt(static_cast<double>(d))
-                             : o.scale;
+  return o.scale.value_or(1.0 / std::sqrt(static_cast<double>(d)));
 }
 
 }  // namespace

@@ -45,21 +45,9 @@ void check_mask(const char* function, const SoftmaxOptions& options,
 }
 
 template <class T>
-void check_row(const char* function, std::span<const T> x, std::span<T> y) {
-  if (x.empty()) fail(function, "x is empty (a softmax needs n >= 1)");
-  if (y.size() != x.size()) {
-    fail(function,
-         "x has " + count(x.size()) + " elements but y has " + count(y.size()));
-  }
-  if (detail::partial_overlap(x.data(), x.size(), y.data(), y.size())) {
-    fail(function, "y partially overlaps x (only y == x is allowed)");
-  }
-}
-
-template <class T>
 void row_checked(const char* function, RowOp op, std::span<const T> x,
                  std::span<T> y, const SoftmaxOptions& options) {
-  check_row(function, x, y);
+  detail::check_softmax_row(function, x, y);
   check_mask(function, options, x.size());
   const T scale = detail::softmax_scale<T>(function, options);
   detail::softmax_row_kernel(x.data(), mask_bytes(options), scale, x.size(), op,

@@ -167,14 +167,7 @@ void row16(const H* x, const std::uint8_t* mask, float scale, std::size_t n,
 template <class H>
 void row_checked(const char* function, RowOp op, std::span<const H> x,
                  std::span<H> y, const SoftmaxOptions& options) {
-  if (x.empty()) fail(function, "x is empty (a softmax needs n >= 1)");
-  if (y.size() != x.size()) {
-    fail(function,
-         "x has " + count(x.size()) + " elements but y has " + count(y.size()));
-  }
-  if (detail::partial_overlap(x.data(), x.size(), y.data(), y.size())) {
-    fail(function, "y partially overlaps x (only y == x is allowed)");
-  }
+  detail::check_softmax_row(function, x, y);
   if (!options.mask.empty() && options.mask.size() != x.size()) {
     fail(function, "mask has " + count(options.mask.size()) +
                        " flags but x has " + count(x.size()) + " elements");

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <span>
 
 #include "check.h"
 #include "softdot/matrix.h"
@@ -35,6 +36,21 @@ T softmax_scale(const char* function, const SoftmaxOptions& options) {
                        (sizeof(T) == 4 ? "float" : "double"));
   }
   return s;
+}
+
+// The arguments of a one-row function: x not empty, y of x's size, and y
+// either x itself or apart from it.
+template <class T>
+void check_softmax_row(const char* function, std::span<const T> x,
+                       std::span<T> y) {
+  if (x.empty()) fail(function, "x is empty (a softmax needs n >= 1)");
+  if (y.size() != x.size()) {
+    fail(function,
+         "x has " + count(x.size()) + " elements but y has " + count(y.size()));
+  }
+  if (partial_overlap(x.data(), x.size(), y.data(), y.size())) {
+    fail(function, "y partially overlaps x (only y == x is allowed)");
+  }
 }
 
 // The arguments of softmax_rows / log_softmax_rows: x and y of the same

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -81,10 +82,11 @@ struct TensorView {
 
 // Options of attention(), attention_weights() and attention_scores().
 struct AttentionOptions {
-  // Scores are (q . k) * scale, with scale rounded to float. NaN (the
-  // default) means 1 / sqrt(d). Must be finite and > 0 otherwise, and stay
-  // > 0 and finite when rounded to float (std::invalid_argument).
-  double scale = std::numeric_limits<double>::quiet_NaN();
+  // Scores are (q . k) * scale, with scale rounded to float. Not set (the
+  // default): 1 / sqrt(d). A set scale must be finite and > 0, and stay
+  // > 0 and finite when rounded to float (std::invalid_argument; a NaN is
+  // an error, never the default).
+  std::optional<double> scale;
 
   // Positions. Query i of n_q is aligned with key position
   // p(i) = i + n_kv - n_q, so that the last query sees the last key (the
@@ -312,7 +314,9 @@ void quantize_kv(TensorView<const float> x, TensorView<std::int8_t> values,
 // 4 (128 d + 192 d_v + 10048) bytes (204 KB at d = d_v = 128) between calls,
 // and the calling thread the chunk states (8 (d_v + 2) bytes per row and
 // chunk in the decode form); these buffers only grow.
-// out must not overlap any input.
+// out and lse must not share a byte with any input (q, k, v, the mask, the
+// bias, the sinks, the slopes) nor with each other: std::invalid_argument
+// naming both ("out overlaps q").
 void attention(TensorView<const float> q, TensorView<const float> k,
                TensorView<const float> v, TensorView<float> out,
                const AttentionOptions& options = {}, float* lse = nullptr);
@@ -549,8 +553,8 @@ struct PagedKVTable {
 //
 // lse, accuracy, special values, threads and allocation as attention(); a
 // sequence of length 0 gives zero rows and lse -inf (or the sink). The work
-// split depends on q's shape and seq_lens only. out must not overlap any
-// input.
+// split depends on q's shape and seq_lens only. out and lse must not overlap
+// any input (the pages and the table included; std::invalid_argument).
 void paged_attention(TensorView<const float> q, TensorView<const float> k_pages,
                      TensorView<const float> v_pages, const PagedKVTable& table,
                      TensorView<float> out,
@@ -656,8 +660,8 @@ void attention_weights(TensorView<const float> q, const Int8KV& k,
 // argument and both shapes): q [B, H, n_q, d], k [B, H_kv, n_kv, d],
 // scores [B, H, n_q, n_kv], and the same checks of every option (sinks
 // included, though they do not change the scores). scores must not overlap
-// any input. Threads: none (the calling thread). Allocation: temporaries of
-// about 4 n_kv (d + 2) bytes per call.
+// any input (std::invalid_argument). Threads: none (the calling thread).
+// Allocation: temporaries of about 4 n_kv (d + 2) bytes per call.
 void attention_scores(TensorView<const float> q, TensorView<const float> k,
                       TensorView<float> scores,
                       const AttentionOptions& options = {});

@@ -306,11 +306,9 @@ def options(
     bound) is refused here. top_left: torch's is_causal (query i at position
     i, key j at j). unit_weights: "rounded" or "split" (how the weights
     enter the bfloat16 units' P V product; None: "rounded")."""
+    # None: not set (1/sqrt(E)); a NaN is the library's error, as any scale
+    # that is not finite and > 0.
     sc = None if scale is None else _number(fn, "scale", scale)
-    if sc is not None and sc != sc:
-        # The library reads NaN as "the default 1/sqrt(E)", which None says
-        # here: a NaN the caller computed must not pass for it.
-        raise ValueError(f"{fn}: scale must be finite and > 0 (also as a float), got nan")
     o: Dict[str, Any] = {
         "scale": sc,
         "causal": bool(causal),

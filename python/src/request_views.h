@@ -81,8 +81,10 @@ inline AttentionOptions options_of(const nb::dict& d) {
        "kv_end", "precise", "prefill_form", "batch_invariant", "q_position",
        "kv_position", "mask", "bias", "sinks", "unit_weights", "alibi_slopes"});
   AttentionOptions o;
-  o.scale =
-      get_or<double>(d, "scale", std::numeric_limits<double>::quiet_NaN());
+  // None or absent: not set (1/sqrt(d)); a NaN is the core's error.
+  if (d.contains("scale") && !d["scale"].is_none()) {
+    o.scale = nb::cast<double>(d["scale"]);
+  }
   o.causal = get_or<bool>(d, "causal", false);
   o.window_left = get_or<std::ptrdiff_t>(d, "window_left", -1);
   o.window_right = get_or<std::ptrdiff_t>(d, "window_right", -1);

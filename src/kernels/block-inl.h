@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "kernels/target-inl.h"
@@ -178,10 +179,12 @@ HWY_INLINE void LoadPartialMask(const std::uint8_t* HWY_RESTRICT mask,
 // the partial last block: its inputs are copied into a stack buffer padded
 // with `pad` (mask padded with 0 = masked), and its outputs (when y is not
 // null) are copied back. body gets pointers to kLanes elements. `mask` and
-// `y` may be null; y may equal x.
-template <class T, class Body>
+// `y` may be null; y may equal x. The outputs' type Y may differ from T
+// (the 16-bit rows write uint16_t bits).
+template <class T, class Y = T, class Body>
 HWY_INLINE void ForEachBlock(const T* x, const std::uint8_t* HWY_RESTRICT mask,
-                             T* y, std::size_t n, T pad, const Body& body) {
+                             std::type_identity_t<Y>* y, std::size_t n, T pad,
+                             const Body& body) {
   constexpr std::size_t kLanes = Block<T>::kLanes;
   std::size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
@@ -190,12 +193,17 @@ HWY_INLINE void ForEachBlock(const T* x, const std::uint8_t* HWY_RESTRICT mask,
   if (i == n) return;
   const std::size_t rest = n - i;
   alignas(64) T xb[kLanes];
-  alignas(64) T yb[kLanes];
+  alignas(64) Y yb[kLanes];
   alignas(64) std::uint8_t mb[kLanes < 16 ? 16 : kLanes];
   LoadPartialBlock(x + i, rest, pad, xb);
   if (mask) LoadPartialMask(mask + i, rest, kLanes, mb);
   body(xb, mask ? mb : nullptr, y ? yb : nullptr);
-  if (y) StorePartialBlock(yb, rest, y + i);
+  if (y == nullptr) return;
+  if constexpr (std::is_same_v<T, Y>) {
+    StorePartialBlock(yb, rest, y + i);
+  } else {
+    for (std::size_t j = 0; j < rest; ++j) y[i + j] = yb[j];
+  }
 }
 
 }  // namespace HWY_NAMESPACE

@@ -132,7 +132,14 @@ HWY_INLINE V ExpCore(D d, V t, V c) {
   if constexpr (HasScalef<V>::value) return Scalef(p, kf);
 #endif
   const hn::RebindToSigned<D> di;
+#if HWY_TARGET == HWY_SCALAR
+  // HWY_SCALAR's ConvertTo is a C++ cast, undefined for a NaN (a NaN score;
+  // the SIMD conversions give INT_MIN there). Such a lane's p is NaN, and so
+  // is its result whatever k is: convert 0 instead.
+  const auto k = hn::ConvertTo(di, hn::IfThenZeroElse(hn::IsNaN(kf), kf));
+#else
   const auto k = hn::ConvertTo(di, kf);
+#endif
   const auto k1 = hn::ShiftRight<1>(k);
   const auto k2 = hn::Sub(k, k1);
   return hn::Mul(hn::Mul(p, Pow2(d, k1)), Pow2(d, k2));

@@ -56,23 +56,14 @@ HWY_INLINE void Apply16Row(const float* x, const std::uint8_t* mask,
                            float scale, std::size_t n, double c, double inv,
                            std::uint16_t* y, bool bf16) {
   using WS = DoubleLaneScores<kMasked, kScaled>;
-  constexpr std::size_t kLanes = Block<float>::kLanes;
   const WS ws{static_cast<double>(scale)};
   const typename WS::DW d;
   const auto cv = hn::Set(d, c), iv = hn::Set(d, inv);
-  std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    Apply16Block(ws, x + i, kMasked ? mask + i : nullptr, cv, iv, y + i, bf16);
-  }
-  if (i == n) return;
-  const std::size_t rest = n - i;
-  alignas(64) float xb[kLanes];
-  alignas(64) std::uint8_t mb[kLanes < 16 ? 16 : kLanes];
-  alignas(64) std::uint16_t yb[kLanes];
-  LoadPartialBlock(x + i, rest, -std::numeric_limits<float>::infinity(), xb);
-  if (kMasked) LoadPartialMask(mask + i, rest, kLanes, mb);
-  Apply16Block(ws, xb, kMasked ? mb : nullptr, cv, iv, yb, bf16);
-  for (std::size_t j = 0; j < rest; ++j) y[i + j] = yb[j];
+  ForEachBlock<float, std::uint16_t>(
+      x, kMasked ? mask : nullptr, y, n,
+      -std::numeric_limits<float>::infinity(),
+      [&](const float* xp, const std::uint8_t* mp, std::uint16_t* yp)
+          HWY_ATTR { Apply16Block(ws, xp, mp, cv, iv, yp, bf16); });
 }
 
 #if HWY_TARGET <= HWY_AVX2
@@ -156,26 +147,16 @@ template <bool kMasked, bool kScaled>
 HWY_INLINE void Weights16Row(const float* x, const std::uint8_t* mask,
                              float scale, std::size_t n, double c, double inv,
                              std::uint16_t* y, bool bf16) {
-  constexpr std::size_t kLanes = Block<float>::kLanes;
   const Scores<float, kMasked, kScaled> scores{scale};
   const float cf = static_cast<float>(c);  // exact: the float max
   const float ih = static_cast<float>(inv);
   const float il = static_cast<float>(inv - static_cast<double>(ih));
-  std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    Weights16Block(scores, x + i, kMasked ? mask + i : nullptr, cf, c, inv, ih,
-                   il, y + i, bf16);
-  }
-  if (i == n) return;
-  const std::size_t rest = n - i;
-  alignas(64) float xb[kLanes];
-  alignas(64) std::uint8_t mb[kLanes < 16 ? 16 : kLanes];
-  alignas(64) std::uint16_t yb[kLanes];
-  LoadPartialBlock(x + i, rest, -std::numeric_limits<float>::infinity(), xb);
-  if (kMasked) LoadPartialMask(mask + i, rest, kLanes, mb);
-  Weights16Block(scores, xb, kMasked ? mb : nullptr, cf, c, inv, ih, il, yb,
-                 bf16);
-  for (std::size_t j = 0; j < rest; ++j) y[i + j] = yb[j];
+  ForEachBlock<float, std::uint16_t>(
+      x, kMasked ? mask : nullptr, y, n,
+      -std::numeric_limits<float>::infinity(),
+      [&](const float* xp, const std::uint8_t* mp, std::uint16_t* yp) HWY_ATTR {
+        Weights16Block(scores, xp, mp, cf, c, inv, ih, il, yp, bf16);
+      });
 }
 #define SOFTDOT_ROW16 Weights16Row
 #else

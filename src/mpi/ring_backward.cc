@@ -70,10 +70,8 @@
 namespace softdot::mpi {
 namespace {
 
-using detail::agree_or_throw;
 using detail::agree_or_throw_runtime;
 using detail::check_mpi;
-using detail::DupComm;
 using detail::hidden;
 using detail::kPollRows;
 using detail::row_range;
@@ -243,7 +241,7 @@ class RingBackward {
     } catch (const std::exception& e) {
       err = std::string(kFn) + ": " + e.what();
     }
-    agree_or_throw(comm_.get(), err.empty(), err);
+    detail::agree_or_throw(comm_.get(), err.empty(), err);
     err = check_same(comm_.get(), a_);
     if (!err.empty()) throw std::invalid_argument(err);
     det_ = ro.deterministic;
@@ -623,7 +621,7 @@ class RingBackward {
   }
 
   const Args& a_;
-  DupComm comm_;
+  detail::DupComm comm_;
   const int P_, rank_;
   RingLayout L_;
   float scale_ = 0.0f;

@@ -194,7 +194,7 @@ void run_case(const Case& c) {
   AttentionOptions ao;
   ao.alibi_slopes = slopes;
   ao.precise = c.precise;
-  ao.scale = c.scale;
+  if (!std::isnan(c.scale)) ao.scale = c.scale;  // NaN: not set
   ao.causal = c.causal;
   ao.window_left = c.wl;
   ao.window_right = c.wr;
@@ -538,7 +538,9 @@ void options_differ() {
       {"window_right",
        [](AttentionOptions& o, bool b, auto) { o.window_right = b ? 3 : -1; }},
       {"scale",
-       [](AttentionOptions& o, bool b, auto) { o.scale = b ? 0.5 : kNaN; }},
+       [](AttentionOptions& o, bool b, auto) {
+         o.scale = b ? std::optional<double>(0.5) : std::nullopt;
+       }},
       {"softcap",
        [](AttentionOptions& o, bool b, auto) { o.softcap = b ? 2.0f : 3.0f; }},
       {"precise", [](AttentionOptions& o, bool b, auto) { o.precise = b; }},

@@ -58,6 +58,7 @@
 
 #include <cstddef>
 #include <limits>
+#include <optional>
 #include <vector>
 
 namespace softdot_ref {
@@ -133,6 +134,11 @@ AttnRef attention_reference(const AttnTensor<float>& q,
 
 // The float scale attention() uses for head dimension d.
 float attention_scale(double scale, std::size_t d);
+// The same for softdot's AttentionOptions::scale (not set: NaN above).
+inline float attention_scale(std::optional<double> scale, std::size_t d) {
+  return attention_scale(
+      scale.value_or(std::numeric_limits<double>::quiet_NaN()), d);
+}
 
 // The most roundings a product Q_ik K_jk passes through in the float score
 // of either form: min(d, 16) + ceil(d / 16) - 1 (prefill: a chain over each

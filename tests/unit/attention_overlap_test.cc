@@ -62,6 +62,36 @@ TEST(AttentionOverlap, FloatOutputsAgainstEveryInput) {
   EXPECT_EQ(0, std::memcmp(sep.data(), buf.data() + 64, 64 * sizeof(float)));
 }
 
+TEST(AttentionOverlap, InterleavedRowsShareNoElement) {
+  // One buffer of 8 rows of 16 floats: q is the first half of every row, out
+  // the second half. Their spans meet but no element is shared: allowed,
+  // and the same bits as on separate arrays. Shifted by one float, out's
+  // first element is q's last of row 0: refused.
+  std::vector<float> buf(8 * 16), k(64, 0.25f), v(64);
+  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = 0.01f * float(i % 37);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.1f * float(i % 11);
+  const CV q(buf.data(), 1, 1, 8, 8, 128, 128, 16);
+  std::vector<float> qc(64), want(64);
+  for (std::size_t i = 0; i < 8; ++i) {
+    std::memcpy(qc.data() + i * 8, buf.data() + i * 16, 8 * sizeof(float));
+  }
+  const CV kk(k.data(), 1, 1, 8, 8), vv(v.data(), 1, 1, 8, 8);
+  softdot::attention(CV(qc.data(), 1, 1, 8, 8), kk, vv,
+                     OV(want.data(), 1, 1, 8, 8));
+  softdot::attention(q, kk, vv, OV(buf.data() + 8, 1, 1, 8, 8, 128, 128, 16));
+  for (std::size_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(0, std::memcmp(want.data() + i * 8, buf.data() + i * 16 + 8,
+                             8 * sizeof(float)))
+        << "row " << i;
+  }
+  expect_invalid("out one float into q's rows",
+                 [&] {
+                   softdot::attention(
+                       q, kk, vv, OV(buf.data() + 7, 1, 1, 8, 8, 128, 128, 16));
+                 },
+                 {"out overlaps q"});
+}
+
 TEST(AttentionOverlap, SixteenBitOutputSpansItsOwnBytes) {
   // bfloat16 q and out in one buffer: q is elements [0, 64); an out from
   // element 63 meets it, one from element 64 does not.

@@ -230,7 +230,7 @@ Problem<KV> make_problem(const Shape& s) {
 
 inline softdot_ref::AttnRefOptions to_ref(const AttentionOptions& o) {
   softdot_ref::AttnRefOptions r;
-  r.scale = o.scale;
+  r.scale = o.scale.value_or(std::numeric_limits<double>::quiet_NaN());
   r.causal = o.causal;
   r.window_left = o.window_left;
   r.window_right = o.window_right;
