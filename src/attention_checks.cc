@@ -275,7 +275,7 @@ template Plan check_and_plan<std::int8_t>(const char*, const QueryTensor&,
 std::string check_scales_shape(const char* fn, const char* name,
                                const TensorView<const std::int8_t>& values,
                                const TensorView<const float>& scales) {
-  const std::string sname = std::string(name) + " scales";
+  std::string sname = std::string(name) + " scales";
   check_tensor(fn, sname.c_str(), scales);
   if (scales.batch != values.batch || scales.heads != values.heads ||
       scales.rows != values.rows || scales.cols != 1) {

@@ -59,7 +59,9 @@ TEST(AttentionOverlap, FloatOutputsAgainstEveryInput) {
                      OV(sep.data(), 1, 1, 8, 8));
   softdot::attention(q, CV(k.data(), 1, 1, 8, 8), CV(v.data(), 1, 1, 8, 8),
                      OV(buf.data() + 64, 1, 1, 8, 8));
-  EXPECT_EQ(0, std::memcmp(sep.data(), buf.data() + 64, 64 * sizeof(float)));
+  for (std::size_t i = 0; i < 64; ++i) {
+    EXPECT_EQ(bits(sep[i]), bits(buf[64 + i])) << i;
+  }
 }
 
 TEST(AttentionOverlap, InterleavedRowsShareNoElement) {
@@ -67,7 +69,7 @@ TEST(AttentionOverlap, InterleavedRowsShareNoElement) {
   // the second half. Their spans meet but no element is shared: allowed,
   // and the same bits as on separate arrays. Shifted by one float, out's
   // first element is q's last of row 0: refused.
-  std::vector<float> buf(8 * 16), k(64, 0.25f), v(64);
+  std::vector<float> buf(std::size_t{8} * 16), k(64, 0.25f), v(64);
   for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = 0.01f * float(i % 37);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.1f * float(i % 11);
   const CV q(buf.data(), 1, 1, 8, 8, 128, 128, 16);
@@ -80,9 +82,10 @@ TEST(AttentionOverlap, InterleavedRowsShareNoElement) {
                      OV(want.data(), 1, 1, 8, 8));
   softdot::attention(q, kk, vv, OV(buf.data() + 8, 1, 1, 8, 8, 128, 128, 16));
   for (std::size_t i = 0; i < 8; ++i) {
-    EXPECT_EQ(0, std::memcmp(want.data() + i * 8, buf.data() + i * 16 + 8,
-                             8 * sizeof(float)))
-        << "row " << i;
+    for (std::size_t c = 0; c < 8; ++c) {
+      EXPECT_EQ(bits(want[i * 8 + c]), bits(buf[i * 16 + 8 + c]))
+          << "row " << i << " col " << c;
+    }
   }
   expect_invalid("out one float into q's rows",
                  [&] {
@@ -113,7 +116,7 @@ TEST(AttentionOverlap, SixteenBitOutputSpansItsOwnBytes) {
 
 TEST(AttentionOverlap, PagedOutputAgainstThePages) {
   // Two pages of 4 keys, 1 head, d = 8; one sequence of 6 keys.
-  std::vector<float> pages(2 * 4 * 8, 0.5f), q(8, 0.25f), out(8);
+  std::vector<float> pages(std::size_t{2} * 4 * 8, 0.5f), q(8, 0.25f), out(8);
   const std::vector<std::int32_t> table = {0, 1}, lens = {6};
   softdot::PagedKVTable t;
   t.block_table = table;
