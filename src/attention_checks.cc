@@ -328,6 +328,23 @@ std::vector<std::pair<std::uintptr_t, std::uintptr_t>> row_segments(
   return r;
 }
 
+// The rows row_segments would list (saturating at SIZE_MAX).
+std::size_t segment_count(const NamedSpan& s) {
+  if (s.row_bytes == 0) return 1;
+  std::size_t n = 0;
+  if (__builtin_mul_overflow(s.batch, s.heads, &n) ||
+      __builtin_mul_overflow(n, s.rows, &n)) {
+    return SIZE_MAX;
+  }
+  return n;
+}
+
+// The most rows the sweep lists for one pair (16 bytes each): beyond it two
+// views whose spans meet count as overlapping without the sweep. Strides of
+// 0 let a view of few bytes have any number of rows, so the bound is on the
+// rows, not on the bytes.
+constexpr std::size_t kMaxSweptRows = std::size_t{1} << 20;
+
 }  // namespace
 
 bool spans_share_bytes(const NamedSpan& x, const NamedSpan& y) {
@@ -335,6 +352,8 @@ bool spans_share_bytes(const NamedSpan& x, const NamedSpan& y) {
     return false;
   }
   if (x.row_bytes == 0 && y.row_bytes == 0) return true;
+  const std::size_t nx = segment_count(x), ny = segment_count(y);
+  if (nx > kMaxSweptRows || ny > kMaxSweptRows - nx) return true;
   const auto a = row_segments(x), b = row_segments(y);
   // Two sorted lists of intervals: advance the one that ends first.
   std::size_t i = 0, j = 0;

@@ -95,6 +95,23 @@ TEST(AttentionOverlap, InterleavedRowsShareNoElement) {
                  {"out overlaps q"});
 }
 
+TEST(AttentionOverlap, ViewsOfManyRowsOverFewBytes) {
+  // Strides of 0 give a view of 16 floats 2^40 rows. q and out meet: the
+  // check must refuse them without listing their rows (it reserved 2^40
+  // pairs and threw std::length_error or bad_alloc; the fuzzers found it).
+  std::vector<float> buf(64, 0.5f), k(8, 0.25f);
+  const std::size_t huge = std::size_t{1} << 40;
+  expect_invalid("2^40 rows of q and out over 16 floats",
+                 [&] {
+                   softdot::attention(
+                       CV(buf.data(), huge, 1, 1, 8, 0, 0, 8),
+                       CV(k.data(), huge, 1, 1, 8, 0, 0, 8),
+                       CV(k.data(), huge, 1, 1, 8, 0, 0, 8),
+                       OV(buf.data() + 4, huge, 1, 1, 8, 0, 0, 8));
+                 },
+                 {"out overlaps q"});
+}
+
 TEST(AttentionOverlap, SixteenBitOutputSpansItsOwnBytes) {
   // bfloat16 q and out in one buffer: q is elements [0, 64); an out from
   // element 63 meets it, one from element 64 does not.
