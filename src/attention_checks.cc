@@ -9,6 +9,7 @@
 #include "attention_checks.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -372,6 +373,7 @@ bool spans_share_bytes(const NamedSpan& x, const NamedSpan& y) {
 
 namespace softdot {
 
+using detail::attn::add_option_spans;
 using detail::attn::check_and_plan;
 using detail::attn::check_paged_and_plan;
 using detail::attn::check_paged_scales;
@@ -382,6 +384,7 @@ using detail::attn::KVViews;
 using detail::attn::named_span;
 using detail::attn::NamedSpan;
 using detail::attn::Plan;
+using detail::attn::span_of;
 
 const char* kv_format_name(KVFormat f) noexcept {
   switch (f) {
@@ -399,11 +402,6 @@ const char* kv_format_name(KVFormat f) noexcept {
 
 namespace {
 
-template <class T>
-NamedSpan span_of(const char* name, std::span<const T> x) {
-  return named_span(name, x.data(), x.size() * sizeof(T));
-}
-
 // What the forward writes (out or the weights or scores, named out_name
 // when the target has one, and lse) against everything the call reads and
 // against each other: the kernels read q, K and V while out is written, so
@@ -416,40 +414,39 @@ void check_forward_overlap(const char* fn, const AttentionRequest& r,
   const AttentionTarget& t = r.target;
   const KVSource& s = r.kv;
   const TensorView<const float> q = r.q.shape_view();
-  std::vector<NamedSpan> outs;
+  // Fixed arrays: every forward call runs this, a small decode call too.
+  std::array<NamedSpan, 2> outs;
+  std::size_t n_outs = 0;
   if (out_name != nullptr) {
-    std::visit([&](const auto& o) { outs.push_back(named_span(out_name, o)); },
+    std::visit([&](const auto& o) { outs[n_outs++] = named_span(out_name, o); },
                t.out.variant());
   }
   if (t.kind == AttentionTarget::Kind::kOutput && t.lse != nullptr) {
-    outs.push_back(
-        named_span("lse", t.lse, q.batch * q.heads * q.rows * sizeof(float)));
+    outs[n_outs++] =
+        named_span("lse", t.lse, q.batch * q.heads * q.rows * sizeof(float));
   }
-  if (outs.empty()) return;
-  std::vector<NamedSpan> ins;
-  std::visit([&](const auto& v) { ins.push_back(named_span("q", v)); },
-             r.q.variant());
-  ins.push_back(named_span(s.paged ? "k_pages" : "k", w.k));
-  if (s.has_v) ins.push_back(named_span(s.paged ? "v_pages" : "v", w.v));
+  if (n_outs == 0) return;
+  std::array<NamedSpan, 12> ins;
+  std::size_t n_ins = 0;
+  const auto add = [&](const NamedSpan& x) { ins[n_ins++] = x; };
+  std::visit([&](const auto& v) { add(named_span("q", v)); }, r.q.variant());
+  add(named_span(s.paged ? "k_pages" : "k", w.k));
+  if (s.has_v) add(named_span(s.paged ? "v_pages" : "v", w.v));
   if constexpr (std::is_same_v<KT, std::int8_t>) {
-    ins.push_back(
-        named_span(s.paged ? "k_pages scales" : "k scales", w.k_scales));
+    add(named_span(s.paged ? "k_pages scales" : "k scales", w.k_scales));
     if (s.has_v) {
-      ins.push_back(
-          named_span(s.paged ? "v_pages scales" : "v scales", w.v_scales));
+      add(named_span(s.paged ? "v_pages scales" : "v scales", w.v_scales));
     }
   }
-  const AttentionOptions& o = r.options;
-  ins.push_back(named_span("mask", o.mask));
-  ins.push_back(named_span("bias", o.bias));
-  ins.push_back(span_of("sinks", o.sinks));
-  ins.push_back(span_of("alibi_slopes", o.alibi_slopes));
+  add_option_spans(r.options, add);
   if (s.paged) {
-    ins.push_back(span_of("block_table", s.table.block_table));
-    ins.push_back(span_of("seq_lens", s.table.seq_lens));
-    ins.push_back(span_of("query_start_loc", s.table.query_start_loc));
+    add(span_of("block_table", s.table.block_table));
+    add(span_of("seq_lens", s.table.seq_lens));
+    add(span_of("query_start_loc", s.table.query_start_loc));
   }
-  const std::string clash = first_overlap(outs, ins);
+  const std::string clash =
+      first_overlap(std::span<const NamedSpan>(outs.data(), n_outs),
+                    std::span<const NamedSpan>(ins.data(), n_ins));
   if (!clash.empty()) fail(fn, clash + " (no aliasing)");
 }
 

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -164,6 +165,23 @@ inline NamedSpan named_span(const char* name, const void* p,
   return NamedSpan{name, lo, p == nullptr ? lo : lo + bytes};
 }
 
+// A 1-d array's span.
+template <class T>
+NamedSpan span_of(const char* name, std::span<const T> x) {
+  return named_span(name, x.data(), x.size() * sizeof(T));
+}
+
+// add(span) for each array of the options a call reads: the mask, the
+// bias, the sinks and the ALiBi slopes (the forward's and the float64
+// functions' overlap checks).
+template <class Add>
+void add_option_spans(const AttentionOptions& o, Add add) {
+  add(named_span("mask", o.mask));
+  add(named_span("bias", o.bias));
+  add(span_of("sinks", o.sinks));
+  add(span_of("alibi_slopes", o.alibi_slopes));
+}
+
 // True when x and y share a byte: their spans meet and, for views, some row
 // of one meets some row of the other (the rows sorted and swept; only when
 // the spans meet, which separate buffers never do).
@@ -171,8 +189,8 @@ bool spans_share_bytes(const NamedSpan& x, const NamedSpan& y);
 
 // "" when no output shares a byte with an input or an output before it;
 // else "<output> overlaps <other>" for the first such pair.
-inline std::string first_overlap(const std::vector<NamedSpan>& outs,
-                                 const std::vector<NamedSpan>& ins) {
+inline std::string first_overlap(std::span<const NamedSpan> outs,
+                                 std::span<const NamedSpan> ins) {
   for (std::size_t i = 0; i < outs.size(); ++i) {
     for (const NamedSpan& in : ins) {
       if (spans_share_bytes(outs[i], in)) {
@@ -186,6 +204,11 @@ inline std::string first_overlap(const std::vector<NamedSpan>& outs,
     }
   }
   return {};
+}
+inline std::string first_overlap(const std::vector<NamedSpan>& outs,
+                                 const std::vector<NamedSpan>& ins) {
+  return first_overlap(std::span<const NamedSpan>(outs),
+                       std::span<const NamedSpan>(ins));
 }
 
 template <class KT>

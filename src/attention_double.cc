@@ -25,19 +25,6 @@ namespace {
 using namespace detail::attn;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-template <class T>
-NamedSpan span_of(const char* name, std::span<const T> x) {
-  return named_span(name, x.data(), x.size() * sizeof(T));
-}
-
-// What every double call reads beside q, k and v: the options' arrays.
-void add_option_spans(const AttentionOptions& o, std::vector<NamedSpan>& ins) {
-  ins.push_back(named_span("mask", o.mask));
-  ins.push_back(named_span("bias", o.bias));
-  ins.push_back(span_of("sinks", o.sinks));
-  ins.push_back(span_of("alibi_slopes", o.alibi_slopes));
-}
-
 // The plan of attention() for these shapes and options: each view checked
 // in double (check_tensor), then the shapes and options by the same rules
 // as every other request (plan_contiguous), and no output sharing a byte
@@ -147,7 +134,7 @@ void attention(TensorView<const double> q, TensorView<const double> k,
   const std::size_t rows = p.B * p.H * p.n_q;
   std::vector<NamedSpan> ins = {named_span("q", q), named_span("k", k),
                                 named_span("v", v)};
-  add_option_spans(options, ins);
+  add_option_spans(options, [&](const NamedSpan& x) { ins.push_back(x); });
   fail_on_overlap(
       fn,
       {named_span("out", out), named_span("lse", lse, rows * sizeof(double))},
@@ -229,7 +216,7 @@ void attention_backward(TensorView<const double> q, TensorView<const double> k,
       named_span("dout", dout),
       named_span("lse", lse, rows * sizeof(double)),
       named_span("dlse", dlse, rows * sizeof(double))};
-  add_option_spans(options, ins);
+  add_option_spans(options, [&](const NamedSpan& x) { ins.push_back(x); });
   fail_on_overlap(fn,
                   {named_span("dq", grads.dq), named_span("dk", grads.dk),
                    named_span("dv", grads.dv), named_span("dbias", grads.dbias),
