@@ -409,7 +409,12 @@ class RowRunner {
     a.rows = cnt;
     a.decode = decode;
     a.precise = o_.precise;
-    a.units = decode ? 0 : units_;
+    // The decode form runs on the units where they apply (bfloat16 Q, K
+    // and V: units_ != 0) and the shape fits; never with batch_invariant,
+    // whose bits are the float decode form's for every row.
+    const bool decode_units = s.form == Form::kDecode && !o_.batch_invariant &&
+                              detail::decode_units_fit(p_.d, p_.dv, cnt);
+    a.units = !decode || decode_units ? units_ : 0;
     a.pv_split = o_.unit_weights == AttentionOptions::UnitWeights::kSplit;
     a.q_rows = rows.q;
     a.first_key = rows.first;

@@ -93,14 +93,19 @@ void force_simd_target(std::string_view name) {
 
 namespace {
 
-// The CPU's AVX512-BF16 flag (CPUID leaf 7, sub-leaf 1, EAX bit 5). The OS's
-// AVX-512 state is Highway's check: the flag matters only on its AVX3
-// target.
+// The CPU's AVX512-BF16 flag (CPUID leaf 7, sub-leaf 1, EAX bit 5), read
+// once: every attention request asks (request_units), and under a
+// hypervisor CPUID traps (it took 15% of a 1536-key bfloat16 decode call on
+// a KVM guest). The OS's AVX-512 state is Highway's check: the flag matters
+// only on its AVX3 target.
 bool cpu_has_avx512bf16() {
 #if defined(__x86_64__) || defined(__i386__)
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (__get_cpuid_count(7, 1, &a, &b, &c, &d) == 0) return false;
-  return ((a >> 5) & 1u) != 0;
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d) == 0) return false;
+    return ((a >> 5) & 1u) != 0;
+  }();
+  return has;
 #else
   return false;
 #endif

@@ -5,7 +5,13 @@ the same rows with contiguous keys (one call per sequence), also with NHD's stri
 without pages; K+V bytes per second.
 Prints one line per case. Run:
 
-    OMP_NUM_THREADS=1 python bench/python/paged_decode_layouts.py [--dtype bf16|f32|int8]
+    OMP_NUM_THREADS=1 python bench/python/paged_decode_layouts.py \
+        [--dtype bf16|f32|int8] [--query f32|bf16]
+
+A bfloat16 query over bfloat16 pages (what engines pass) runs the decode form on the
+bfloat16 units where the CPU has them (softdot.matrix_unit()); a float32 query the float
+path. The read roofline of the same run (torch.sum over 1 GiB of float32 with the same
+thread count) is printed first, and each case's fraction of it.
 """
 
 from __future__ import annotations
@@ -35,6 +41,15 @@ def best(f, n: int = 5) -> float:
     return t
 
 
+def roofline() -> float:
+    """Bytes per second of torch.sum over 1 GiB of float32 (the thread count of torch's own
+    setting, which follows OMP_NUM_THREADS)."""
+    import torch
+
+    x = torch.ones(1 << 28, dtype=torch.float32)
+    return x.numel() * 4 / best(lambda: torch.sum(x), 5)
+
+
 def cache(rng, shape, dtype: str):
     import ml_dtypes
 
@@ -52,6 +67,12 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f32", "int8"])
+    ap.add_argument(
+        "--query",
+        default=None,
+        choices=["f32", "bf16"],
+        help="query format (default: bf16 for bf16 pages, else f32)",
+    )
     args = ap.parse_args()
     if os.environ.get("SOFTDOT_BENCH_TARGET"):  # e.g. AVX2 on an AVX-512 machine
         softdot.force_simd_target(os.environ["SOFTDOT_BENCH_TARGET"])
@@ -59,11 +80,19 @@ def main() -> None:
     nbytes = 2 * sum(DECODE) * HKV * per
     rng = np.random.default_rng(1)
     q = rng.standard_normal((12, HQ, D), dtype=np.float32)
+    query = args.query or ("bf16" if args.dtype == "bf16" else "f32")
+    if query == "bf16":
+        import ml_dtypes
+
+        q = q.astype(ml_dtypes.bfloat16)
+    roof = roofline()
     qsl = np.arange(13, dtype=np.int32)
     lens = np.array(DECODE, np.int32)
     print(
-        f"CPU: {cpu_model()}; SIMD target {softdot.simd_target()}; {args.dtype}; "
-        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"
+        f"CPU: {cpu_model()}; SIMD target {softdot.simd_target()}; {args.dtype} pages, "
+        f"{query} query; matrix unit {softdot.matrix_unit()}; "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; "
+        f"read roofline (torch.sum) {roof / 1e9:.1f} GB/s"
     )
     for layout, page, order in [
         ("NHD", 16, "random"),
@@ -90,7 +119,7 @@ def main() -> None:
         )
         print(
             f"{layout} pages of {page}, {order} order: {t * 1e3:.1f} ms, "
-            f"{nbytes / t / 1e9:.1f} GB/s"
+            f"{nbytes / t / 1e9:.1f} GB/s, {nbytes / t / roof:.2f} of roofline"
         )
     ks = [cache(rng, (1, HKV, n, D), args.dtype) for n in DECODE]
     vs = [cache(rng, (1, HKV, n, D), args.dtype) for n in DECODE]
@@ -101,7 +130,10 @@ def main() -> None:
             softdot.scaled_dot_product_attention(q1, k, v, causal=True)
 
     t = best(contiguous)
-    print(f"contiguous, one call per sequence: {t * 1e3:.1f} ms, {nbytes / t / 1e9:.1f} GB/s")
+    print(
+        f"contiguous, one call per sequence: {t * 1e3:.1f} ms, {nbytes / t / 1e9:.1f} GB/s, "
+        f"{nbytes / t / roof:.2f} of roofline"
+    )
     # The same keys with NHD's strides and no pages: [n, H_kv, d] seen as [1, H_kv, n, d].
     ns = [np.ascontiguousarray(k[0].transpose(1, 0, 2)) for k in ks]
     nv = [np.ascontiguousarray(v[0].transpose(1, 0, 2)) for v in vs]
@@ -116,7 +148,10 @@ def main() -> None:
             )
 
     t = best(strided)
-    print(f"contiguous with NHD strides: {t * 1e3:.1f} ms, {nbytes / t / 1e9:.1f} GB/s")
+    print(
+        f"contiguous with NHD strides: {t * 1e3:.1f} ms, {nbytes / t / 1e9:.1f} GB/s, "
+        f"{nbytes / t / roof:.2f} of roofline"
+    )
 
 
 if __name__ == "__main__":

@@ -33,6 +33,15 @@ inline constexpr std::size_t kValueBlock = 16;
 // products, and the units' rounding of P (2^-8 or 2^-16 relative) dwarfs
 // the longer chains' (2^-24 per rounding).
 inline constexpr std::size_t kUnitsScoreBlock = 32;
+// The decode form on the units (attention_decode_units-inl.h) takes d and
+// d_v multiples of 32 (a 32-feature block is one pair step per lane), and
+// its weight pairs and a row of zero values fit in the room the float
+// decode form widens a block's keys into (kKeyTile d floats).
+inline constexpr bool decode_units_fit(std::size_t d, std::size_t dv,
+                                       std::size_t rows) {
+  return d != 0 && dv != 0 && d % 32 == 0 && dv % 32 == 0 && rows <= 16 &&
+         rows * 64 + dv / 2 <= 64 * d;
+}
 // Rows per kernel call are at most this many on any target.
 inline constexpr std::size_t kMaxKernelRows = 64;
 
@@ -86,8 +95,9 @@ struct AttnArgs {
   std::size_t rows = 0;  // <= AttentionMaxRows(), or kDecodeMaxRows
   bool decode = false;   // the decode form (features in lanes)
   bool precise = false;  // prefill only: scores in double, kept as hi + lo
-  // Prefill only, bfloat16 queries (q_rows hold bfloat16 values), keys and
-  // values, not precise: the products on these units (kUnits*; 0: FMAs),
+  // bfloat16 queries (q_rows hold bfloat16 values), keys and values, not
+  // precise; the prefill form, or the decode form where decode_units_fit:
+  // the products on these units (kUnits*; 0: FMAs),
   // and P entering P V as two bfloat16 parts (pv_split) rather than one.
   unsigned units = 0;
   bool pv_split = false;

@@ -587,7 +587,7 @@ void RunDecodeT(const AttnArgs& a) {
   }
 }
 
-void RunDecode(const AttnArgs& a) {
+inline void RunDecode(const AttnArgs& a) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || \
     HWY_TARGET == HWY_AVX2
   if (a.d % 16 == 0 && a.dv % 16 == 0) {

@@ -111,43 +111,16 @@ inline constexpr std::size_t kTileScores = 0;  // one tree per score
 
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || \
     HWY_TARGET == HWY_AVX2
-template <std::size_t RC, std::size_t KC, class T>
-HWY_INLINE void DecodeScoreTile(const float* HWY_RESTRICT qp, std::size_t dpad,
-                                const T* const* krows, const float* kscales,
-                                std::size_t d, float* out,
-                                std::size_t out_stride) {
+// The trees of the RC x KC scores of a tile folded together (the leaves
+// acc[r KC + k] of Block<float>'s vectors; DecodeScoreTile's comment has
+// the order): out[r out_stride + k] receives score (r, k).
+template <std::size_t RC, std::size_t KC>
+HWY_INLINE void FoldTileScores(
+    const typename Block<float>::V (&acc)[RC * KC][Block<float>::kVecs],
+    float* out, std::size_t out_stride) {
   static_assert(RC * KC == kTileScores, "one tile is kTileScores scores");
   using BL = Block<float>;
   const typename BL::D db;
-  constexpr std::size_t W = BL::kVecs;
-  constexpr std::size_t VL = BL::kVecLanes;
-  typename BL::V acc[RC * KC][W];
-#pragma GCC unroll 16
-  for (std::size_t p = 0; p < RC * KC; ++p) {
-#pragma GCC unroll 2
-    for (std::size_t w = 0; w < W; ++w) acc[p][w] = hn::Zero(db);
-  }
-  for (std::size_t c = 0; c < d; c += 16) {
-    typename BL::V kv[KC][W];
-#pragma GCC unroll 16
-    for (std::size_t k = 0; k < KC; ++k) {
-#pragma GCC unroll 2
-      for (std::size_t w = 0; w < W; ++w) {
-        kv[k][w] = LoadRow(db, krows[k] + c + w * VL, kscales[k]);
-      }
-    }
-#pragma GCC unroll 4
-    for (std::size_t r = 0; r < RC; ++r) {
-#pragma GCC unroll 2
-      for (std::size_t w = 0; w < W; ++w) {
-        const typename BL::V qv = hn::Load(db, qp + r * dpad + c + w * VL);
-#pragma GCC unroll 16
-        for (std::size_t k = 0; k < KC; ++k) {
-          acc[r * KC + k][w] = hn::MulAdd(qv, kv[k][w], acc[r * KC + k][w]);
-        }
-      }
-    }
-  }
   HWY_ALIGN float lanes[16];
 #if HWY_TARGET == HWY_AVX2
   // Leaves j and j + 8 are the two vectors of a block; then halves of 4
@@ -205,6 +178,47 @@ HWY_INLINE void DecodeScoreTile(const float* HWY_RESTRICT qp, std::size_t dpad,
       out[r * out_stride + k] = lanes[(r * KC + k) * kLaneStep];
     }
   }
+}
+
+// The tile's products, then FoldTileScores (the comment above kTileScores).
+template <std::size_t RC, std::size_t KC, class T>
+HWY_INLINE void DecodeScoreTile(const float* HWY_RESTRICT qp, std::size_t dpad,
+                                const T* const* krows, const float* kscales,
+                                std::size_t d, float* out,
+                                std::size_t out_stride) {
+  static_assert(RC * KC == kTileScores, "one tile is kTileScores scores");
+  using BL = Block<float>;
+  const typename BL::D db;
+  constexpr std::size_t W = BL::kVecs;
+  constexpr std::size_t VL = BL::kVecLanes;
+  typename BL::V acc[RC * KC][W];
+#pragma GCC unroll 16
+  for (std::size_t p = 0; p < RC * KC; ++p) {
+#pragma GCC unroll 2
+    for (std::size_t w = 0; w < W; ++w) acc[p][w] = hn::Zero(db);
+  }
+  for (std::size_t c = 0; c < d; c += 16) {
+    typename BL::V kv[KC][W];
+#pragma GCC unroll 16
+    for (std::size_t k = 0; k < KC; ++k) {
+#pragma GCC unroll 2
+      for (std::size_t w = 0; w < W; ++w) {
+        kv[k][w] = LoadRow(db, krows[k] + c + w * VL, kscales[k]);
+      }
+    }
+#pragma GCC unroll 4
+    for (std::size_t r = 0; r < RC; ++r) {
+#pragma GCC unroll 2
+      for (std::size_t w = 0; w < W; ++w) {
+        const typename BL::V qv = hn::Load(db, qp + r * dpad + c + w * VL);
+#pragma GCC unroll 16
+        for (std::size_t k = 0; k < KC; ++k) {
+          acc[r * KC + k][w] = hn::MulAdd(qv, kv[k][w], acc[r * KC + k][w]);
+        }
+      }
+    }
+  }
+  FoldTileScores<RC, KC>(acc, out, out_stride);
 }
 #endif
 

@@ -19,7 +19,9 @@ HWY_EXPORT(AttentionMaxRows);
 HWY_EXPORT(AttentionSoftcap);
 
 void attention_kernel(const AttnArgs& args) noexcept {
-  if (args.decode) {
+  if (args.decode && args.units != 0) {
+    attention_decode_units_kernel(args);
+  } else if (args.decode) {
     attention_decode_kernel(args);
   } else if (args.units != 0) {
     attention_units_kernel(args);

@@ -10,6 +10,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/attention_common-inl.h"
+#include "kernels/attention_decode_units-inl.h"
 #include "kernels/attention_units-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -23,6 +24,9 @@ void AttentionUnitsRows(const AttnArgs& a) {
     attn::RunPrefillUnits<decltype(nv)::value>(a);
   });
 }
+
+// The decode form on the units a.units names (a.decode, a.units != 0).
+void AttentionDecodeUnitsRows(const AttnArgs& a) { attn::RunDecodeUnits(a); }
 
 unsigned AttentionUnitsCompiled() { return attn::UnitsCompiled(); }
 
@@ -51,10 +55,14 @@ namespace softdot::detail {
 
 HWY_EXPORT(AttentionUnitsRows);
 HWY_EXPORT(AttentionUnitsCompiled);
+HWY_EXPORT(AttentionDecodeUnitsRows);
 HWY_EXPORT(AttentionUnitsDot);
 
 void attention_units_kernel(const AttnArgs& args) noexcept {
   HWY_DYNAMIC_DISPATCH(AttentionUnitsRows)(args);
+}
+void attention_decode_units_kernel(const AttnArgs& args) noexcept {
+  HWY_DYNAMIC_DISPATCH(AttentionDecodeUnitsRows)(args);
 }
 bool attention_units_dot(float* acc, const std::uint32_t* a,
                          const std::uint32_t* b, std::size_t n,

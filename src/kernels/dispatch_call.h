@@ -35,6 +35,8 @@ inline hwy::ChosenTarget& chosen_target() {
 // prefill form.
 void attention_decode_kernel(const AttnArgs& args) noexcept;
 void attention_units_kernel(const AttnArgs& args) noexcept;
+// The decode form on the units (args.decode, args.units != 0).
+void attention_decode_units_kernel(const AttnArgs& args) noexcept;
 
 }  // namespace softdot::detail
 

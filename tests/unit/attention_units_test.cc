@@ -367,6 +367,26 @@ std::vector<OptionCase> option_cases() {
   };
 }
 
+// Shapes of the decode form on the units (fewer than 12 rows per KV head,
+// d and d_v multiples of 32).
+std::vector<Shape> decode_unit_shapes() {
+  std::vector<Shape> v;
+  Shape h;  // decode, GQA 4, d = 128: 3 chunks, the last block of 49 keys
+  h.B = 2, h.H = 8, h.Hkv = 2, h.nkv = 1201, h.d = 128, h.dv = 128, h.seed = 9;
+  v.push_back(h);
+  Shape i;  // 3 rows, d_v = 96 (a column tile of 32 left), a block of 19
+  i.H = 3, i.Hkv = 1, i.nkv = 83, i.d = 64, i.dv = 96, i.pad = 1, i.seed = 10;
+  v.push_back(i);
+  Shape j;  // n_q = 2 on 5 heads: 10 rows (row tiles of 4, 4 and 2)
+  j.H = 5, j.Hkv = 1, j.nq = 2, j.nkv = 300, j.d = 32, j.dv = 32, j.qk = 3;
+  j.seed = 11;
+  v.push_back(j);
+  Shape k;  // one row, d = 256, large values
+  k.nkv = 130, k.d = 256, k.dv = 64, k.v_lo = 2, k.v_hi = 3, k.seed = 12;
+  v.push_back(k);
+  return v;
+}
+
 std::vector<Shape> unit_shapes() {
   std::vector<Shape> v;
   Shape a;  // GQA prefill: 4 query heads share 2 KV heads, odd key count
@@ -390,6 +410,7 @@ std::vector<Shape> unit_shapes() {
   g.B = 2, g.H = 6, g.Hkv = 2, g.nq = 4, g.nkv = 700, g.d = 128, g.dv = 128;
   g.pad = 2, g.seed = 6;
   v.push_back(g);
+  for (const Shape& x : decode_unit_shapes()) v.push_back(x);
   return v;
 }
 
@@ -528,6 +549,73 @@ TEST(AttentionUnits, SpecialValues) {
   }
 }
 
+// The same on the decode form on the units: 8 heads on 2 KV heads, one
+// query row each; masked keys 10 and 70 hold NaN and inf values; head 3
+// sees no key; head 5's query has a NaN; head 6 has scores of +inf at keys
+// 4 and 8 (the mean of their values).
+TEST(AttentionUnits, DecodeSpecialValues) {
+  Restore restore;
+  if (!has_unit("model")) GTEST_SKIP() << "no FMA target: no units path";
+  Shape s;
+  s.H = 8, s.Hkv = 2, s.nkv = 150, s.d = 32, s.dv = 32, s.seed = 14;
+  Bf16Case c = make_case(s);
+  Tensor<bool> mask(1, s.H, 1, s.nkv, 0, true);
+  for (std::size_t h = 0; h < s.H; ++h) {
+    mask.at(0, h, 0, 10) = false;
+    mask.at(0, h, 0, 70) = false;
+  }
+  for (std::size_t j = 0; j < s.nkv; ++j) mask.at(0, 3, 0, j) = false;
+  for (std::size_t h = 0; h < s.Hkv; ++h)
+    for (std::size_t k = 0; k < s.dv; ++k) {
+      c.p.v.at(0, h, 10, k) = softdot::to_bfloat16(kNaNF);
+      c.p.v.at(0, h, 70, k) = softdot::to_bfloat16(k % 2 ? kInfF : -kInfF);
+    }
+  c.q16.at(0, 5, 0, 7) = softdot::to_bfloat16(kNaNF);
+  c.p.q.at(0, 5, 0, 7) = kNaNF;
+  c.p.rewiden();
+  Tensor<float> bias(1, s.H, 1, s.nkv, 0, 0.0f);
+  bias.at(0, 6, 0, 4) = kInfF;
+  bias.at(0, 6, 0, 8) = kInfF;
+  AttentionOptions o;
+  o.mask = mask.cview();
+  o.bias = bias.cview();
+  const AttnRef ref = reference(c.p, o);
+  ASSERT_EQ(ref.inf_scores[6], 2u);
+  for (const char* unit : {"model", "avx512bf16"}) {
+    if (!has_unit(unit)) continue;
+    for (UnitWeights w : {UnitWeights::kRounded, UnitWeights::kSplit}) {
+      o.unit_weights = w;
+      const Result r = run_unit(c, o, unit);
+      for (std::size_t h = 0; h < s.H; ++h) {
+        for (std::size_t k = 0; k < s.dv; ++k) {
+          const float got = r.o.at(0, h, 0, k);
+          if (h == 3) {
+            EXPECT_EQ(bits(got), 0u) << unit << " head 3 column " << k;
+          } else if (h == 5) {
+            EXPECT_TRUE(std::isnan(got)) << unit << " head 5 column " << k;
+          } else if (h == 6) {
+            const float mean = 0.5f * (softdot::to_float(c.p.v.at(0, 1, 4, k)) +
+                                       softdot::to_float(c.p.v.at(0, 1, 8, k)));
+            EXPECT_EQ(got, mean) << unit << " head 6 column " << k;
+          } else {
+            const std::size_t oi = ref.oi(0, h, 0, k);
+            const double err = std::fabs(double(got) - double(ref.out[oi]));
+            const double bound =
+                ref.bound[oi] +
+                units_extra(ref, oi, ref.li(0, h, 0), w, ref.n_kv, 1.0);
+            EXPECT_TRUE(std::isfinite(got) && err <= bound)
+                << unit << " head " << h << " column " << k << ": " << got
+                << ", reference " << double(ref.out[oi]);
+          }
+        }
+      }
+      EXPECT_EQ(r.lse[3], -kInfF) << unit;
+      EXPECT_TRUE(std::isnan(r.lse[5])) << unit;
+      EXPECT_EQ(r.lse[6], kInfF) << unit;
+    }
+  }
+}
+
 // bfloat16 and float16 outputs are the double result rounded once: equal
 // to the partial result's o / l rounded by to_bfloat16(double) /
 // to_float16(double); through the public 16-bit attention() overloads.
@@ -596,9 +684,11 @@ TEST(AttentionUnits, SixteenBitOutputsAreRoundedOnce) {
 
 // A float32 query takes the float32 path whatever the unit (the golden
 // hashes of the float32 path hold with the units present); so does the
-// decode form of a bfloat16 query with fewer than 12 rows per KV head. With
-// 12 or more the decode form runs on the units (the weights rounded: not
-// the float path's bits).
+// decode form of a bfloat16 query whose d or d_v is not a multiple of 32,
+// and any bfloat16 decode with batch_invariant. Elsewhere the decode form
+// runs on the units (fewer than 12 rows per KV head: its own decode form;
+// 12 to 16: the units' prefill form per chunk), the weights rounded: not the
+// float path's bits.
 TEST(AttentionUnits, Float32QueriesAndDecodeKeepTheFloatPath) {
   Restore restore;
   Shape s;
@@ -612,23 +702,125 @@ TEST(AttentionUnits, Float32QueriesAndDecodeKeepTheFloatPath) {
     softdot::force_matrix_unit(unit);
     EXPECT_TRUE(SameBits(none.all(), run(c.p, o).all())) << unit;
   }
-  Shape sd = s;
-  sd.nq = 1;
-  const Bf16Case cd = make_case(sd);
-  const Result dn = run_unit(cd, o, "none");
-  for (const std::string unit : {"model", "avx512bf16"}) {
-    if (!has_unit(unit)) continue;
-    EXPECT_TRUE(SameBits(dn.all(), run_unit(cd, o, unit).all())) << unit;
+  AttentionOptions inv;
+  inv.batch_invariant = true;
+  for (std::size_t d : {24, 32}) {
+    for (std::size_t heads : {1, 11, 12}) {
+      Shape sg = s;
+      sg.nq = 1, sg.H = heads, sg.d = d, sg.dv = d;
+      const Bf16Case cg = make_case(sg);
+      const Result gn = run_unit(cg, o, "none");
+      const Result gi = run_unit(cg, inv, "none");
+      for (const std::string unit : {"model", "avx512bf16"}) {
+        if (!has_unit(unit)) continue;
+        EXPECT_EQ(d % 32 != 0 && heads < 12,
+                  SameBits(gn.all(), run_unit(cg, o, unit).all()))
+            << unit << ", d " << d << ", " << heads << " rows per KV head";
+        EXPECT_TRUE(SameBits(gi.all(), run_unit(cg, inv, unit).all()))
+            << unit << ", batch_invariant, d " << d << ", " << heads
+            << " rows per KV head";
+      }
+    }
   }
-  for (std::size_t heads : {11, 12}) {
-    Shape sg = sd;
-    sg.H = heads;
-    const Bf16Case cg = make_case(sg);
-    const Result gn = run_unit(cg, o, "none");
-    for (const std::string unit : {"model", "avx512bf16"}) {
-      if (!has_unit(unit)) continue;
-      EXPECT_EQ(heads < 12, SameBits(gn.all(), run_unit(cg, o, unit).all()))
-          << unit << ", " << heads << " rows per KV head";
+}
+
+// The decode form on the units has the same bits on every SIMD target that
+// runs the model (its value pairs are interleaved in 128-bit blocks and put
+// back in order per target; its score trees fold per target).
+TEST(AttentionUnits, DecodeOnTheUnitsHasTheSameBitsOnEveryTarget) {
+  Restore restore;
+  if (!has_unit("model")) GTEST_SKIP() << "no FMA target: no units path";
+  for (const Shape& s : decode_unit_shapes()) {
+    const Bf16Case c = make_case(s);
+    for (UnitWeights w : {UnitWeights::kRounded, UnitWeights::kSplit}) {
+      AttentionOptions o;
+      o.unit_weights = w;
+      o.causal = true;
+      softdot::force_simd_target("");
+      const std::string best = softdot::simd_target();
+      const Result ref = run_unit(c, o, "model");
+      std::size_t targets = 0;
+      for (const std::string& t : softdot::simd_targets()) {
+        softdot::force_simd_target(t);
+        if (!has_unit("model")) continue;
+        ++targets;
+        EXPECT_TRUE(SameBits(ref.all(), run_unit(c, o, "model").all()))
+            << s.str() << ": the model on " << t << " differs from " << best;
+      }
+      softdot::force_simd_target("");
+      std::printf("[ units    ] decode %s: the model's bits on %zu targets\n",
+                  s.str().c_str(), targets);
+    }
+  }
+}
+
+// The decode form on the units over pages (vLLM's NHD layout and HND, pages
+// in a shuffled order) gives the contiguous call's bits, out and lse.
+TEST(AttentionUnits, PagedDecodeEqualsContiguous) {
+  Restore restore;
+  if (!has_unit("model")) GTEST_SKIP() << "no FMA target: no units path";
+  Shape s;
+  s.B = 2, s.H = 8, s.Hkv = 2, s.nkv = 700, s.d = 64, s.dv = 64, s.seed = 13;
+  const Bf16Case c = make_case(s);
+  AttentionOptions o;
+  o.causal = true;
+  for (std::size_t ps : {16, 48}) {
+    const std::size_t per = (s.nkv + ps - 1) / ps, P = s.B * per + 3;
+    std::vector<std::int32_t> order(P);
+    for (std::size_t i = 0; i < P; ++i) order[i] = static_cast<std::int32_t>(i);
+    std::mt19937 g(static_cast<unsigned>(ps));
+    std::shuffle(order.begin(), order.end(), g);
+    std::vector<std::int32_t> table(s.B * per), lens(s.B);
+    for (std::size_t i = 0; i < s.B * per; ++i) table[i] = order[i];
+    for (std::size_t b = 0; b < s.B; ++b) {
+      lens[b] = static_cast<std::int32_t>(s.nkv);
+    }
+    for (bool nhd : {true, false}) {
+      // NHD: [P, ps, H_kv, d] seen as [P, H_kv, ps, d].
+      std::vector<BFloat16> kp(P * ps * s.Hkv * s.d,
+                               softdot::to_bfloat16(kNaNF));
+      std::vector<BFloat16> vp(P * ps * s.Hkv * s.dv,
+                               softdot::to_bfloat16(kNaNF));
+      const std::size_t k_row = nhd ? s.Hkv * s.d : s.d;
+      const std::size_t k_head = nhd ? s.d : ps * s.d;
+      const std::size_t v_row = nhd ? s.Hkv * s.dv : s.dv;
+      const std::size_t v_head = nhd ? s.dv : ps * s.dv;
+      for (std::size_t b = 0; b < s.B; ++b)
+        for (std::size_t h = 0; h < s.Hkv; ++h)
+          for (std::size_t j = 0; j < s.nkv; ++j) {
+            const auto pg = static_cast<std::size_t>(table[b * per + j / ps]);
+            const std::size_t r = j % ps;
+            for (std::size_t x = 0; x < s.d; ++x)
+              kp[pg * ps * s.Hkv * s.d + h * k_head + r * k_row + x] =
+                  c.p.k.at(b, h, j, x);
+            for (std::size_t x = 0; x < s.dv; ++x)
+              vp[pg * ps * s.Hkv * s.dv + h * v_head + r * v_row + x] =
+                  c.p.v.at(b, h, j, x);
+          }
+      const softdot::PagedKVTable t{table, per, lens};
+      for (const std::string unit : {"model", "avx512bf16"}) {
+        if (!has_unit(unit)) continue;
+        const Result want = run_unit(c, o, unit);
+        softdot::force_matrix_unit(unit);
+        Result got{
+            Tensor<float>(s.B, s.H, s.nq, s.dv, 0, kOutSentinel, 0),
+            std::vector<float>(s.B * s.H * s.nq + kLseGuard, kLseSentinel)};
+        AttentionRequest req;
+        req.name = "paged_attention";
+        req.q = c.q16.cview();
+        req.kv = KVSource::pages(
+            TensorView<const BFloat16>(kp.data(), P, s.Hkv, ps, s.d,
+                                       ps * s.Hkv * s.d, k_head, k_row),
+            TensorView<const BFloat16>(vp.data(), P, s.Hkv, ps, s.dv,
+                                       ps * s.Hkv * s.dv, v_head, v_row),
+            t);
+        req.target = AttentionTarget::output(got.o.view(), got.lse.data());
+        req.options = o;
+        softdot::run_attention(req);
+        softdot::force_matrix_unit("");
+        EXPECT_TRUE(SameBits(want.all(), got.all()))
+            << unit << ", pages of " << ps << (nhd ? " NHD" : " HND");
+      }
     }
   }
 }

@@ -1,0 +1,468 @@
+// softdot kernels: the decode form on the CPU's bfloat16 dot-product units
+// (features in lanes, at most kUnitsDecodeMaxRows rows of a KV head:
+// decode and short verification rows; src/kernels/attention-inl.h has the
+// overview). Queries, keys and values are bfloat16. Q K^T and P V are
+// VDPBF16PS products or their model (attention_units-inl.h: DotHw,
+// DotModel, the same bits), so a key costs half the float decode form's
+// products and no widening: a 64-byte load of a key or value row is one
+// operand of the instruction.
+//
+// Where the bits come from (tests/unit/attention_units_test.cc holds the
+// scalar model of all of it):
+// - a score: 16 logical lanes, lane t a chain of pair steps over features
+//   (32 b + 2 t, 32 b + 2 t + 1) for b = 0, 1, ... (odd feature first, as
+//   the instruction takes them), then the decode form's fixed tree over the
+//   16 lanes (FoldTileScores or ReduceBlockTree: the same bits), then the
+//   decode form's softmax step (scale, cap, bias, mask, max, exp); the
+//   block sums of the unrounded weights in double, in UnitsBlockSum's fixed
+//   order (not a chain in key order);
+// - P V: each weight rounded once to the nearest bfloat16 (or split into a
+//   bfloat16 high part and the bfloat16 nearest to the rest), key j of a
+//   64-key block paired with key j + 32 (a missing partner: weight and value
+//   zero), one chain over the block's 32 pairs for each output element,
+//   key j + 32's product first (the high half), then key j's, then split's
+//   low parts the same way; the block's chain enters the double accumulator
+//   as in the decode form (O = alpha O + chain).
+// A block with a masked score and a value that is not finite runs the float
+// decode form's guarded P V, as the units' prefill form does.
+//
+// The pairs of values are made in registers: the instruction's per-128-bit
+// interleave of two value rows (InterleaveLower / Upper on 16-bit lanes)
+// gives each 32-bit lane (value j, value j + 32) of one column, with the
+// columns in the interleave's order, put back in order when a block's
+// chains are flushed.
+
+#if defined(SOFTDOT_KERNELS_ATTENTION_DECODE_UNITS_INL_H_) == \
+    defined(HWY_TARGET_TOGGLE)
+#ifdef SOFTDOT_KERNELS_ATTENTION_DECODE_UNITS_INL_H_
+#undef SOFTDOT_KERNELS_ATTENTION_DECODE_UNITS_INL_H_
+#else
+#define SOFTDOT_KERNELS_ATTENTION_DECODE_UNITS_INL_H_
+#endif
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/attention_common-inl.h"
+#include "kernels/attention_decode-inl.h"
+#include "kernels/attention_decode_scores-inl.h"
+#include "kernels/attention_kv-inl.h"
+#include "kernels/attention_units-inl.h"
+#include "kernels/reduce-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace softdot {
+namespace HWY_NAMESPACE {
+
+namespace attn {
+
+#if SOFTDOT_UNITS_MODEL
+
+// Keys of a 64-key block paired in P V: key j with key j + kUnitsPairOffset.
+inline constexpr std::size_t kUnitsPairOffset = kKeyTile / 2;
+
+// The scores of RC rows x KC keys: lane t of a score's 16 logical lanes
+// accumulates the pair steps of features (32 b + 2 t, 32 b + 2 t + 1), then
+// the decode form's tree. qp: row r's bfloat16 pairs at qp + r * dpairs.
+template <class Dot, std::size_t RC, std::size_t KC>
+SOFTDOT_UNITS_ATTR HWY_INLINE void DecodeUnitsScoreTile(
+    const std::uint32_t* HWY_RESTRICT qp, std::size_t dpairs,
+    const hwy::bfloat16_t* const* krows, std::size_t d, float* out,
+    std::size_t out_stride) {
+  using BL = Block<float>;
+  static_assert(std::is_same_v<typename BL::V, VF>,
+                "a block's vectors are full float vectors here");
+  const DF df;
+  const DU du;
+  constexpr std::size_t W = BL::kVecs;
+  constexpr std::size_t VL = BL::kVecLanes;
+  VF acc[RC * KC][W];
+#pragma GCC unroll 16
+  for (std::size_t p = 0; p < RC * KC; ++p) {
+#pragma GCC unroll 4
+    for (std::size_t w = 0; w < W; ++w) acc[p][w] = hn::Zero(df);
+  }
+  for (std::size_t c = 0; c < d; c += 32) {
+    VU kv[KC][W];
+#pragma GCC unroll 16
+    for (std::size_t k = 0; k < KC; ++k) {
+      const auto* kr = reinterpret_cast<const std::uint32_t*>(krows[k] + c);
+#pragma GCC unroll 4
+      for (std::size_t w = 0; w < W; ++w) kv[k][w] = hn::LoadU(du, kr + w * VL);
+    }
+#pragma GCC unroll 4
+    for (std::size_t r = 0; r < RC; ++r) {
+#pragma GCC unroll 4
+      for (std::size_t w = 0; w < W; ++w) {
+        const VU qv = hn::Load(du, qp + r * dpairs + c / 2 + w * VL);
+#pragma GCC unroll 16
+        for (std::size_t k = 0; k < KC; ++k) {
+          acc[r * KC + k][w] = Dot::Dot(acc[r * KC + k][w], qv, kv[k][w]);
+        }
+      }
+    }
+  }
+  if constexpr (kTileScores == RC * KC) {
+    FoldTileScores<RC, KC>(acc, out, out_stride);
+  } else {
+#pragma GCC unroll 4
+    for (std::size_t r = 0; r < RC; ++r) {
+#pragma GCC unroll 16
+      for (std::size_t k = 0; k < KC; ++k) {
+        out[r * out_stride + k] = ReduceBlockTree<float>(acc[r * KC + k]);
+      }
+    }
+  }
+}
+
+// The scores of every row against the block's kb keys: tiles as the float
+// decode form's (DecodeBlockScores), single keys one tree each; the block
+// sc.pf_ahead keys ahead prefetched (nb_next keys) during the first group
+// of rows.
+template <class Dot>
+SOFTDOT_UNITS_ATTR HWY_INLINE void DecodeUnitsScores(
+    const AttnArgs& a, const DecodeScratch& sc,
+    const std::uint32_t* HWY_RESTRICT qp, std::size_t dpairs,
+    const DecodeRows<hwy::bfloat16_t>& kv, std::size_t j0, std::size_t kb,
+    std::size_t nb_next) {
+  constexpr std::size_t B = kKeyTile;
+  const std::size_t d = a.d, rows = a.rows;
+  float* S = sc.S;
+  bool first_group = true;
+  auto group = [&](auto rc, auto kc, std::size_t r) {
+    constexpr std::size_t RC = decltype(rc)::value, KC = decltype(kc)::value;
+    std::size_t j = 0;
+    for (; j + KC <= kb; j += KC) {
+      if (first_group && j < nb_next) {
+        PrefetchBlock<2>(a, j0 + sc.pf_ahead + j, std::min(KC, nb_next - j));
+      }
+      DecodeUnitsScoreTile<Dot, RC, KC>(qp + r * dpairs, dpairs, kv.k + j, d,
+                                        S + r * B + j, B);
+    }
+    if (first_group && j < nb_next) {
+      PrefetchBlock<2>(a, j0 + sc.pf_ahead + j, nb_next - j);
+    }
+    for (; j < kb; ++j) {
+      for (std::size_t i = 0; i < RC; ++i) {
+        DecodeUnitsScoreTile<Dot, 1, 1>(qp + (r + i) * dpairs, dpairs,
+                                        kv.k + j, d, S + (r + i) * B + j, B);
+      }
+    }
+    first_group = false;
+  };
+  using C1 = std::integral_constant<std::size_t, 1>;
+  using C2 = std::integral_constant<std::size_t, 2>;
+  using C4 = std::integral_constant<std::size_t, 4>;
+  std::size_t r = 0;
+  if constexpr (kTileScores == 16) {
+    using C8 = std::integral_constant<std::size_t, 8>;
+    using C16 = std::integral_constant<std::size_t, 16>;
+    for (; r + 4 <= rows; r += 4) group(C4(), C4(), r);
+    for (; r + 2 <= rows; r += 2) group(C2(), C8(), r);
+    for (; r < rows; ++r) group(C1(), C16(), r);
+  } else if constexpr (kTileScores == 4) {
+    for (; r + 2 <= rows; r += 2) group(C2(), C2(), r);
+    for (; r < rows; ++r) group(C1(), C4(), r);
+  } else {
+    for (; r < rows; ++r) group(C1(), C1(), r);
+  }
+}
+
+// The chains of one block's P V for columns c0 .. c0 + ST 2N - 1 of rows
+// r0 .. r0 + RT - 1 (N float lanes): acc[r][s][0] holds the columns the
+// interleave puts in the low halves (UnitsPairColumns has the order),
+// acc[r][s][1] the high halves. pp (pl: split's low parts): row r's 32
+// weight pairs at pp + r * 32; v0[t], v1[t]: the value rows of pair t.
+template <class Dot, std::size_t RT, std::size_t ST, bool kSplit>
+SOFTDOT_UNITS_ATTR HWY_INLINE void DecodeUnitsValueTile(
+    const std::uint32_t* HWY_RESTRICT pp, const std::uint32_t* HWY_RESTRICT pl,
+    std::size_t r0, const std::uint16_t* const* v0,
+    const std::uint16_t* const* v1, std::size_t c0, VF (&acc)[RT][ST][2]) {
+  const DF df;
+  const DU du;
+  const hn::Repartition<std::uint16_t, DU> d16;
+  const std::size_t N2 = hn::Lanes(d16);
+#pragma GCC unroll 4
+  for (std::size_t r = 0; r < RT; ++r) {
+#pragma GCC unroll 4
+    for (std::size_t s = 0; s < ST; ++s) {
+      acc[r][s][0] = hn::Zero(df);
+      acc[r][s][1] = hn::Zero(df);
+    }
+  }
+  for (std::size_t t = 0; t < kUnitsPairOffset; ++t) {
+    VU lo[ST], hi[ST];
+#pragma GCC unroll 4
+    for (std::size_t s = 0; s < ST; ++s) {
+      const auto x = hn::LoadU(d16, v0[t] + c0 + s * N2);
+      const auto y = hn::LoadU(d16, v1[t] + c0 + s * N2);
+      lo[s] = hn::BitCast(du, hn::InterleaveLower(d16, x, y));
+      hi[s] = hn::BitCast(du, hn::InterleaveUpper(d16, x, y));
+    }
+#pragma GCC unroll 4
+    for (std::size_t r = 0; r < RT; ++r) {
+      const VU p = hn::Set(du, pp[(r0 + r) * kUnitsPairOffset + t]);
+#pragma GCC unroll 4
+      for (std::size_t s = 0; s < ST; ++s) {
+        acc[r][s][0] = Dot::Dot(acc[r][s][0], p, lo[s]);
+        acc[r][s][1] = Dot::Dot(acc[r][s][1], p, hi[s]);
+      }
+      if constexpr (kSplit) {
+        const VU q = hn::Set(du, pl[(r0 + r) * kUnitsPairOffset + t]);
+#pragma GCC unroll 4
+        for (std::size_t s = 0; s < ST; ++s) {
+          acc[r][s][0] = Dot::Dot(acc[r][s][0], q, lo[s]);
+          acc[r][s][1] = Dot::Dot(acc[r][s][1], q, hi[s]);
+        }
+      }
+    }
+  }
+}
+
+// The columns of an interleaved pair of chains in order: InterleaveLower
+// and Upper work within 128-bit blocks, so block b of lo holds columns
+// 8 b .. 8 b + 3 of the 2N and block b of hi columns 8 b + 4 .. 8 b + 7.
+// n0 receives columns 0 .. N - 1, n1 columns N .. 2N - 1.
+HWY_INLINE void UnitsPairColumns(VF lo, VF hi, VF& n0, VF& n1) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7,
+                                       20, 21, 22, 23);
+  const __m512i i1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13,
+                                       14, 15, 28, 29, 30, 31);
+  n0 = VF{_mm512_permutex2var_ps(lo.raw, i0, hi.raw)};
+  n1 = VF{_mm512_permutex2var_ps(lo.raw, i1, hi.raw)};
+#elif HWY_TARGET == HWY_AVX2
+  const DF df;
+  n0 = hn::ConcatLowerLower(df, hi, lo);
+  n1 = hn::ConcatUpperUpper(df, hi, lo);
+#else
+  static_assert(hn::MaxLanes(DF()) == 4, "one 128-bit block per vector");
+  n0 = lo;
+  n1 = hi;
+#endif
+}
+
+// The block's O = alpha O + P V on the units, for every row.
+template <class Dot, bool kSplit>
+SOFTDOT_UNITS_ATTR HWY_INLINE void DecodeUnitsValues(
+    const DecodeScratch& sc, std::uint32_t* pp, std::uint32_t* pl,
+    const std::uint16_t* zrow, const DecodeRows<hwy::bfloat16_t>& kv,
+    std::size_t rows, std::size_t dv, std::size_t kb, const double* alpha) {
+  const DF df;
+  const DU du;
+  const std::size_t N = hn::Lanes(df);
+  constexpr std::size_t B = kKeyTile, H = kUnitsPairOffset;
+  // The weights in pairs (key j low, key j + 32 high), rounded.
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* pr = sc.P + r * B;  // zero past kb (DecodeUnitsBody)
+    for (std::size_t t = 0; t < H; t += N) {
+      const VU u0 = hn::BitCast(du, hn::Load(df, pr + t));
+      const VU u1 = hn::BitCast(du, hn::Load(df, pr + H + t));
+      const VU h0 = RoundBf16High(u0), h1 = RoundBf16High(u1);
+      hn::Store(hn::Or(hn::ShiftRight<16>(h0), h1), du, pp + r * H + t);
+      if constexpr (kSplit) {
+        const VF l0 = hn::Sub(hn::BitCast(df, u0), hn::BitCast(df, h0));
+        const VF l1 = hn::Sub(hn::BitCast(df, u1), hn::BitCast(df, h1));
+        const VU g0 = RoundBf16High(hn::BitCast(du, l0));
+        const VU g1 = RoundBf16High(hn::BitCast(du, l1));
+        hn::Store(hn::Or(hn::ShiftRight<16>(g0), g1), du, pl + r * H + t);
+      }
+    }
+  }
+  const std::uint16_t* v0[H];
+  const std::uint16_t* v1[H];
+  for (std::size_t t = 0; t < H; ++t) {
+    v0[t] = t < kb ? reinterpret_cast<const std::uint16_t*>(kv.v[t]) : zrow;
+    v1[t] =
+        t + H < kb ? reinterpret_cast<const std::uint16_t*>(kv.v[t + H]) : zrow;
+  }
+  HWY_ALIGN double alpha_lanes[detail::kDecodeMaxRows][hn::MaxLanes(DF())];
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t i = 0; i < N; ++i) alpha_lanes[r][i] = alpha[r];
+  }
+  auto tile = [&](auto rt, auto st, std::size_t r0, std::size_t c0) {
+    constexpr std::size_t RT = decltype(rt)::value, ST = decltype(st)::value;
+    VF acc[RT][ST][2];
+    DecodeUnitsValueTile<Dot, RT, ST, kSplit>(pp, pl, r0, v0, v1, c0, acc);
+#pragma GCC unroll 4
+    for (std::size_t r = 0; r < RT; ++r) {
+#pragma GCC unroll 4
+      for (std::size_t s = 0; s < ST; ++s) {
+        VF n0, n1;
+        UnitsPairColumns(acc[r][s][0], acc[r][s][1], n0, n1);
+        double* o = sc.od + (r0 + r) * dv + c0 + s * 2 * N;
+        FlushVector(n0, alpha_lanes[r0 + r], o);
+        FlushVector(n1, alpha_lanes[r0 + r], o + N);
+      }
+    }
+  };
+  auto columns = [&](auto rt, std::size_t r0) {
+    using C1 = std::integral_constant<std::size_t, 1>;
+    using C2 = std::integral_constant<std::size_t, 2>;
+    std::size_t c = 0;
+    for (; c + 4 * N <= dv; c += 4 * N) tile(rt, C2(), r0, c);
+    for (; c < dv; c += 2 * N) tile(rt, C1(), r0, c);
+  };
+#if HWY_TARGET == HWY_AVX2
+  constexpr std::size_t kRowTile = 2;
+#else
+  constexpr std::size_t kRowTile = 4;
+#endif
+  std::size_t r = 0;
+  for (; r + kRowTile <= rows; r += kRowTile) {
+    columns(std::integral_constant<std::size_t, kRowTile>(), r);
+  }
+  for (; r + 2 <= rows; r += 2) {
+    columns(std::integral_constant<std::size_t, 2>(), r);
+  }
+  for (; r < rows; ++r) columns(std::integral_constant<std::size_t, 1>(), r);
+}
+
+// The sum of one row's 64 weights of a block (zero past the block's keys)
+// in double, in one order on every target: the 8 logical lanes i = 0..7
+// each take keys i + 8 m as ((m0 + m1) + (m2 + m3)) + ((m4 + m5) + (m6 +
+// m7)), then lanes i and i + 4 are added, then i and i + 2, then the two
+// left. 7 vector additions per row where a chain in key order waited on 64
+// dependent ones (the float decode form's DecodeBlockSums).
+HWY_INLINE double UnitsBlockSum(const float* HWY_RESTRICT p) {
+  const DD dd;
+  const hn::Rebind<float, DD> dh;
+  const std::size_t ND = hn::Lanes(dd);
+  constexpr std::size_t kL = 8;
+  static_assert(hn::MaxLanes(DD()) <= kL, "at most 8 double lanes");
+  HWY_ALIGN double t[kL];
+  for (std::size_t k = 0; k < kL; k += ND) {
+    VD v[8];
+#pragma GCC unroll 8
+    for (std::size_t m = 0; m < 8; ++m) {
+      v[m] = hn::PromoteTo(dd, hn::LoadU(dh, p + kL * m + k));
+    }
+    const VD a = hn::Add(hn::Add(v[0], v[1]), hn::Add(v[2], v[3]));
+    const VD b = hn::Add(hn::Add(v[4], v[5]), hn::Add(v[6], v[7]));
+    hn::Store(hn::Add(a, b), dd, t + k);
+  }
+  const double u0 = t[0] + t[4], u1 = t[1] + t[5], u2 = t[2] + t[6],
+               u3 = t[3] + t[7];
+  return (u0 + u2) + (u1 + u3);
+}
+
+// True when the kb bfloat16 value rows of dv elements hold no inf or NaN.
+HWY_INLINE bool FiniteRowsBf16(const hwy::bfloat16_t* const* v, std::size_t kb,
+                               std::size_t dv) {
+  for (std::size_t j = 0; j < kb; ++j) {
+    const auto* x = reinterpret_cast<const std::uint16_t*>(v[j]);
+    std::uint32_t bad = 0;
+    for (std::size_t c = 0; c < dv; ++c) {
+      bad |= static_cast<std::uint32_t>((x[c] & 0x7F80u) == 0x7F80u);
+    }
+    if (bad != 0) return false;
+  }
+  return true;
+}
+
+// The decode form on the units (or their model): RunDecodeT's blocks with
+// the products replaced. Needs bfloat16 K and V, d and dv multiples of 32
+// and DecodeUnitsFits (attention_args.h).
+template <class Dot>
+SOFTDOT_UNITS_ATTR HWY_INLINE void DecodeUnitsBody(const AttnArgs& a) {
+  const std::size_t d = a.d, dv = a.dv, rows = a.rows;
+  constexpr std::size_t B = kKeyTile, H = kUnitsPairOffset;
+  const DecodeScratch sc = DecodeSetUp(a, /*widen=*/true);
+  // The query rows as bfloat16 pairs over the float copy (rows hold
+  // bfloat16 values: their high halves are exact); the weights' pairs and
+  // a row of zero values in the key widening's room (not used here).
+  auto* qp = reinterpret_cast<std::uint32_t*>(sc.qp);
+  const std::size_t dpairs = d / 2;
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t t = 0; t < dpairs; ++t) {
+      std::uint32_t lo, hi;
+      std::memcpy(&lo, a.q_rows[r] + 2 * t, 4);
+      std::memcpy(&hi, a.q_rows[r] + 2 * t + 1, 4);
+      qp[r * dpairs + t] = (lo >> 16) | (hi & 0xFFFF0000u);
+    }
+  }
+  auto* pp = reinterpret_cast<std::uint32_t*>(sc.kc);
+  std::uint32_t* pl = pp + rows * H;
+  auto* zrow = reinterpret_cast<std::uint16_t*>(pl + rows * H);
+  std::memset(zrow, 0, dv * sizeof(std::uint16_t));
+
+  DecodeRows<hwy::bfloat16_t> kvr;
+  std::fill(kvr.ks, kvr.ks + B, 0.0f);
+  std::fill(kvr.vs, kvr.vs + B, 0.0f);
+  DecodeRowStates st;
+  std::int32_t first_min = std::numeric_limits<std::int32_t>::max();
+  std::int32_t last_max = std::numeric_limits<std::int32_t>::min();
+  for (std::size_t r = 0; r < rows; ++r) {
+    first_min = std::min(first_min, a.first_key[r]);
+    last_max = std::max(last_max, a.last_key[r]);
+    InitialState(a.sinks, r, st.m[r], st.l[r], st.nan[r]);
+  }
+  const std::size_t pf_end = std::max(a.j_end, a.prefetch_end);
+  for (std::size_t j0 = a.j_begin; j0 < a.j_end; j0 += B) {
+    const std::size_t kb = std::min(B, a.j_end - j0);
+    const auto first = static_cast<std::int64_t>(j0);
+    const auto last = static_cast<std::int64_t>(j0 + kb - 1);
+    if (last < first_min || first > last_max) continue;
+    const std::size_t nb_next =
+        j0 + sc.pf_ahead < pf_end ? std::min(B, pf_end - j0 - sc.pf_ahead) : 0;
+    FillDecodeRows(a, j0, kb, kvr);
+    DecodeUnitsScores<Dot>(a, sc, qp, dpairs, kvr, j0, kb, nb_next);
+    double alpha[detail::kDecodeMaxRows];
+    const bool any_masked = DecodeSoftmaxStep(a, sc, j0, kb, st, alpha);
+    for (std::size_t r = 0; r < rows; ++r) {
+      float* pr = sc.P + r * B;
+      for (std::size_t j = kb; j < B; ++j) pr[j] = 0.0f;
+      st.l[r] = std::fma(st.l[r], alpha[r], UnitsBlockSum(pr));
+    }
+    if (any_masked && !FiniteRowsBf16(kvr.v, kb, dv)) {
+      DecodeRows<float> vf;
+      WidenDecodeRows(kvr, kb, d, dv, nullptr, sc.vc, false, vf);
+      DecodeBlockValues(sc, rows, dv, kb, vf, true, alpha);
+    } else if (a.pv_split) {
+      DecodeUnitsValues<Dot, true>(sc, pp, pl, zrow, kvr, rows, dv, kb, alpha);
+    } else {
+      DecodeUnitsValues<Dot, false>(sc, pp, pl, zrow, kvr, rows, dv, kb, alpha);
+    }
+  }
+  for (std::size_t r = 0; r < rows; ++r) {
+    a.out_m[r] = st.m[r];
+    a.out_l[r] = st.nan[r] ? std::numeric_limits<double>::quiet_NaN() : st.l[r];
+    std::memcpy(a.out_o + r * dv, sc.od + r * dv, dv * sizeof(double));
+  }
+}
+
+template <class Dot>
+SOFTDOT_UNITS_ATTR HWY_NOINLINE void RunDecodeUnitsWith(const AttnArgs& a) {
+  DecodeUnitsBody<Dot>(a);
+}
+
+#endif  // SOFTDOT_UNITS_MODEL
+
+// The decode form on the units a.units names (the model where the hardware
+// is not compiled in); the float decode form where neither is, or where
+// the shape does not fit (the schedule sends only shapes that fit).
+HWY_INLINE void RunDecodeUnits(const AttnArgs& a) {
+#if SOFTDOT_UNITS_MODEL
+  if (a.kv_type == detail::kKvBF16 &&
+      detail::decode_units_fit(a.d, a.dv, a.rows)) {
+#if SOFTDOT_UNITS_HW
+    if (a.units == detail::kUnitsAvx512Bf16) {
+      RunDecodeUnitsWith<DotHw>(a);
+      return;
+    }
+#endif
+    RunDecodeUnitsWith<DotModel>(a);
+    return;
+  }
+#endif
+  RunDecode(a);
+}
+
+}  // namespace attn
+}  // namespace HWY_NAMESPACE
+}  // namespace softdot
+HWY_AFTER_NAMESPACE();
+
+#endif  // SOFTDOT_KERNELS_ATTENTION_DECODE_UNITS_INL_H_
