@@ -1,6 +1,7 @@
 // Fuzz target: the serving engines' calls on a paged cache (issue 26):
 // paged_attention over a ragged batch (query_start_loc, draft trees, ALiBi
-// slopes, batch_invariant) and write_kv. The fuzzer picks the batch, the
+// slopes, batch_invariant; bfloat16 pages with a float32 or a bfloat16
+// query) and write_kv. The fuzzer picks the batch, the
 // table (page indices, lengths), the query starts, the parents, the slopes,
 // the slots and the formats; every buffer holds exactly the
 // elements its view spans (a separate allocation, so AddressSanitizer sees
@@ -67,21 +68,37 @@ void attend(FuzzedDataProvider& f, const Case& c) {
       vs(kInt8 ? c.P * c.Hkv * c.ps : 0, 0.25f);
   std::vector<float> q(c.T * c.H * c.d);
   for (auto& x : q) x = value_of<float>(f);
+  // bfloat16 pages may take a bfloat16 query (the engines' call: the
+  // decode form on the bfloat16 units where the CPU has them).
+  const bool q_bf16 = std::is_same_v<T, BFloat16> && f.ConsumeBool();
+  std::vector<BFloat16> q16(q_bf16 ? q.size() : 0);
+  for (std::size_t i = 0; i < q16.size(); ++i) {
+    q16[i] = softdot::to_bfloat16(q[i]);
+  }
   const TensorView<const T> kp(k.data(), c.P, c.Hkv, c.ps, c.d);
   const TensorView<const T> vp(v.data(), c.P, c.Hkv, c.ps, c.dv);
   const TensorView<const float> ksv(ks.data(), c.P, c.Hkv, c.ps, 1);
   const TensorView<const float> vsv(vs.data(), c.P, c.Hkv, c.ps, 1);
-  // vLLM's [T, H, d] query and output.
-  const TensorView<const float> qv(q.data(), 1, c.H, c.T, c.d, 0, c.d,
-                                   c.H * c.d);
-  auto run = [&](const TensorView<const float>& qq, const PagedKVTable& t,
-                 std::vector<float>& out, std::size_t rows) {
+  // vLLM's [T, H, d] query and output: rows q0 .. q0 + rows - 1.
+  auto run = [&](std::size_t q0, std::size_t rows, const PagedKVTable& t,
+                 std::vector<float>& out) {
     out.assign(rows * c.H * c.dv, -7.0f);
     const TensorView<float> ov(out.data(), 1, c.H, rows, c.dv, 0, c.dv,
                                c.H * c.dv);
+    const TensorView<const float> qq(q.data() + q0 * c.H * c.d, 1, c.H, rows,
+                                     c.d, 0, c.d, c.H * c.d);
     if constexpr (kInt8) {
       softdot::paged_attention(qq, Int8KV{kp, ksv}, Int8KV{vp, vsv}, t, ov,
                                c.o);
+    } else if (q_bf16) {
+      softdot::AttentionRequest req;
+      req.name = "paged_attention";
+      req.q = TensorView<const BFloat16>(q16.data() + q0 * c.H * c.d, 1, c.H,
+                                         rows, c.d, 0, c.d, c.H * c.d);
+      req.kv = softdot::KVSource::pages(kp, vp, t);
+      req.target = softdot::AttentionTarget::output(ov, nullptr);
+      req.options = c.o;
+      softdot::run_attention(req);
     } else {
       softdot::paged_attention(qq, kp, vp, t, ov, c.o);
     }
@@ -91,11 +108,11 @@ void attend(FuzzedDataProvider& f, const Case& c) {
   t.draft_parents = c.parents;
   std::vector<float> out1, out2;
   try {
-    run(qv, t, out1, c.T);
+    run(0, c.T, t, out1);
   } catch (const std::invalid_argument&) {
     return;
   }
-  run(qv, t, out2, c.T);
+  run(0, c.T, t, out2);
   FUZZ_CHECK(
       softdot_fuzz::same_bytes(out1.data(), out2.data(), out1.size() * 4));
   // Each sequence alone: the same bits.
@@ -112,10 +129,8 @@ void attend(FuzzedDataProvider& f, const Case& c) {
       tb.draft_parents =
           std::span<const std::int32_t>(c.parents).subspan(q0, n);
     }
-    const TensorView<const float> qb(q.data() + q0 * c.H * c.d, 1, c.H, n, c.d,
-                                     0, c.d, c.H * c.d);
     std::vector<float> ob;
-    run(qb, tb, ob, n);
+    run(q0, n, tb, ob);
     FUZZ_CHECK(softdot_fuzz::same_bytes(
         ob.data(), out1.data() + q0 * c.H * c.dv, ob.size() * 4));
     // batch_invariant: each row as the token decoded alone (causal, no
@@ -128,10 +143,8 @@ void attend(FuzzedDataProvider& f, const Case& c) {
       const auto len32 = static_cast<std::int32_t>(len);
       tb.seq_lens = std::span<const std::int32_t>(&len32, 1);
       tb.draft_parents = {};
-      const TensorView<const float> qi(q.data() + (q0 + i) * c.H * c.d, 1, c.H,
-                                       1, c.d, 0, c.d, c.H * c.d);
       std::vector<float> oi;
-      run(qi, tb, oi, 1);
+      run(q0 + i, 1, tb, oi);
       FUZZ_CHECK(softdot_fuzz::same_bytes(
           oi.data(), out1.data() + (q0 + i) * c.H * c.dv, oi.size() * 4));
     }

@@ -341,13 +341,19 @@ void attention(TensorView<const float> q, const Int8KV& k, const Int8KV& v,
 // them as above; so does the decode form with 12 to 16 rows per KV head
 // (speculative verification, n_q = 4 with 4 query heads per KV head): each
 // chunk of 512 keys runs the units' prefill form, and the chunks' states
-// merge as the decode form's do. Elsewhere (float16, the decode form with
-// fewer rows, no units) the products are the float32 path's, exact
-// widenings of the 16-bit inputs.
+// merge as the decode form's do. With fewer rows (decode: one query row per
+// head) and d, d_v multiples of 32, the decode form itself runs on the
+// units (features in lanes, as the float decode form), except with
+// batch_invariant. Elsewhere (float16, d or d_v not a multiple of 32,
+// batch_invariant's decode rows, no units) the products are the float32
+// path's, exact widenings of the 16-bit inputs.
 // Accuracy on the units (docs/accuracy.md, "16-bit attention"): the bound
 // above, with these changes. The scores: each pair step of VDPBF16PS is two
 // FMAs, and the units chain 32 features (not 16) before adding the chain to
 // the running score, so n_d = min(d, 32) + ceil(d / 32) - 1 (35 at d = 128);
+// the decode form on the units chains each of 8 lanes over d / 16 pair
+// steps and adds the lanes in a tree, n_d = d / 8 + 3 (19 at d = 128, 35 at
+// d = 256);
 // a subnormal bfloat16 input reads as zero and a sum below 2^-126 is written
 // as zero, which adds scale (sum of |Q_ik K_jk| over the products with a
 // subnormal factor + 2 d 2^-126) to D_i. P V: one chain over each 64-key

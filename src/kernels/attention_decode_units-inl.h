@@ -1,36 +1,42 @@
 // softdot kernels: the decode form on the CPU's bfloat16 dot-product units
-// (features in lanes, at most kUnitsDecodeMaxRows rows of a KV head:
-// decode and short verification rows; src/kernels/attention-inl.h has the
-// overview). Queries, keys and values are bfloat16. Q K^T and P V are
-// VDPBF16PS products or their model (attention_units-inl.h: DotHw,
-// DotModel, the same bits), so a key costs half the float decode form's
-// products and no widening: a 64-byte load of a key or value row is one
-// operand of the instruction.
+// (features in lanes; fewer than kUnitsDecodeMinRows = 12 rows of a KV
+// head: decode and short verification rows; src/kernels/attention-inl.h has
+// the overview). Queries, keys and values are bfloat16, d and d_v multiples
+// of 32. Q K^T and P V are VDPBF16PS products or their model
+// (attention_units-inl.h: DotHw, DotModel, the same bits): 32 products per
+// instruction where the float decode form's FMA takes 16, and no widening
+// (a key row's bfloat16 pairs are the instruction's operand as loaded).
+// At 4 rows per KV head and d = 128 a key costs 32 instructions, 16 for
+// the scores and 16 for P V (AMD Zen 4 issues one 512-bit VDPBF16PS per
+// cycle, as one 512-bit FMA).
 //
-// Where the bits come from (tests/unit/attention_units_test.cc holds the
-// scalar model of all of it):
-// - a score: 16 logical lanes, lane t a chain of pair steps over features
-//   (32 b + 2 t, 32 b + 2 t + 1) for b = 0, 1, ... (odd feature first, as
-//   the instruction takes them), then the decode form's fixed tree over the
-//   16 lanes (FoldTileScores or ReduceBlockTree: the same bits), then the
-//   decode form's softmax step (scale, cap, bias, mask, max, exp); the
-//   block sums of the unrounded weights in double, in UnitsBlockSum's fixed
-//   order (not a chain in key order);
+// Where the bits come from (tests/unit/attention_units_test.cc checks the
+// instruction against the model bit for bit, the model's bits on every FMA
+// target, and the bound of attention.h's "16-bit attention"):
+// - a score: 8 logical lanes, lane i a chain of pair steps over features
+//   (16 c + 2 i, 16 c + 2 i + 1) for c = 0, 1, ... (odd feature first, as
+//   the instruction takes them), then UnitsTree8's fixed tree (the tiles
+//   fold 16 or 4 scores at once with the same bits): 2 d / 16 + 3
+//   roundings (19 at d = 128, within the units' 35); then the decode form's
+//   softmax step (scale, cap, bias, mask, max, exp); the block sums of the
+//   unrounded weights in double, in UnitsBlockSum's fixed order (not a chain
+//   in key order);
 // - P V: each weight rounded once to the nearest bfloat16 (or split into a
 //   bfloat16 high part and the bfloat16 nearest to the rest), key j of a
 //   64-key block paired with key j + 32 (a missing partner: weight and value
 //   zero), one chain over the block's 32 pairs for each output element,
-//   key j + 32's product first (the high half), then key j's, then split's
-//   low parts the same way; the block's chain enters the double accumulator
-//   as in the decode form (O = alpha O + chain).
+//   key j + 32's product first (the high half), then key j's, with split
+//   each pair's low parts right after its high parts (64 roundings per
+//   term, 128 split: the units' own); the block's chain enters the double
+//   accumulator as in the decode form (O = alpha O + chain).
 // A block with a masked score and a value that is not finite runs the float
 // decode form's guarded P V, as the units' prefill form does.
 //
-// The pairs of values are made in registers: the instruction's per-128-bit
-// interleave of two value rows (InterleaveLower / Upper on 16-bit lanes)
-// gives each 32-bit lane (value j, value j + 32) of one column, with the
-// columns in the interleave's order, put back in order when a block's
-// chains are flushed.
+// The pairs of values are made in registers: the per-128-bit interleave of
+// two value rows (InterleaveLower / Upper on 16-bit lanes) gives each
+// 32-bit lane (value j, value j + 32) of one column, with the columns in
+// the interleave's order, put back in order when a block's chains are
+// flushed (UnitsPairColumns).
 
 #if defined(SOFTDOT_KERNELS_ATTENTION_DECODE_UNITS_INL_H_) == \
     defined(HWY_TARGET_TOGGLE)
@@ -63,111 +69,219 @@ namespace attn {
 // Keys of a 64-key block paired in P V: key j with key j + kUnitsPairOffset.
 inline constexpr std::size_t kUnitsPairOffset = kKeyTile / 2;
 
-// The scores of RC rows x KC keys: lane t of a score's 16 logical lanes
-// accumulates the pair steps of features (32 b + 2 t, 32 b + 2 t + 1), then
-// the decode form's tree. qp: row r's bfloat16 pairs at qp + r * dpairs.
-template <class Dot, std::size_t RC, std::size_t KC>
-SOFTDOT_UNITS_ATTR HWY_INLINE void DecodeUnitsScoreTile(
-    const std::uint32_t* HWY_RESTRICT qp, std::size_t dpairs,
-    const hwy::bfloat16_t* const* krows, std::size_t d, float* out,
-    std::size_t out_stride) {
-  using BL = Block<float>;
-  static_assert(std::is_same_v<typename BL::V, VF>,
-                "a block's vectors are full float vectors here");
-  const DF df;
-  const DU du;
-  constexpr std::size_t W = BL::kVecs;
-  constexpr std::size_t VL = BL::kVecLanes;
-  VF acc[RC * KC][W];
-#pragma GCC unroll 16
-  for (std::size_t p = 0; p < RC * KC; ++p) {
-#pragma GCC unroll 4
-    for (std::size_t w = 0; w < W; ++w) acc[p][w] = hn::Zero(df);
-  }
-  for (std::size_t c = 0; c < d; c += 32) {
-    VU kv[KC][W];
-#pragma GCC unroll 16
-    for (std::size_t k = 0; k < KC; ++k) {
-      const auto* kr = reinterpret_cast<const std::uint32_t*>(krows[k] + c);
-#pragma GCC unroll 4
-      for (std::size_t w = 0; w < W; ++w) kv[k][w] = hn::LoadU(du, kr + w * VL);
-    }
-#pragma GCC unroll 4
-    for (std::size_t r = 0; r < RC; ++r) {
-#pragma GCC unroll 4
-      for (std::size_t w = 0; w < W; ++w) {
-        const VU qv = hn::Load(du, qp + r * dpairs + c / 2 + w * VL);
-#pragma GCC unroll 16
-        for (std::size_t k = 0; k < KC; ++k) {
-          acc[r * KC + k][w] = Dot::Dot(acc[r * KC + k][w], qv, kv[k][w]);
+// Scores: 8 logical lanes per score, lane i a chain of pair steps over
+// features (16 c + 2 i, 16 c + 2 i + 1) for c = 0, 1, ..., then
+// UnitsTree8. A vector holds kRowsPerVec rows' lanes for one key (AVX-512:
+// two rows, the key's 8 pairs loaded once into both halves) and a score
+// spans kVecsPerScore vectors (128-bit targets: two).
+inline constexpr std::size_t kScoreLanes = 8;
+inline constexpr std::size_t kRowsPerVec =
+    hn::MaxLanes(DF()) >= kScoreLanes ? hn::MaxLanes(DF()) / kScoreLanes : 1;
+inline constexpr std::size_t kVecsPerScore =
+    hn::MaxLanes(DF()) >= kScoreLanes ? 1 : kScoreLanes / hn::MaxLanes(DF());
+
+// The tree of one score's 8 lanes: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) +
+// (l3 + l7)), as the tiles fold it.
+HWY_INLINE float UnitsTree8(const float* l) {
+  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+// The query rows as the tiles read them: group g (kRowsPerVec rows, a
+// missing row zero), feature step c, at qq + (g csteps + c) N kVecsPerScore:
+// each row's pairs c 8 .. c 8 + 7 (features 16 c .. 16 c + 15), rows one
+// after another. The rows' floats are bfloat16 values, so their high halves
+// are exact.
+HWY_INLINE void PackUnitsQuery(const AttnArgs& a, std::uint32_t* qq) {
+  const std::size_t csteps = a.d / 16;
+  const std::size_t groups = (a.rows + kRowsPerVec - 1) / kRowsPerVec;
+  for (std::size_t g = 0; g < groups; ++g) {
+    for (std::size_t c = 0; c < csteps; ++c) {
+      std::uint32_t* dst = qq + (g * csteps + c) * kRowsPerVec * kScoreLanes;
+      for (std::size_t h = 0; h < kRowsPerVec; ++h) {
+        const std::size_t r = g * kRowsPerVec + h;
+        for (std::size_t i = 0; i < kScoreLanes; ++i) {
+          std::uint32_t lo = 0, hi = 0;
+          if (r < a.rows) {
+            std::memcpy(&lo, a.q_rows[r] + 16 * c + 2 * i, 4);
+            std::memcpy(&hi, a.q_rows[r] + 16 * c + 2 * i + 1, 4);
+          }
+          dst[h * kScoreLanes + i] = (lo >> 16) | (hi & 0xFFFF0000u);
         }
-      }
-    }
-  }
-  if constexpr (kTileScores == RC * KC) {
-    FoldTileScores<RC, KC>(acc, out, out_stride);
-  } else {
-#pragma GCC unroll 4
-    for (std::size_t r = 0; r < RC; ++r) {
-#pragma GCC unroll 16
-      for (std::size_t k = 0; k < KC; ++k) {
-        out[r * out_stride + k] = ReduceBlockTree<float>(acc[r * KC + k]);
       }
     }
   }
 }
 
-// The scores of every row against the block's kb keys: tiles as the float
-// decode form's (DecodeBlockScores), single keys one tree each; the block
-// sc.pf_ahead keys ahead prefetched (nb_next keys) during the first group
-// of rows.
+// Key pairs c 8 .. c 8 + 7 of a row as the tiles' other operand: in both
+// halves of a 512-bit vector, or spread over kVecsPerScore vectors.
+HWY_INLINE VU LoadKeyPairs(const std::uint32_t* p, std::size_t w) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  (void)w;
+  return VU{_mm512_broadcast_i64x4(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+#else
+  return hn::LoadU(DU(), p + w * hn::Lanes(DU()));
+#endif
+}
+
+// The scores of RG groups of rows (g0 on) x KC keys, each written to
+// out[r out_stride + k] for the rows that exist (r < rows).
+template <class Dot, std::size_t RG, std::size_t KC>
+SOFTDOT_UNITS_ATTR HWY_INLINE void DecodeUnitsScoreTile(
+    const std::uint32_t* HWY_RESTRICT qq, std::size_t csteps, std::size_t g0,
+    std::size_t rows, const hwy::bfloat16_t* const* krows, float* out,
+    std::size_t out_stride) {
+  const DF df;
+  const DU du;
+  const std::size_t N = hn::Lanes(df);
+  constexpr std::size_t W = kVecsPerScore;
+  VF acc[RG * KC][W];
+#pragma GCC unroll 16
+  for (std::size_t p = 0; p < RG * KC; ++p) {
+#pragma GCC unroll 2
+    for (std::size_t w = 0; w < W; ++w) acc[p][w] = hn::Zero(df);
+  }
+  for (std::size_t c = 0; c < csteps; ++c) {
+    VU kv[KC][W];
+#pragma GCC unroll 8
+    for (std::size_t k = 0; k < KC; ++k) {
+      const auto* kr =
+          reinterpret_cast<const std::uint32_t*>(krows[k] + 16 * c);
+#pragma GCC unroll 2
+      for (std::size_t w = 0; w < W; ++w) kv[k][w] = LoadKeyPairs(kr, w);
+    }
+#pragma GCC unroll 4
+    for (std::size_t g = 0; g < RG; ++g) {
+#pragma GCC unroll 2
+      for (std::size_t w = 0; w < W; ++w) {
+        const VU qv =
+            hn::Load(du, qq + ((g0 + g) * csteps + c) * N * W + w * N);
+#pragma GCC unroll 8
+        for (std::size_t k = 0; k < KC; ++k) {
+          acc[g * KC + k][w] = Dot::Dot(acc[g * KC + k][w], qv, kv[k][w]);
+        }
+      }
+    }
+  }
+  auto put = [&](std::size_t a, std::size_t h, float v) {
+    const std::size_t r = (g0 + a / KC) * kRowsPerVec + h;
+    if (r < rows) out[(r - g0 * kRowsPerVec) * out_stride + a % KC] = v;
+  };
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if constexpr (RG * KC == 8) {
+    // Eight vectors of two scores: 128-bit blocks added (lanes i, i + 4),
+    // then 64-bit halves (i, i + 2), then lanes. Lane 4 b + m of the result
+    // is block b of Z_m: half b & 1 of accumulator 2 m + (b >> 1).
+    VF z[4];
+#pragma GCC unroll 4
+    for (std::size_t m = 0; m < 4; ++m) {
+      const __m512 x = acc[2 * m][0].raw, y = acc[2 * m + 1][0].raw;
+      z[m] = VF{
+          _mm512_add_ps(_mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(2, 0, 2, 0)),
+                        _mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(3, 1, 3, 1)))};
+    }
+    __m512 w2[2];
+#pragma GCC unroll 2
+    for (std::size_t n = 0; n < 2; ++n) {
+      const __m512d x = _mm512_castps_pd(z[2 * n].raw);
+      const __m512d y = _mm512_castps_pd(z[2 * n + 1].raw);
+      w2[n] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                            _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    const __m512 fin =
+        _mm512_add_ps(_mm512_shuffle_ps(w2[0], w2[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                      _mm512_shuffle_ps(w2[0], w2[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    HWY_ALIGN float lanes[16];
+    _mm512_storeu_ps(lanes, fin);
+#pragma GCC unroll 4
+    for (std::size_t b = 0; b < 4; ++b) {
+#pragma GCC unroll 4
+      for (std::size_t m = 0; m < 4; ++m) {
+        put(2 * m + (b >> 1), b & 1, lanes[4 * b + m]);
+      }
+    }
+    return;
+  }
+#elif HWY_TARGET == HWY_AVX2
+  if constexpr (RG * KC == 4) {
+    // Four vectors of one score: halves (i, i + 4), 64-bit pieces (i, i + 2),
+    // lanes; score p ends in lane 2 p.
+    const VF v0 = hn::Add(hn::ConcatLowerLower(df, acc[2][0], acc[0][0]),
+                          hn::ConcatUpperUpper(df, acc[2][0], acc[0][0]));
+    const VF v1 = hn::Add(hn::ConcatLowerLower(df, acc[3][0], acc[1][0]),
+                          hn::ConcatUpperUpper(df, acc[3][0], acc[1][0]));
+    const hn::Repartition<double, DF> dd;
+    const VF w =
+        hn::Add(hn::BitCast(df, hn::InterleaveLower(dd, hn::BitCast(dd, v0),
+                                                    hn::BitCast(dd, v1))),
+                hn::BitCast(df, hn::InterleaveUpper(dd, hn::BitCast(dd, v0),
+                                                    hn::BitCast(dd, v1))));
+    HWY_ALIGN float lanes[8];
+    hn::Store(hn::Add(w, hn::Shuffle2301(w)), df, lanes);
+#pragma GCC unroll 4
+    for (std::size_t p = 0; p < 4; ++p) put(p, 0, lanes[2 * p]);
+    return;
+  }
+#endif
+  // One tree per score.
+  HWY_ALIGN float lanes[kScoreLanes * kRowsPerVec];
+  for (std::size_t p = 0; p < RG * KC; ++p) {
+    for (std::size_t w = 0; w < W; ++w) hn::Store(acc[p][w], df, lanes + w * N);
+    for (std::size_t h = 0; h < kRowsPerVec; ++h) {
+      put(p, h, UnitsTree8(lanes + h * kScoreLanes));
+    }
+  }
+}
+
+// The scores of every row against the block's kb keys, in tiles of RG
+// groups of rows x KC keys (8 vectors of accumulators on AVX-512, 4 on
+// AVX2), the keys left one at a time; the block sc.pf_ahead keys ahead
+// prefetched (nb_next keys) during the first group of rows.
 template <class Dot>
 SOFTDOT_UNITS_ATTR HWY_INLINE void DecodeUnitsScores(
     const AttnArgs& a, const DecodeScratch& sc,
-    const std::uint32_t* HWY_RESTRICT qp, std::size_t dpairs,
-    const DecodeRows<hwy::bfloat16_t>& kv, std::size_t j0, std::size_t kb,
-    std::size_t nb_next) {
+    const std::uint32_t* HWY_RESTRICT qq, const DecodeRows<hwy::bfloat16_t>& kv,
+    std::size_t j0, std::size_t kb, std::size_t nb_next) {
   constexpr std::size_t B = kKeyTile;
-  const std::size_t d = a.d, rows = a.rows;
+  const std::size_t csteps = a.d / 16, rows = a.rows;
+  const std::size_t groups = (rows + kRowsPerVec - 1) / kRowsPerVec;
   float* S = sc.S;
   bool first_group = true;
-  auto group = [&](auto rc, auto kc, std::size_t r) {
-    constexpr std::size_t RC = decltype(rc)::value, KC = decltype(kc)::value;
+  auto tiles = [&](auto rg, auto kc, std::size_t g) {
+    constexpr std::size_t RG = decltype(rg)::value, KC = decltype(kc)::value;
+    float* Sg = S + g * kRowsPerVec * B;
     std::size_t j = 0;
     for (; j + KC <= kb; j += KC) {
       if (first_group && j < nb_next) {
         PrefetchBlock<2>(a, j0 + sc.pf_ahead + j, std::min(KC, nb_next - j));
       }
-      DecodeUnitsScoreTile<Dot, RC, KC>(qp + r * dpairs, dpairs, kv.k + j, d,
-                                        S + r * B + j, B);
+      DecodeUnitsScoreTile<Dot, RG, KC>(qq, csteps, g, rows, kv.k + j, Sg + j,
+                                        B);
     }
     if (first_group && j < nb_next) {
       PrefetchBlock<2>(a, j0 + sc.pf_ahead + j, nb_next - j);
     }
     for (; j < kb; ++j) {
-      for (std::size_t i = 0; i < RC; ++i) {
-        DecodeUnitsScoreTile<Dot, 1, 1>(qp + (r + i) * dpairs, dpairs,
-                                        kv.k + j, d, S + (r + i) * B + j, B);
-      }
+      DecodeUnitsScoreTile<Dot, RG, 1>(qq, csteps, g, rows, kv.k + j, Sg + j,
+                                       B);
     }
     first_group = false;
   };
   using C1 = std::integral_constant<std::size_t, 1>;
   using C2 = std::integral_constant<std::size_t, 2>;
   using C4 = std::integral_constant<std::size_t, 4>;
-  std::size_t r = 0;
-  if constexpr (kTileScores == 16) {
-    using C8 = std::integral_constant<std::size_t, 8>;
-    using C16 = std::integral_constant<std::size_t, 16>;
-    for (; r + 4 <= rows; r += 4) group(C4(), C4(), r);
-    for (; r + 2 <= rows; r += 2) group(C2(), C8(), r);
-    for (; r < rows; ++r) group(C1(), C16(), r);
-  } else if constexpr (kTileScores == 4) {
-    for (; r + 2 <= rows; r += 2) group(C2(), C2(), r);
-    for (; r < rows; ++r) group(C1(), C4(), r);
-  } else {
-    for (; r < rows; ++r) group(C1(), C1(), r);
-  }
+  std::size_t g = 0;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  using C8 = std::integral_constant<std::size_t, 8>;
+  for (; g + 2 <= groups; g += 2) tiles(C2(), C4(), g);
+  for (; g < groups; ++g) tiles(C1(), C8(), g);
+#elif HWY_TARGET == HWY_AVX2
+  for (; g + 2 <= groups; g += 2) tiles(C2(), C2(), g);
+  for (; g < groups; ++g) tiles(C1(), C4(), g);
+#else
+  (void)sizeof(C2), (void)sizeof(C4);
+  for (; g < groups; ++g) tiles(C1(), C1(), g);
+#endif
 }
 
 // The chains of one block's P V for columns c0 .. c0 + ST 2N - 1 of rows
@@ -227,10 +341,10 @@ SOFTDOT_UNITS_ATTR HWY_INLINE void DecodeUnitsValueTile(
 // n0 receives columns 0 .. N - 1, n1 columns N .. 2N - 1.
 HWY_INLINE void UnitsPairColumns(VF lo, VF hi, VF& n0, VF& n1) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7,
-                                       20, 21, 22, 23);
-  const __m512i i1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13,
-                                       14, 15, 28, 29, 30, 31);
+  const __m512i i0 =
+      _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i i1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14,
+                                       15, 28, 29, 30, 31);
   n0 = VF{_mm512_permutex2var_ps(lo.raw, i0, hi.raw)};
   n1 = VF{_mm512_permutex2var_ps(lo.raw, i1, hi.raw)};
 #elif HWY_TARGET == HWY_AVX2
@@ -370,19 +484,11 @@ SOFTDOT_UNITS_ATTR HWY_INLINE void DecodeUnitsBody(const AttnArgs& a) {
   const std::size_t d = a.d, dv = a.dv, rows = a.rows;
   constexpr std::size_t B = kKeyTile, H = kUnitsPairOffset;
   const DecodeScratch sc = DecodeSetUp(a, /*widen=*/true);
-  // The query rows as bfloat16 pairs over the float copy (rows hold
-  // bfloat16 values: their high halves are exact); the weights' pairs and
-  // a row of zero values in the key widening's room (not used here).
-  auto* qp = reinterpret_cast<std::uint32_t*>(sc.qp);
-  const std::size_t dpairs = d / 2;
-  for (std::size_t r = 0; r < rows; ++r) {
-    for (std::size_t t = 0; t < dpairs; ++t) {
-      std::uint32_t lo, hi;
-      std::memcpy(&lo, a.q_rows[r] + 2 * t, 4);
-      std::memcpy(&hi, a.q_rows[r] + 2 * t + 1, 4);
-      qp[r * dpairs + t] = (lo >> 16) | (hi & 0xFFFF0000u);
-    }
-  }
+  // The query rows as the score tiles read them, over the float copy (not
+  // used here); the weights' pairs and a row of zero values in the key
+  // widening's room (not used either).
+  auto* qq = reinterpret_cast<std::uint32_t*>(sc.qp);
+  PackUnitsQuery(a, qq);
   auto* pp = reinterpret_cast<std::uint32_t*>(sc.kc);
   std::uint32_t* pl = pp + rows * H;
   auto* zrow = reinterpret_cast<std::uint16_t*>(pl + rows * H);
@@ -408,7 +514,7 @@ SOFTDOT_UNITS_ATTR HWY_INLINE void DecodeUnitsBody(const AttnArgs& a) {
     const std::size_t nb_next =
         j0 + sc.pf_ahead < pf_end ? std::min(B, pf_end - j0 - sc.pf_ahead) : 0;
     FillDecodeRows(a, j0, kb, kvr);
-    DecodeUnitsScores<Dot>(a, sc, qp, dpairs, kvr, j0, kb, nb_next);
+    DecodeUnitsScores<Dot>(a, sc, qq, kvr, j0, kb, nb_next);
     double alpha[detail::kDecodeMaxRows];
     const bool any_masked = DecodeSoftmaxStep(a, sc, j0, kb, st, alpha);
     for (std::size_t r = 0; r < rows; ++r) {
