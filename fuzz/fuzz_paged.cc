@@ -71,6 +71,18 @@ void attend(FuzzedDataProvider& f, const Case& c) {
   // bfloat16 pages may take a bfloat16 query (the engines' call: the
   // decode form on the bfloat16 units where the CPU has them).
   const bool q_bf16 = std::is_same_v<T, BFloat16> && f.ConsumeBool();
+  // The units' model (this build's one target, AVX2, has no hardware unit):
+  // the decode form on the units, and the units' prefill form.
+  struct Unit {
+    explicit Unit(bool model) {
+      if (!model) return;
+      try {
+        softdot::force_matrix_unit("model");
+      } catch (const std::invalid_argument&) {  // no FMA target: none
+      }
+    }
+    ~Unit() { softdot::force_matrix_unit(""); }
+  } unit(q_bf16 && f.ConsumeBool());
   std::vector<BFloat16> q16(q_bf16 ? q.size() : 0);
   for (std::size_t i = 0; i < q16.size(); ++i) {
     q16[i] = softdot::to_bfloat16(q[i]);
