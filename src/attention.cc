@@ -290,12 +290,12 @@ class RowRunner {
     float* scratch = nullptr;
     float* widened = nullptr;
     try {
-      scratch =
-          thread_buffer<float>(1, detail::attention_scratch_floats(
-                                      p_.d, p_.dv, o_.precise, units_ != 0));
+      // A task of several KV heads (head_group) takes a scratch and a
+      // widened query per head.
+      const std::size_t heads = sch_->head_group;
+      scratch = thread_buffer<float>(1, heads * scratch_floats());
       if (q_.format() != KVFormat::kFloat32) {
-        widened = thread_buffer<float>(
-            2, std::max(max_rows_, detail::kDecodeMaxRows) * p_.d);
+        widened = thread_buffer<float>(2, heads * widened_floats());
       }
     } catch (...) {
 #pragma omp critical(softdot_attention_error)
@@ -306,6 +306,14 @@ class RowRunner {
       return;
     }
     run_task(sch_->task(t), scratch, widened);
+  }
+
+  std::size_t scratch_floats() const {
+    return detail::attention_scratch_floats(p_.d, p_.dv, o_.precise,
+                                            units_ != 0);
+  }
+  std::size_t widened_floats() const {
+    return std::max(max_rows_, detail::kDecodeMaxRows) * p_.d;
   }
 
   // A task's states: its chunk's rows (chunked), else its thread's block.
@@ -328,6 +336,10 @@ class RowRunner {
       run_group(s, k, r0, nr, out, scratch, widened);
       return;
     }
+    if (k.heads > 1) {
+      run_heads(s, k, scratch, widened);
+      return;
+    }
     // Kernel calls of at most max_rows rows (a chunked KV head may have
     // more rows than a scalar target's kernel takes).
     const std::size_t step =
@@ -341,6 +353,29 @@ class RowRunner {
     }
     if (s.split()) return;  // chunk states: merged after every task
     for (std::size_t r = 0; r < nr; ++r) emit_row(s, k.kh, r0 + r, out, r);
+  }
+
+  // KV heads k.kh .. k.kh + k.heads - 1 of one chunk (a head group: the
+  // decode form on the units over pages that interleave the heads), run
+  // block by block in one kernel call, each head with its own scratch,
+  // widened query rows and chunk states: the bits of one call per head.
+  void run_heads(const SequenceSchedule& s, const Task& k, float* scratch,
+                 float* widened) {
+    detail::AttnArgs args[detail::kDecodeHeadGroup];
+    RowTables rows[detail::kDecodeHeadGroup];
+    for (std::size_t i = 0; i < k.heads; ++i) {
+      Task ki = k;
+      ki.kh = k.kh + i;
+      ki.heads = 1;
+      const std::size_t st = state_row(s, ki);
+      const State out{st_m_ + st, st_l_ + st, st_o_ + st * p_.dv};
+      tables(s, ki, 0, s.rows,
+             widened == nullptr ? nullptr : widened + i * widened_floats(),
+             rows[i]);
+      args[i] = kernel_args(s, ki, s.rows, rows[i], s.chunk0 + k.chunk,
+                            s.no_keys, out, scratch + i * scratch_floats());
+    }
+    detail::attention_decode_units_heads(args, k.heads);
   }
 
   // A group of at most kDecodeMaxRows rows (batch_invariant): the chunks
@@ -393,6 +428,15 @@ class RowRunner {
   void call(const SequenceSchedule& s, const Task& k, std::size_t cnt,
             const RowTables& rows, std::size_t c, bool empty, const State& out,
             float* scratch) const {
+    detail::attention_kernel(
+        kernel_args(s, k, cnt, rows, c, empty, out, scratch));
+  }
+
+  // The arguments of that kernel call.
+  detail::AttnArgs kernel_args(const SequenceSchedule& s, const Task& k,
+                               std::size_t cnt, const RowTables& rows,
+                               std::size_t c, bool empty, const State& out,
+                               float* scratch) const {
     const Plan& ps = s.plan;
     const bool decode = decode_kernel(s.form);
     detail::AttnArgs a;
@@ -436,7 +480,7 @@ class RowRunner {
     a.out_m = out.m;
     a.out_l = out.l;
     a.out_o = out.o;
-    detail::attention_kernel(a);
+    return a;
   }
 
   void merge_group(std::size_t gi) {

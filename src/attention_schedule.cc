@@ -1,6 +1,8 @@
 // softdot: the schedule of an attention request (attention_schedule.h).
 #include "attention_schedule.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -51,8 +53,10 @@ Task Schedule::task(std::size_t t) const {
   const SequenceSchedule& s = seqs[k.b];
   const std::size_t rest = t - s.task0;
   if (s.chunked()) {  // one row block
-    k.kh = rest % kv_heads;
-    k.chunk = rest / kv_heads;
+    const std::size_t groups = (kv_heads + s.head_group - 1) / s.head_group;
+    k.kh = rest % groups * s.head_group;
+    k.chunk = rest / groups;
+    k.heads = std::min(s.head_group, kv_heads - k.kh);
   } else {  // one chunk per task
     k.kh = rest / s.row_blocks;
     k.row_block = rest % s.row_blocks;
@@ -109,11 +113,22 @@ void build_schedule(const AttentionPlan& plan, unsigned units,
   const bool ragged = table != nullptr && !table->query_start_loc.empty();
   const bool trees = table != nullptr && !table->draft_parents.empty();
   const bool invariant = o.batch_invariant;
+  // Pages (vLLM's NHD layout interleaves the KV heads' rows; HND puts a
+  // page's heads one after another), or a contiguous cache whose rows
+  // interleave the heads (a row stride past d: [n, H_kv, d] seen as
+  // [1, H_kv, n, d]), read by the decode form on the units: KV heads in
+  // groups per task (SequenceSchedule::head_group), so that each block's
+  // keys of every head are read together, in address order.
+  const auto* k16 =
+      std::get_if<TensorView<const BFloat16>>(&req.kv.k.variant());
+  const bool interleaved = units != 0 && k16 != nullptr && p.Hkv > 1 &&
+                           (table != nullptr || k16->row_stride > p.d);
   sch.seqs.assign(p.B, SequenceSchedule{});
   sch.tree_masks.clear();
   sch.tasks = sch.split_states = 0;
   sch.work = 0.0;
   sch.kv_heads = p.Hkv;
+  sch.head_group = 1;
   for (std::size_t b = 0; b < p.B; ++b) {
     SequenceSchedule& s = sch.seqs[b];
     std::size_t n_q = p.n_q;
@@ -146,11 +161,34 @@ void build_schedule(const AttentionPlan& plan, unsigned units,
       chunk_range(s, n_q, invariant);
       s.state0 = sch.split_states;
       sch.split_states += p.Hkv * s.chunks * s.rows;
+      if (interleaved && s.form == Form::kDecode && !invariant &&
+          detail::decode_units_fit(p.d, p.dv, s.rows)) {
+        s.head_group = std::min(p.Hkv, detail::kDecodeHeadGroup);
+        sch.head_group = std::max(sch.head_group, s.head_group);
+      }
     }
-    sch.tasks += p.Hkv * s.row_blocks * s.chunks;
+    const std::size_t head_tasks = (p.Hkv + s.head_group - 1) / s.head_group;
+    sch.tasks += head_tasks * s.row_blocks * s.chunks;
     const std::size_t range = s.plan.kv_end - s.plan.kv_begin;
     sch.work += static_cast<double>(p.H * n_q) * static_cast<double>(range) *
                 static_cast<double>(p.d + p.dv);
+  }
+  // Head groups trade tasks for reading order: halve them while there are
+  // fewer than 4 tasks per thread (a short batch on many cores keeps its
+  // cores busy). The bits do not depend on the groups.
+  const std::size_t want = 4 * static_cast<std::size_t>(omp_get_max_threads());
+  while (sch.head_group > 1 && sch.tasks < want) {
+    const std::size_t g = sch.head_group / 2;
+    sch.tasks = 0;
+    sch.head_group = 1;
+    for (SequenceSchedule& s : sch.seqs) {
+      s.task0 = sch.tasks;
+      if (s.rows == 0) continue;
+      s.head_group = std::max<std::size_t>(1, std::min(s.head_group, g));
+      sch.head_group = std::max(sch.head_group, s.head_group);
+      sch.tasks +=
+          (p.Hkv + s.head_group - 1) / s.head_group * s.row_blocks * s.chunks;
+    }
   }
 }
 

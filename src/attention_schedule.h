@@ -57,6 +57,10 @@ struct SequenceSchedule {
   // A draft tree (draft_parents): row i's mask at tree_masks[tree0 + i
   // n_kv] (n_kv bytes, 1 = visible), kNoTree without one.
   std::size_t tree0 = kNoTree;
+  // KV heads per task (chunked): more than one where the decode form on the
+  // units reads pages whose rows interleave the heads (vLLM's NHD layout):
+  // the heads of a chunk then run block by block in one task.
+  std::size_t head_group = 1;
 
   // The keys cut into chunks (every form but kPrefill).
   bool split() const { return form != Form::kPrefill; }
@@ -71,6 +75,7 @@ struct SequenceSchedule {
 // The task t of a schedule: its sequence, KV head, row block and chunk.
 struct Task {
   std::size_t b = 0, kh = 0, row_block = 0, chunk = 0;
+  std::size_t heads = 1;  // KV heads kh .. kh + heads - 1 (chunked)
 };
 
 struct Schedule {
@@ -80,11 +85,13 @@ struct Schedule {
   std::size_t split_states = 0;  // rows of chunk states (chunked sequences)
   double work = 0.0;             // multiply-adds, for the parallel threshold
   std::size_t kv_heads = 1;
+  std::size_t head_group = 1;  // the largest SequenceSchedule::head_group
 
   // The order of the tasks never changes the bits. Decode chunks: the KV
-  // heads vary fastest, so consecutive tasks read the same keys of every KV
-  // head and a page whose rows interleave the heads (vLLM's NHD layout) is
-  // read whole while it is in cache, rather than once per head. Row blocks:
+  // heads (or groups of them) vary fastest, so consecutive tasks read the
+  // same keys of every KV head and a page whose rows interleave the heads
+  // (vLLM's NHD layout) is read whole while it is in cache, rather than
+  // once per head. Row blocks:
   // the blocks vary fastest, so consecutive tasks reuse one KV head's keys
   // from cache.
   Task task(std::size_t t) const;

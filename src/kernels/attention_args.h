@@ -42,6 +42,9 @@ inline constexpr bool decode_units_fit(std::size_t d, std::size_t dv,
   return d != 0 && dv != 0 && d % 32 == 0 && dv % 32 == 0 && rows <= 16 &&
          rows * 64 + dv / 2 <= 64 * d;
 }
+// KV heads of one decode chunk that the decode form on the units runs block
+// by block in one task (attention_decode_units_heads, dispatch_call.h).
+inline constexpr std::size_t kDecodeHeadGroup = 8;
 // Rows per kernel call are at most this many on any target.
 inline constexpr std::size_t kMaxKernelRows = 64;
 

@@ -476,47 +476,67 @@ HWY_INLINE bool FiniteRowsBf16(const hwy::bfloat16_t* const* v, std::size_t kb,
   return true;
 }
 
-// The decode form on the units (or their model): RunDecodeT's blocks with
-// the products replaced. Needs bfloat16 K and V, d and dv multiples of 32
-// and DecodeUnitsFits (attention_args.h).
+// The decode form on the units (or their model) for one KV head's call:
+// RunDecodeT's blocks with the products replaced, one block at a time
+// (Block), so that RunDecodeUnitsHeads can run several KV heads' calls
+// block by block. Needs bfloat16 K and V and decode_units_fit
+// (attention_args.h).
 template <class Dot>
-SOFTDOT_UNITS_ATTR HWY_INLINE void DecodeUnitsBody(const AttnArgs& a) {
-  const std::size_t d = a.d, dv = a.dv, rows = a.rows;
-  constexpr std::size_t B = kKeyTile, H = kUnitsPairOffset;
-  const DecodeScratch sc = DecodeSetUp(a, /*widen=*/true);
-  // The query rows as the score tiles read them, over the float copy (not
-  // used here); the weights' pairs and a row of zero values in the key
-  // widening's room (not used either).
-  auto* qq = reinterpret_cast<std::uint32_t*>(sc.qp);
-  PackUnitsQuery(a, qq);
-  auto* pp = reinterpret_cast<std::uint32_t*>(sc.kc);
-  std::uint32_t* pl = pp + rows * H;
-  auto* zrow = reinterpret_cast<std::uint16_t*>(pl + rows * H);
-  std::memset(zrow, 0, dv * sizeof(std::uint16_t));
-
+struct DecodeUnitsRun {
+  const AttnArgs* a = nullptr;
+  DecodeScratch sc;
+  std::uint32_t* qq = nullptr;    // the query rows as the score tiles read them
+  std::uint32_t* pp = nullptr;    // the weights' pairs
+  std::uint32_t* pl = nullptr;    // split's low parts
+  std::uint16_t* zrow = nullptr;  // a row of zero values
   DecodeRows<hwy::bfloat16_t> kvr;
-  std::fill(kvr.ks, kvr.ks + B, 0.0f);
-  std::fill(kvr.vs, kvr.vs + B, 0.0f);
   DecodeRowStates st;
-  std::int32_t first_min = std::numeric_limits<std::int32_t>::max();
-  std::int32_t last_max = std::numeric_limits<std::int32_t>::min();
-  for (std::size_t r = 0; r < rows; ++r) {
-    first_min = std::min(first_min, a.first_key[r]);
-    last_max = std::max(last_max, a.last_key[r]);
-    InitialState(a.sinks, r, st.m[r], st.l[r], st.nan[r]);
+  std::int32_t first_min = 0, last_max = 0;
+  std::size_t pf_end = 0;
+
+  // heads: how many calls run block by block (the prefetch distance is
+  // shared between them).
+  SOFTDOT_UNITS_ATTR HWY_INLINE void Init(const AttnArgs& args,
+                                          std::size_t heads) {
+    constexpr std::size_t B = kKeyTile, H = kUnitsPairOffset;
+    a = &args;
+    const std::size_t rows = args.rows;
+    sc = DecodeSetUp(args, /*widen=*/true);
+    sc.pf_ahead = std::max(B, sc.pf_ahead / B / heads * B);
+    // Over the float copy of the rows and the key widening's room (neither
+    // used here).
+    qq = reinterpret_cast<std::uint32_t*>(sc.qp);
+    PackUnitsQuery(args, qq);
+    pp = reinterpret_cast<std::uint32_t*>(sc.kc);
+    pl = pp + rows * H;
+    zrow = reinterpret_cast<std::uint16_t*>(pl + rows * H);
+    std::memset(zrow, 0, args.dv * sizeof(std::uint16_t));
+    std::fill(kvr.ks, kvr.ks + B, 0.0f);
+    std::fill(kvr.vs, kvr.vs + B, 0.0f);
+    first_min = std::numeric_limits<std::int32_t>::max();
+    last_max = std::numeric_limits<std::int32_t>::min();
+    for (std::size_t r = 0; r < rows; ++r) {
+      first_min = std::min(first_min, args.first_key[r]);
+      last_max = std::max(last_max, args.last_key[r]);
+      InitialState(args.sinks, r, st.m[r], st.l[r], st.nan[r]);
+    }
+    pf_end = std::max(args.j_end, args.prefetch_end);
   }
-  const std::size_t pf_end = std::max(a.j_end, a.prefetch_end);
-  for (std::size_t j0 = a.j_begin; j0 < a.j_end; j0 += B) {
-    const std::size_t kb = std::min(B, a.j_end - j0);
+
+  // The block of keys j0 .. (a block of the call's range).
+  SOFTDOT_UNITS_ATTR HWY_INLINE void Block(std::size_t j0) {
+    constexpr std::size_t B = kKeyTile;
+    const std::size_t rows = a->rows, d = a->d, dv = a->dv;
+    const std::size_t kb = std::min(B, a->j_end - j0);
     const auto first = static_cast<std::int64_t>(j0);
     const auto last = static_cast<std::int64_t>(j0 + kb - 1);
-    if (last < first_min || first > last_max) continue;
+    if (last < first_min || first > last_max) return;
     const std::size_t nb_next =
         j0 + sc.pf_ahead < pf_end ? std::min(B, pf_end - j0 - sc.pf_ahead) : 0;
-    FillDecodeRows(a, j0, kb, kvr);
-    DecodeUnitsScores<Dot>(a, sc, qq, kvr, j0, kb, nb_next);
+    FillDecodeRows(*a, j0, kb, kvr);
+    DecodeUnitsScores<Dot>(*a, sc, qq, kvr, j0, kb, nb_next);
     double alpha[detail::kDecodeMaxRows];
-    const bool any_masked = DecodeSoftmaxStep(a, sc, j0, kb, st, alpha);
+    const bool any_masked = DecodeSoftmaxStep(*a, sc, j0, kb, st, alpha);
     for (std::size_t r = 0; r < rows; ++r) {
       float* pr = sc.P + r * B;
       for (std::size_t j = kb; j < B; ++j) pr[j] = 0.0f;
@@ -526,44 +546,61 @@ SOFTDOT_UNITS_ATTR HWY_INLINE void DecodeUnitsBody(const AttnArgs& a) {
       DecodeRows<float> vf;
       WidenDecodeRows(kvr, kb, d, dv, nullptr, sc.vc, false, vf);
       DecodeBlockValues(sc, rows, dv, kb, vf, true, alpha);
-    } else if (a.pv_split) {
+    } else if (a->pv_split) {
       DecodeUnitsValues<Dot, true>(sc, pp, pl, zrow, kvr, rows, dv, kb, alpha);
     } else {
       DecodeUnitsValues<Dot, false>(sc, pp, pl, zrow, kvr, rows, dv, kb, alpha);
     }
   }
-  for (std::size_t r = 0; r < rows; ++r) {
-    a.out_m[r] = st.m[r];
-    a.out_l[r] = st.nan[r] ? std::numeric_limits<double>::quiet_NaN() : st.l[r];
-    std::memcpy(a.out_o + r * dv, sc.od + r * dv, dv * sizeof(double));
-  }
-}
 
+  HWY_INLINE void Finish() const {
+    const std::size_t dv = a->dv;
+    for (std::size_t r = 0; r < a->rows; ++r) {
+      a->out_m[r] = st.m[r];
+      a->out_l[r] =
+          st.nan[r] ? std::numeric_limits<double>::quiet_NaN() : st.l[r];
+      std::memcpy(a->out_o + r * dv, sc.od + r * dv, dv * sizeof(double));
+    }
+  }
+};
+
+// n calls (at most kDecodeHeadGroup: KV heads of one chunk, the same key
+// range) block by block: each block's keys of every head before the next
+// block's, so that a page whose rows interleave the heads (vLLM's NHD
+// layout) is read in order, once. Each call's bits are its own call's.
 template <class Dot>
-SOFTDOT_UNITS_ATTR HWY_NOINLINE void RunDecodeUnitsWith(const AttnArgs& a) {
-  DecodeUnitsBody<Dot>(a);
+SOFTDOT_UNITS_ATTR HWY_NOINLINE void RunDecodeUnitsWith(const AttnArgs* a,
+                                                        std::size_t n) {
+  DecodeUnitsRun<Dot> run[detail::kDecodeHeadGroup];
+  for (std::size_t h = 0; h < n; ++h) run[h].Init(a[h], n);
+  for (std::size_t j0 = a[0].j_begin; j0 < a[0].j_end; j0 += kKeyTile) {
+    for (std::size_t h = 0; h < n; ++h) run[h].Block(j0);
+  }
+  for (std::size_t h = 0; h < n; ++h) run[h].Finish();
 }
 
 #endif  // SOFTDOT_UNITS_MODEL
 
-// The decode form on the units a.units names (the model where the hardware
-// is not compiled in); the float decode form where neither is, or where
-// the shape does not fit (the schedule sends only shapes that fit).
-HWY_INLINE void RunDecodeUnits(const AttnArgs& a) {
+// The decode form on the units a[0].units names (the model where the
+// hardware is not compiled in) for n calls of one chunk (n KV heads, at most
+// kDecodeHeadGroup); the float decode form, call by call, where neither is
+// or the shape does not fit (the schedule sends only shapes that fit).
+HWY_INLINE void RunDecodeUnits(const AttnArgs* a, std::size_t n) {
 #if SOFTDOT_UNITS_MODEL
-  if (a.kv_type == detail::kKvBF16 &&
-      detail::decode_units_fit(a.d, a.dv, a.rows)) {
+  if (a[0].kv_type == detail::kKvBF16 &&
+      detail::decode_units_fit(a[0].d, a[0].dv, a[0].rows) &&
+      n <= detail::kDecodeHeadGroup) {
 #if SOFTDOT_UNITS_HW
-    if (a.units == detail::kUnitsAvx512Bf16) {
-      RunDecodeUnitsWith<DotHw>(a);
+    if (a[0].units == detail::kUnitsAvx512Bf16) {
+      RunDecodeUnitsWith<DotHw>(a, n);
       return;
     }
 #endif
-    RunDecodeUnitsWith<DotModel>(a);
+    RunDecodeUnitsWith<DotModel>(a, n);
     return;
   }
 #endif
-  RunDecode(a);
+  for (std::size_t h = 0; h < n; ++h) RunDecode(a[h]);
 }
 
 }  // namespace attn

@@ -53,6 +53,10 @@ void softmax_row_kernel(const double* x, const std::uint8_t* mask, double scale,
 // One attention kernel call (kernels/attention_args.h); rows <=
 // attention_max_rows().
 void attention_kernel(const AttnArgs& args) noexcept;
+// n <= kDecodeHeadGroup decode calls on the bfloat16 units over one key
+// range (KV heads of one chunk), run block by block; each call's bits are
+// its own (dispatch_attention_units.cc).
+void attention_decode_units_heads(const AttnArgs* args, std::size_t n) noexcept;
 // One backward kernel call (AttnBackArgs, attention_args.h); rows <=
 // attention_max_rows().
 void attention_backward_kernel(const AttnBackArgs& args) noexcept;

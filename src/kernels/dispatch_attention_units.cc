@@ -25,8 +25,10 @@ void AttentionUnitsRows(const AttnArgs& a) {
   });
 }
 
-// The decode form on the units a.units names (a.decode, a.units != 0).
-void AttentionDecodeUnitsRows(const AttnArgs& a) { attn::RunDecodeUnits(a); }
+// The decode form on the units a[0].units names for n calls of one chunk.
+void AttentionDecodeUnitsRows(const AttnArgs* a, std::size_t n) {
+  attn::RunDecodeUnits(a, n);
+}
 
 unsigned AttentionUnitsCompiled() { return attn::UnitsCompiled(); }
 
@@ -62,7 +64,11 @@ void attention_units_kernel(const AttnArgs& args) noexcept {
   HWY_DYNAMIC_DISPATCH(AttentionUnitsRows)(args);
 }
 void attention_decode_units_kernel(const AttnArgs& args) noexcept {
-  HWY_DYNAMIC_DISPATCH(AttentionDecodeUnitsRows)(args);
+  HWY_DYNAMIC_DISPATCH(AttentionDecodeUnitsRows)(&args, 1);
+}
+void attention_decode_units_heads(const AttnArgs* args,
+                                  std::size_t n) noexcept {
+  HWY_DYNAMIC_DISPATCH(AttentionDecodeUnitsRows)(args, n);
 }
 bool attention_units_dot(float* acc, const std::uint32_t* a,
                          const std::uint32_t* b, std::size_t n,

@@ -754,13 +754,11 @@ TEST(AttentionUnits, DecodeOnTheUnitsHasTheSameBitsOnEveryTarget) {
   }
 }
 
-// The decode form on the units over pages (vLLM's NHD layout and HND, pages
-// in a shuffled order) gives the contiguous call's bits, out and lse.
-TEST(AttentionUnits, PagedDecodeEqualsContiguous) {
-  Restore restore;
-  if (!has_unit("model")) GTEST_SKIP() << "no FMA target: no units path";
-  Shape s;
-  s.B = 2, s.H = 8, s.Hkv = 2, s.nkv = 700, s.d = 64, s.dv = 64, s.seed = 13;
+// The decode form on the units over pages (vLLM's NHD layout, whose KV
+// heads of a chunk run block by block in one task, in groups of up to 8,
+// and HND, pages in a shuffled order) gives the contiguous call's bits, out
+// and lse.
+void paged_decode_equals_contiguous(const Shape& s) {
   const Bf16Case c = make_case(s);
   AttentionOptions o;
   o.causal = true;
@@ -816,12 +814,78 @@ TEST(AttentionUnits, PagedDecodeEqualsContiguous) {
             t);
         req.target = AttentionTarget::output(got.o.view(), got.lse.data());
         req.options = o;
-        softdot::run_attention(req);
+        for (int threads : {1, 2}) {
+          with_threads(threads, [&] {
+            softdot::run_attention(req);
+            return 0;
+          });
+          EXPECT_TRUE(SameBits(want.all(), got.all()))
+              << s.str() << " " << unit << ", pages of " << ps
+              << (nhd ? " NHD, " : " HND, ") << threads << " threads";
+        }
         softdot::force_matrix_unit("");
-        EXPECT_TRUE(SameBits(want.all(), got.all()))
-            << unit << ", pages of " << ps << (nhd ? " NHD" : " HND");
       }
     }
+  }
+}
+
+TEST(AttentionUnits, PagedDecodeEqualsContiguous) {
+  Restore restore;
+  if (!has_unit("model")) GTEST_SKIP() << "no FMA target: no units path";
+  Shape s;
+  s.B = 2, s.H = 8, s.Hkv = 2, s.nkv = 700, s.d = 64, s.dv = 64, s.seed = 13;
+  paged_decode_equals_contiguous(s);
+  // 10 KV heads over 5 chunks: groups of 8 and 2 (at least 4 tasks per
+  // thread: SequenceSchedule::head_group); 3 rows per KV head.
+  Shape t;
+  t.H = 30, t.Hkv = 10, t.nkv = 2100, t.d = 32, t.dv = 64, t.seed = 15;
+  paged_decode_equals_contiguous(t);
+}
+
+// A contiguous cache whose rows interleave the KV heads ([n, H_kv, d] seen
+// as [1, H_kv, n, d]: its KV heads run block by block in one task) gives
+// the bits of the same values stored head after head.
+TEST(AttentionUnits, InterleavedDecodeEqualsContiguous) {
+  Restore restore;
+  if (!has_unit("model")) GTEST_SKIP() << "no FMA target: no units path";
+  Shape s;
+  s.H = 36, s.Hkv = 9, s.nkv = 1100, s.d = 64, s.dv = 32, s.seed = 16;
+  const Bf16Case c = make_case(s);
+  std::vector<BFloat16> k(s.nkv * s.Hkv * s.d), v(s.nkv * s.Hkv * s.dv);
+  for (std::size_t h = 0; h < s.Hkv; ++h)
+    for (std::size_t j = 0; j < s.nkv; ++j) {
+      for (std::size_t x = 0; x < s.d; ++x)
+        k[(j * s.Hkv + h) * s.d + x] = c.p.k.at(0, h, j, x);
+      for (std::size_t x = 0; x < s.dv; ++x)
+        v[(j * s.Hkv + h) * s.dv + x] = c.p.v.at(0, h, j, x);
+    }
+  AttentionOptions o;
+  for (const std::string unit : {"model", "avx512bf16"}) {
+    if (!has_unit(unit)) continue;
+    const Result want = run_unit(c, o, unit);
+    softdot::force_matrix_unit(unit);
+    Result got{Tensor<float>(s.B, s.H, s.nq, s.dv, 0, kOutSentinel, 0),
+               std::vector<float>(s.B * s.H * s.nq + kLseGuard, kLseSentinel)};
+    AttentionRequest req;
+    req.name = "attention";
+    req.q = c.q16.cview();
+    req.kv = KVSource::contiguous(
+        TensorView<const BFloat16>(k.data(), 1, s.Hkv, s.nkv, s.d, 0, s.d,
+                                   s.Hkv * s.d),
+        TensorView<const BFloat16>(v.data(), 1, s.Hkv, s.nkv, s.dv, 0, s.dv,
+                                   s.Hkv * s.dv));
+    req.target = AttentionTarget::output(got.o.view(), got.lse.data());
+    req.options = o;
+    // 1 thread: groups of 8 and 1; 2 threads: of 4, 4 and 1.
+    for (int threads : {1, 2}) {
+      with_threads(threads, [&] {
+        softdot::run_attention(req);
+        return 0;
+      });
+      EXPECT_TRUE(SameBits(want.all(), got.all()))
+          << unit << ", " << threads << " threads";
+    }
+    softdot::force_matrix_unit("");
   }
 }
 
