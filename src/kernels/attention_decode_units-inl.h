@@ -247,7 +247,7 @@ SOFTDOT_UNITS_ATTR HWY_INLINE void DecodeUnitsScores(
   const std::size_t groups = (rows + kRowsPerVec - 1) / kRowsPerVec;
   float* S = sc.S;
   bool first_group = true;
-  auto tiles = [&](auto rg, auto kc, std::size_t g) {
+  auto tiles = [&](auto rg, auto kc, std::size_t g) SOFTDOT_UNITS_ATTR {
     constexpr std::size_t RG = decltype(rg)::value, KC = decltype(kc)::value;
     float* Sg = S + g * kRowsPerVec * B;
     std::size_t j = 0;
@@ -396,7 +396,8 @@ SOFTDOT_UNITS_ATTR HWY_INLINE void DecodeUnitsValues(
   for (std::size_t r = 0; r < rows; ++r) {
     for (std::size_t i = 0; i < N; ++i) alpha_lanes[r][i] = alpha[r];
   }
-  auto tile = [&](auto rt, auto st, std::size_t r0, std::size_t c0) {
+  auto tile = [&](auto rt, auto st, std::size_t r0,
+                  std::size_t c0) SOFTDOT_UNITS_ATTR {
     constexpr std::size_t RT = decltype(rt)::value, ST = decltype(st)::value;
     VF acc[RT][ST][2];
     DecodeUnitsValueTile<Dot, RT, ST, kSplit>(pp, pl, r0, v0, v1, c0, acc);
@@ -412,7 +413,7 @@ SOFTDOT_UNITS_ATTR HWY_INLINE void DecodeUnitsValues(
       }
     }
   };
-  auto columns = [&](auto rt, std::size_t r0) {
+  auto columns = [&](auto rt, std::size_t r0) SOFTDOT_UNITS_ATTR {
     using C1 = std::integral_constant<std::size_t, 1>;
     using C2 = std::integral_constant<std::size_t, 2>;
     std::size_t c = 0;
