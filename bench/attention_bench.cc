@@ -31,12 +31,13 @@
 //                         (attention_util.h); above 1e-4 the benchmark fails.
 //
 // Decode, d = d_v = 128, Q float32, K and V float32, float16, bfloat16 or
-// int8 (Int8KV from softdot::quantize_kv of uniform float data), causal
+// int8 (Int8KV from softdot::quantize_kv of uniform float data) or fp8
+// e4m3fn (BM_decode_sweep only: uniform bytes, a per-tensor scale), causal
 // (bottom-right: no mask at n_q = 1):
 //   BM_attention_decode_{f32,bf16,f16,int8}_{1thread,2threads}/<n_kv>
 //     n_q = 1, 8 query heads on 2 KV heads, batch 1, n_kv in {4096, 65536}
 //     (the default run);
-//   BM_decode_sweep/<f32|f16|bf16|bf16q|int8>/H<heads>_<kv_heads>/nq<n_q>/B<batch>/
+//   BM_decode_sweep/<f32|f16|bf16|bf16q|int8|e4m3>/H<heads>_<kv_heads>/nq<n_q>/B<batch>/
 //     nkv<n_kv>/<1thread|2threads>
 //     the decode issue's shapes, run only when a filter names them
 //     (scripts/decode_table.sh): heads 32/8 and 8/2, n_q 1 and 4, batch 1
@@ -312,7 +313,10 @@ BENCHMARK(BM_attention_prefill_precise_1thread)->Apply(PrefillArgs);
 // ----------------------------------------------------------------------
 constexpr std::size_t kHeadDim = 128;
 
-enum class KvFormat { kF32, kF16, kBF16, kInt8 };
+enum class KvFormat { kF32, kF16, kBF16, kInt8, kE4M3 };
+
+// The per-tensor scale of the fp8 cases (vLLM's k_scale / v_scale).
+constexpr float kFp8Scale = 1.0f / 256;
 
 const char* FormatName(KvFormat f) {
   switch (f) {
@@ -324,6 +328,8 @@ const char* FormatName(KvFormat f) {
       return "bf16";
     case KvFormat::kInt8:
       return "int8";
+    case KvFormat::kE4M3:
+      return "e4m3";
   }
   return "?";
 }
@@ -368,9 +374,11 @@ class DecodeArena {
   std::string Prepare(KvFormat format, std::size_t batch, std::size_t kv_heads,
                       std::size_t n_kv) {
     const std::size_t rows = batch * kv_heads * n_kv;
-    const std::size_t size = format == KvFormat::kF32    ? 4
-                             : format == KvFormat::kInt8 ? 1
-                                                         : 2;
+    const std::size_t size = format == KvFormat::kF32 ? 4
+                             : format == KvFormat::kInt8 ||
+                                     format == KvFormat::kE4M3
+                                 ? 1
+                                 : 2;
     pair_bytes_ = 2 * rows * kHeadDim * size +
                   (format == KvFormat::kInt8 ? 2 * rows * sizeof(float) : 0);
     stride_ = (pair_bytes_ + 4095) / 4096 * 4096;
@@ -439,6 +447,20 @@ class DecodeArena {
       case KvFormat::kF16:
         FillUniform(buffer_.as<softdot::Float16>(), n / 2, 7);
         break;
+      case KvFormat::kE4M3: {
+        // Uniform bytes, e4m3fn's NaN (S.1111.111) made 0: values in
+        // [-448, 448], times kFp8Scale.
+        auto* b = buffer_.as<std::uint8_t>();
+#pragma omp parallel for
+        for (std::int64_t i = 0; i < static_cast<std::int64_t>(n); ++i) {
+          std::uint64_t x = static_cast<std::uint64_t>(i) * 0x9E3779B97F4A7C15u;
+          x ^= x >> 29;
+          auto v = static_cast<std::uint8_t>(x >> 7);
+          if ((v & 0x7f) == 0x7f) v = 0;
+          b[i] = v;
+        }
+        break;
+      }
       default:
         FillUniform(buffer_.as<softdot::BFloat16>(), n / 2, 7);
         break;
@@ -516,6 +538,17 @@ void DecodeCall(const DecodeCase& c, const DecodeArena& arena, std::size_t copy,
           options);
       return;
     }
+    case KvFormat::kE4M3: {
+      using T = softdot::Float8E4M3;
+      const softdot::Float8E4M3KV k{
+          softdot::TensorView<const T>(arena.k<T>(copy), b, h, n, d), {},
+          kFp8Scale};
+      const softdot::Float8E4M3KV v{
+          softdot::TensorView<const T>(arena.v<T>(copy), b, h, n, d), {},
+          kFp8Scale};
+      softdot::attention(q, k, v, o, options);
+      return;
+    }
     case KvFormat::kInt8: {
       using I = std::int8_t;
       const softdot::Int8KV k{
@@ -558,6 +591,15 @@ double DecodeCheck(const DecodeCase& c, const DecodeArena& arena,
             vd[j * d + x] = vs[j] * static_cast<float>(vq[j * d + x]);
           }
         }
+      } else if (c.format == KvFormat::kE4M3) {
+        kd.resize(n * d);
+        vd.resize(n * d);
+        const auto* kq = arena.k<softdot::Float8E4M3>(0) + off * d;
+        const auto* vq = arena.v<softdot::Float8E4M3>(0) + off * d;
+        for (std::size_t j = 0; j < n * d; ++j) {
+          kd[j] = softdot::to_float(kq[j]) * kFp8Scale;
+          vd[j] = softdot::to_float(vq[j]) * kFp8Scale;
+        }
       }
       for (std::size_t i = 0; i < c.n_q; ++i) {
         const std::size_t row = (b * c.heads + h) * c.n_q + i;
@@ -582,6 +624,7 @@ double DecodeCheck(const DecodeCase& c, const DecodeArena& arena,
                                     visible, d, d, scale, orow);
             break;
           case KvFormat::kInt8:
+          case KvFormat::kE4M3:
             err = AttentionRowError(qr, kd.data(), vd.data(), visible, d, d,
                                     scale, orow);
             break;
@@ -741,7 +784,7 @@ BENCHMARK(BM_attention_decode_int8_1thread)->Apply(DecodeArgs);
 BENCHMARK(BM_attention_decode_int8_2threads)->Apply(DecodeArgs);
 
 // The sweep, registered by name so that only a filter runs it:
-//   BM_decode_sweep/<f32|f16|bf16|bf16q|int8>/H<heads>_<kv_heads>/nq<n_q>/B<batch>/
+//   BM_decode_sweep/<f32|f16|bf16|bf16q|int8|e4m3>/H<heads>_<kv_heads>/nq<n_q>/B<batch>/
 //     nkv<n_kv>/<1thread|2threads>
 // in an order that keeps one arena fill per format and shape.
 bool RegisterDecodeSweep() {
@@ -749,7 +792,7 @@ bool RegisterDecodeSweep() {
   for (const auto& [f, q16] :
        {std::pair{KvFormat::kF32, false}, std::pair{KvFormat::kF16, false},
         std::pair{KvFormat::kBF16, false}, std::pair{KvFormat::kBF16, true},
-        std::pair{KvFormat::kInt8, false}}) {
+        std::pair{KvFormat::kInt8, false}, std::pair{KvFormat::kE4M3, false}}) {
     for (const auto& [hq, hkv] : {std::pair<std::size_t, std::size_t>{32, 8},
                                   std::pair<std::size_t, std::size_t>{8, 2}}) {
       for (std::size_t batch : {std::size_t{1}, std::size_t{8}}) {

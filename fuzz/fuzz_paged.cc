@@ -44,10 +44,17 @@ T value_of(FuzzedDataProvider& f) {
     return softdot::to_float16(x);
   } else if constexpr (std::is_same_v<T, BFloat16>) {
     return softdot::to_bfloat16(x);
-  } else {
+  } else if constexpr (std::is_same_v<T, std::int8_t>) {
     return static_cast<std::int8_t>(f.ConsumeIntegralInRange<int>(-127, 127));
+  } else {
+    // fp8: any pattern, NaN and e5m2's infinities included.
+    return T{f.ConsumeIntegral<std::uint8_t>()};
   }
 }
+
+template <class T>
+constexpr bool kFp8 = std::is_same_v<T, softdot::Float8E4M3> ||
+                      std::is_same_v<T, softdot::Float8E5M2>;
 
 struct Case {
   std::size_t B = 1, H = 1, Hkv = 1, d = 1, dv = 1, ps = 1, P = 1, bps = 1;
@@ -57,10 +64,12 @@ struct Case {
   softdot::AttentionOptions o;
 };
 
-// The ragged call of format T (int8 with scales), and each sequence alone.
+// The ragged call of format T (int8 and fp8 with scales; fp8 per token or
+// per tensor), and each sequence alone.
 template <class T>
 void attend(FuzzedDataProvider& f, const Case& c) {
-  constexpr bool kInt8 = std::is_same_v<T, std::int8_t>;
+  constexpr bool kInt8 = std::is_same_v<T, std::int8_t> || kFp8<T>;
+  const bool per_tensor = kFp8<T> && f.ConsumeBool();
   std::vector<T> k(c.P * c.Hkv * c.ps * c.d), v(c.P * c.Hkv * c.ps * c.dv);
   for (auto& x : k) x = value_of<T>(f);
   for (auto& x : v) x = value_of<T>(f);
@@ -99,7 +108,15 @@ void attend(FuzzedDataProvider& f, const Case& c) {
                                c.H * c.dv);
     const TensorView<const float> qq(q.data() + q0 * c.H * c.d, 1, c.H, rows,
                                      c.d, 0, c.d, c.H * c.d);
-    if constexpr (kInt8) {
+    if constexpr (kFp8<T>) {
+      const softdot::Float8KV<T> k8{kp, per_tensor ? TensorView<const float>{}
+                                                   : ksv,
+                                    per_tensor ? 0.5f : 1.0f};
+      const softdot::Float8KV<T> v8{vp, per_tensor ? TensorView<const float>{}
+                                                   : vsv,
+                                    per_tensor ? 0.375f : 1.0f};
+      softdot::paged_attention(qq, k8, v8, t, ov, c.o);
+    } else if constexpr (kInt8) {
       softdot::paged_attention(qq, Int8KV{kp, ksv}, Int8KV{vp, vsv}, t, ov,
                                c.o);
     } else if (q_bf16) {
@@ -167,6 +184,7 @@ void attend(FuzzedDataProvider& f, const Case& c) {
 template <class P>
 void write(FuzzedDataProvider& f, const Case& c) {
   constexpr bool kInt8 = std::is_same_v<P, std::int8_t>;
+  const bool per_tensor = kFp8<P> && f.ConsumeBool();
   const std::size_t T = f.ConsumeIntegralInRange<std::size_t>(0, 12);
   std::vector<std::int64_t> slots(T);
   for (auto& s : slots) {
@@ -201,7 +219,17 @@ void write(FuzzedDataProvider& f, const Case& c) {
   const TensorView<P> kpv(kp.data(), c.P, c.Hkv, c.ps, c.d);
   const TensorView<P> vpv(vp.data(), c.P, c.Hkv, c.ps, c.dv);
   try {
-    if constexpr (kInt8) {
+    if constexpr (kFp8<P>) {
+      const TensorView<float> ksv(ks.data(), c.P, c.Hkv, c.ps, 1);
+      const TensorView<float> vsv(vs.data(), c.P, c.Hkv, c.ps, 1);
+      softdot::write_kv(
+          kv, vv,
+          softdot::Float8Pages<P>{kpv, per_tensor ? TensorView<float>{} : ksv,
+                                  per_tensor ? 0.25f : 1.0f},
+          softdot::Float8Pages<P>{vpv, per_tensor ? TensorView<float>{} : vsv,
+                                  per_tensor ? 0.25f : 1.0f},
+          slots);
+    } else if constexpr (kInt8) {
       softdot::write_kv(
           kv, vv,
           Int8Pages{kpv, TensorView<float>(ks.data(), c.P, c.Hkv, c.ps, 1)},
@@ -294,7 +322,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
     }
     c.o.alibi_slopes = c.slopes;
   }
-  switch (f.ConsumeIntegralInRange<int>(0, 3)) {
+  switch (f.ConsumeIntegralInRange<int>(0, 5)) {
     case 0:
       attend<float>(f, c);
       write<float>(f, c);
@@ -306,6 +334,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
     case 2:
       attend<BFloat16>(f, c);
       write<BFloat16>(f, c);
+      break;
+    case 3:
+      attend<softdot::Float8E4M3>(f, c);
+      write<softdot::Float8E4M3>(f, c);
+      break;
+    case 4:
+      attend<softdot::Float8E5M2>(f, c);
+      write<softdot::Float8E5M2>(f, c);
       break;
     default:
       attend<std::int8_t>(f, c);

@@ -175,7 +175,7 @@ struct State {
 template <class KT>
 void set_kv_args(detail::AttnArgs& a, const KVViews<KT>& kv,
                  const PagedKVTable* table, std::size_t b, std::size_t kh) {
-  constexpr bool kInt8 = std::is_same_v<KT, std::int8_t>;
+  constexpr bool kInt8 = detail::kScaledKv<KT>;  // int8 or fp8: scales
   a.kv_type = kv_type<KT>();
   const std::size_t kb = table ? 0 : b;
   // A view with no keys spans nothing, so its strides were not checked
@@ -609,6 +609,8 @@ SOFTDOT_FLOAT_QUERY_ENTRIES(TensorView<const float>)
 SOFTDOT_FLOAT_QUERY_ENTRIES(TensorView<const Float16>)
 SOFTDOT_FLOAT_QUERY_ENTRIES(TensorView<const BFloat16>)
 SOFTDOT_FLOAT_QUERY_ENTRIES(const Int8KV&)
+SOFTDOT_FLOAT_QUERY_ENTRIES(const Float8E4M3KV&)
+SOFTDOT_FLOAT_QUERY_ENTRIES(const Float8E5M2KV&)
 #undef SOFTDOT_FLOAT_QUERY_ENTRIES
 
 // The 16-bit-query overloads: q, k, v and out all of one format.

@@ -272,6 +272,16 @@ template Plan check_and_plan<std::int8_t>(const char*, const QueryTensor&,
                                           const TensorView<const std::int8_t>*,
                                           const OutputTensor&, const char*,
                                           std::size_t, const AttentionOptions&);
+template Plan check_and_plan<Float8E4M3>(const char*, const QueryTensor&,
+                                         const TensorView<const Float8E4M3>&,
+                                         const TensorView<const Float8E4M3>*,
+                                         const OutputTensor&, const char*,
+                                         std::size_t, const AttentionOptions&);
+template Plan check_and_plan<Float8E5M2>(const char*, const QueryTensor&,
+                                         const TensorView<const Float8E5M2>&,
+                                         const TensorView<const Float8E5M2>*,
+                                         const OutputTensor&, const char*,
+                                         std::size_t, const AttentionOptions&);
 
 std::string check_scales_shape(const char* fn, const char* name,
                                const TensorView<const std::int8_t>& values,
@@ -286,6 +296,13 @@ std::string check_scales_shape(const char* fn, const char* name,
              " for " + shape(name, values));
   }
   return sname;
+}
+
+void check_tensor_scale(const char* fn, const char* name, float scale) {
+  if (!(std::isfinite(scale) && scale >= 0.0f)) {
+    fail(fn, std::string(name) + " scale = " + number(scale) +
+                 " is not finite and >= 0");
+  }
 }
 
 void check_scales(const char* fn, const char* name,
@@ -377,7 +394,10 @@ using detail::attn::add_option_spans;
 using detail::attn::check_and_plan;
 using detail::attn::check_paged_and_plan;
 using detail::attn::check_paged_scales;
+using detail::attn::byte_view;
 using detail::attn::check_scales;
+using detail::attn::check_tensor_scale;
+using detail::attn::kIsFloat8KV;
 using detail::attn::fail;
 using detail::attn::first_overlap;
 using detail::attn::KVViews;
@@ -396,6 +416,10 @@ const char* kv_format_name(KVFormat f) noexcept {
       return "bfloat16";
     case KVFormat::kInt8:
       return "int8";
+    case KVFormat::kFloat8E4M3:
+      return "float8_e4m3fn";
+    case KVFormat::kFloat8E5M2:
+      return "float8_e5m2";
   }
   return "unknown";
 }
@@ -432,9 +456,12 @@ void check_forward_overlap(const char* fn, const AttentionRequest& r,
   std::visit([&](const auto& v) { add(named_span("q", v)); }, r.q.variant());
   add(named_span(s.paged ? "k_pages" : "k", w.k));
   if (s.has_v) add(named_span(s.paged ? "v_pages" : "v", w.v));
-  if constexpr (std::is_same_v<KT, std::int8_t>) {
-    add(named_span(s.paged ? "k_pages scales" : "k scales", w.k_scales));
-    if (s.has_v) {
+  if constexpr (detail::kScaledKv<KT>) {
+    // (A per-tensor scale is the request's own float.)
+    if (!w.k_per_tensor) {
+      add(named_span(s.paged ? "k_pages scales" : "k scales", w.k_scales));
+    }
+    if (s.has_v && !w.v_per_tensor) {
       add(named_span(s.paged ? "v_pages scales" : "v scales", w.v_scales));
     }
   }
@@ -485,14 +512,40 @@ Plan check_typed(const char* fn, const AttentionRequest& r,
                        out_cols, r.options);
   }
   check_forward_overlap(fn, r, w, out_name);
-  if constexpr (std::is_same_v<KT, std::int8_t>) {
-    if (s.paged) {
-      check_paged_scales(fn, "k_pages", w.k, w.k_scales, s.table);
-      check_paged_scales(fn, "v_pages", w.v, w.v_scales, s.table);
-    } else {
-      check_scales(fn, "k", w.k, w.k_scales);
-      if (s.has_v) check_scales(fn, "v", w.v, w.v_scales);
+  if constexpr (detail::kScaledKv<KT>) {
+    const auto check_one = [&](const char* name, const TensorView<const KT>& x,
+                               const TensorView<const float>& sc,
+                               bool per_tensor) {
+      if (per_tensor) {
+        check_tensor_scale(fn, name, *sc.data);
+      } else if (s.paged) {
+        check_paged_scales(fn, name, byte_view(x), sc, s.table);
+      } else {
+        check_scales(fn, name, byte_view(x), sc);
+      }
+    };
+    check_one(s.paged ? "k_pages" : "k", w.k, w.k_scales, w.k_per_tensor);
+    if (s.has_v) {
+      check_one(s.paged ? "v_pages" : "v", w.v, w.v_scales, w.v_per_tensor);
     }
+    // fp8: a per-tensor scale beside per-row scales would be ignored.
+    const auto check_both = [&](const char* name, const KVTensor& t) {
+      std::visit(
+          [&](const auto& x) {
+            using X = std::decay_t<decltype(x)>;
+            if constexpr (kIsFloat8KV<X>) {
+              if (x.scales.data != nullptr && x.scale != 1.0f) {
+                fail(fn, std::string(name) + " has scales and scale = " +
+                             detail::number(x.scale) +
+                             ": give one of them (scale must stay 1 with "
+                             "per-token scales)");
+              }
+            }
+          },
+          t.variant());
+    };
+    check_both(s.paged ? "k_pages" : "k", s.k);
+    if (s.has_v) check_both(s.paged ? "v_pages" : "v", s.v);
   }
   return p;
 }
@@ -511,6 +564,8 @@ std::size_t dim_of(const KVTensor::Variant& v, F f) noexcept {
     return f(*t);
   }
   if (const auto* t = std::get_if<Int8KV>(&v)) return f(t->values);
+  if (const auto* t = std::get_if<Float8E4M3KV>(&v)) return f(t->values);
+  if (const auto* t = std::get_if<Float8E5M2KV>(&v)) return f(t->values);
   return 0;
 }
 

@@ -17,6 +17,7 @@
 
 #include "check.h"
 #include "kernels/attention_args.h"
+#include "kernels/dequantize.h"
 #include "softdot/attention.h"
 #include "softdot/attention_request.h"
 
@@ -216,6 +217,8 @@ constexpr int kv_type() {
   if constexpr (std::is_same_v<KT, Float16>) return detail::kKvF16;
   if constexpr (std::is_same_v<KT, BFloat16>) return detail::kKvBF16;
   if constexpr (std::is_same_v<KT, std::int8_t>) return detail::kKvI8;
+  if constexpr (std::is_same_v<KT, Float8E4M3>) return detail::kKvE4M3;
+  if constexpr (std::is_same_v<KT, Float8E5M2>) return detail::kKvE5M2;
   return detail::kKvF32;
 }
 
@@ -287,11 +290,32 @@ void check_paged_scales(const char* fn, const char* name,
                         const TensorView<const float>& scales,
                         const PagedKVTable& table);
 
-// A request's K/V views typed by format (int8: the values, and the scales).
+// The values of an 8-bit format as a view of bytes of the same shape and
+// strides (the scale checks only read their shape).
+template <class T>
+TensorView<const std::int8_t> byte_view(const TensorView<const T>& t) {
+  static_assert(sizeof(T) == 1);
+  return {reinterpret_cast<const std::int8_t*>(t.data),
+          t.batch,
+          t.heads,
+          t.rows,
+          t.cols,
+          t.batch_stride,
+          t.head_stride,
+          t.row_stride};
+}
+
+// A per-tensor fp8 scale (name "k", "v_pages", ...): finite and >= 0.
+void check_tensor_scale(const char* fn, const char* name, float scale);
+
+// A request's K/V views typed by format (int8 and fp8: the values, and the
+// scales; an fp8 per-tensor scale is a scales view with strides 0 over the
+// request's own float, k_per_tensor / v_per_tensor set).
 template <class KT>
 struct KVViews {
   TensorView<const KT> k, v;
-  TensorView<const float> k_scales, v_scales;  // int8 only
+  TensorView<const float> k_scales, v_scales;  // int8 and fp8 only
+  bool k_per_tensor = false, v_per_tensor = false;
 };
 
 // M(KT) for each K/V element type a request may carry (explicit
@@ -300,7 +324,23 @@ struct KVViews {
   M(float)                          \
   M(Float16)                        \
   M(BFloat16)                       \
-  M(std::int8_t)
+  M(std::int8_t)                    \
+  M(Float8E4M3)                     \
+  M(Float8E5M2)
+
+template <class K>
+inline constexpr bool kIsFloat8KV = std::is_same_v<K, Float8E4M3KV> ||
+                                    std::is_same_v<K, Float8E5M2KV>;
+
+// The scales of fp8 keys or values x as the kernels read them: the view,
+// or one float broadcast over every row (strides 0; the request's own
+// `scale`, alive as long as the request).
+template <class T>
+TensorView<const float> float8_scales(const Float8KV<T>& x, bool* per_tensor) {
+  *per_tensor = x.scales.data == nullptr;
+  if (!*per_tensor) return x.scales;
+  return {&x.scale, x.values.batch, x.values.heads, x.values.rows, 1, 0, 0, 0};
+}
 
 // Calls f(KVViews<KT>) with the request's keys and values in their format
 // (v empty when the source has none). The formats of k and v must agree
@@ -318,6 +358,18 @@ void visit_kv(const KVSource& s, F&& f) {
             const auto& v = std::get<Int8KV>(s.v.variant());
             w.v = v.values;
             w.v_scales = v.scales;
+          }
+          f(w);
+        } else if constexpr (kIsFloat8KV<K>) {
+          using KT = std::remove_const_t<
+              std::remove_pointer_t<decltype(k.values.data)>>;
+          KVViews<KT> w;
+          w.k = k.values;
+          w.k_scales = float8_scales(k, &w.k_per_tensor);
+          if (s.has_v) {
+            const auto& v = std::get<K>(s.v.variant());
+            w.v = v.values;
+            w.v_scales = float8_scales(v, &w.v_per_tensor);
           }
           f(w);
         } else {

@@ -276,6 +276,8 @@ SOFTDOT_PAGED_PLAN(float)
 SOFTDOT_PAGED_PLAN(Float16)
 SOFTDOT_PAGED_PLAN(BFloat16)
 SOFTDOT_PAGED_PLAN(std::int8_t)
+SOFTDOT_PAGED_PLAN(Float8E4M3)
+SOFTDOT_PAGED_PLAN(Float8E5M2)
 #undef SOFTDOT_PAGED_PLAN
 
 void check_paged_scales(const char* fn, const char* name,

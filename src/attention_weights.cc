@@ -57,6 +57,9 @@ void for_each_score_row(const Plan& p, const TensorView<const float>& q,
           } else if constexpr (std::is_same_v<KT, std::int8_t>) {
             krow_f[j * p.d + c] =
                 detail::dequantize_int8(kr[c], *k_scales->row(b, kh, j));
+          } else if constexpr (detail::kScaledKv<KT>) {
+            krow_f[j * p.d + c] =
+                detail::dequantize_fp8(kr[c], *k_scales->row(b, kh, j));
           } else {
             krow_f[j * p.d + c] = to_float(kr[c]);
           }
@@ -116,7 +119,7 @@ void run_explicit(const AttentionPlan& plan, const KVViews<KT>& kv) {
   const TensorView<float>& out = *r.target.out.f32();
   const TensorView<const float>& q = *r.q.f32();
   const TensorView<const float>* k_scales =
-      std::is_same_v<KT, std::int8_t> ? &kv.k_scales : nullptr;
+      detail::kScaledKv<KT> ? &kv.k_scales : nullptr;
   constexpr float kInf = std::numeric_limits<float>::infinity();
   // No keys: the target has no columns, nothing to write, and its strides
   // (like those of every view that spans nothing) are unchecked, so no row
@@ -179,6 +182,8 @@ SOFTDOT_EXPLICIT_TARGETS(TensorView<const float>)
 SOFTDOT_EXPLICIT_TARGETS(TensorView<const Float16>)
 SOFTDOT_EXPLICIT_TARGETS(TensorView<const BFloat16>)
 SOFTDOT_EXPLICIT_TARGETS(const Int8KV&)
+SOFTDOT_EXPLICIT_TARGETS(const Float8E4M3KV&)
+SOFTDOT_EXPLICIT_TARGETS(const Float8E5M2KV&)
 #undef SOFTDOT_EXPLICIT_TARGETS
 
 }  // namespace softdot

@@ -31,10 +31,10 @@ void with_rows(const char* name, const KVTensor& t, F&& f, bool check = true) {
   std::visit(
       [&](const auto& v) {
         using V = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<V, Int8KV>) {
-          fail(kFn, std::string(name) +
-                        " is int8; write_kv takes float32, float16 or "
-                        "bfloat16 rows (it quantises into int8 pages)");
+        if constexpr (std::is_same_v<V, Int8KV> || kIsFloat8KV<V>) {
+          fail(kFn, std::string(name) + " is " + kv_format_name(t.format()) +
+                        "; write_kv takes float32, float16 or bfloat16 rows "
+                        "(it quantises into int8 and fp8 pages)");
         } else {
           if (check) check_tensor(kFn, name, v);
           f(v);
@@ -60,6 +60,32 @@ void with_pages(const char* name, const KVPages& p, F&& f) {
                           shape(sname.c_str(), v.values.batch, v.values.heads,
                                 v.values.rows, 1) +
                           " for " + shape(name, v.values));
+          }
+          f(v.values);
+        } else if constexpr (requires { v.scale; }) {  // fp8 pages
+          check_tensor(kFn, name, v.values);
+          const std::string sname = std::string(name) + " scales";
+          if (v.scales.data == nullptr) {
+            if (!(std::isfinite(v.scale) && v.scale > 0.0f)) {
+              fail(kFn, std::string(name) + " scale = " + number(v.scale) +
+                            " must be finite and > 0 to write");
+            }
+          } else {
+            check_tensor(kFn, sname.c_str(), v.scales);
+            if (v.scales.batch != v.values.batch ||
+                v.scales.heads != v.values.heads ||
+                v.scales.rows != v.values.rows || v.scales.cols != 1) {
+              fail(kFn, shape(sname.c_str(), v.scales) + " must be " +
+                            shape(sname.c_str(), v.values.batch,
+                                  v.values.heads, v.values.rows, 1) +
+                            " for " + shape(name, v.values));
+            }
+            if (v.scale != 1.0f) {
+              fail(kFn, std::string(name) + " has scales and scale = " +
+                            number(v.scale) +
+                            ": give one of them (scale must stay 1 with "
+                            "per-token scales)");
+            }
           }
           f(v.values);
         } else {
@@ -105,6 +131,16 @@ void store_row(const KVPages& p, std::size_t page, std::size_t h, std::size_t r,
           // Finite rows only (checked before anything was written).
           detail::quantize_int8_row(x, n, v.values.row(page, h, r),
                                     v.scales.row(page, h, r));
+        } else if constexpr (requires { v.scale; }) {  // fp8 pages
+          using T = std::remove_pointer_t<decltype(v.values.data)>;
+          T* dst = v.values.row(page, h, r);
+          if (v.scales.data != nullptr) {
+            detail::quantize_fp8_row(x, n, dst, v.scales.row(page, h, r));
+          } else {
+            for (std::size_t c = 0; c < n; ++c) {
+              dst[c] = detail::quantize_fp8<T>(x[c], v.scale);
+            }
+          }
         } else if constexpr (std::is_same_v<V, TensorView<float>>) {
           std::copy(x, x + n, v.row(page, h, r));
         } else if constexpr (std::is_same_v<V, TensorView<Float16>>) {
@@ -190,8 +226,11 @@ void write_kv(const KVTensor& key, const KVTensor& value,
                     " and row " + count(used[i].second) + " of slot_mapping");
     }
   }
-  // int8 pages: every row written must be finite (quantize_kv's rule).
-  const bool int8 = k_pages.format() == KVFormat::kInt8;
+  // int8 and fp8 pages: every row written must be finite (quantize_kv's
+  // rule; an fp8 scale cannot be computed from inf, and e4m3fn has none).
+  const bool int8 = k_pages.format() == KVFormat::kInt8 ||
+                    k_pages.format() == KVFormat::kFloat8E4M3 ||
+                    k_pages.format() == KVFormat::kFloat8E5M2;
   std::vector<float> row(std::max(k.cols, v.cols));
   if (int8) {
     auto check_rows = [&](const char* name, const KVTensor& x, std::size_t n) {
@@ -279,6 +318,21 @@ std::vector<RowBytes> views_of(const Variant& pages) {
       pages);
 }
 
+// An fp8 source's per-tensor scale (0 for every other format and for
+// per-token scales, whose memory same_views compares).
+template <class Variant>
+float tensor_scale(const Variant& pages) {
+  return std::visit(
+      [](const auto& v) -> float {
+        if constexpr (requires { v.scale; }) {
+          return v.scales.data == nullptr ? v.scale : 0.0f;
+        } else {
+          return 0.0f;
+        }
+      },
+      pages);
+}
+
 bool same_views(const std::vector<RowBytes>& a,
                 const std::vector<RowBytes>& b) {
   if (a.size() != b.size()) return false;
@@ -304,11 +358,14 @@ void write_kv_and_attend(const KVTensor& key, const KVTensor& value,
                               vw = views_of(v_pages.variant());
   if (!attend.kv.paged || !attend.kv.has_v ||
       !same_views(kw, views_of(attend.kv.k.variant())) ||
-      !same_views(vw, views_of(attend.kv.v.variant()))) {
+      !same_views(vw, views_of(attend.kv.v.variant())) ||
+      k_pages.format() != attend.kv.k.format() ||
+      tensor_scale(k_pages.variant()) != tensor_scale(attend.kv.k.variant()) ||
+      tensor_scale(v_pages.variant()) != tensor_scale(attend.kv.v.variant())) {
     fail(fn,
          "the attention request must read the pages written: a paged "
          "KVSource over k_pages and v_pages (the same memory, format, shape "
-         "and strides)");
+         "and strides, and an fp8 cache's per-tensor scales)");
   }
   // The old contents of every slot in range (a bad slot fails write_kv's
   // checks before anything is written).

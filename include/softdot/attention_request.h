@@ -38,28 +38,35 @@ enum class KVFormat : int {
   kFloat32 = 0,
   kFloat16 = 1,
   kBFloat16 = 2,
-  kInt8 = 3
+  kInt8 = 3,
+  kFloat8E4M3 = 4,
+  kFloat8E5M2 = 5
 };
 
-// "float32", "float16", "bfloat16" or "int8".
+// "float32", "float16", "bfloat16", "int8", "float8_e4m3fn" or
+// "float8_e5m2".
 const char* kv_format_name(KVFormat f) noexcept;
 
 // Keys or values in one of the formats attention reads. Implicit from each
-// view, so a TensorView or an Int8KV can be passed where one is expected.
+// view, so a TensorView, an Int8KV or a Float8KV can be passed where one is
+// expected.
 class KVTensor {
  public:
   using Variant =
       std::variant<TensorView<const float>, TensorView<const Float16>,
-                   TensorView<const BFloat16>, Int8KV>;
+                   TensorView<const BFloat16>, Int8KV, Float8E4M3KV,
+                   Float8E5M2KV>;
   KVTensor() = default;
   KVTensor(TensorView<const float> t) : v_(t) {}     // NOLINT: implicit
   KVTensor(TensorView<const Float16> t) : v_(t) {}   // NOLINT: implicit
   KVTensor(TensorView<const BFloat16> t) : v_(t) {}  // NOLINT: implicit
   KVTensor(const Int8KV& t) : v_(t) {}               // NOLINT: implicit
+  KVTensor(const Float8E4M3KV& t) : v_(t) {}         // NOLINT: implicit
+  KVTensor(const Float8E5M2KV& t) : v_(t) {}         // NOLINT: implicit
 
   KVFormat format() const noexcept { return static_cast<KVFormat>(v_.index()); }
   const Variant& variant() const noexcept { return v_; }
-  // The values' shape (for int8, of the values, not of the scales).
+  // The values' shape (for int8 and fp8, of the values, not of the scales).
   std::size_t batch() const noexcept;
   std::size_t heads() const noexcept;
   std::size_t rows() const noexcept;

@@ -8,6 +8,7 @@
 #include "softdot/cross_entropy.h"
 #include "softdot/dot.h"
 #include "softdot/float16.h"
+#include "softdot/float8.h"
 #include "softdot/kv_cache.h"
 #include "softdot/linear_cross_entropy.h"
 #include "softdot/matrix.h"

@@ -56,6 +56,9 @@ inline constexpr int kKvF32 = 0;
 inline constexpr int kKvF16 = 1;
 inline constexpr int kKvBF16 = 2;
 inline constexpr int kKvI8 = 3;  // int8 with one float scale per row
+// fp8 with one float scale per row (a per-tensor scale: strides 0).
+inline constexpr int kKvE4M3 = 4;
+inline constexpr int kKvE5M2 = 5;
 
 // The units the prefill form's products run on (AttnArgs::units; bits of
 // attention_units(), dispatch.h). 0: float32 FMAs (the reference path).
@@ -68,7 +71,8 @@ struct AttnArgs {
   std::size_t k_stride = 0;
   const void* v = nullptr;  // value j at v + j * v_stride
   std::size_t v_stride = 0;
-  // kKvI8: the scale of key j at k_scale[j * k_scale_stride] (values: v_).
+  // kKvI8, kKvE4M3, kKvE5M2: the scale of key j at
+  // k_scale[j * k_scale_stride] (values: v_; a per-tensor scale has stride 0).
   const float* k_scale = nullptr;
   std::size_t k_scale_stride = 0;
   const float* v_scale = nullptr;

@@ -528,7 +528,7 @@ void RunDecodeT(const AttnArgs& a) {
   constexpr bool kStored = !std::is_same_v<T, float>;
   const DecodeScratch sc = DecodeSetUp(a, kTiled ? kStored : KvWidened(a));
   DecodeRows<T> kvr;
-  if constexpr (!std::is_same_v<T, std::int8_t>) {
+  if constexpr (!detail::kScaledKv<T>) {
     std::fill(kvr.ks, kvr.ks + B, 0.0f);
     std::fill(kvr.vs, kvr.vs + B, 0.0f);
   }
@@ -598,6 +598,10 @@ inline void RunDecode(const AttnArgs& a) {
         return RunDecodeT<hwy::bfloat16_t, true>(a);
       case detail::kKvI8:
         return RunDecodeT<std::int8_t, true>(a);
+      case detail::kKvE4M3:
+        return RunDecodeT<Float8E4M3, true>(a);
+      case detail::kKvE5M2:
+        return RunDecodeT<Float8E5M2, true>(a);
       default:
         return RunDecodeT<float, true>(a);
     }

@@ -13,8 +13,10 @@
 // kv_type in attention_args.h, its cases here (address, LoadBlock's
 // widening, LoadRow, RowElement, element size) and a case in RunDecode.
 // Today: float32 (read in place), float16 and bfloat16 (widened exactly),
-// int8 with one float scale per row (widened to scale * q, one rounding:
-// dequantize_int8 in dequantize.h is the scalar form, the same bits); each
+// int8 and fp8 (e4m3fn, e5m2) with one float scale per row (widened to
+// scale * q, one rounding: dequantize_int8 and dequantize_fp8 in
+// dequantize.h are the scalar forms, the same bits; a per-tensor fp8 scale
+// is a scale view with strides 0); each
 // of them contiguous or paged (AttnArgs::block_table: KvOffset maps a key
 // through the page table; float32 tiles that cross a page are gathered).
 
@@ -35,6 +37,7 @@
 #include "kernels/attention_common-inl.h"
 #include "kernels/dequantize.h"
 #include "softdot/float16.h"
+#include "softdot/float8.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace softdot {
@@ -42,6 +45,8 @@ namespace HWY_NAMESPACE {
 namespace attn {
 
 using detail::kKvBF16;
+using detail::kKvE4M3;
+using detail::kKvE5M2;
 using detail::kKvF32;
 using detail::kKvI8;
 
@@ -54,7 +59,16 @@ HWY_INLINE bool KvWidened(const AttnArgs& a) {
 
 // Bytes per stored element.
 HWY_INLINE std::size_t KvElementBytes(const AttnArgs& a) {
-  return a.kv_type == kKvF32 ? 4 : a.kv_type == kKvI8 ? 1 : 2;
+  switch (a.kv_type) {
+    case kKvF32:
+      return 4;
+    case kKvI8:
+    case kKvE4M3:
+    case kKvE5M2:
+      return 1;
+    default:
+      return 2;
+  }
 }
 
 // The offset (in elements) of key j's row in storage whose rows are
@@ -136,6 +150,63 @@ HWY_INLINE void WidenInt8(const std::int8_t* src, float scale, float* dst,
   for (; i < n; ++i) dst[i] = detail::dequantize_int8(src[i], scale);
 }
 
+// The bits of 8-bit storage as 16-bit lanes of D's lane count.
+template <class D>
+HWY_INLINE hn::Vec<hn::Rebind<std::uint16_t, D>> LoadBytes16(
+    D, const std::uint8_t* HWY_RESTRICT p) {
+  const hn::Rebind<std::uint16_t, D> d16;
+  const hn::Rebind<std::uint8_t, D> d8;
+  return hn::PromoteTo(d16, hn::LoadU(d8, p));
+}
+
+// (Defined again for each target: this file is included once per target.)
+#undef SOFTDOT_HAVE_LOAD_FP8
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || \
+    HWY_TARGET == HWY_AVX3_DL
+#define SOFTDOT_HAVE_LOAD_FP8 1
+// fp8 widened through float16 (F16C: exact, subnormals included, and not
+// subject to the DAZ flag): e5m2 is a float16's top byte; e4m3fn's bits
+// shifted into a float16 (sign to the top, magnitude left by 7) give the
+// value times 2^-8, subnormals included, times 256 exactly. Its NaN
+// (magnitude 0x7f) becomes +-480 there, a magnitude no finite e4m3fn value
+// has (the largest is 448), and is put back as NaN.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadFp8(D d, const Float8E5M2* HWY_RESTRICT p) {
+  const hn::Rebind<hwy::float16_t, D> dh;
+  const auto b = LoadBytes16(d, reinterpret_cast<const std::uint8_t*>(p));
+  return hn::PromoteTo(d, hn::BitCast(dh, hn::ShiftLeft<8>(b)));
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadFp8(D d, const Float8E4M3* HWY_RESTRICT p) {
+  const hn::Rebind<hwy::float16_t, D> dh;
+  const hn::Rebind<std::uint16_t, D> d16;
+  const auto b = LoadBytes16(d, reinterpret_cast<const std::uint8_t*>(p));
+  const auto h = hn::Or(hn::ShiftLeft<8>(hn::And(b, hn::Set(d16, 0x80))),
+                        hn::ShiftLeft<7>(hn::And(b, hn::Set(d16, 0x7f))));
+  const auto v =
+      hn::Mul(hn::PromoteTo(d, hn::BitCast(dh, h)), hn::Set(d, 256.0f));
+  return hn::IfThenElse(hn::Eq(hn::Abs(v), hn::Set(d, 480.0f)), hn::NaN(d),
+                        v);
+}
+#endif
+
+// dst[c] = scale * value(src[c]) for n fp8 elements, rounded once to float,
+// as dequantize_fp8 does.
+template <class T>
+HWY_INLINE void WidenFp8(const T* src, float scale, float* dst,
+                         std::size_t n) {
+  std::size_t i = 0;
+#ifdef SOFTDOT_HAVE_LOAD_FP8
+  const DF df;
+  const std::size_t N = hn::Lanes(df);
+  const VF s = hn::Set(df, scale);
+  for (; i + N <= n; i += N) {
+    hn::StoreU(hn::Mul(LoadFp8(df, src + i), s), df, dst + i);
+  }
+#endif
+  for (; i < n; ++i) dst[i] = detail::dequantize_fp8(src[i], scale);
+}
+
 // The rows of one block of keys and values as the decode form reads them
 // on AVX2 and AVX-512: a pointer per key in its storage format T (float,
 // hwy::bfloat16_t, hwy::float16_t or std::int8_t) and, for int8, the row's
@@ -157,7 +228,7 @@ HWY_INLINE void FillDecodeRows(const AttnArgs& a, std::size_t j0,
     r.k[j] = static_cast<const T*>(KeyRow(a, j0 + j));
     r.v[j] = static_cast<const T*>(ValueRow(a, j0 + j));
   }
-  if constexpr (std::is_same_v<T, std::int8_t>) {
+  if constexpr (detail::kScaledKv<T>) {
     for (std::size_t j = 0; j < kb; ++j) {
       r.ks[j] = KeyScale(a, j0 + j);
       r.vs[j] = ValueScale(a, j0 + j);
@@ -197,6 +268,19 @@ HWY_INLINE hn::Vec<D> LoadRow(D d, const std::int8_t* HWY_RESTRICT p,
                  hn::Set(d, scale));
 }
 
+#ifdef SOFTDOT_HAVE_LOAD_FP8
+template <class D>
+HWY_INLINE hn::Vec<D> LoadRow(D d, const Float8E4M3* HWY_RESTRICT p,
+                              float scale) {
+  return hn::Mul(LoadFp8(d, p), hn::Set(d, scale));
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadRow(D d, const Float8E5M2* HWY_RESTRICT p,
+                              float scale) {
+  return hn::Mul(LoadFp8(d, p), hn::Set(d, scale));
+}
+#endif
+
 // Element c of a row, widened as LoadRow does (the scalar tails).
 HWY_INLINE float RowElement(const float* p, std::size_t c, float) {
   return p[c];
@@ -213,6 +297,12 @@ HWY_INLINE float RowElement(const hwy::float16_t* p, std::size_t c, float) {
 }
 HWY_INLINE float RowElement(const std::int8_t* p, std::size_t c, float scale) {
   return detail::dequantize_int8(p[c], scale);
+}
+HWY_INLINE float RowElement(const Float8E4M3* p, std::size_t c, float scale) {
+  return detail::dequantize_fp8(p[c], scale);
+}
+HWY_INLINE float RowElement(const Float8E5M2* p, std::size_t c, float scale) {
+  return detail::dequantize_fp8(p[c], scale);
 }
 
 // The float rows of one block of keys and values: the caller's memory for
@@ -250,6 +340,23 @@ HWY_INLINE BlockRows LoadBlock(const AttnArgs& a, std::size_t j0,
                 kc + j * a.d, a.d);
       WidenInt8(static_cast<const std::int8_t*>(ValueRow(a, jj)),
                 ValueScale(a, jj), vc + j * a.dv, a.dv);
+    }
+    return {kc, a.d, vc, a.dv};
+  }
+  if (a.kv_type == kKvE4M3 || a.kv_type == kKvE5M2) {
+    for (std::size_t j = 0; j < kb; ++j) {
+      const std::size_t jj = j0 + j;
+      if (a.kv_type == kKvE4M3) {
+        WidenFp8(static_cast<const Float8E4M3*>(KeyRow(a, jj)),
+                 KeyScale(a, jj), kc + j * a.d, a.d);
+        WidenFp8(static_cast<const Float8E4M3*>(ValueRow(a, jj)),
+                 ValueScale(a, jj), vc + j * a.dv, a.dv);
+      } else {
+        WidenFp8(static_cast<const Float8E5M2*>(KeyRow(a, jj)),
+                 KeyScale(a, jj), kc + j * a.d, a.d);
+        WidenFp8(static_cast<const Float8E5M2*>(ValueRow(a, jj)),
+                 ValueScale(a, jj), vc + j * a.dv, a.dv);
+      }
     }
     return {kc, a.d, vc, a.dv};
   }

@@ -30,14 +30,37 @@ struct Cache {
   Tensor<float> ks, vs;  // int8 only
 };
 
+// int8 or fp8: values with a float scale per row.
 template <class T>
-constexpr bool kInt8 = std::is_same_v<T, std::int8_t>;
+constexpr bool kInt8 = std::is_same_v<T, std::int8_t> ||
+                       std::is_same_v<T, softdot::Float8E4M3> ||
+                       std::is_same_v<T, softdot::Float8E5M2>;
+template <class T>
+constexpr bool kFp8 = kInt8<T> && !std::is_same_v<T, std::int8_t>;
+
+// The K/V argument of scaled values and their scales.
+template <class T>
+auto scaled_kv(TensorView<const T> values, TensorView<const float> scales) {
+  if constexpr (kFp8<T>) {
+    return softdot::Float8KV<T>{values, scales};
+  } else {
+    return Int8KV{values, scales};
+  }
+}
 
 template <class T>
 Tensor<T> random_tensor(std::size_t B, std::size_t H, std::size_t R,
                         std::size_t C, std::mt19937_64& rng) {
   Tensor<T> t(B, H, R, C, 1, T{});
-  if constexpr (kInt8<T>) {
+  if constexpr (kFp8<T>) {
+    // Every finite pattern (no NaN; no e5m2 infinity), subnormals included.
+    std::uniform_int_distribution<int> u(0, 255);
+    t.for_each([&](T& x) {
+      do {
+        x.bits = static_cast<std::uint8_t>(u(rng));
+      } while (!std::isfinite(softdot::to_float(x)));
+    });
+  } else if constexpr (kInt8<T>) {
     std::uniform_int_distribution<int> u(-127, 127);
     t.for_each([&](T& x) { x = static_cast<std::int8_t>(u(rng)); });
   } else {
@@ -55,7 +78,11 @@ Cache<T> make_cache(std::size_t B, std::size_t Hkv, std::size_t max_len,
   c.k = random_tensor<T>(B, Hkv, max_len, d, rng);
   c.v = random_tensor<T>(B, Hkv, max_len, dv, rng);
   if constexpr (kInt8<T>) {
-    std::uniform_real_distribution<double> u(0.001, 0.02);
+    // fp8 values reach 448 (e4m3fn) or 57344 (e5m2).
+    const double top = !kFp8<T> ? 0.02
+                       : std::is_same_v<T, softdot::Float8E4M3> ? 0.005
+                                                                : 4e-5;
+    std::uniform_real_distribution<double> u(top / 20, top);
     c.ks = Tensor<float>(B, Hkv, max_len, 1, 0, 0.0f);
     c.vs = Tensor<float>(B, Hkv, max_len, 1, 0, 0.0f);
     c.ks.for_each([&](float& x) { x = float(u(rng)); });
@@ -82,7 +109,9 @@ struct Pages {
 
 template <class T>
 T poison() {
-  if constexpr (kInt8<T>) {
+  if constexpr (kFp8<T>) {
+    return T{0x7f};  // NaN (e4m3fn) or a large value (e5m2): it would show
+  } else if constexpr (kInt8<T>) {
     return std::int8_t{-128};
   } else {
     return from_float<T>(kNaNF);
@@ -195,8 +224,8 @@ template <class T>
 void run_paged(const Tensor<float>& q, const Paged<T>& p, Tensor<float>& out,
                const AttentionOptions& o, float* lse) {
   if constexpr (kInt8<T>) {
-    softdot::paged_attention(q.cview(), Int8KV{p.k.view(), p.ks.view()},
-                             Int8KV{p.v.view(), p.vs.view()}, p.pkv(),
+    softdot::paged_attention(q.cview(), scaled_kv(p.k.view(), p.ks.view()),
+                             scaled_kv(p.v.view(), p.vs.view()), p.pkv(),
                              out.view(), o, lse);
   } else {
     softdot::paged_attention(q.cview(), p.k.view(), p.v.view(), p.pkv(),
@@ -207,9 +236,9 @@ template <class T>
 void run_paged_partial(const Tensor<float>& q, const Paged<T>& p,
                        AttentionPartial& part, const AttentionOptions& o) {
   if constexpr (kInt8<T>) {
-    softdot::paged_attention_partial(q.cview(), Int8KV{p.k.view(), p.ks.view()},
-                                     Int8KV{p.v.view(), p.vs.view()}, p.pkv(),
-                                     part, o);
+    softdot::paged_attention_partial(
+        q.cview(), scaled_kv(p.k.view(), p.ks.view()),
+        scaled_kv(p.v.view(), p.vs.view()), p.pkv(), part, o);
   } else {
     softdot::paged_attention_partial(q.cview(), p.k.view(), p.v.view(), p.pkv(),
                                      part, o);
@@ -237,8 +266,8 @@ void run_contiguous(const Tensor<float>& q, const Cache<T>& c,
     float* lb = lse.data() + b * H * nq;
     AttentionPartial pb;
     if constexpr (kInt8<T>) {
-      const Int8KV kb{seq_view(c.k, b, n), seq_view(c.ks, b, n)};
-      const Int8KV vb{seq_view(c.v, b, n), seq_view(c.vs, b, n)};
+      const auto kb = scaled_kv(seq_view(c.k, b, n), seq_view(c.ks, b, n));
+      const auto vb = scaled_kv(seq_view(c.v, b, n), seq_view(c.vs, b, n));
       softdot::attention(qb, kb, vb, ob_out, ob, lb);
       softdot::attention_partial(qb, kb, vb, pb, ob);
     } else {
@@ -399,6 +428,12 @@ TEST_P(PagedTargets, F16EqualsContiguous) { sweep_format<Float16>("f16"); }
 TEST_P(PagedTargets, BF16EqualsContiguous) { sweep_format<BFloat16>("bf16"); }
 TEST_P(PagedTargets, Int8EqualsContiguous) {
   sweep_format<std::int8_t>("int8");
+}
+TEST_P(PagedTargets, Fp8E4M3EqualsContiguous) {
+  sweep_format<softdot::Float8E4M3>("e4m3");
+}
+TEST_P(PagedTargets, Fp8E5M2EqualsContiguous) {
+  sweep_format<softdot::Float8E5M2>("e5m2");
 }
 
 SOFTDOT_INSTANTIATE_PER_TARGET(PagedTargets);
@@ -695,7 +730,8 @@ void run_paged_view(const TensorView<const float>& q, const Paged<T>& p,
                     const AttentionOptions& o, float* lse,
                     AttentionPartial* part) {
   if constexpr (kInt8<T>) {
-    const Int8KV k{p.k.view(), p.ks.view()}, v{p.v.view(), p.vs.view()};
+    const auto k = scaled_kv(p.k.view(), p.ks.view());
+    const auto v = scaled_kv(p.v.view(), p.vs.view());
     if (part) {
       softdot::paged_attention_partial(q, k, v, t, *part, o);
     } else {
@@ -1265,9 +1301,9 @@ void invariant_sweep(const std::string& label) {
       std::vector<float> lb(H * n);
       if constexpr (kInt8<T>) {
         softdot::attention(
-            qb.cview(), Int8KV{seq_view(r.c.k, b, L), seq_view(r.c.ks, b, L)},
-            Int8KV{seq_view(r.c.v, b, L), seq_view(r.c.vs, b, L)}, ob.view(), o,
-            lb.data());
+            qb.cview(), scaled_kv(seq_view(r.c.k, b, L), seq_view(r.c.ks, b, L)),
+            scaled_kv(seq_view(r.c.v, b, L), seq_view(r.c.vs, b, L)), ob.view(),
+            o, lb.data());
       } else {
         softdot::attention(qb.cview(), seq_view(r.c.k, b, L),
                            seq_view(r.c.v, b, L), ob.view(), o, lb.data());
