@@ -78,7 +78,7 @@ import json
 import re
 import sys
 
-GOAL = {"f32": 0.80, "f16": 0.70, "bf16": 0.70, "int8": 0.60}
+GOAL = {"f32": 0.80, "f16": 0.80, "bf16": 0.80, "bf16q": 0.80, "int8": 0.70, "e4m3": 0.70}
 NAME = re.compile(r"BM_decode_sweep/(\w+)/H(\d+)_(\d+)/nq(\d+)/B(\d+)/nkv(\d+)/(\d+)threads?")
 cpu, commit, files = sys.argv[1], sys.argv[2], sys.argv[3:]
 rows, skipped = [], []

@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "hwy/highway.h"
@@ -165,11 +166,16 @@ HWY_INLINE hn::Vec<hn::Rebind<std::uint16_t, D>> LoadBytes16(
     HWY_TARGET == HWY_AVX3_DL
 #define SOFTDOT_HAVE_LOAD_FP8 1
 // fp8 widened through float16 (F16C: exact, subnormals included, and not
-// subject to the DAZ flag): e5m2 is a float16's top byte; e4m3fn's bits
-// shifted into a float16 (sign to the top, magnitude left by 7) give the
-// value times 2^-8, subnormals included, times 256 exactly. Its NaN
-// (magnitude 0x7f) becomes +-480 there, a magnitude no finite e4m3fn value
-// has (the largest is 448), and is put back as NaN.
+// subject to the DAZ flag). e5m2 is a float16's top byte. e4m3fn's byte,
+// sign-extended to 16 bits and shifted left by 7, has its magnitude in
+// bits 13..7 and the sign in bits 15 and 14; bit 14 cleared, it is a
+// float16 of the value times 2^-8 (subnormals too). Its NaN (magnitude
+// 0x7f) becomes +-1.875 there, a magnitude no other pattern gives (448 is
+// 1.75 2^8), and is put back as NaN. LoadFp8 returns the value times
+// Fp8Unit (1 or 2^-8): the caller's scale times 2^8 (exact while below
+// 2^120) folds the 2^8 back in, so fl(value * scale) costs one product.
+template <class T>
+inline constexpr float kFp8Unit = std::is_same_v<T, Float8E4M3> ? 0x1p-8f : 1.0f;
 template <class D>
 HWY_INLINE hn::Vec<D> LoadFp8(D d, const Float8E5M2* HWY_RESTRICT p) {
   const hn::Rebind<hwy::float16_t, D> dh;
@@ -179,14 +185,25 @@ HWY_INLINE hn::Vec<D> LoadFp8(D d, const Float8E5M2* HWY_RESTRICT p) {
 template <class D>
 HWY_INLINE hn::Vec<D> LoadFp8(D d, const Float8E4M3* HWY_RESTRICT p) {
   const hn::Rebind<hwy::float16_t, D> dh;
-  const hn::Rebind<std::uint16_t, D> d16;
-  const auto b = LoadBytes16(d, reinterpret_cast<const std::uint8_t*>(p));
-  const auto h = hn::Or(hn::ShiftLeft<8>(hn::And(b, hn::Set(d16, 0x80))),
-                        hn::ShiftLeft<7>(hn::And(b, hn::Set(d16, 0x7f))));
-  const auto v =
-      hn::Mul(hn::PromoteTo(d, hn::BitCast(dh, h)), hn::Set(d, 256.0f));
-  return hn::IfThenElse(hn::Eq(hn::Abs(v), hn::Set(d, 480.0f)), hn::NaN(d),
-                        v);
+  const hn::Rebind<std::int16_t, D> di16;
+  const hn::Rebind<std::int8_t, D> di8;
+  const auto x =
+      hn::PromoteTo(di16, hn::LoadU(di8, reinterpret_cast<const std::int8_t*>(p)));
+  const auto h = hn::And(hn::ShiftLeft<7>(x), hn::Set(di16, -16385));  // ~0x4000
+  const auto v = hn::PromoteTo(d, hn::BitCast(dh, h));
+  return hn::IfThenElse(hn::Eq(hn::Abs(v), hn::Set(d, 1.875f)), hn::NaN(d), v);
+}
+// fl(value * scale) for a vector of fp8 elements: one product when the
+// scale times 2^8 is finite, else two (both exact but the last).
+template <class D, class T>
+HWY_INLINE hn::Vec<D> LoadFp8Scaled(D d, const T* HWY_RESTRICT p,
+                                    float scale) {
+  const float folded = scale / kFp8Unit<T>;
+  if (HWY_LIKELY(folded <= std::numeric_limits<float>::max())) {
+    return hn::Mul(LoadFp8(d, p), hn::Set(d, folded));
+  }
+  return hn::Mul(hn::Mul(LoadFp8(d, p), hn::Set(d, 1.0f / kFp8Unit<T>)),
+                 hn::Set(d, scale));
 }
 #endif
 
@@ -199,9 +216,8 @@ HWY_INLINE void WidenFp8(const T* src, float scale, float* dst,
 #ifdef SOFTDOT_HAVE_LOAD_FP8
   const DF df;
   const std::size_t N = hn::Lanes(df);
-  const VF s = hn::Set(df, scale);
   for (; i + N <= n; i += N) {
-    hn::StoreU(hn::Mul(LoadFp8(df, src + i), s), df, dst + i);
+    hn::StoreU(LoadFp8Scaled(df, src + i, scale), df, dst + i);
   }
 #endif
   for (; i < n; ++i) dst[i] = detail::dequantize_fp8(src[i], scale);
@@ -272,12 +288,12 @@ HWY_INLINE hn::Vec<D> LoadRow(D d, const std::int8_t* HWY_RESTRICT p,
 template <class D>
 HWY_INLINE hn::Vec<D> LoadRow(D d, const Float8E4M3* HWY_RESTRICT p,
                               float scale) {
-  return hn::Mul(LoadFp8(d, p), hn::Set(d, scale));
+  return LoadFp8Scaled(d, p, scale);
 }
 template <class D>
 HWY_INLINE hn::Vec<D> LoadRow(D d, const Float8E5M2* HWY_RESTRICT p,
                               float scale) {
-  return hn::Mul(LoadFp8(d, p), hn::Set(d, scale));
+  return LoadFp8Scaled(d, p, scale);
 }
 #endif
 

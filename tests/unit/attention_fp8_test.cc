@@ -269,6 +269,40 @@ TEST(AttentionFp8, SpecialValuesAreNotHidden) {
   }
 }
 
+// A per-tensor scale too large to fold 2^8 into (the vector widening's
+// other branch), and one that is subnormal: the bits of the float call on
+// the dequantised values, decode and prefill, on every target.
+TEST(AttentionFp8, ExtremeScales) {
+  for (float sc : {0x1p121f, 0x1p-140f}) {
+    for (std::size_t nq : {1u, 24u}) {
+      Shape s{.B = 1, .H = 4, .Hkv = 2, .nq = nq, .nkv = 90, .d = 32, .dv = 48};
+      auto p = make_fp8<Float8E4M3>(s, true);
+      std::mt19937_64 rng(nq);
+      std::uniform_int_distribution<int> u(0, 0x37);  // values below 0.5
+      for (auto* t : {&p.k, &p.v}) {
+        t->scale = sc;
+        for (std::size_t h = 0; h < 2; ++h)
+          for (std::size_t j = 0; j < 90; ++j)
+            for (std::size_t c = 0; c < t->q.C; ++c) {
+              auto& x = t->q.at(0, h, j, c);
+              x.bits = std::uint8_t(u(rng) | ((rng() & 1) ? 0x80 : 0));
+              t->deq.at(0, h, j, c) = value(x) * sc;
+            }
+      }
+      p.f.k = p.k.deq;
+      p.f.v = p.v.deq;
+      p.f.rewiden();
+      for (const char* target : {"", "SCALAR"}) {
+        softdot::force_simd_target(target);
+        expect_fp8_equals_float(std::string("scale ") + std::to_string(sc) +
+                                    " target " + target,
+                                p, {});
+      }
+      softdot::force_simd_target("");
+    }
+  }
+}
+
 // write_kv into fp8 pages: the bound of kv_cache.h per element, with
 // per-token scales (scale = max |x| / F, rounded); with a per-tensor scale
 // x / scale rounded, saturating; and what paged_attention reads back is the
