@@ -374,11 +374,10 @@ class DecodeArena {
   std::string Prepare(KvFormat format, std::size_t batch, std::size_t kv_heads,
                       std::size_t n_kv) {
     const std::size_t rows = batch * kv_heads * n_kv;
-    const std::size_t size = format == KvFormat::kF32 ? 4
-                             : format == KvFormat::kInt8 ||
-                                     format == KvFormat::kE4M3
-                                 ? 1
-                                 : 2;
+    const std::size_t size =
+        format == KvFormat::kF32                                 ? 4
+        : format == KvFormat::kInt8 || format == KvFormat::kE4M3 ? 1
+                                                                 : 2;
     pair_bytes_ = 2 * rows * kHeadDim * size +
                   (format == KvFormat::kInt8 ? 2 * rows * sizeof(float) : 0);
     stride_ = (pair_bytes_ + 4095) / 4096 * 4096;
@@ -541,10 +540,12 @@ void DecodeCall(const DecodeCase& c, const DecodeArena& arena, std::size_t copy,
     case KvFormat::kE4M3: {
       using T = softdot::Float8E4M3;
       const softdot::Float8E4M3KV k{
-          softdot::TensorView<const T>(arena.k<T>(copy), b, h, n, d), {},
+          softdot::TensorView<const T>(arena.k<T>(copy), b, h, n, d),
+          {},
           kFp8Scale};
       const softdot::Float8E4M3KV v{
-          softdot::TensorView<const T>(arena.v<T>(copy), b, h, n, d), {},
+          softdot::TensorView<const T>(arena.v<T>(copy), b, h, n, d),
+          {},
           kFp8Scale};
       softdot::attention(q, k, v, o, options);
       return;

@@ -109,12 +109,12 @@ void attend(FuzzedDataProvider& f, const Case& c) {
     const TensorView<const float> qq(q.data() + q0 * c.H * c.d, 1, c.H, rows,
                                      c.d, 0, c.d, c.H * c.d);
     if constexpr (kFp8<T>) {
-      const softdot::Float8KV<T> k8{kp, per_tensor ? TensorView<const float>{}
-                                                   : ksv,
-                                    per_tensor ? 0.5f : 1.0f};
-      const softdot::Float8KV<T> v8{vp, per_tensor ? TensorView<const float>{}
-                                                   : vsv,
-                                    per_tensor ? 0.375f : 1.0f};
+      const softdot::Float8KV<T> k8{
+          kp, per_tensor ? TensorView<const float>{} : ksv,
+          per_tensor ? 0.5f : 1.0f};
+      const softdot::Float8KV<T> v8{
+          vp, per_tensor ? TensorView<const float>{} : vsv,
+          per_tensor ? 0.375f : 1.0f};
       softdot::paged_attention(qq, k8, v8, t, ov, c.o);
     } else if constexpr (kInt8) {
       softdot::paged_attention(qq, Int8KV{kp, ksv}, Int8KV{vp, vsv}, t, ov,

@@ -391,15 +391,15 @@ bool spans_share_bytes(const NamedSpan& x, const NamedSpan& y) {
 namespace softdot {
 
 using detail::attn::add_option_spans;
+using detail::attn::byte_view;
 using detail::attn::check_and_plan;
 using detail::attn::check_paged_and_plan;
 using detail::attn::check_paged_scales;
-using detail::attn::byte_view;
 using detail::attn::check_scales;
 using detail::attn::check_tensor_scale;
-using detail::attn::kIsFloat8KV;
 using detail::attn::fail;
 using detail::attn::first_overlap;
+using detail::attn::kIsFloat8KV;
 using detail::attn::KVViews;
 using detail::attn::named_span;
 using detail::attn::NamedSpan;

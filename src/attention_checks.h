@@ -329,8 +329,8 @@ struct KVViews {
   M(Float8E5M2)
 
 template <class K>
-inline constexpr bool kIsFloat8KV = std::is_same_v<K, Float8E4M3KV> ||
-                                    std::is_same_v<K, Float8E5M2KV>;
+inline constexpr bool kIsFloat8KV =
+    std::is_same_v<K, Float8E4M3KV> || std::is_same_v<K, Float8E5M2KV>;
 
 // The scales of fp8 keys or values x as the kernels read them: the view,
 // or one float broadcast over every row (strides 0; the request's own

@@ -76,13 +76,13 @@ void with_pages(const char* name, const KVPages& p, F&& f) {
                 v.scales.heads != v.values.heads ||
                 v.scales.rows != v.values.rows || v.scales.cols != 1) {
               fail(kFn, shape(sname.c_str(), v.scales) + " must be " +
-                            shape(sname.c_str(), v.values.batch,
-                                  v.values.heads, v.values.rows, 1) +
+                            shape(sname.c_str(), v.values.batch, v.values.heads,
+                                  v.values.rows, 1) +
                             " for " + shape(name, v.values));
             }
             if (v.scale != 1.0f) {
-              fail(kFn, std::string(name) + " has scales and scale = " +
-                            number(v.scale) +
+              fail(kFn, std::string(name) +
+                            " has scales and scale = " + number(v.scale) +
                             ": give one of them (scale must stay 1 with "
                             "per-token scales)");
             }

@@ -354,12 +354,12 @@ void attention(TensorView<const float> q, TensorView<const BFloat16> k,
 void attention(TensorView<const float> q, const Int8KV& k, const Int8KV& v,
                TensorView<float> out, const AttentionOptions& options = {},
                float* lse = nullptr);
-void attention(TensorView<const float> q, const Float8E4M3KV& k, const Float8E4M3KV& v,
-               TensorView<float> out, const AttentionOptions& options = {},
-               float* lse = nullptr);
-void attention(TensorView<const float> q, const Float8E5M2KV& k, const Float8E5M2KV& v,
-               TensorView<float> out, const AttentionOptions& options = {},
-               float* lse = nullptr);
+void attention(TensorView<const float> q, const Float8E4M3KV& k,
+               const Float8E4M3KV& v, TensorView<float> out,
+               const AttentionOptions& options = {}, float* lse = nullptr);
+void attention(TensorView<const float> q, const Float8E5M2KV& k,
+               const Float8E5M2KV& v, TensorView<float> out,
+               const AttentionOptions& options = {}, float* lse = nullptr);
 
 // 16-bit attention: queries, keys, values and the output in bfloat16 (or
 // float16); lse stays float. Any other mix (a 16-bit query with float32,
@@ -660,12 +660,16 @@ void paged_attention_partial(TensorView<const float> q, const Int8KV& k_pages,
                              const Int8KV& v_pages, const PagedKVTable& table,
                              AttentionPartial& partial,
                              const AttentionOptions& options = {});
-void paged_attention_partial(TensorView<const float> q, const Float8E4M3KV& k_pages,
-                             const Float8E4M3KV& v_pages, const PagedKVTable& table,
+void paged_attention_partial(TensorView<const float> q,
+                             const Float8E4M3KV& k_pages,
+                             const Float8E4M3KV& v_pages,
+                             const PagedKVTable& table,
                              AttentionPartial& partial,
                              const AttentionOptions& options = {});
-void paged_attention_partial(TensorView<const float> q, const Float8E5M2KV& k_pages,
-                             const Float8E5M2KV& v_pages, const PagedKVTable& table,
+void paged_attention_partial(TensorView<const float> q,
+                             const Float8E5M2KV& k_pages,
+                             const Float8E5M2KV& v_pages,
+                             const PagedKVTable& table,
                              AttentionPartial& partial,
                              const AttentionOptions& options = {});
 

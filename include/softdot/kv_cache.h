@@ -42,9 +42,8 @@ using Float8E5M2Pages = Float8Pages<Float8E5M2>;
 class KVPages {
  public:
   using Variant =
-      std::variant<TensorView<float>, TensorView<Float16>,
-                   TensorView<BFloat16>, Int8Pages, Float8E4M3Pages,
-                   Float8E5M2Pages>;
+      std::variant<TensorView<float>, TensorView<Float16>, TensorView<BFloat16>,
+                   Int8Pages, Float8E4M3Pages, Float8E5M2Pages>;
   KVPages(TensorView<float> t) : v_(t) {}       // NOLINT: implicit
   KVPages(TensorView<Float16> t) : v_(t) {}     // NOLINT: implicit
   KVPages(TensorView<BFloat16> t) : v_(t) {}    // NOLINT: implicit
@@ -89,8 +88,9 @@ class KVPages {
 // page sizes; a slot >= P page_size, negative other than kSkipSlot, or the
 // same slot in two rows (both rows named); for int8 and fp8 pages, a key
 // or value row holding inf or NaN; for fp8 pages with a per-tensor scale,
-// a scale that is not finite and > 0, or scales with a scale other than 1. Single-threaded; rows may be written in any order
-// (no two share a slot). The pages must not overlap key or value.
+// a scale that is not finite and > 0, or scales with a scale other than 1.
+// Single-threaded; rows may be written in any order (no two share a slot). The
+// pages must not overlap key or value.
 void write_kv(const KVTensor& key, const KVTensor& value,
               const KVPages& k_pages, const KVPages& v_pages,
               std::span<const std::int64_t> slot_mapping);

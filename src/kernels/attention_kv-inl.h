@@ -175,7 +175,8 @@ HWY_INLINE hn::Vec<hn::Rebind<std::uint16_t, D>> LoadBytes16(
 // Fp8Unit (1 or 2^-8): the caller's scale times 2^8 (exact while below
 // 2^120) folds the 2^8 back in, so fl(value * scale) costs one product.
 template <class T>
-inline constexpr float kFp8Unit = std::is_same_v<T, Float8E4M3> ? 0x1p-8f : 1.0f;
+inline constexpr float kFp8Unit =
+    std::is_same_v<T, Float8E4M3> ? 0x1p-8f : 1.0f;
 template <class D>
 HWY_INLINE hn::Vec<D> LoadFp8(D d, const Float8E5M2* HWY_RESTRICT p) {
   const hn::Rebind<hwy::float16_t, D> dh;
@@ -187,17 +188,17 @@ HWY_INLINE hn::Vec<D> LoadFp8(D d, const Float8E4M3* HWY_RESTRICT p) {
   const hn::Rebind<hwy::float16_t, D> dh;
   const hn::Rebind<std::int16_t, D> di16;
   const hn::Rebind<std::int8_t, D> di8;
-  const auto x =
-      hn::PromoteTo(di16, hn::LoadU(di8, reinterpret_cast<const std::int8_t*>(p)));
-  const auto h = hn::And(hn::ShiftLeft<7>(x), hn::Set(di16, -16385));  // ~0x4000
+  const auto x = hn::PromoteTo(
+      di16, hn::LoadU(di8, reinterpret_cast<const std::int8_t*>(p)));
+  const auto h =
+      hn::And(hn::ShiftLeft<7>(x), hn::Set(di16, -16385));  // ~0x4000
   const auto v = hn::PromoteTo(d, hn::BitCast(dh, h));
   return hn::IfThenElse(hn::Eq(hn::Abs(v), hn::Set(d, 1.875f)), hn::NaN(d), v);
 }
 // fl(value * scale) for a vector of fp8 elements: one product when the
 // scale times 2^8 is finite, else two (both exact but the last).
 template <class D, class T>
-HWY_INLINE hn::Vec<D> LoadFp8Scaled(D d, const T* HWY_RESTRICT p,
-                                    float scale) {
+HWY_INLINE hn::Vec<D> LoadFp8Scaled(D d, const T* HWY_RESTRICT p, float scale) {
   const float folded = scale / kFp8Unit<T>;
   if (HWY_LIKELY(folded <= std::numeric_limits<float>::max())) {
     return hn::Mul(LoadFp8(d, p), hn::Set(d, folded));
@@ -210,8 +211,7 @@ HWY_INLINE hn::Vec<D> LoadFp8Scaled(D d, const T* HWY_RESTRICT p,
 // dst[c] = scale * value(src[c]) for n fp8 elements, rounded once to float,
 // as dequantize_fp8 does.
 template <class T>
-HWY_INLINE void WidenFp8(const T* src, float scale, float* dst,
-                         std::size_t n) {
+HWY_INLINE void WidenFp8(const T* src, float scale, float* dst, std::size_t n) {
   std::size_t i = 0;
 #ifdef SOFTDOT_HAVE_LOAD_FP8
   const DF df;
@@ -363,13 +363,13 @@ HWY_INLINE BlockRows LoadBlock(const AttnArgs& a, std::size_t j0,
     for (std::size_t j = 0; j < kb; ++j) {
       const std::size_t jj = j0 + j;
       if (a.kv_type == kKvE4M3) {
-        WidenFp8(static_cast<const Float8E4M3*>(KeyRow(a, jj)),
-                 KeyScale(a, jj), kc + j * a.d, a.d);
+        WidenFp8(static_cast<const Float8E4M3*>(KeyRow(a, jj)), KeyScale(a, jj),
+                 kc + j * a.d, a.d);
         WidenFp8(static_cast<const Float8E4M3*>(ValueRow(a, jj)),
                  ValueScale(a, jj), vc + j * a.dv, a.dv);
       } else {
-        WidenFp8(static_cast<const Float8E5M2*>(KeyRow(a, jj)),
-                 KeyScale(a, jj), kc + j * a.d, a.d);
+        WidenFp8(static_cast<const Float8E5M2*>(KeyRow(a, jj)), KeyScale(a, jj),
+                 kc + j * a.d, a.d);
         WidenFp8(static_cast<const Float8E5M2*>(ValueRow(a, jj)),
                  ValueScale(a, jj), vc + j * a.dv, a.dv);
       }

@@ -49,7 +49,7 @@ void check_patterns() {
     const T x{static_cast<std::uint8_t>(b)};
     const int sign = (b & 0x80) ? -1 : 1;
     const int mag = b & 0x7f;
-    const int e = mag >> kMant<T>, m = mag & ((1 << kMant<T>) - 1);
+    const int e = mag >> kMant<T>, m = mag & ((1 << kMant<T>)-1);
     double want;
     if (std::is_same_v<T, Float8E4M3> && mag == 0x7f) {
       want = std::nan("");
@@ -59,7 +59,7 @@ void check_patterns() {
       want = std::ldexp(double(m), kMinExp<T> - kMant<T>);
     } else {
       const int bias = std::is_same_v<T, Float8E4M3> ? 7 : 15;
-      want = std::ldexp(double((1 << kMant<T>) + m), e - bias - kMant<T>);
+      want = std::ldexp(double((1 << kMant<T>)+m), e - bias - kMant<T>);
     }
     want *= sign;
     const float pub = value(x), ker = softdot::detail::fp8_to_float(x);
@@ -151,9 +151,7 @@ template <class T>
 Quantized<T> quantize(const Tensor<float>& x, std::size_t pad, bool per_tensor,
                       std::uint64_t seed) {
   Quantized<T> r{Tensor<T>(x.B, x.H, x.R, x.C, pad, T{0x55}),
-                 Tensor<float>(x.B, x.H, x.R, 1, pad, kNaNF),
-                 1.0f,
-                 per_tensor,
+                 Tensor<float>(x.B, x.H, x.R, 1, pad, kNaNF), 1.0f, per_tensor,
                  Tensor<float>(x.B, x.H, x.R, x.C, pad, kNaNF)};
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(0.5, 2.0);
@@ -294,9 +292,9 @@ TEST(AttentionFp8, ExtremeScales) {
       p.f.rewiden();
       for (const char* target : {"", "SCALAR"}) {
         softdot::force_simd_target(target);
-        expect_fp8_equals_float(std::string("scale ") + std::to_string(sc) +
-                                    " target " + target,
-                                p, {});
+        expect_fp8_equals_float(
+            std::string("scale ") + std::to_string(sc) + " target " + target, p,
+            {});
       }
       softdot::force_simd_target("");
     }
@@ -368,8 +366,7 @@ void check_write_bound() {
   for (std::size_t c = 0; c < 16; ++c) {
     EXPECT_EQ(kp.at(0, 0, 2, c).bits,
               round8<T>(double(key.at(0, 0, 0, c)) / 0.5).bits);
-    EXPECT_EQ(double(value(kp.at(0, 0, 0, c))),
-              (c % 2 ? 1.0 : -1.0) * kMax<T>)
+    EXPECT_EQ(double(value(kp.at(0, 0, 0, c))), (c % 2 ? 1.0 : -1.0) * kMax<T>)
         << "saturates";
   }
   EXPECT_EQ(kp.at(0, 0, 1, 0).bits, 0x55) << "unwritten slot untouched";
@@ -395,8 +392,8 @@ void check_write_then_attend(bool per_tensor) {
   // Pages 5, 2, 9 in that order.
   const std::int32_t pages[3] = {5, 2, 9};
   for (std::size_t t = 0; t < n; ++t) {
-    slots[t] = std::int64_t(pages[t / ps]) * std::int64_t(ps) +
-               std::int64_t(t % ps);
+    slots[t] =
+        std::int64_t(pages[t / ps]) * std::int64_t(ps) + std::int64_t(t % ps);
   }
   Tensor<T> kp(P, Hkv, ps, d, 0, T{0x7f}), vp = kp;
   Tensor<float> ks(P, Hkv, ps, 1, 0, kNaNF), vs = ks;
@@ -448,13 +445,12 @@ void check_write_then_attend(bool per_tensor) {
     Float8KV<T> kbad = kr;
     kbad.scale = 0.03f;
     r.kv = softdot::KVSource::pages(kbad, vr, t);
-    expect_invalid(
-        "scale differs",
-        [&] {
-          softdot::write_kv_and_attend(key.cview(), val.cview(), kw, vw, slots,
-                                       r);
-        },
-        {"write_kv_and_attend", "per-tensor scales"});
+    expect_invalid("scale differs",
+                   [&] {
+                     softdot::write_kv_and_attend(key.cview(), val.cview(), kw,
+                                                  vw, slots, r);
+                   },
+                   {"write_kv_and_attend", "per-tensor scales"});
   }
 }
 
@@ -500,9 +496,8 @@ TEST(AttentionFp8, BadScalesAreErrors) {
   r.q = p.f.q.cview();
   r.kv = softdot::KVSource::contiguous(k5, p.v.view());
   r.target = softdot::AttentionTarget::output(out.view());
-  expect_invalid(
-      "formats", [&] { softdot::run_attention(r); },
-      {"float8_e5m2", "float8_e4m3fn"});
+  expect_invalid("formats", [&] { softdot::run_attention(r); },
+                 {"float8_e5m2", "float8_e4m3fn"});
 }
 
 TEST(AttentionFp8, WriteKvErrorsWriteNothing) {
@@ -516,47 +511,44 @@ TEST(AttentionFp8, WriteKvErrorsWriteNothing) {
     for (auto x : ks.dense()) ASSERT_EQ(x, 9.0f) << what;
   };
   key.at(0, 1, 2, 5) = std::numeric_limits<float>::infinity();
-  expect_invalid(
-      "inf row",
-      [&] {
-        softdot::write_kv(key.cview(), key.cview(),
-                          softdot::Float8E4M3Pages{kp.view(), ks.view()},
-                          softdot::Float8E4M3Pages{vp.view(), vs.view()},
-                          slots);
-      },
-      {"write_kv", "key holds inf at [0, 1, 2, 5]", "slot 5"});
+  expect_invalid("inf row",
+                 [&] {
+                   softdot::write_kv(
+                       key.cview(), key.cview(),
+                       softdot::Float8E4M3Pages{kp.view(), ks.view()},
+                       softdot::Float8E4M3Pages{vp.view(), vs.view()}, slots);
+                 },
+                 {"write_kv", "key holds inf at [0, 1, 2, 5]", "slot 5"});
   expect_untouched("inf row");
   key.at(0, 1, 2, 5) = 0.5f;
-  expect_invalid(
-      "zero scale",
-      [&] {
-        softdot::write_kv(key.cview(), key.cview(),
-                          softdot::Float8E4M3Pages{kp.view(), {}, 0.0f},
-                          softdot::Float8E4M3Pages{vp.view(), {}, 1.0f}, slots);
-      },
-      {"write_kv", "k_pages scale = 0", "> 0"});
+  expect_invalid("zero scale",
+                 [&] {
+                   softdot::write_kv(
+                       key.cview(), key.cview(),
+                       softdot::Float8E4M3Pages{kp.view(), {}, 0.0f},
+                       softdot::Float8E4M3Pages{vp.view(), {}, 1.0f}, slots);
+                 },
+                 {"write_kv", "k_pages scale = 0", "> 0"});
   expect_untouched("zero scale");
-  expect_invalid(
-      "both",
-      [&] {
-        softdot::write_kv(key.cview(), key.cview(),
-                          softdot::Float8E4M3Pages{kp.view(), ks.view(), 3.0f},
-                          softdot::Float8E4M3Pages{vp.view(), vs.view()},
-                          slots);
-      },
-      {"write_kv", "k_pages has scales and scale = 3"});
+  expect_invalid("both",
+                 [&] {
+                   softdot::write_kv(
+                       key.cview(), key.cview(),
+                       softdot::Float8E4M3Pages{kp.view(), ks.view(), 3.0f},
+                       softdot::Float8E4M3Pages{vp.view(), vs.view()}, slots);
+                 },
+                 {"write_kv", "k_pages has scales and scale = 3"});
   expect_untouched("both");
   // fp8 rows are not written (write_kv quantises float rows).
   const softdot::Float8E4M3KV rows{kp.cview(), ks.cview()};
-  expect_invalid(
-      "fp8 rows",
-      [&] {
-        softdot::write_kv(rows, rows,
-                          softdot::Float8E4M3Pages{kp.view(), ks.view()},
-                          softdot::Float8E4M3Pages{vp.view(), vs.view()},
-                          slots);
-      },
-      {"write_kv", "key is float8_e4m3fn"});
+  expect_invalid("fp8 rows",
+                 [&] {
+                   softdot::write_kv(
+                       rows, rows,
+                       softdot::Float8E4M3Pages{kp.view(), ks.view()},
+                       softdot::Float8E4M3Pages{vp.view(), vs.view()}, slots);
+                 },
+                 {"write_kv", "key is float8_e4m3fn"});
   expect_untouched("fp8 rows");
 }
 

@@ -32,9 +32,9 @@ struct Cache {
 
 // int8 or fp8: values with a float scale per row.
 template <class T>
-constexpr bool kInt8 = std::is_same_v<T, std::int8_t> ||
-                       std::is_same_v<T, softdot::Float8E4M3> ||
-                       std::is_same_v<T, softdot::Float8E5M2>;
+constexpr bool kInt8 =
+    std::is_same_v<T, std::int8_t> || std::is_same_v<T, softdot::Float8E4M3> ||
+    std::is_same_v<T, softdot::Float8E5M2>;
 template <class T>
 constexpr bool kFp8 = kInt8<T> && !std::is_same_v<T, std::int8_t>;
 
@@ -79,7 +79,7 @@ Cache<T> make_cache(std::size_t B, std::size_t Hkv, std::size_t max_len,
   c.v = random_tensor<T>(B, Hkv, max_len, dv, rng);
   if constexpr (kInt8<T>) {
     // fp8 values reach 448 (e4m3fn) or 57344 (e5m2).
-    const double top = !kFp8<T> ? 0.02
+    const double top = !kFp8<T>                                 ? 0.02
                        : std::is_same_v<T, softdot::Float8E4M3> ? 0.005
                                                                 : 4e-5;
     std::uniform_real_distribution<double> u(top / 20, top);
@@ -1301,7 +1301,8 @@ void invariant_sweep(const std::string& label) {
       std::vector<float> lb(H * n);
       if constexpr (kInt8<T>) {
         softdot::attention(
-            qb.cview(), scaled_kv(seq_view(r.c.k, b, L), seq_view(r.c.ks, b, L)),
+            qb.cview(),
+            scaled_kv(seq_view(r.c.k, b, L), seq_view(r.c.ks, b, L)),
             scaled_kv(seq_view(r.c.v, b, L), seq_view(r.c.vs, b, L)), ob.view(),
             o, lb.data());
       } else {
