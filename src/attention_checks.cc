@@ -283,45 +283,6 @@ template Plan check_and_plan<Float8E5M2>(const char*, const QueryTensor&,
                                          const OutputTensor&, const char*,
                                          std::size_t, const AttentionOptions&);
 
-std::string check_scales_shape(const char* fn, const char* name,
-                               const TensorView<const std::int8_t>& values,
-                               const TensorView<const float>& scales) {
-  std::string sname = std::string(name) + " scales";
-  check_tensor(fn, sname.c_str(), scales);
-  if (scales.batch != values.batch || scales.heads != values.heads ||
-      scales.rows != values.rows || scales.cols != 1) {
-    fail(fn,
-         shape(sname.c_str(), scales) + " must be " +
-             shape(sname.c_str(), values.batch, values.heads, values.rows, 1) +
-             " for " + shape(name, values));
-  }
-  return sname;
-}
-
-void check_tensor_scale(const char* fn, const char* name, float scale) {
-  if (!(std::isfinite(scale) && scale >= 0.0f)) {
-    fail(fn, std::string(name) + " scale = " + number(scale) +
-                 " is not finite and >= 0");
-  }
-}
-
-void check_scales(const char* fn, const char* name,
-                  const TensorView<const std::int8_t>& values,
-                  const TensorView<const float>& scales) {
-  const std::string sname = check_scales_shape(fn, name, values, scales);
-  for (std::size_t b = 0; b < scales.batch; ++b) {
-    for (std::size_t h = 0; h < scales.heads; ++h) {
-      for (std::size_t j = 0; j < scales.rows; ++j) {
-        const float s = *scales.row(b, h, j);
-        if (!(std::isfinite(s) && s >= 0.0f)) {
-          fail(fn, sname + "[" + count(b) + ", " + count(h) + ", " + count(j) +
-                       "] = " + number(s) + " is not finite and >= 0");
-        }
-      }
-    }
-  }
-}
-
 namespace {
 
 // The rows of a span as sorted [lo, hi) byte intervals (one for an array).

@@ -1,7 +1,8 @@
 // softdot: the checks of a request over a paged cache (paged_attention()
 // and its partial form): the pages against the query, the table, a ragged
 // batch's row starts, a draft tree's parents, the positions of a sharded
-// cache, the int8 pages' scales. AttentionPlan::make runs them
+// cache, the int8 and fp8 scales (contiguous ones too: check_scales, the
+// per-tensor check_tensor_scale). AttentionPlan::make runs them
 // (attention_checks.cc has the contiguous checks and the options').
 #include <algorithm>
 #include <cmath>
@@ -279,6 +280,45 @@ SOFTDOT_PAGED_PLAN(std::int8_t)
 SOFTDOT_PAGED_PLAN(Float8E4M3)
 SOFTDOT_PAGED_PLAN(Float8E5M2)
 #undef SOFTDOT_PAGED_PLAN
+
+std::string check_scales_shape(const char* fn, const char* name,
+                               const TensorView<const std::int8_t>& values,
+                               const TensorView<const float>& scales) {
+  std::string sname = std::string(name) + " scales";
+  check_tensor(fn, sname.c_str(), scales);
+  if (scales.batch != values.batch || scales.heads != values.heads ||
+      scales.rows != values.rows || scales.cols != 1) {
+    fail(fn,
+         shape(sname.c_str(), scales) + " must be " +
+             shape(sname.c_str(), values.batch, values.heads, values.rows, 1) +
+             " for " + shape(name, values));
+  }
+  return sname;
+}
+
+void check_tensor_scale(const char* fn, const char* name, float scale) {
+  if (!(std::isfinite(scale) && scale >= 0.0f)) {
+    fail(fn, std::string(name) + " scale = " + number(scale) +
+                 " is not finite and >= 0");
+  }
+}
+
+void check_scales(const char* fn, const char* name,
+                  const TensorView<const std::int8_t>& values,
+                  const TensorView<const float>& scales) {
+  const std::string sname = check_scales_shape(fn, name, values, scales);
+  for (std::size_t b = 0; b < scales.batch; ++b) {
+    for (std::size_t h = 0; h < scales.heads; ++h) {
+      for (std::size_t j = 0; j < scales.rows; ++j) {
+        const float s = *scales.row(b, h, j);
+        if (!(std::isfinite(s) && s >= 0.0f)) {
+          fail(fn, sname + "[" + count(b) + ", " + count(h) + ", " + count(j) +
+                       "] = " + number(s) + " is not finite and >= 0");
+        }
+      }
+    }
+  }
+}
 
 void check_paged_scales(const char* fn, const char* name,
                         const TensorView<const std::int8_t>& values,

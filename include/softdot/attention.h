@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "softdot/float16.h"
-#include "softdot/float8.h"
 #include "softdot/matrix.h"
 
 namespace softdot {
@@ -241,29 +240,6 @@ struct Int8KV {
   TensorView<const float> scales;        // [B, H_kv, n_kv, 1]
 };
 
-// fp8 keys or values (float8.h: e4m3fn or e5m2), as vLLM and SGLang keep
-// their caches: element (b, h, j, c) stands for the float
-// s * to_float(values(b, h, j, c)), the product rounded once to float (the
-// "dequantised" value), where s is scales(b, h, j, 0) when scales has data
-// (one scale per token and KV head, SGLang's and write_kv's) and the
-// per-tensor `scale` otherwise (vLLM's k_scale / v_scale). As for Int8KV,
-// every function that takes them computes exactly what it computes for
-// float K and V holding the dequantised values, bit for bit, so every bound
-// below holds for them; the quantisation error is write_kv's (kv_cache.h).
-// Scales must be finite and >= 0, and `scale` must stay 1 when scales are
-// given (std::invalid_argument naming the first bad one otherwise). Taken
-// by attention(), attention_partial(), paged_attention(),
-// paged_attention_partial(), attention_weights(), attention_scores() and
-// the request (attention_request.h); the rings and the gradients take no
-// fp8 K/V.
-template <class T>
-struct Float8KV {
-  TensorView<const T> values;      // [B, H_kv, n_kv, d or d_v]
-  TensorView<const float> scales;  // [B, H_kv, n_kv, 1], or no data
-  float scale = 1.0f;              // per tensor, when scales has no data
-};
-using Float8E4M3KV = Float8KV<Float8E4M3>;
-using Float8E5M2KV = Float8KV<Float8E5M2>;
 
 // Quantises float rows for Int8KV: for each row (b, h, j),
 //   scale = max_c |x_c| / 127 (rounded to float; when that is below
@@ -354,12 +330,6 @@ void attention(TensorView<const float> q, TensorView<const BFloat16> k,
 void attention(TensorView<const float> q, const Int8KV& k, const Int8KV& v,
                TensorView<float> out, const AttentionOptions& options = {},
                float* lse = nullptr);
-void attention(TensorView<const float> q, const Float8E4M3KV& k,
-               const Float8E4M3KV& v, TensorView<float> out,
-               const AttentionOptions& options = {}, float* lse = nullptr);
-void attention(TensorView<const float> q, const Float8E5M2KV& k,
-               const Float8E5M2KV& v, TensorView<float> out,
-               const AttentionOptions& options = {}, float* lse = nullptr);
 
 // 16-bit attention: queries, keys, values and the output in bfloat16 (or
 // float16); lse stays float. Any other mix (a 16-bit query with float32,
@@ -468,12 +438,6 @@ void attention_partial(TensorView<const float> q, TensorView<const BFloat16> k,
                        const AttentionOptions& options = {});
 void attention_partial(TensorView<const float> q, const Int8KV& k,
                        const Int8KV& v, AttentionPartial& partial,
-                       const AttentionOptions& options = {});
-void attention_partial(TensorView<const float> q, const Float8E4M3KV& k,
-                       const Float8E4M3KV& v, AttentionPartial& partial,
-                       const AttentionOptions& options = {});
-void attention_partial(TensorView<const float> q, const Float8E5M2KV& k,
-                       const Float8E5M2KV& v, AttentionPartial& partial,
                        const AttentionOptions& options = {});
 
 // a = merge(a, b) for partial results over disjoint key ranges, row by row,
@@ -623,16 +587,6 @@ void paged_attention(TensorView<const float> q, const Int8KV& k_pages,
                      TensorView<float> out,
                      const AttentionOptions& options = {},
                      float* lse = nullptr);
-void paged_attention(TensorView<const float> q, const Float8E4M3KV& k_pages,
-                     const Float8E4M3KV& v_pages, const PagedKVTable& table,
-                     TensorView<float> out,
-                     const AttentionOptions& options = {},
-                     float* lse = nullptr);
-void paged_attention(TensorView<const float> q, const Float8E5M2KV& k_pages,
-                     const Float8E5M2KV& v_pages, const PagedKVTable& table,
-                     TensorView<float> out,
-                     const AttentionOptions& options = {},
-                     float* lse = nullptr);
 
 // paged_attention() stopped before the division by the sum, as
 // attention_partial() is: attention_finalize(partial) equals
@@ -660,18 +614,6 @@ void paged_attention_partial(TensorView<const float> q, const Int8KV& k_pages,
                              const Int8KV& v_pages, const PagedKVTable& table,
                              AttentionPartial& partial,
                              const AttentionOptions& options = {});
-void paged_attention_partial(TensorView<const float> q,
-                             const Float8E4M3KV& k_pages,
-                             const Float8E4M3KV& v_pages,
-                             const PagedKVTable& table,
-                             AttentionPartial& partial,
-                             const AttentionOptions& options = {});
-void paged_attention_partial(TensorView<const float> q,
-                             const Float8E5M2KV& k_pages,
-                             const Float8E5M2KV& v_pages,
-                             const PagedKVTable& table,
-                             AttentionPartial& partial,
-                             const AttentionOptions& options = {});
 
 // The explicit weights w_ij of attention() with the same q, k and options,
 // into weights [B, H, n_q, n_kv] (for small inputs: debugging, teaching).
@@ -691,12 +633,6 @@ void attention_weights(TensorView<const float> q, TensorView<const BFloat16> k,
                        TensorView<float> weights,
                        const AttentionOptions& options = {});
 void attention_weights(TensorView<const float> q, const Int8KV& k,
-                       TensorView<float> weights,
-                       const AttentionOptions& options = {});
-void attention_weights(TensorView<const float> q, const Float8E4M3KV& k,
-                       TensorView<float> weights,
-                       const AttentionOptions& options = {});
-void attention_weights(TensorView<const float> q, const Float8E5M2KV& k,
                        TensorView<float> weights,
                        const AttentionOptions& options = {});
 
@@ -746,17 +682,12 @@ void attention_scores(TensorView<const float> q, TensorView<const BFloat16> k,
 void attention_scores(TensorView<const float> q, const Int8KV& k,
                       TensorView<float> scores,
                       const AttentionOptions& options = {});
-void attention_scores(TensorView<const float> q, const Float8E4M3KV& k,
-                      TensorView<float> scores,
-                      const AttentionOptions& options = {});
-void attention_scores(TensorView<const float> q, const Float8E5M2KV& k,
-                      TensorView<float> scores,
-                      const AttentionOptions& options = {});
 
 }  // namespace softdot
 
 // The gradients (attention_backward() and its partial form): a header of
 // their own, part of this one.
 #include "softdot/attention_backward.h"  // IWYU pragma: export
+#include "softdot/attention_fp8.h"       // IWYU pragma: export
 
 #endif  // SOFTDOT_ATTENTION_H_
