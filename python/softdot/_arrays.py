@@ -26,6 +26,7 @@ F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
 F16 = np.dtype(np.float16)
 U16 = np.dtype(np.uint16)
+U8 = np.dtype(np.uint8)
 BOOL = np.dtype(np.bool_)
 ndarray = np.ndarray
 
@@ -62,7 +63,8 @@ def check_device(fn: str, name: str, t: Any) -> None:
 
 
 def tensor_view(fn: str, name: str, t: Any) -> np.ndarray:
-    """The numpy view of a CPU tensor's memory (bfloat16 as its uint16 bits)."""
+    """The numpy view of a CPU tensor's memory (bfloat16 as its uint16 bits,
+    fp8 as its bytes)."""
     check_device(fn, name, t)
     torch = torch_module()
     if t.requires_grad:
@@ -75,6 +77,8 @@ def tensor_view(fn: str, name: str, t: Any) -> np.ndarray:
         t = t.detach()
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(U16)
+    if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):  # fp8: the bytes
+        return t.view(torch.uint8).numpy()
     try:
         return t.numpy()
     except (RuntimeError, TypeError):  # a lazy negation or conjugation bit

@@ -36,6 +36,8 @@ def scaled_dot_product_attention(
     is_causal: bool = False,
     enable_gqa: bool = False,
     dropout_p: float = 0.0,
+    k_scale: Any = None,
+    v_scale: Any = None,
 ) -> Any:
     """Fused attention: ``out = softmax(mask(bias + cap(scale * Q K^T))) V``,
     never forming the L x S score matrix.
@@ -55,6 +57,8 @@ def scaled_dot_product_attention(
         ``scales * values`` rounded to float32 (the result equals the float32
         call on those values bit for bit). Hq must be a multiple of Hkv
         (grouped-query attention; Hkv = 1 is multi-query).
+        key may also be fp8 (torch.float8_e4m3fn / float8_e5m2, or numpy
+        arrays of ml_dtypes' float8 types) with ``k_scale``.
     value : array [..., Hkv, S, Ev] of key's dtype, or an int8 pair when key is one.
     attn_mask : array broadcastable to [..., Hq, L, S], optional
         bool: True = attend (torch's rule); float: added to the scores.
@@ -108,6 +112,12 @@ def scaled_dot_product_attention(
         as ``causal`` places them), rounded once to float32 and added as a
         bias is (bit for bit that bias). Not with ``bias``.
 
+    k_scale, v_scale : float or float32 array, optional (fp8 key and value only)
+        A per-tensor scale (vLLM's, default 1.0) or one per token and head
+        ([..., Hkv, S] or [..., Hkv, S, 1]): each element stands for
+        ``scale * value`` rounded once to float32, and the result equals the
+        float32 call on those values bit for bit.
+
     Returns
     -------
     out, or (out, lse)
@@ -145,8 +155,12 @@ def scaled_dot_product_attention(
         from . import _attention_grad as G
 
         if G.wants_grad(query, key, value, attn_mask, bias, sinks, alibi_slopes):
+            if k_scale is not None or v_scale is not None:
+                raise NotImplementedError(
+                    f"{fn}: an fp8 K/V cache has no gradient: detach the query"
+                )
             return G.attention(fn, arrays, out, return_lse, opts)
-    return call(fn, "output", arrays, out, return_lse, **opts)
+    return call(fn, "output", arrays, out, return_lse, k_scale=k_scale, v_scale=v_scale, **opts)
 
 
 scaled_dot_product_attention.__doc__ = (scaled_dot_product_attention.__doc__ or "") + R.CAUSAL_DOC

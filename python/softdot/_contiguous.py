@@ -31,8 +31,9 @@ def call(fn: str, kind: str, arrays: Arrays, out: Any, return_lse: bool, **opts:
     if kind == "output" and is_f64(query):
         return call_f64(fn, arrays, out, return_lse, **opts)
     slopes = opts.get("alibi_slopes")
+    kv_scales = (opts.pop("k_scale", None), opts.pop("v_scale", None))
     R.no_grad(fn, A.kind_of(query), query, key, value, attn_mask, bias, sinks, slopes)
-    p = R.prepare(fn, query, key, value)
+    p = R.prepare(fn, query, key, value, kv_scales)
     full = p.lead + (p.L, p.S)
     mask, bias4, sinks1, o = R.mask_options(
         fn, p.kind, attn_mask, bias, sinks, full, "query's batch axes, L, S", **opts

@@ -128,9 +128,18 @@ def _layout(fn: str, kv_layout: Any) -> None:
 
 
 def _caches(
-    fn: str, key_cache: Any, value_cache: Any, kind: str, layout: str, write: bool
+    fn: str,
+    key_cache: Any,
+    value_cache: Any,
+    kind: str,
+    layout: str,
+    write: bool,
+    scales: Tuple[Any, Any] = (None, None),
 ) -> Tuple[Tuple[Any, ...], Tuple[Any, ...]]:
-    """_cache of key_cache and of value_cache, which must share a format."""
+    """_cache of key_cache and of value_cache, which must share a format,
+    each with a fifth item: an fp8 cache's per-tensor scale (else None). An
+    fp8 cache's per-token scales (k_scale= / v_scale= arrays) take the int8
+    scales' place (item 1, their caller's array added to item 3)."""
     kc = _cache(fn, "key_cache", key_cache, kind, layout, write=write)
     vc = _cache(fn, "value_cache", value_cache, kind, layout, write=write)
     if kc[2] != vc[2]:
@@ -138,7 +147,18 @@ def _caches(
             f"{fn}: key_cache and value_cache must have the same dtype "
             f"(int8 caches: both (values, scales) tuples)"
         )
-    return kc, vc
+    out = []
+    for c, name, sc in ((kc, "k_scale", scales[0]), (vc, "v_scale", scales[1])):
+        tensor, per_token = R.fp8_scale(fn, name, sc, c[2], c[3][0][1].shape, kind)
+        if per_token is None:
+            out.append(c + (tensor,))
+            continue
+        raw = c[3] + [(name, per_token)]
+        if layout == "NHD":
+            per_token = per_token.transpose(0, 2, 1, 3)
+        ready = _in_place(fn, name, per_token) if write else R.ready(per_token)
+        out.append((c[0], ready, c[2], raw, None))
+    return out[0], out[1]
 
 
 def _query(
@@ -298,6 +318,8 @@ def _kv(
         raise ValueError(f"{fn}: kv_position_offsets and kv_position_stride need query_positions")
     if kc[1] is not None:
         kv["k_scales"], kv["v_scales"] = kc[1], vc[1]
+    if kc[4] is not None:  # fp8, per tensor
+        kv["k_scale"], kv["v_scale"] = kc[4], vc[4]
     return kv
 
 
@@ -344,7 +366,7 @@ def _write_and_attend(
         return t
 
     q, q_format, kv, out4, out_format, lse, opts = req
-    k, v, fk, kp, vp, fp, ks, vs, sm = args
+    k, v, fk, kp, vp, fp, ks, vs, sm, k_scale, v_scale = args
     T.run_in(
         all_terms,
         lambda: _core.write_kv_and_attend(
@@ -365,6 +387,8 @@ def _write_and_attend(
             out_format,
             lse,
             opts,
+            k_scale=k_scale,
+            v_scale=v_scale,
         ),
     )
 
@@ -396,6 +420,8 @@ def paged_attention(
     draft_parents: Any = None,
     alibi_slopes: Any = None,
     kv_write: Any = None,
+    k_scale: Any = None,
+    v_scale: Any = None,
 ) -> Any:
     """Fused attention over a paged K/V cache, as LLM serving engines keep
     it: sequence b's key position t lies in page
@@ -419,7 +445,9 @@ def paged_attention(
         float32, float16 or bfloat16, read in place (no copy); or an int8
         cache as a tuple ``(values, scales)``: int8 values of that shape and
         float32 scales [P, page_size, Hkv] (or with a trailing 1; "HND":
-        [P, Hkv, page_size]), value = scale * int8 rounded once to float.
+        [P, Hkv, page_size]), value = scale * int8 rounded once to float;
+        or an fp8 cache (torch.float8_e4m3fn / float8_e5m2, ml_dtypes'
+        float8 types for numpy) with ``k_scale`` / ``v_scale``.
         Hq must be a multiple of Hkv.
     block_table : int32 array [B, blocks_per_seq]
         Page indices; entries past a sequence's last page are never read
@@ -489,6 +517,12 @@ def paged_attention(
     -------
     out, or (out, lse)
 
+    k_scale, v_scale : float or float32 array, optional (fp8 caches only)
+        vLLM's per-tensor scales (a float, default 1.0) or SGLang's per token
+        and head (an array of the pages' shape without E, or with a trailing
+        1): element value = scale * fp8 value rounded once to float32, and the
+        result that of the float32 cache holding those values, bit for bit.
+
     Bad tables (a page index out of range or negative, a length longer than
     its blocks hold, a table of the wrong size) raise ValueError naming the
     sequence and the entry; nothing is read out of bounds and nothing is
@@ -505,7 +539,9 @@ def paged_attention(
     ragged = qsl is not None
     # With kv_write the attention must read the caller's memory (the rows
     # just written), never a copy.
-    kc, vc = _caches(fn, key_cache, value_cache, kind, kv_layout, kv_write is not None)
+    kc, vc = _caches(
+        fn, key_cache, value_cache, kind, kv_layout, kv_write is not None, (k_scale, v_scale)
+    )
     bt, sl, B = _tables(fn, block_table, seq_lens, kind, qsl, q.shape)
     _, Hq, L, _ = q.shape
     flags: Dict[str, Any] = dict(scale=scale, causal=causal, window=window, softcap=softcap)
@@ -596,6 +632,8 @@ def _write_args(
         kc[1],
         vc[1],
         sm,
+        1.0 if kc[4] is None else kc[4],
+        1.0 if vc[4] is None else vc[4],
     )
     return args, terms
 
@@ -608,6 +646,8 @@ def write_kv(
     slot_mapping: Any,
     *,
     kv_layout: str = "NHD",
+    k_scale: Any = None,
+    v_scale: Any = None,
 ) -> None:
     """Writes new keys and values into their slots of a paged cache, in
     place (vLLM's ``reshape_and_cache``): row t goes to slot
@@ -623,20 +663,30 @@ def write_kv(
         [P, Hkv, page_size, E]); float32, float16 or bfloat16 (a value the
         format cannot hold is rounded to nearest even), or int8 as
         ``(values, scales)``: each row of each head quantised as
-        :func:`quantize_kv` does. Written in place: they must be writable
-        with a contiguous last axis.
+        :func:`quantize_kv` does; or fp8 (torch.float8_e4m3fn / float8_e5m2,
+        ml_dtypes' float8 types): with a per-tensor ``k_scale`` /
+        ``v_scale`` (float) each value is written as value / scale rounded to
+        nearest even, saturating at the format's largest value (448, 57344)
+        as vLLM's and SGLang's caches do; with per-token scale arrays each
+        row of each head gets scale = max |x| / 448 (57344), written there.
+        Written in place: they must be writable with a contiguous last axis.
     slot_mapping : integer array [T] (int64; other integer dtypes are
         converted)
 
+    k_scale, v_scale : float or float32 array, optional (fp8 caches only)
+
     A slot out of range, negative other than -1, or given to two rows, and
-    for int8 caches a row holding inf or NaN, raise ValueError naming the
+    for int8 and fp8 caches a row holding inf or NaN, raise ValueError naming the
     row and the slot; everything is checked before anything is written.
     The GIL is released.
     """
     fn = "write_kv"
     _layout(fn, kv_layout)
     kind = A.kind_of(key)
-    kc, vc = _caches(fn, key_cache, value_cache, kind, kv_layout, True)
+    kc, vc = _caches(fn, key_cache, value_cache, kind, kv_layout, True, (k_scale, v_scale))
     args, terms = _write_args(fn, key, value, slot_mapping, kind, kc, vc, kv_layout)
-    k, v, fk, kp, vp, fp, ks, vs, sm = args
-    T.run_in(terms, lambda: _core.write_kv(k, v, fk, kp, vp, fp, ks, vs, sm))
+    k, v, fk, kp, vp, fp, ks, vs, sm, k_sc, v_sc = args
+    T.run_in(
+        terms,
+        lambda: _core.write_kv(k, v, fk, kp, vp, fp, ks, vs, sm, k_scale=k_sc, v_scale=v_sc),
+    )

@@ -26,16 +26,24 @@ _FORMATS = _core.kv_formats
 KV_F32, KV_F16, KV_BF16, KV_I8, KV_F64 = (
     int(_FORMATS[n]) for n in ("float32", "float16", "bfloat16", "int8", "float64")
 )
+KV_E4M3, KV_E5M2 = (int(_FORMATS[n]) for n in ("float8_e4m3fn", "float8_e5m2"))
+KV_FP8 = (KV_E4M3, KV_E5M2)
 KV_NAMES = {
     KV_F32: "float32",
     KV_F16: "float16",
     KV_BF16: "bfloat16",
     KV_I8: "int8 (a (values, scales) pair)",
+    KV_E4M3: "float8_e4m3fn",
+    KV_E5M2: "float8_e5m2",
 }
 SIZE_MAX = 2**64 - 1
-_KV_ACCEPTED = "float32, float16, bfloat16, or a pair (int8 values, float32 scales)"
+_KV_ACCEPTED = (
+    "float32, float16, bfloat16, float8_e4m3fn, float8_e5m2, "
+    "or a pair (int8 values, float32 scales)"
+)
 _KV_ACCEPTED_NP = (
-    "float32, float16, bfloat16 (ml_dtypes.bfloat16), or a pair (int8 values, float32 scales)"
+    "float32, float16, bfloat16 (ml_dtypes.bfloat16), float8_e4m3fn, float8_e5m2 "
+    "(ml_dtypes), or a pair (int8 values, float32 scales)"
 )
 
 CAUSAL_DOC = """
@@ -52,7 +60,13 @@ def kv_format(fn: str, name: str, a: Any, kind: str) -> Tuple[np.ndarray, int]:
     16-bit formats travel as their bits."""
     if kind == "torch":
         torch = A.torch_module()
-        fmt = {torch.float32: KV_F32, torch.float16: KV_F16, torch.bfloat16: KV_BF16}.get(a.dtype)
+        fmt = {
+            torch.float32: KV_F32,
+            torch.float16: KV_F16,
+            torch.bfloat16: KV_BF16,
+            torch.float8_e4m3fn: KV_E4M3,
+            torch.float8_e5m2: KV_E5M2,
+        }.get(a.dtype)
         if fmt is None:
             raise A.accepted(fn, name, a, _KV_ACCEPTED)
         v = A.tensor_view(fn, name, a)
@@ -64,7 +78,48 @@ def kv_format(fn: str, name: str, a: Any, kind: str) -> Tuple[np.ndarray, int]:
         return a.view(A.U16), KV_F16
     if d.name == "bfloat16":  # ml_dtypes.bfloat16: the bits, as uint16
         return a.view(A.U16), KV_BF16
+    if d.name == "float8_e4m3fn":  # ml_dtypes' fp8: the bytes
+        return a.view(A.U8), KV_E4M3
+    if d.name == "float8_e5m2":
+        return a.view(A.U8), KV_E5M2
     raise A.accepted(fn, name, a, _KV_ACCEPTED_NP)
+
+
+def fp8_scale(
+    fn: str, name: str, scale: Any, fmt: int, values_shape: Tuple[int, ...], kind: str
+) -> Tuple[Optional[float], Optional[np.ndarray]]:
+    """An fp8 cache's scale (``k_scale=`` / ``v_scale=``) as (per-tensor
+    float, None) or (None, float32 array of values_shape[:-1] + (1,)): one per
+    token and head. Refused (ValueError) for a cache that is not fp8 unless
+    it is None or 1.0."""
+    if fmt not in KV_FP8:
+        if scale is None or (isinstance(scale, (int, float)) and float(scale) == 1.0):
+            return None, None
+        raise ValueError(
+            f"{fn}: {name} is given but the cache is {KV_NAMES.get(fmt, '?')}; "
+            f"{name} scales fp8 caches only"
+        )
+    if scale is None:
+        return 1.0, None
+    if isinstance(scale, (int, float, np.floating, np.integer)) and not isinstance(scale, bool):
+        s = float(scale)
+        if not (np.isfinite(s) and s >= 0):
+            raise ValueError(f"{fn}: {name} = {s} must be finite and >= 0")
+        return s, None
+    a = as_numpy(fn, name, array(fn, name, scale, kind), kind)
+    if a.ndim == 0 or a.size == 1 and a.ndim <= 1:
+        return fp8_scale(fn, name, float(a.reshape(())), fmt, values_shape, kind)
+    if a.dtype != A.F32:
+        raise A.accepted(fn, name, a, "float32 (per token and head), or a float")
+    want = tuple(values_shape[:-1])
+    if a.shape == want:
+        a = a[..., None]
+    elif a.shape != want + (1,):
+        raise ValueError(
+            f"{fn}: {name} has shape {a.shape}; expected a float or {want} "
+            f"(one per token and head of {tuple(values_shape)})"
+        )
+    return None, a
 
 
 def array(fn: str, name: str, a: Any, kind: str) -> Any:
@@ -395,9 +450,12 @@ class Prepared:
     q_dtype: Any
 
 
-def prepare(fn: str, query_: Any, key: Any, value: Any) -> Prepared:
+def prepare(
+    fn: str, query_: Any, key: Any, value: Any, kv_scales: Tuple[Any, Any] = (None, None)
+) -> Prepared:
     """The query and a contiguous K/V source (value None: keys only, for
-    weights and scores) from a call's arrays."""
+    weights and scores) from a call's arrays; kv_scales: an fp8 key's and
+    value's k_scale / v_scale (fp8_scale)."""
     p = Prepared()
     kind = A.kind_of(query_)
     p.kind = kind
@@ -460,6 +518,15 @@ def prepare(fn: str, query_: Any, key: Any, value: Any) -> Prepared:
         p.kv["k_scales"] = _int8.ready_scales(ready(to4(ks)))
     if vsc is not None:
         p.kv["v_scales"] = _int8.ready_scales(ready(to4(vsc)))
+    for name, sc, a, core in (("k_scale", kv_scales[0], k, "k"), ("v_scale", kv_scales[1], v, "v")):
+        if a is None:
+            continue
+        tensor, per_token = fp8_scale(fn, name, sc, fk, a.shape, kind)
+        if per_token is not None:
+            p.kv[f"{core}_scales"] = ready(to4(per_token))
+            p.raw.append((name, per_token))
+        elif tensor is not None:
+            p.kv[f"{core}_scale"] = tensor
     return p
 
 

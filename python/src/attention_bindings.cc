@@ -259,7 +259,8 @@ void merge_py(const In& oa, const In& la, const In& ob, const In& lb,
 // The arguments of write_kv (kv_cache.h): key and value [1, H_kv, T, E] in
 // in_format (0 float32, 1 float16, 2 bfloat16: 16-bit as their bits), the
 // pages [P, H_kv, page_size, E] in page_format (3: int8 values with their
-// float32 scales [P, H_kv, page_size, 1]), slots int64 [T].
+// float32 scales [P, H_kv, page_size, 1]; 4, 5: fp8 values with such scales
+// or, without them, the per-tensor k_scale / v_scale), slots int64 [T].
 struct WriteArgs {
   KVTensor k, v;
   KVPages kp, vp;
@@ -269,7 +270,8 @@ struct WriteArgs {
 WriteArgs write_args(const In& key, const In& value, int in_format,
                      const Out& k_pages, const Out& v_pages, int page_format,
                      const std::optional<Out>& k_scales,
-                     const std::optional<Out>& v_scales, const In& slots) {
+                     const std::optional<Out>& v_scales, const In& slots,
+                     float k_scale, float v_scale) {
   auto rows = [&](const char* name, const In& a) -> KVTensor {
     switch (static_cast<KVFormat>(in_format)) {
       case KVFormat::kFloat32:
@@ -284,7 +286,7 @@ WriteArgs write_args(const In& key, const In& value, int in_format,
     }
   };
   auto pages = [&](const char* name, const Out& a,
-                   const std::optional<Out>& sc) -> KVPages {
+                   const std::optional<Out>& sc, float scale) -> KVPages {
     switch (static_cast<KVFormat>(page_format)) {
       case KVFormat::kFloat32:
         check_dtype(name, a, nb::dtype<float>(), "float32");
@@ -301,13 +303,27 @@ WriteArgs write_args(const In& key, const In& value, int in_format,
         return Int8Pages{view4<std::int8_t>(name, a),
                          view4<float>(sname.c_str(), *sc)};
       }
+      case KVFormat::kFloat8E4M3:
+      case KVFormat::kFloat8E5M2: {
+        if (a.itemsize() != 1) fail(std::string(name) + " must be 8-bit");
+        TensorView<float> sv;
+        if (sc) {
+          const std::string sname = std::string(name) + " scales";
+          check_dtype(sname.c_str(), *sc, nb::dtype<float>(), "float32");
+          sv = view4<float>(sname.c_str(), *sc);
+        }
+        if (static_cast<KVFormat>(page_format) == KVFormat::kFloat8E4M3) {
+          return Float8E4M3Pages{view4<Float8E4M3>(name, a), sv, scale};
+        }
+        return Float8E5M2Pages{view4<Float8E5M2>(name, a), sv, scale};
+      }
       default:
-        fail("page format must be 0, 1, 2 or 3");
+        fail("page format must be 0 to 5");
     }
   };
   const KVTensor k = rows("key", key), v = rows("value", value);
-  const KVPages kp = pages("key_cache", k_pages, k_scales);
-  const KVPages vp = pages("value_cache", v_pages, v_scales);
+  const KVPages kp = pages("key_cache", k_pages, k_scales, k_scale);
+  const KVPages vp = pages("value_cache", v_pages, v_scales, v_scale);
   check_dtype("slot_mapping", slots, nb::dtype<std::int64_t>(), "int64");
   return WriteArgs{k, v, kp, vp,
                    std::span<const std::int64_t>(
@@ -318,9 +334,11 @@ WriteArgs write_args(const In& key, const In& value, int in_format,
 void write_kv_py(const In& key, const In& value, int in_format,
                  const Out& k_pages, const Out& v_pages, int page_format,
                  const std::optional<Out>& k_scales,
-                 const std::optional<Out>& v_scales, const In& slots) {
+                 const std::optional<Out>& v_scales, const In& slots,
+                 float k_scale, float v_scale) {
   const WriteArgs w = write_args(key, value, in_format, k_pages, v_pages,
-                                 page_format, k_scales, v_scales, slots);
+                                 page_format, k_scales, v_scales, slots,
+                                 k_scale, v_scale);
   as_python("write_kv", [&] {
     nb::gil_scoped_release release;
     write_kv(w.k, w.v, w.kp, w.vp, w.slots);
@@ -338,9 +356,11 @@ void write_and_attend_py(const std::string& name, const In& key,
                          const In& q, int q_format, const nb::dict& kv,
                          const Out& out, int out_format,
                          const std::optional<Out>& lse,
-                         const nb::dict& options) {
+                         const nb::dict& options, float k_scale,
+                         float v_scale) {
   const WriteArgs w = write_args(key, value, in_format, k_pages, v_pages,
-                                 page_format, k_scales, v_scales, slots);
+                                 page_format, k_scales, v_scales, slots,
+                                 k_scale, v_scale);
   const AttentionRequest r =
       request_of(name, q, q_format, kv, "output", out, out_format, lse, options,
                  std::nullopt, nullptr);
@@ -373,8 +393,9 @@ void bind_attention(nb::module_& m) {
   // The storage formats' codes (KVFormat, attention_request.h) by name: the
   // Python layer reads them here rather than keeping a copy.
   nb::dict formats;
-  for (const KVFormat f : {KVFormat::kFloat32, KVFormat::kFloat16,
-                           KVFormat::kBFloat16, KVFormat::kInt8}) {
+  for (const KVFormat f :
+       {KVFormat::kFloat32, KVFormat::kFloat16, KVFormat::kBFloat16,
+        KVFormat::kInt8, KVFormat::kFloat8E4M3, KVFormat::kFloat8E5M2}) {
     formats[kv_format_name(f)] = static_cast<int>(f);
   }
   formats["float64"] = kFloat64;
@@ -399,13 +420,14 @@ void bind_attention(nb::module_& m) {
         "kv_formats['float64'] runs the double functions.");
   m.def("write_kv", &write_kv_py, "key"_a, "value"_a, "in_format"_a,
         "k_pages"_a, "v_pages"_a, "page_format"_a, "k_scales"_a.none(),
-        "v_scales"_a.none(), "slot_mapping"_a,
+        "v_scales"_a.none(), "slot_mapping"_a, "k_scale"_a = 1.0f,
+        "v_scale"_a = 1.0f,
         "New keys and values into their slots of a paged cache.");
   m.def("write_kv_and_attend", &write_and_attend_py, "name"_a, "key"_a,
         "value"_a, "in_format"_a, "k_pages"_a, "v_pages"_a, "page_format"_a,
         "k_scales"_a.none(), "v_scales"_a.none(), "slot_mapping"_a, "query"_a,
         "q_format"_a, "kv"_a, "out"_a, "out_format"_a, "lse"_a.none(),
-        "options"_a,
+        "options"_a, "k_scale"_a = 1.0f, "v_scale"_a = 1.0f,
         "write_kv, then the attention request over the pages written (the "
         "rows put back if it fails).");
   m.def("ring_layout", &layout_py, "seq_len"_a, "ranks"_a, "zigzag"_a,

@@ -77,11 +77,20 @@ void ring_py(std::int64_t comm, const In& q, const nb::dict& kv, const Out& out,
   std::visit(
       [&](const auto& k) {
         using K = std::decay_t<decltype(k)>;
-        const K& v = std::get<K>(source.v.variant());
-        as_python("ring_attention", [&] {
-          nb::gil_scoped_release release;
-          mpi::ring_attention(c, qv, k, v, ov, o, l);
-        });
+        if constexpr (std::is_same_v<K, Float8E4M3KV> ||
+                      std::is_same_v<K, Float8E5M2KV>) {
+          // The ring has no fp8 form (its shards travel as float32, 16-bit
+          // or int8): refused rather than converted.
+          fail(std::string("ring_attention takes float32, float16, bfloat16 "
+                           "or int8 keys and values, not ") +
+               kv_format_name(source.k.format()));
+        } else {
+          const K& v = std::get<K>(source.v.variant());
+          as_python("ring_attention", [&] {
+            nb::gil_scoped_release release;
+            mpi::ring_attention(c, qv, k, v, ov, o, l);
+          });
+        }
       },
       source.k.variant());
 }

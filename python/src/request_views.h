@@ -141,6 +141,28 @@ inline KVTensor kv_tensor(KVFormat f, const nb::dict& d, const char* key,
       if (!s) fail(std::string(name) + " is int8 and needs its scales");
       return int8_kv(name, a, *s);
     }
+    case KVFormat::kFloat8E4M3:
+    case KVFormat::kFloat8E5M2: {
+      if (a.itemsize() != 1) {
+        throw nb::type_error(
+            (std::string(name) + " must be " + kv_format_name(f) + " (8-bit)")
+                .c_str());
+      }
+      // Per-token scales under `key`_scales, or a per-tensor `key`_scale.
+      const std::string skey = std::string(key) + "_scales";
+      const std::string tkey = std::string(key) + "_scale";
+      TensorView<const float> sv;
+      if (const std::optional<In> s = array_or_none(d, skey.c_str())) {
+        const std::string sname = std::string(name) + " scales";
+        check_dtype(sname.c_str(), *s, nb::dtype<float>(), "float32");
+        sv = view4<const float>(sname.c_str(), *s);
+      }
+      const float scale = get_or<float>(d, tkey.c_str(), 1.0f);
+      if (f == KVFormat::kFloat8E4M3) {
+        return Float8E4M3KV{view4<const Float8E4M3>(name, a), sv, scale};
+      }
+      return Float8E5M2KV{view4<const Float8E5M2>(name, a), sv, scale};
+    }
   }
   fail("unknown K/V format");
 }
@@ -151,8 +173,10 @@ inline std::span<const std::int32_t> int32_span(const char* name, const In& a) {
   return {static_cast<const std::int32_t*>(a.data()), contiguous_size(name, a)};
 }
 
-// The source dict: format (0 float32, 1 float16, 2 bfloat16, 3 int8), k, v
-// (None for weights and scores), k_scales, v_scales (int8), k_name, v_name
+// The source dict: format (0 float32, 1 float16, 2 bfloat16, 3 int8,
+// 4 float8_e4m3fn, 5 float8_e5m2), k, v (None for weights and scores),
+// k_scales, v_scales (int8; fp8 per token), k_scale, v_scale (fp8 per
+// tensor, default 1), k_name, v_name
 // (the arrays' names in errors), and for a paged cache block_table (int32),
 // blocks_per_seq, seq_lens (int32) and, for a ragged batch,
 // query_start_loc (int32, or None); positions: query_positions and
@@ -160,12 +184,13 @@ inline std::span<const std::int32_t> int32_span(const char* name, const In& a) {
 // draft_parents (int32, or None).
 inline KVSource kv_source_of(const nb::dict& d) {
   check_keys("kv", d,
-             {"format", "k", "v", "k_scales", "v_scales", "k_name", "v_name",
+             {"format", "k", "v", "k_scales", "v_scales", "k_scale", "v_scale",
+              "k_name", "v_name",
               "block_table", "blocks_per_seq", "seq_lens", "query_start_loc",
               "query_positions", "kv_position_offsets", "kv_position_stride",
               "draft_parents"});
   const int code = nb::cast<int>(d["format"]);
-  if (code < 0 || code > 3) fail("kv format must be 0, 1, 2 or 3");
+  if (code < 0 || code > 5) fail("kv format must be 0 to 5");
   const auto f = static_cast<KVFormat>(code);
   const std::string k_name = get_or<std::string>(d, "k_name", "key");
   const std::string v_name = get_or<std::string>(d, "v_name", "value");
