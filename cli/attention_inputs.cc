@@ -16,6 +16,7 @@
 #include "format.h"
 #include "output_file.h"
 #include "parse.h"
+#include "softdot/kv_cache.h"
 
 namespace softdot::cli {
 
@@ -327,7 +328,8 @@ void read_int8_scales(const AttentionArgs& args, AttentionInputs* in) {
   }
   if (k.is_int8() && in->quantize) {
     throw CliError(
-        "--kv int8 quantises float32 or float16 keys and values, "
+        "--kv " + *args.kv +
+        " quantises float32 or float16 keys and values, "
         "but --k " +
         k.file +
         " is int8 already (give its scales with --k-scales and "
@@ -396,6 +398,46 @@ void quantize_input(const Input& x, std::vector<std::int8_t>* values,
                 TensorView<float>(scales->data(), B, H, n, 1));
   } catch (const std::invalid_argument& e) {
     throw CliError(x.option + ": " + x.file + ": " + e.what());
+  }
+}
+
+// --kv float8_e4m3fn / float8_e5m2: x (float32 or float16, widened exactly)
+// quantised per row into fp8 values and one scale per row (max |x| / 448 or
+// 57344), as write_kv quantises into fp8 pages with scales: each row of x,
+// taken in the file's order as [B, A, C, d], is written to a page of one
+// slot laid out in the same order.
+template <class T>
+void quantize_input_fp8(const Input& x, std::vector<T>* values,
+                        std::vector<float>* scales, const std::string& name) {
+  const std::vector<float> f = floats_of(x.array);
+  for (std::size_t i = 0; i < x.array.size(); ++i) {
+    if (!std::isfinite(f[i])) {
+      throw CliError(x.option + ": " + x.file + ": the value at " +
+                     index_text(i, x.array.shape) + " is " +
+                     format_number(f[i], kShortest) + "; --kv " + name +
+                     " quantises finite values only");
+    }
+  }
+  const std::size_t B = x.batch(), d = x.cols();
+  const std::size_t A = x.nhd ? x.array.shape[1] : x.heads();
+  const std::size_t C = x.nhd ? x.array.shape[2] : x.rows();
+  values->assign(std::max<std::size_t>(B * A * C * d, 1), T{});
+  scales->assign(std::max<std::size_t>(B * A * C, 1), 0.0f);
+  std::vector<std::int64_t> slots(C);
+  for (std::size_t t = 0; t < C; ++t) slots[t] = static_cast<std::int64_t>(t);
+  for (std::size_t b = 0; b < B && C != 0; ++b) {
+    // Slot t of head a: element (b, a, t) of the file's order.
+    T* vb = values->data() + b * A * C * d;
+    float* sb = scales->data() + b * A * C;
+    const Float8Pages<T> pages{TensorView<T>(vb, C, A, 1, d, d, C * d, d),
+                               TensorView<float>(sb, C, A, 1, 1, 1, C, 1)};
+    try {
+      write_kv(TensorView<const float>(f.data() + b * A * C * d, 1, A, C, d),
+               TensorView<const float>(f.data() + b * A * C * d, 1, A, C, d),
+               pages, pages, slots);
+    } catch (const std::invalid_argument& e) {
+      throw CliError(x.option + ": " + x.file + ": " + e.what());
+    }
   }
 }
 
@@ -522,18 +564,23 @@ KvLayout kv_layout_option(const AttentionArgs& args) {
                  page_axes(KvLayout::kHND, "d") + ")");
 }
 
-bool quantize_kv_option(const AttentionArgs& args) {
-  if (!args.kv) return false;
-  if (*args.kv == "int8") return true;
+KvStorage quantize_kv_option(const AttentionArgs& args) {
+  if (!args.kv) return KvStorage::kFloat;
+  if (*args.kv == "int8") return KvStorage::kInt8;
+  if (*args.kv == "float8_e4m3fn") return KvStorage::kFloat8E4M3;
+  if (*args.kv == "float8_e5m2") return KvStorage::kFloat8E5M2;
   throw CliError("--kv: " + quote(*args.kv) +
-                 " is not a key/value format; the one there is: int8 "
-                 "(leave out --kv to use the files' own dtypes)");
+                 " is not a key/value format; the ones there are: int8, "
+                 "float8_e4m3fn, float8_e5m2 (leave out --kv to use the "
+                 "files' own dtypes)");
 }
 
 AttentionInputs read_attention_inputs(const AttentionArgs& args) {
   check_input_options(args);
   AttentionInputs in;
-  in.quantize = quantize_kv_option(args);
+  const KvStorage to = quantize_kv_option(args);
+  in.quantize = to != KvStorage::kFloat;
+  if (in.quantize) in.kv_format = to;
   in.layout = kv_layout_option(args);
   if (args.query_start_loc) {
     read_packed_q(args, &in);
@@ -573,7 +620,8 @@ AttentionInputs read_attention_inputs(const AttentionArgs& args) {
 }
 
 KvStorage kv_storage(const AttentionInputs& in) {
-  if (in.k.is_int8() || in.quantize) return KvStorage::kInt8;
+  if (in.quantize) return in.kv_format;
+  if (in.k.is_int8()) return KvStorage::kInt8;
   if (in.k.array.dtype == NpyDtype::kFloat16 &&
       in.v.array.dtype == NpyDtype::kFloat16) {
     return KvStorage::kFloat16;
@@ -601,6 +649,14 @@ void assemble_tensors(const AttentionInputs& in, AttentionTensors<KV>* t,
     }
     // The scales have their keys' or values' layout (read in it, or made
     // by quantize_input in the file's order).
+    t->k_scales = view_of<float>(t->k_scale_values.data(), k, 1);
+    t->v_scales = view_of<float>(t->v_scale_values.data(), v, 1);
+  } else if constexpr (std::is_same_v<KV, Float8E4M3> ||
+                       std::is_same_v<KV, Float8E5M2>) {
+    const std::string name = std::is_same_v<KV, Float8E4M3> ? "float8_e4m3fn"
+                                                             : "float8_e5m2";
+    quantize_input_fp8(k, &t->k_values, &t->k_scale_values, name);
+    quantize_input_fp8(v, &t->v_values, &t->v_scale_values, name);
     t->k_scales = view_of<float>(t->k_scale_values.data(), k, 1);
     t->v_scales = view_of<float>(t->v_scale_values.data(), v, 1);
   } else {
@@ -651,5 +707,11 @@ template void assemble_tensors<Float16>(const AttentionInputs&,
 template void assemble_tensors<std::int8_t>(const AttentionInputs&,
                                             AttentionTensors<std::int8_t>*,
                                             AttentionOptions*);
+template void assemble_tensors<Float8E4M3>(const AttentionInputs&,
+                                           AttentionTensors<Float8E4M3>*,
+                                           AttentionOptions*);
+template void assemble_tensors<Float8E5M2>(const AttentionInputs&,
+                                           AttentionTensors<Float8E5M2>*,
+                                           AttentionOptions*);
 
 }  // namespace softdot::cli

@@ -59,6 +59,9 @@ struct Input {
 // "(q is [3 x 4], k is [7 x 5])".
 std::string both(const Input& a, const Input& b);
 
+// How keys and values go to the library (kv_storage below).
+enum class KvStorage { kFloat, kFloat16, kInt8, kFloat8E4M3, kFloat8E5M2 };
+
 // The arrays of one attention call, read and checked against each other:
 // q, k, v all 2-D or all 4-D with matching batch, heads (a multiple for
 // GQA), d and n_kv; mask and bias (when given) [n_q x n_kv] or
@@ -83,13 +86,16 @@ struct AttentionInputs {
   std::size_t sequences() const {
     return q_packed ? seq_lens.array.shape[0] : q.batch();
   }
-  bool quantize = false;  // --kv int8: float k and v quantised to int8
+  bool quantize = false;  // --kv: float k and v quantised (to kv_format)
+  // --kv's format: kInt8, kFloat8E4M3 or kFloat8E5M2 (quantize only).
+  KvStorage kv_format = KvStorage::kInt8;
   KvLayout layout = KvLayout::kNHD;  // of paged k, v and their scales
   bool paged() const { return block_table.present(); }
 };
 
-// True for --kv int8, false without --kv; CliError for any other value.
-bool quantize_kv_option(const AttentionArgs& args);
+// The format --kv quantises into (kInt8, kFloat8E4M3 or kFloat8E5M2), or
+// kFloat without --kv; CliError for any other value.
+KvStorage quantize_kv_option(const AttentionArgs& args);
 
 // --kv-layout NHD or HND (NHD without the option); CliError for any other
 // value, or for --kv-layout without --block-table.
@@ -102,10 +108,10 @@ KvLayout kv_layout_option(const AttentionArgs& args);
 AttentionInputs read_attention_inputs(const AttentionArgs& args);
 
 // How the library takes the keys and values of an attention call.
-enum class KvStorage { kFloat, kFloat16, kInt8 };
 
 // int8 for int8 keys and values (read with their scales) and for --kv int8
-// (quantised); float16 when both are float16, which go to the library as
+// (quantised); fp8 for --kv float8_e4m3fn / float8_e5m2 (quantised per row
+// as write_kv quantises into fp8 pages with scales); float16 when both are float16, which go to the library as
 // they are; float32 otherwise (with one of k and v float16 and the other
 // float32, the float16 one is widened, exactly, to float32).
 KvStorage kv_storage(const AttentionInputs& in);
@@ -118,14 +124,14 @@ template <class KV>
 struct AttentionTensors {
   std::vector<float> q_values;
   std::vector<KV> k_values, v_values;
-  std::vector<float> k_scale_values, v_scale_values;  // int8 only
+  std::vector<float> k_scale_values, v_scale_values;  // int8 and fp8 only
   std::unique_ptr<bool[]> mask_flags;
   std::vector<float> bias_values;
   std::vector<std::int32_t> table_values, len_values, qsl_values, parent_values;
   std::vector<float> alibi_values;
   TensorView<const float> q;
   TensorView<const KV> k, v;
-  TensorView<const float> k_scales, v_scales;  // int8 only
+  TensorView<const float> k_scales, v_scales;  // int8 and fp8 only
   PagedKVTable table;                          // paged inputs only
 
   AttentionTensors() = default;
@@ -150,6 +156,9 @@ template <class KV>
 auto key_arg(const AttentionTensors<KV>& t) {
   if constexpr (std::is_same_v<KV, std::int8_t>) {
     return Int8KV{t.k, t.k_scales};
+  } else if constexpr (std::is_same_v<KV, Float8E4M3> ||
+                       std::is_same_v<KV, Float8E5M2>) {
+    return Float8KV<KV>{t.k, t.k_scales};
   } else {
     return t.k;
   }
@@ -158,6 +167,9 @@ template <class KV>
 auto value_arg(const AttentionTensors<KV>& t) {
   if constexpr (std::is_same_v<KV, std::int8_t>) {
     return Int8KV{t.v, t.v_scales};
+  } else if constexpr (std::is_same_v<KV, Float8E4M3> ||
+                       std::is_same_v<KV, Float8E5M2>) {
+    return Float8KV<KV>{t.v, t.v_scales};
   } else {
     return t.v;
   }

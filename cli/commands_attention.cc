@@ -310,6 +310,10 @@ int run_attention(const AttentionArgs& args) {
   switch (kv_storage(in)) {
     case KvStorage::kInt8:
       return compute<std::int8_t>(args, in, options);
+    case KvStorage::kFloat8E4M3:
+      return compute<Float8E4M3>(args, in, options);
+    case KvStorage::kFloat8E5M2:
+      return compute<Float8E5M2>(args, in, options);
     case KvStorage::kFloat16:
       return compute<Float16>(args, in, options);
     case KvStorage::kFloat:

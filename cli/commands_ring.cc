@@ -446,6 +446,16 @@ int run_ring(const AttentionArgs& args, const AttentionOptions& options,
                                        P);
     case KvStorage::kFloat16:
       return ring_compute<Float16>(args, ip, options, MPI_COMM_WORLD, rank, P);
+    case KvStorage::kFloat8E4M3:
+    case KvStorage::kFloat8E5M2:
+      // The ring has no fp8 form (the library's rings take float32, 16-bit
+      // or int8 shards).
+      if (rank == 0) {
+        throw CliError("--ring takes float32, float16 or int8 keys and "
+                       "values; --kv float8_e4m3fn / float8_e5m2 is not "
+                       "available with --ring");
+      }
+      throw CliQuietError();
     case KvStorage::kFloat:
       break;
   }

@@ -399,7 +399,14 @@ std::string describe(const AttentionInputs& in, const AttentionPlan& plan,
       v.array.dtype == NpyDtype::kFloat16) {
     out += "float16 keys/values are widened exactly to float32\n";
   }
-  if (in.quantize) {
+  if (in.quantize && in.kv_format != KvStorage::kInt8) {
+    const bool e4m3 = in.kv_format == KvStorage::kFloat8E4M3;
+    out += std::string("--kv ") + (e4m3 ? "float8_e4m3fn" : "float8_e5m2") +
+           ": each key/value row is quantised to fp8 values and one scale "
+           "(max |x| / " +
+           (e4m3 ? "448" : "57344") +
+           "); the attention reads scale * value\n";
+  } else if (in.quantize) {
     out +=
         "--kv int8: each key/value row is quantised to int8 values and one "
         "scale (max |x| / 127); the attention reads scale * value\n";

@@ -126,7 +126,9 @@ void add_attention_arrays(CLI::App* cmd, softdot::cli::AttentionArgs& attn) {
   cmd->add_option("--kv", attn.kv,
                   "int8: quantise float32/float16 keys and values to int8 "
                   "with one scale per row (softdot::quantize_kv) before "
-                  "the attention")
+                  "the attention; float8_e4m3fn, float8_e5m2: to fp8 with "
+                  "one scale per row (max |x| / 448 or 57344, as "
+                  "softdot::write_kv writes fp8 pages)")
       ->type_name("FORMAT");
   cmd->add_option("-o,--output", attn.output,
                   "Write the output to FILE.npy: float32 [n_q, d_v] or "

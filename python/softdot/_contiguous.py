@@ -28,10 +28,12 @@ class Arrays(NamedTuple):
 def call(fn: str, kind: str, arrays: Arrays, out: Any, return_lse: bool, **opts: Any) -> Any:
     """One request with contiguous K/V: kind "output" or "weights"."""
     query, key, value, attn_mask, bias, sinks = arrays
+    kv_scales = (opts.pop("k_scale", None), opts.pop("v_scale", None))
     if kind == "output" and is_f64(query):
+        if kv_scales != (None, None):
+            raise ValueError(f"{fn}: k_scale and v_scale scale fp8 caches only, not float64 ones")
         return call_f64(fn, arrays, out, return_lse, **opts)
     slopes = opts.get("alibi_slopes")
-    kv_scales = (opts.pop("k_scale", None), opts.pop("v_scale", None))
     R.no_grad(fn, A.kind_of(query), query, key, value, attn_mask, bias, sinks, slopes)
     p = R.prepare(fn, query, key, value, kv_scales)
     full = p.lead + (p.L, p.S)

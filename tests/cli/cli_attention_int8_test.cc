@@ -7,8 +7,10 @@
 // rule of attention.h written out here. Bad input: one line, status 2, no
 // output file.
 #include <cstring>
+#include <type_traits>
 
 #include "cli_attention_util.h"
+#include "softdot/float8.h"
 
 namespace softdot_test {
 namespace {
@@ -245,6 +247,72 @@ TEST(CliAttentionInt8, KvInt8QuantisesAsTheRuleSays) {
                f.out));
 }
 
+// --kv float8_e4m3fn / float8_e5m2: each row quantised as write_kv writes
+// fp8 pages with scales (scale = max |x| / 448 or 57344 in float, value
+// x / scale rounded to nearest even, the quotient in double), written out
+// here with the public conversions; the output is the float run on the
+// dequantised values, bit for bit, and differs from the exact run.
+template <class T>
+Array fp8_dequantised(const Array& x, float fmax) {
+  Array a{x.shape, {}};
+  const std::size_t d = x.shape.back();
+  for (std::size_t r = 0; r * d < x.values.size(); ++r) {
+    float amax = 0;
+    for (std::size_t c = 0; c < d; ++c)
+      amax = std::max(amax, std::fabs(x.values[r * d + c]));
+    const float scale = amax / fmax;
+    for (std::size_t c = 0; c < d; ++c) {
+      float v = 0;
+      if (scale != 0) {
+        const double t = double(x.values[r * d + c]) / scale;
+        if constexpr (std::is_same_v<T, softdot::Float8E4M3>) {
+          v = softdot::to_float(softdot::to_float8_e4m3(t));
+        } else {
+          v = softdot::to_float(softdot::to_float8_e5m2(t));
+        }
+      }
+      a.values.push_back(v * scale);
+    }
+  }
+  return a;
+}
+
+TEST(CliAttentionInt8, KvFloat8QuantisesAsWriteKv) {
+  Files f;
+  const Array q = make_array({2, 4, 5, 16}, 241);
+  Array k = make_array({2, 2, 70, 16}, 242);
+  const Array v = make_array({2, 2, 70, 8}, 243);
+  for (std::size_t i = 0; i < k.values.size(); i += 7) k.values[i] *= 3;
+  f.put("q.npy", f32_npy(q));
+  f.put("k.npy", f32_npy(k));
+  f.put("v.npy", f32_npy(v));
+  const std::vector<std::uint32_t> exact = run_bits(
+      {"attention", "--q", f.q, "--k", f.k, "--v", f.v, "-o", f.out}, f.out);
+  const auto check = [&](const char* format, const Array& kd,
+                         const Array& vd) {
+    const std::vector<std::uint32_t> quantised =
+        run_bits({"attention", "--q", f.q, "--k", f.k, "--v", f.v, "--kv",
+                  format, "-o", f.out},
+                 f.out);
+    f.put("kd.npy", f32_npy(kd));
+    f.put("vd.npy", f32_npy(vd));
+    EXPECT_EQ(quantised,
+              run_bits({"attention", "--q", f.q, "--k", f.dir.path("kd.npy"),
+                        "--v", f.dir.path("vd.npy"), "-o", f.out},
+                       f.out))
+        << format;
+    EXPECT_NE(quantised, exact) << format;
+    const CommandResult r =
+        run_softdot({"attention", "--q", f.q, "--k", f.k, "--v", f.v, "--kv",
+                     format, "--ring"});
+    EXPECT_EQ(r.status, 2) << format;
+  };
+  check("float8_e4m3fn", fp8_dequantised<softdot::Float8E4M3>(k, 448.0f),
+        fp8_dequantised<softdot::Float8E4M3>(v, 448.0f));
+  check("float8_e5m2", fp8_dequantised<softdot::Float8E5M2>(k, 57344.0f),
+        fp8_dequantised<softdot::Float8E5M2>(v, 57344.0f));
+}
+
 TEST(CliAttentionInt8, ExplainSaysHowTheKeysAreStored) {
   Files f;
   const Array q = make_array({2, 4}, 231), k = make_array({3, 4}, 232),
@@ -384,14 +452,20 @@ std::vector<ErrorCase> error_cases() {
       {"kv_unknown",
        {"attention", "--q", "$D/q.npy", "--k", "$D/k.npy", "--v", "$D/v.npy",
         "--kv", "int4"},
-       "--kv: \"int4\" is not a key/value format; the one there is: int8 "
-       "(leave out --kv to use the files' own dtypes)"},
+       "--kv: \"int4\" is not a key/value format; the ones there are: int8, "
+       "float8_e4m3fn, float8_e5m2 (leave out --kv to use the files' own "
+       "dtypes)"},
       {"kv_int8_of_int8",
        with(int8_qkv, {"--k-scales", "$D/ks.npy", "--v-scales", "$D/vs.npy",
                        "--kv", "int8"}),
        "--kv int8 quantises float32 or float16 keys and values, but --k "
        "$D/k8.npy is int8 already (give its scales with --k-scales and "
        "--v-scales instead)"},
+      {"kv_fp8_inf",
+       {"attention", "--q", "$D/q.npy", "--k", "$D/kinf.npy", "--v", "$D/v.npy",
+        "--kv", "float8_e5m2"},
+       "--k: $D/kinf.npy: the value at [3, 1] is inf; --kv float8_e5m2 "
+       "quantises finite values only"},
       {"kv_int8_inf",
        {"attention", "--q", "$D/q.npy", "--k", "$D/kinf.npy", "--v", "$D/v.npy",
         "--kv", "int8"},
