@@ -327,13 +327,12 @@ void read_int8_scales(const AttentionArgs& args, AttentionInputs* in) {
                    "scales (--k-scales, --v-scales)");
   }
   if (k.is_int8() && in->quantize) {
-    throw CliError(
-        "--kv " + *args.kv +
-        " quantises float32 or float16 keys and values, "
-        "but --k " +
-        k.file +
-        " is int8 already (give its scales with --k-scales and "
-        "--v-scales instead)");
+    throw CliError("--kv " + *args.kv +
+                   " quantises float32 or float16 keys and values, "
+                   "but --k " +
+                   k.file +
+                   " is int8 already (give its scales with --k-scales and "
+                   "--v-scales instead)");
   }
   const struct {
     const Input* kv;
@@ -653,8 +652,8 @@ void assemble_tensors(const AttentionInputs& in, AttentionTensors<KV>* t,
     t->v_scales = view_of<float>(t->v_scale_values.data(), v, 1);
   } else if constexpr (std::is_same_v<KV, Float8E4M3> ||
                        std::is_same_v<KV, Float8E5M2>) {
-    const std::string name = std::is_same_v<KV, Float8E4M3> ? "float8_e4m3fn"
-                                                             : "float8_e5m2";
+    const std::string name =
+        std::is_same_v<KV, Float8E4M3> ? "float8_e4m3fn" : "float8_e5m2";
     quantize_input_fp8(k, &t->k_values, &t->k_scale_values, name);
     quantize_input_fp8(v, &t->v_values, &t->v_scale_values, name);
     t->k_scales = view_of<float>(t->k_scale_values.data(), k, 1);

@@ -111,9 +111,10 @@ AttentionInputs read_attention_inputs(const AttentionArgs& args);
 
 // int8 for int8 keys and values (read with their scales) and for --kv int8
 // (quantised); fp8 for --kv float8_e4m3fn / float8_e5m2 (quantised per row
-// as write_kv quantises into fp8 pages with scales); float16 when both are float16, which go to the library as
-// they are; float32 otherwise (with one of k and v float16 and the other
-// float32, the float16 one is widened, exactly, to float32).
+// as write_kv quantises into fp8 pages with scales); float16 when both are
+// float16, which go to the library as they are; float32 otherwise (with one of
+// k and v float16 and the other float32, the float16 one is widened, exactly,
+// to float32).
 KvStorage kv_storage(const AttentionInputs& in);
 
 // The library's views of the inputs, with the values they point into. KV is

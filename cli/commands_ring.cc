@@ -451,9 +451,10 @@ int run_ring(const AttentionArgs& args, const AttentionOptions& options,
       // The ring has no fp8 form (the library's rings take float32, 16-bit
       // or int8 shards).
       if (rank == 0) {
-        throw CliError("--ring takes float32, float16 or int8 keys and "
-                       "values; --kv float8_e4m3fn / float8_e5m2 is not "
-                       "available with --ring");
+        throw CliError(
+            "--ring takes float32, float16 or int8 keys and "
+            "values; --kv float8_e4m3fn / float8_e5m2 is not "
+            "available with --ring");
       }
       throw CliQuietError();
     case KvStorage::kFloat:

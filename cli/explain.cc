@@ -404,8 +404,7 @@ std::string describe(const AttentionInputs& in, const AttentionPlan& plan,
     out += std::string("--kv ") + (e4m3 ? "float8_e4m3fn" : "float8_e5m2") +
            ": each key/value row is quantised to fp8 values and one scale "
            "(max |x| / " +
-           (e4m3 ? "448" : "57344") +
-           "); the attention reads scale * value\n";
+           (e4m3 ? "448" : "57344") + "); the attention reads scale * value\n";
   } else if (in.quantize) {
     out +=
         "--kv int8: each key/value row is quantised to int8 values and one "

@@ -240,7 +240,6 @@ struct Int8KV {
   TensorView<const float> scales;        // [B, H_kv, n_kv, 1]
 };
 
-
 // Quantises float rows for Int8KV: for each row (b, h, j),
 //   scale = max_c |x_c| / 127 (rounded to float; when that is below
 //           2^-126, the smallest float with 127 scale >= max_c |x_c|),

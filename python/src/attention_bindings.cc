@@ -285,8 +285,8 @@ WriteArgs write_args(const In& key, const In& value, int in_format,
         fail("key format must be 0, 1 or 2");
     }
   };
-  auto pages = [&](const char* name, const Out& a,
-                   const std::optional<Out>& sc, float scale) -> KVPages {
+  auto pages = [&](const char* name, const Out& a, const std::optional<Out>& sc,
+                   float scale) -> KVPages {
     switch (static_cast<KVFormat>(page_format)) {
       case KVFormat::kFloat32:
         check_dtype(name, a, nb::dtype<float>(), "float32");
@@ -336,9 +336,9 @@ void write_kv_py(const In& key, const In& value, int in_format,
                  const std::optional<Out>& k_scales,
                  const std::optional<Out>& v_scales, const In& slots,
                  float k_scale, float v_scale) {
-  const WriteArgs w = write_args(key, value, in_format, k_pages, v_pages,
-                                 page_format, k_scales, v_scales, slots,
-                                 k_scale, v_scale);
+  const WriteArgs w =
+      write_args(key, value, in_format, k_pages, v_pages, page_format, k_scales,
+                 v_scales, slots, k_scale, v_scale);
   as_python("write_kv", [&] {
     nb::gil_scoped_release release;
     write_kv(w.k, w.v, w.kp, w.vp, w.slots);
@@ -355,12 +355,11 @@ void write_and_attend_py(const std::string& name, const In& key,
                          const std::optional<Out>& v_scales, const In& slots,
                          const In& q, int q_format, const nb::dict& kv,
                          const Out& out, int out_format,
-                         const std::optional<Out>& lse,
-                         const nb::dict& options, float k_scale,
-                         float v_scale) {
-  const WriteArgs w = write_args(key, value, in_format, k_pages, v_pages,
-                                 page_format, k_scales, v_scales, slots,
-                                 k_scale, v_scale);
+                         const std::optional<Out>& lse, const nb::dict& options,
+                         float k_scale, float v_scale) {
+  const WriteArgs w =
+      write_args(key, value, in_format, k_pages, v_pages, page_format, k_scales,
+                 v_scales, slots, k_scale, v_scale);
   const AttentionRequest r =
       request_of(name, q, q_format, kv, "output", out, out_format, lse, options,
                  std::nullopt, nullptr);

@@ -185,10 +185,9 @@ inline std::span<const std::int32_t> int32_span(const char* name, const In& a) {
 inline KVSource kv_source_of(const nb::dict& d) {
   check_keys("kv", d,
              {"format", "k", "v", "k_scales", "v_scales", "k_scale", "v_scale",
-              "k_name", "v_name",
-              "block_table", "blocks_per_seq", "seq_lens", "query_start_loc",
-              "query_positions", "kv_position_offsets", "kv_position_stride",
-              "draft_parents"});
+              "k_name", "v_name", "block_table", "blocks_per_seq", "seq_lens",
+              "query_start_loc", "query_positions", "kv_position_offsets",
+              "kv_position_stride", "draft_parents"});
   const int code = nb::cast<int>(d["format"]);
   if (code < 0 || code > 5) fail("kv format must be 0 to 5");
   const auto f = static_cast<KVFormat>(code);

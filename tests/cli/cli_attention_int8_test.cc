@@ -288,8 +288,7 @@ TEST(CliAttentionInt8, KvFloat8QuantisesAsWriteKv) {
   f.put("v.npy", f32_npy(v));
   const std::vector<std::uint32_t> exact = run_bits(
       {"attention", "--q", f.q, "--k", f.k, "--v", f.v, "-o", f.out}, f.out);
-  const auto check = [&](const char* format, const Array& kd,
-                         const Array& vd) {
+  const auto check = [&](const char* format, const Array& kd, const Array& vd) {
     const std::vector<std::uint32_t> quantised =
         run_bits({"attention", "--q", f.q, "--k", f.k, "--v", f.v, "--kv",
                   format, "-o", f.out},
@@ -302,9 +301,8 @@ TEST(CliAttentionInt8, KvFloat8QuantisesAsWriteKv) {
                        f.out))
         << format;
     EXPECT_NE(quantised, exact) << format;
-    const CommandResult r =
-        run_softdot({"attention", "--q", f.q, "--k", f.k, "--v", f.v, "--kv",
-                     format, "--ring"});
+    const CommandResult r = run_softdot({"attention", "--q", f.q, "--k", f.k,
+                                         "--v", f.v, "--kv", format, "--ring"});
     EXPECT_EQ(r.status, 2) << format;
   };
   check("float8_e4m3fn", fp8_dequantised<softdot::Float8E4M3>(k, 448.0f),
