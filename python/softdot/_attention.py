@@ -179,11 +179,12 @@ def attention_weights(
     sinks: Any = None,
     kv_range: Optional[Tuple[int, Optional[int]]] = None,
     out: Any = None,
+    k_scale: Any = None,
 ) -> Any:
     """The explicit weights [..., Hq, L, S] that :func:`scaled_dot_product_attention`
     applies to V, with the same options (for small inputs: inspection, teaching).
 
-    key may be an int8 ``(values, scales)`` pair, as for
+    key may be an int8 ``(values, scales)`` pair, or fp8 with ``k_scale``, as for
     :func:`scaled_dot_product_attention`.
     Scores are computed as the fused prefill form computes them (the same
     bits); the weights are rounded once from double arithmetic, so
@@ -202,6 +203,7 @@ def attention_weights(
         window=window,
         softcap=softcap,
         kv_range=kv_range,
+        k_scale=k_scale,
     )
 
 

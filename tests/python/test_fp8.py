@@ -97,6 +97,17 @@ def test_contiguous_torch_and_numpy(dtype):
     assert np.array_equal(on.view(np.int32), want.view(np.int32))
 
 
+def test_weights_of_an_fp8_key():
+    gen = torch.Generator().manual_seed(11)
+    q = torch.randn(1, 4, 3, 16, generator=gen)
+    k = random_fp8((1, 2, 9, 16), torch.float8_e4m3fn, gen)
+    ks = torch.rand(1, 2, 9, generator=gen) / 448
+    for scale in (0.01, ks):
+        w = softdot.attention_weights(q, k, k_scale=scale, causal=True)
+        want = softdot.attention_weights(q, dequant(k, scale), causal=True)
+        assert torch.equal(w.view(torch.int32), want.view(torch.int32))
+
+
 def test_nan_in_the_cache_is_not_hidden():
     q = torch.randn(1, 2, 1, 16)
     k = torch.randn(1, 1, 20, 16).to(torch.float8_e4m3fn)
