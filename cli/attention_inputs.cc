@@ -371,44 +371,9 @@ void read_int8_scales(const AttentionArgs& args, AttentionInputs* in) {
   }
 }
 
-// --kv int8: x (float32 or float16, widened exactly) quantised by
-// softdot::quantize_kv into values and one scale per row, both in x's own
-// order (NHD pages: scales [pages, page_size, kv_heads, 1]).
-void quantize_input(const Input& x, std::vector<std::int8_t>* values,
-                    std::vector<float>* scales) {
-  const std::vector<float> f = floats_of(x.array);
-  for (std::size_t i = 0; i < x.array.size(); ++i) {
-    if (!std::isfinite(f[i])) {
-      throw CliError(x.option + ": " + x.file + ": the value at " +
-                     index_text(i, x.array.shape) + " is " +
-                     format_number(f[i], kShortest) +
-                     "; --kv int8 quantises finite values only");
-    }
-  }
-  // One scale per row of d, so the rows may be taken in the file's order.
-  const std::size_t B = x.batch(), d = x.cols();
-  const std::size_t H = x.nhd ? x.array.shape[1] : x.heads();
-  const std::size_t n = x.nhd ? x.array.shape[2] : x.rows();
-  values->assign(std::max<std::size_t>(B * H * n * d, 1), 0);
-  scales->assign(std::max<std::size_t>(B * H * n, 1), 0.0f);
-  try {
-    quantize_kv(TensorView<const float>(f.data(), B, H, n, d),
-                TensorView<std::int8_t>(values->data(), B, H, n, d),
-                TensorView<float>(scales->data(), B, H, n, 1));
-  } catch (const std::invalid_argument& e) {
-    throw CliError(x.option + ": " + x.file + ": " + e.what());
-  }
-}
-
-// --kv float8_e4m3fn / float8_e5m2: x (float32 or float16, widened exactly)
-// quantised per row into fp8 values and one scale per row (max |x| / 448 or
-// 57344), as write_kv quantises into fp8 pages with scales: each row of x,
-// taken in the file's order as [B, A, C, d], is written to a page of one
-// slot laid out in the same order.
-template <class T>
-void quantize_input_fp8(const Input& x, std::vector<T>* values,
-                        std::vector<float>* scales, const std::string& name) {
-  const std::vector<float> f = floats_of(x.array);
+// x's values as floats, each finite (else CliError naming the first).
+std::vector<float> finite_floats(const Input& x, const std::string& name) {
+  std::vector<float> f = floats_of(x.array);
   for (std::size_t i = 0; i < x.array.size(); ++i) {
     if (!std::isfinite(f[i])) {
       throw CliError(x.option + ": " + x.file + ": the value at " +
@@ -417,26 +382,44 @@ void quantize_input_fp8(const Input& x, std::vector<T>* values,
                      " quantises finite values only");
     }
   }
+  return f;
+}
+
+// --kv int8: x quantised by softdot::quantize_kv into values and one scale
+// per row, both in x's own order (NHD pages: scales [pages, page_size,
+// kv_heads, 1]); --kv float8_e4m3fn / float8_e5m2 (T fp8): as write_kv
+// quantises into fp8 pages with scales (max |x| / 448 or 57344), each row of
+// x, in the file's order [B, A, C, d], written to a page of one slot laid
+// out in that order. One scale per row of d, so the rows may be taken in
+// the file's order.
+template <class T>
+void quantize_input(const Input& x, std::vector<T>* values,
+                    std::vector<float>* scales, const std::string& name) {
+  const std::vector<float> f = finite_floats(x, name);
   const std::size_t B = x.batch(), d = x.cols();
   const std::size_t A = x.nhd ? x.array.shape[1] : x.heads();
   const std::size_t C = x.nhd ? x.array.shape[2] : x.rows();
   values->assign(std::max<std::size_t>(B * A * C * d, 1), T{});
   scales->assign(std::max<std::size_t>(B * A * C, 1), 0.0f);
-  std::vector<std::int64_t> slots(C);
-  for (std::size_t t = 0; t < C; ++t) slots[t] = static_cast<std::int64_t>(t);
-  for (std::size_t b = 0; b < B && C != 0; ++b) {
-    // Slot t of head a: element (b, a, t) of the file's order.
-    T* vb = values->data() + b * A * C * d;
-    float* sb = scales->data() + b * A * C;
-    const Float8Pages<T> pages{TensorView<T>(vb, C, A, 1, d, d, C * d, d),
-                               TensorView<float>(sb, C, A, 1, 1, 1, C, 1)};
-    try {
-      write_kv(TensorView<const float>(f.data() + b * A * C * d, 1, A, C, d),
-               TensorView<const float>(f.data() + b * A * C * d, 1, A, C, d),
-               pages, pages, slots);
-    } catch (const std::invalid_argument& e) {
-      throw CliError(x.option + ": " + x.file + ": " + e.what());
+  try {
+    if constexpr (std::is_same_v<T, std::int8_t>) {
+      quantize_kv(TensorView<const float>(f.data(), B, A, C, d),
+                  TensorView<std::int8_t>(values->data(), B, A, C, d),
+                  TensorView<float>(scales->data(), B, A, C, 1));
+    } else {
+      std::vector<std::int64_t> slots(C);
+      for (std::size_t t = 0; t < C; ++t) slots[t] = std::int64_t(t);
+      // Slot t of head a of batch b: element (b, a, t) of the file's order.
+      for (std::size_t b = 0, n = A * C; b < B && C != 0; ++b) {
+        const Float8Pages<T> p{
+            TensorView<T>(values->data() + b * n * d, C, A, 1, d, d, C * d, d),
+            TensorView<float>(scales->data() + b * n, C, A, 1, 1, 1, C, 1)};
+        const TensorView<const float> r(f.data() + b * n * d, 1, A, C, d);
+        write_kv(r, r, p, p, slots);
+      }
     }
+  } catch (const std::invalid_argument& e) {
+    throw CliError(x.option + ": " + x.file + ": " + e.what());
   }
 }
 
@@ -638,8 +621,8 @@ void assemble_tensors(const AttentionInputs& in, AttentionTensors<KV>* t,
     t->v_values = floats_of(v.array);
   } else if constexpr (std::is_same_v<KV, std::int8_t>) {
     if (in.quantize) {
-      quantize_input(k, &t->k_values, &t->k_scale_values);
-      quantize_input(v, &t->v_values, &t->v_scale_values);
+      quantize_input(k, &t->k_values, &t->k_scale_values, "int8");
+      quantize_input(v, &t->v_values, &t->v_scale_values, "int8");
     } else {
       t->k_values = int8s_of(k.array);
       t->v_values = int8s_of(v.array);
@@ -654,8 +637,8 @@ void assemble_tensors(const AttentionInputs& in, AttentionTensors<KV>* t,
                        std::is_same_v<KV, Float8E5M2>) {
     const std::string name =
         std::is_same_v<KV, Float8E4M3> ? "float8_e4m3fn" : "float8_e5m2";
-    quantize_input_fp8(k, &t->k_values, &t->k_scale_values, name);
-    quantize_input_fp8(v, &t->v_values, &t->v_scale_values, name);
+    quantize_input(k, &t->k_values, &t->k_scale_values, name);
+    quantize_input(v, &t->v_values, &t->v_scale_values, name);
     t->k_scales = view_of<float>(t->k_scale_values.data(), k, 1);
     t->v_scales = view_of<float>(t->v_scale_values.data(), v, 1);
   } else {
