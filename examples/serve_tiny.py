@@ -16,6 +16,7 @@ pages and a waiting prompt takes its place.
 
     python examples/serve_tiny.py                    # float32 cache, greedy
     python examples/serve_tiny.py --cache int8       # int8 pages, quantised on write
+    python examples/serve_tiny.py --cache float8_e4m3fn  # fp8 pages, a scale per token
     python examples/serve_tiny.py --cache bfloat16 --temperature 0.8 --seed 3
 
 The next tokens of every step come from one ``softdot.sample`` call (greedy at
@@ -114,8 +115,10 @@ def forward(
 
 class PagedCache:
     """Per layer a key and a value cache of `pages` pages of `page_size`
-    tokens, [P, page_size, Hkv, E] (vLLM's layout), in float32, bfloat16, or
-    int8 as (values, scales); a free list of pages."""
+    tokens, [P, page_size, Hkv, E] (vLLM's layout), in float32, bfloat16,
+    int8 as (values, scales), or fp8 (float8_e4m3fn) with one scale per token
+    and KV head in k_scale / v_scale (SGLang's; write_kv writes them); a free
+    list of pages."""
 
     def __init__(self, cfg: Config, pages: int, page_size: int, dtype: str):
         shape = (pages, page_size, cfg.kv_heads, cfg.head_dim)
@@ -129,6 +132,9 @@ class PagedCache:
 
         self.k = [one() for _ in range(cfg.layers)]
         self.v = [one() for _ in range(cfg.layers)]
+        fp8 = dtype.startswith("float8")
+        self.k_scale = [torch.zeros(shape[:-1]) if fp8 else None for _ in range(cfg.layers)]
+        self.v_scale = [torch.zeros(shape[:-1]) if fp8 else None for _ in range(cfg.layers)]
 
     def grow(self, pages: List[int], tokens: int) -> None:
         while len(pages) * self.page_size < tokens:
@@ -200,8 +206,12 @@ def serve(
 
         def attend(layer, q, k, v, slots=slots, table=table, seq_lens=seq_lens, qsl=qsl):
             # This step's keys and values into their slots, then attention
-            # over the pages for every sequence's rows at once.
-            softdot.write_kv(k, v, cache.k[layer], cache.v[layer], slots)
+            # over the pages for every sequence's rows at once (an fp8 cache
+            # with its scales: write_kv writes them, attention reads them).
+            sc = {}
+            if cache.k_scale[layer] is not None:
+                sc = dict(k_scale=cache.k_scale[layer], v_scale=cache.v_scale[layer])
+            softdot.write_kv(k, v, cache.k[layer], cache.v[layer], slots, **sc)
             return softdot.paged_attention(
                 q,
                 cache.k[layer],
@@ -210,6 +220,7 @@ def serve(
                 seq_lens,
                 causal=True,
                 query_start_loc=qsl,
+                **sc,
             )
 
         logits = forward(cfg, p, tokens, pos, attend)
@@ -271,7 +282,9 @@ def prompts_for(n: int = 8, seed: int = 1, vocab: int = 256) -> List[List[int]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cache", choices=["float32", "bfloat16", "int8"], default="float32")
+    ap.add_argument(
+        "--cache", choices=["float32", "bfloat16", "int8", "float8_e4m3fn"], default="float32"
+    )
     ap.add_argument("--max-new", type=int, default=16)
     ap.add_argument("--max-running", type=int, default=4)
     ap.add_argument("--chunk", type=int, default=24, help="prefill rows per sequence and step")

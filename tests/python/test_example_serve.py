@@ -1,7 +1,7 @@
 """examples/serve_tiny.py: continuous batching over a paged cache with
 softdot.write_kv and the ragged paged_attention. With the float32 cache its
-greedy tokens are those of the same model in plain torch float32; the int8
-and bfloat16 caches and seeded sampling run and are reproducible."""
+greedy tokens are those of the same model in plain torch float32; the int8,
+fp8 and bfloat16 caches and seeded sampling run and are reproducible."""
 
 import importlib.util
 import pathlib
@@ -39,7 +39,7 @@ def test_greedy_tokens_equal_plain_torch(serve_tiny, model):
     assert steps < sum(1 + (len(pr) + 15) // 16 + 11 for pr in prompts)
 
 
-@pytest.mark.parametrize("cache", ["bfloat16", "int8"])
+@pytest.mark.parametrize("cache", ["bfloat16", "int8", "float8_e4m3fn"])
 def test_low_precision_caches_run_and_repeat(serve_tiny, model, cache):
     cfg, w = model
     prompts = serve_tiny.prompts_for()
