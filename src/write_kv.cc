@@ -43,31 +43,30 @@ void with_rows(const char* name, const KVTensor& t, F&& f, bool check = true) {
       t.variant());
 }
 
-// The page values' view (int8: the values), checked; int8 scales too.
+// An fp8 page set's per-tensor scale (1 for int8 pages, which have none).
+template <class V>
+float tensor_scale_of(const V& v) {
+  if constexpr (requires { v.scale; }) {
+    return v.scale;
+  } else {
+    return 1.0f;
+  }
+}
+
+// The page values' view (int8 and fp8: the values), checked; their scales
+// too (an fp8 per-tensor scale: finite and > 0).
 template <class F>
 void with_pages(const char* name, const KVPages& p, F&& f) {
   std::visit(
       [&](const auto& v) {
-        using V = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<V, Int8Pages>) {
+        if constexpr (requires { v.scales; }) {  // int8 or fp8 pages
+          constexpr bool kFp8 = requires { v.scale; };
           check_tensor(kFn, name, v.values);
           const std::string sname = std::string(name) + " scales";
-          check_tensor(kFn, sname.c_str(), v.scales);
-          if (v.scales.batch != v.values.batch ||
-              v.scales.heads != v.values.heads ||
-              v.scales.rows != v.values.rows || v.scales.cols != 1) {
-            fail(kFn, shape(sname.c_str(), v.scales) + " must be " +
-                          shape(sname.c_str(), v.values.batch, v.values.heads,
-                                v.values.rows, 1) +
-                          " for " + shape(name, v.values));
-          }
-          f(v.values);
-        } else if constexpr (requires { v.scale; }) {  // fp8 pages
-          check_tensor(kFn, name, v.values);
-          const std::string sname = std::string(name) + " scales";
-          if (v.scales.data == nullptr) {
-            if (!(std::isfinite(v.scale) && v.scale > 0.0f)) {
-              fail(kFn, std::string(name) + " scale = " + number(v.scale) +
+          if (kFp8 && v.scales.data == nullptr) {  // fp8, one per tensor
+            const float scale = tensor_scale_of(v);
+            if (!(std::isfinite(scale) && scale > 0.0f)) {
+              fail(kFn, std::string(name) + " scale = " + number(scale) +
                             " must be finite and > 0 to write");
             }
           } else {
@@ -80,9 +79,9 @@ void with_pages(const char* name, const KVPages& p, F&& f) {
                                   v.values.rows, 1) +
                             " for " + shape(name, v.values));
             }
-            if (v.scale != 1.0f) {
-              fail(kFn, std::string(name) +
-                            " has scales and scale = " + number(v.scale) +
+            if (kFp8 && tensor_scale_of(v) != 1.0f) {
+              fail(kFn, std::string(name) + " has scales and scale = " +
+                            number(tensor_scale_of(v)) +
                             ": give one of them (scale must stay 1 with "
                             "per-token scales)");
             }
